@@ -1,0 +1,52 @@
+# lpx — the two commands: `make demo` and `make test` (plus `make bench`).
+# Both install what is missing (apt-get when run as root, otherwise they
+# print the exact command and stop), configure, build and run.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+MESON_OPTS ?=
+LPX        := $(BUILD)/tools/lpx/lpx
+
+.PHONY: all deps build build-asan demo test test-normal test-asan bench install clean
+
+all: build
+
+deps:
+	@scripts/ensure-deps.sh
+
+$(BUILD)/build.ninja:
+	@meson setup $(BUILD) $(MESON_OPTS) >/dev/null || (cat $(BUILD)/meson-logs/meson-log.txt | tail -30; exit 1)
+
+$(ASAN_BUILD)/build.ninja:
+	@meson setup $(ASAN_BUILD) -Dbuildtype=debug -Db_sanitize=address,undefined \
+	  -Db_lundef=false $(MESON_OPTS) >/dev/null || (tail -30 $(ASAN_BUILD)/meson-logs/meson-log.txt; exit 1)
+
+build: deps $(BUILD)/build.ninja
+	@ninja -C $(BUILD) --quiet
+
+build-asan: deps $(ASAN_BUILD)/build.ninja
+	@ninja -C $(ASAN_BUILD) --quiet
+
+demo: build
+	@$(LPX) info
+	@echo
+	@$(LPX) bench dispatch
+
+# The whole suite twice: a normal build and an ASan+UBSan build. The last
+# line is the total over both: "N passed, N failed, N skipped".
+test: build build-asan
+	@rc=0; \
+	OPENBLAS_NUM_THREADS=1 meson test -C $(BUILD) --print-errorlogs --num-processes 2 || rc=1; \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  OPENBLAS_NUM_THREADS=1 meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes 2 --timeout-multiplier 3 || rc=1; \
+	scripts/test-summary.py $(BUILD) $(ASAN_BUILD) || rc=1; \
+	exit $$rc
+
+bench: build
+	@$(LPX) bench dispatch
+
+install: build
+	meson install -C $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,93 @@
+/* Shared helpers of the CPU kernels: argument access, result handling,
+ * broadcasting and strided f32 load/store in chunks. Kernels compute in
+ * f32 (or double for reductions) whatever the storage dtype. */
+#ifndef LPX_CPU_INTERNAL_H
+#define LPX_CPU_INTERNAL_H
+
+#include "../../core/lpx_internal.h"
+
+/* elements processed per chunk by the generic strided paths */
+#define CPU_CHUNK 1024
+
+/* kernel group registration (one per source file) */
+lpx_status lpx_cpu_register_creation(void);
+lpx_status lpx_cpu_register_views(void);
+lpx_status lpx_cpu_register_elementwise(void);
+lpx_status lpx_cpu_register_reduce(void);
+lpx_status lpx_cpu_register_linalg(void);
+lpx_status lpx_cpu_register_nn(void);
+
+/* Registers a boxed CPU kernel; used by the group functions. */
+static inline lpx_status cpu_reg(lpx_op op, lpx_kernel_fn fn)
+{
+    return lpx_kernel_register(op, LPX_KEY_CPU, fn, NULL);
+}
+
+/* Argument i as a tensor (NULL when an optional tensor is absent). */
+static inline lpx_tensor *cpu_tensor_arg(const lpx_call *c, int i)
+{
+    return c->args[i].tag == LPX_TAG_TENSOR ? c->args[i].u.t : NULL;
+}
+
+/* Appends a result (takes over the caller's reference). */
+static inline void cpu_ret(lpx_call *c, lpx_tensor *t)
+{
+    c->rets[c->nrets++] = lpx_v_tensor(t);
+}
+
+/* Name of the running op, for messages. */
+static inline const char *cpu_op_name(const lpx_call *c) { return lpx_op_name(c->op); }
+
+/* Fails unless t is a dense CPU tensor whose dtype the CPU math supports
+ * (every dtype with 8+ bits per element). `arg` names it in the message. */
+lpx_status cpu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t);
+
+/* Numpy broadcast of a and b shapes into shape/ndim; LPX_ESHAPE names op. */
+lpx_status cpu_broadcast_shapes(const char *op, const lpx_tensor *a, const lpx_tensor *b,
+                                int *ndim, int64_t *shape);
+
+/* Normalises a possibly negative dim against ndim; LPX_ERANGE names op. */
+lpx_status cpu_norm_dim(const char *op, int64_t dim, int ndim, int *out);
+
+/* Validates a caller-provided `out` tensor: dense CPU, exact shape; dtype
+ * must equal `dtype`. */
+lpx_status cpu_check_out(const lpx_call *c, const lpx_tensor *out, lpx_dtype dtype, int ndim,
+                         const int64_t *shape);
+
+/* A tensor seen through a broadcast to `shape`: element (i0..in) of the
+ * logical shape is at base + sum(i_k * strides[k]) (elements; broadcast
+ * dims have stride 0). */
+typedef struct cpu_view {
+    int ndim;
+    int64_t numel;
+    int64_t shape[LPX_MAX_DIMS];
+    int64_t strides[LPX_MAX_DIMS];
+    char *base;            /* address of element 0 */
+    lpx_dtype dtype;
+    int elem_size;         /* bytes per element */
+    bool contiguous;       /* strides are row-major over shape */
+} cpu_view;
+
+/* View t broadcast to (ndim, shape); t must be dense and broadcastable. */
+void cpu_view_init(cpu_view *v, const lpx_tensor *t, int ndim, const int64_t *shape);
+/* Plain view of t with its own shape. */
+void cpu_view_of(cpu_view *v, const lpx_tensor *t);
+/* Loads logical elements [start, start+n) as f32 into dst (n <= any). */
+void cpu_load_f32(const cpu_view *v, int64_t start, int64_t n, float *dst);
+/* Stores n f32 values into logical elements [start, start+n), encoding to
+ * the view's dtype with `flags` (LPX_CONVERT_SATURATE or 0). */
+void cpu_store_f32(const cpu_view *v, int64_t start, int64_t n, const float *src, unsigned flags);
+/* f32 pointer if the view is contiguous f32, else NULL (fast paths). */
+static inline float *cpu_view_f32(const cpu_view *v)
+{
+    return v->contiguous && v->dtype == LPX_F32 ? (float *)v->base : NULL;
+}
+
+/* Dense contiguous f32 copy of any dense tensor (retains t itself when it
+ * already is one). */
+lpx_status cpu_contiguous_f32(const lpx_tensor *t, lpx_tensor **out);
+
+/* New contiguous CPU tensor; message names the op. */
+lpx_status cpu_new(const lpx_call *c, lpx_dtype dtype, int ndim, const int64_t *shape, lpx_tensor **out);
+
+#endif

@@ -1,0 +1,42 @@
+/* Library initialisation: built-in dtypes, ops, the CPU backend and its
+ * kernels, tracing from the environment. Runs once; every entry point
+ * reaches it through lpx_ensure_init(). */
+#include <pthread.h>
+#include <stdio.h>
+#include "lpx_internal.h"
+
+atomic_bool lpx__inited;
+static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local bool in_init;     /* registration calls made by init itself */
+static lpx_status init_status = LPX_OK;
+static char init_message[512];
+
+const char *lpx_version(void) { return LPX_VERSION_STRING; }
+
+lpx_status lpx_init(void)
+{
+    if (atomic_load_explicit(&lpx__inited, memory_order_acquire) || in_init) return LPX_OK;
+    pthread_mutex_lock(&init_mutex);
+    if (!atomic_load(&lpx__inited)) {
+        if (init_status != LPX_OK) {
+            /* a failed init is not retried: the registry may be half built */
+            pthread_mutex_unlock(&init_mutex);
+            return lpx_error(init_status, "lpx_init failed earlier: %s", init_message);
+        }
+        in_init = true;
+        lpx_status st = lpx_dtype_init_builtins();
+        if (!st) st = lpx_ops_init_builtins();
+        if (!st) st = lpx_cpu_backend_init();
+        in_init = false;
+        if (st) {
+            init_status = st;
+            snprintf(init_message, sizeof init_message, "%s", lpx_last_error());
+            pthread_mutex_unlock(&init_mutex);
+            return st;
+        }
+        atomic_store_explicit(&lpx__inited, true, memory_order_release);
+        lpx_trace_init_from_env();
+    }
+    pthread_mutex_unlock(&init_mutex);
+    return LPX_OK;
+}

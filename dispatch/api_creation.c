@@ -1,0 +1,2 @@
+/* Typed API: creation (being written). */
+#include "../core/lpx_internal.h"

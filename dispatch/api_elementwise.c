@@ -1,0 +1,2 @@
+/* Typed API: elementwise (being written). */
+#include "../core/lpx_internal.h"

@@ -1,0 +1,2 @@
+/* Typed API: linalg (being written). */
+#include "../core/lpx_internal.h"

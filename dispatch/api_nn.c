@@ -1,0 +1,2 @@
+/* Typed API: nn (being written). */
+#include "../core/lpx_internal.h"

@@ -1,0 +1,2 @@
+/* Typed API: reduce (being written). */
+#include "../core/lpx_internal.h"

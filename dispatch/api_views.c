@@ -1,0 +1,2 @@
+/* Typed API: views (being written). */
+#include "../core/lpx_internal.h"

@@ -1,0 +1,143 @@
+/* The hot path: key set -> highest key -> table[op][key] -> kernel.
+ * No hashing, no locks, no allocation. */
+#include <string.h>
+#include "dispatch_internal.h"
+
+static const char *const tag_names[] = {
+    "none", "Tensor", "Tensor[]", "int", "float", "bool", "dtype", "str", "ptr", "int[]", "device",
+};
+
+static const char *tag_name(unsigned tag) { return tag < sizeof tag_names / sizeof *tag_names ? tag_names[tag] : "?"; }
+
+/* Slow path for a failed argument check: builds the message. */
+static lpx_status bad_args(const lpx_call *c, const lpx_op_row *row)
+{
+    const lpx_schema *s = &row->schema;
+    if (c->nargs != s->nargs)
+        return lpx_error(LPX_EINVAL, "%s: expected %d arguments (%s), got %d", s->name, s->nargs,
+                         row->schema_text, c->nargs);
+    if (!c->args && c->nargs) return lpx_error(LPX_EINVAL, "%s: args is NULL", s->name);
+    for (int i = 0; i < s->nargs; i++) {
+        const lpx_value *v = &c->args[i];
+        const lpx_arg_spec *a = &s->args[i];
+        if (v->tag == LPX_TAG_NONE && !a->optional)
+            return lpx_error(LPX_EINVAL, "%s: argument '%s' is required", s->name, a->name);
+        if (v->tag != LPX_TAG_NONE && v->tag != a->tag)
+            return lpx_error(LPX_EINVAL, "%s: argument '%s' must be %s, got %s", s->name, a->name,
+                             tag_name(a->tag), tag_name(v->tag));
+        if (v->tag == LPX_TAG_TENSOR && !v->u.t)
+            return lpx_error(LPX_EINVAL, "%s: argument '%s' is a NULL tensor", s->name, a->name);
+        if ((v->tag == LPX_TAG_TENSORS || v->tag == LPX_TAG_INTS) && v->len && !v->u.p)
+            return lpx_error(LPX_EINVAL, "%s: argument '%s' has %u entries but a NULL pointer", s->name, a->name, v->len);
+        if (v->tag == LPX_TAG_TENSORS)
+            for (uint32_t j = 0; j < v->len; j++)
+                if (!v->u.ts[j]) return lpx_error(LPX_EINVAL, "%s: argument '%s'[%u] is a NULL tensor", s->name, a->name, j);
+        if (v->tag == LPX_TAG_DEVICE && !lpx_device_key(v->u.dev.type))
+            return lpx_error(LPX_EDEVICE, "%s: argument '%s': no backend for device type %d", s->name, a->name, (int)v->u.dev.type);
+    }
+    return lpx_error(LPX_EINVAL, "%s: no tensor or device argument to dispatch on", s->name);
+}
+
+static lpx_status not_implemented(const lpx_call *c, const lpx_op_row *row, int key)
+{
+    return lpx_error(LPX_ENOTIMPL, "%s: no kernel for key '%s'%s and no fallback", row->schema.name,
+                     lpx_key_name(key), key >= LPX_KEY_PAYLOAD_FIRST ? " (a kind)" : " (a backend)");
+    (void)c;
+}
+
+/* Runs the kernel for the highest key of c->keys. */
+static inline lpx_status run(lpx_call *c, const lpx_op_row *row)
+{
+    int key = 63 - __builtin_clzll(c->keys);
+    lpx_kernel_entry *e = atomic_load_explicit(&row->k[key], memory_order_acquire);
+    bool fallback = false;
+    if (LPX_UNLIKELY(!e)) {
+        e = atomic_load_explicit(&lpx__fallbacks[key], memory_order_acquire);
+        if (!e) return not_implemented(c, row, key);
+        fallback = true;
+    }
+    c->key = key;
+    c->kernel_data = e->data;
+    c->nrets = 0;
+    if (LPX_UNLIKELY(atomic_load_explicit(&lpx__trace_on, memory_order_relaxed)))
+        return lpx__trace_invoke(c, e->fn, fallback);
+    return e->fn(c);
+}
+
+lpx_status lpx_dispatch(lpx_call *c)
+{
+    if (LPX_UNLIKELY(!c)) return lpx_error(LPX_EINVAL, "lpx_dispatch: call is NULL");
+    lpx_status st = lpx_ensure_init();
+    if (LPX_UNLIKELY(st)) return st;
+    c->nrets = 0;
+    lpx_op op = c->op;
+    if (LPX_UNLIKELY(op < 0 || op >= atomic_load_explicit(&lpx__nops, memory_order_acquire)))
+        return lpx_error(LPX_EINVAL, "lpx_dispatch: unknown op id %d", (int)op);
+    const lpx_op_row *row = lpx__ops[op];
+    const lpx_schema *s = &row->schema;
+    if (LPX_UNLIKELY(c->nargs != s->nargs || (!c->args && c->nargs))) return bad_args(c, row);
+
+    /* one pass: check tags and collect the key set */
+    uint64_t keys = 0;
+    bool ok = true;
+    for (int i = 0; i < s->nargs; i++) {
+        const lpx_value *v = &c->args[i];
+        const lpx_arg_spec *a = &s->args[i];
+        if (v->tag == a->tag) {
+            if (v->tag == LPX_TAG_TENSOR) {
+                if (LPX_UNLIKELY(!v->u.t)) { ok = false; break; }
+                keys |= v->u.t->keys;
+            } else if (v->tag == LPX_TAG_TENSORS) {
+                if (LPX_UNLIKELY(v->len && !v->u.ts)) { ok = false; break; }
+                for (uint32_t j = 0; j < v->len; j++) {
+                    if (LPX_UNLIKELY(!v->u.ts[j])) { ok = false; break; }
+                    keys |= v->u.ts[j]->keys;
+                }
+            } else if (v->tag == LPX_TAG_DEVICE) {
+                int k = lpx_device_key(v->u.dev.type);
+                if (LPX_UNLIKELY(!k)) { ok = false; break; }
+                keys |= UINT64_C(1) << k;
+            } else if (LPX_UNLIKELY(v->tag == LPX_TAG_INTS && v->len && !v->u.ints)) {
+                ok = false; break;
+            }
+        } else if (!(v->tag == LPX_TAG_NONE && a->optional)) {
+            ok = false; break;
+        }
+    }
+    if (LPX_UNLIKELY(!ok || !keys)) return bad_args(c, row);
+    c->keys = keys;
+    st = run(c, row);
+    if (LPX_UNLIKELY(st)) lpx_call_release_rets(c);
+    return st;
+}
+
+lpx_status lpx_redispatch(lpx_call *c)
+{
+    if (!c) return lpx_error(LPX_EINVAL, "lpx_redispatch: call is NULL");
+    const lpx_op_row *row = lpx__ops[c->op];
+    int key = c->key;
+    void *data = c->kernel_data;
+    uint64_t keys = c->keys;
+    c->keys &= (UINT64_C(1) << key) - 1;
+    if (!c->keys) {
+        c->keys = keys;
+        return lpx_error(LPX_ENOTIMPL, "%s: redispatch below key '%s' finds no key left", row->schema.name,
+                         lpx_key_name(key));
+    }
+    lpx_status st = run(c, row);
+    if (st) lpx_call_release_rets(c);
+    c->key = key;
+    c->kernel_data = data;
+    c->keys = keys;
+    return st;
+}
+
+void lpx_call_release_rets(lpx_call *c)
+{
+    if (!c) return;
+    for (int i = 0; i < c->nrets && i < LPX_MAX_RETS; i++) {
+        if (c->rets[i].tag == LPX_TAG_TENSOR) lpx_tensor_release(c->rets[i].u.t);
+        c->rets[i].tag = LPX_TAG_NONE;
+    }
+    c->nrets = 0;
+}

@@ -1,0 +1,58 @@
+/* Dispatch internals: parsed schemas, kernel entries, the op table. */
+#ifndef LPX_DISPATCH_INTERNAL_H
+#define LPX_DISPATCH_INTERNAL_H
+
+#include <pthread.h>
+#include "../core/lpx_internal.h"
+
+#define LPX_MAX_NAME 48
+
+typedef struct lpx_arg_spec {
+    uint8_t tag;        /* lpx_tag expected */
+    bool optional;      /* LPX_TAG_NONE accepted */
+    char name[LPX_MAX_NAME];
+} lpx_arg_spec;
+
+typedef struct lpx_schema {
+    char name[LPX_MAX_NAME];
+    int nargs;
+    int nrets;
+    lpx_arg_spec args[LPX_MAX_ARGS];
+    uint8_t rets[LPX_MAX_RETS];   /* lpx_tag of each result (TENSOR) */
+} lpx_schema;
+
+/* Parses "name(Type a, ...) -> Ret"; `what` prefixes error messages.
+ * With `with_name` false the text is a bare signature "Type, Type -> Ret". */
+lpx_status lpx_schema_parse(const char *text, bool with_name, const char *what, lpx_schema *out);
+
+typedef struct lpx_kernel_entry {
+    lpx_kernel_fn fn;
+    void *data;
+    struct lpx_kernel_entry *retired_next;  /* kept alive after unregister */
+} lpx_kernel_entry;
+
+typedef struct lpx_op_row {
+    _Atomic(lpx_kernel_entry *) k[LPX_NUM_KEYS];
+    lpx_schema schema;
+    char *schema_text;
+} lpx_op_row;
+
+extern lpx_op_row *lpx__ops[LPX_MAX_OPS];
+extern atomic_int lpx__nops;
+extern _Atomic(lpx_kernel_entry *) lpx__fallbacks[LPX_NUM_KEYS];
+
+/* the registry's write lock (ops, kernels, kinds, backends, dtypes share it) */
+void lpx_registry_lock(void);
+void lpx_registry_unlock(void);
+
+/* Builds a boxed entry that calls a typed C function through libffi. */
+lpx_status lpx_ffi_entry_new(const lpx_schema *sig, void (*fn)(void), lpx_kernel_entry **out);
+
+/* Tracing path of dispatch (trace.c): runs fn like dispatch would and
+ * records it. */
+lpx_status lpx__trace_invoke(lpx_call *c, lpx_kernel_fn fn, bool fallback);
+
+/* kind name of a key, for messages ("cpu", "float8") */
+const char *lpx_key_name(int key);
+
+#endif

@@ -1,0 +1,424 @@
+/* The registry: ops by name, kernels per (op, key), fallbacks, kinds and
+ * backends. Writers take one mutex; readers on the hot path only load
+ * atomics published with release semantics. uthash maps names to ids and
+ * is touched only under the lock. */
+#include <stdio.h>
+#include <string.h>
+#include "dispatch_internal.h"
+
+/* uthash allocates through lpx so OOM tests reach it, and reports OOM
+ * instead of exiting. */
+static int uthash_oom;
+#define uthash_malloc(sz) lpx_malloc(sz)
+#define uthash_free(p, sz) lpx_free(p)
+#define HASH_NONFATAL_OOM 1
+#define uthash_nonfatal_oom(obj) (uthash_oom = 1)
+#include <uthash.h>
+
+typedef struct name_entry {
+    char name[LPX_MAX_NAME];
+    int id;
+    void *ptr;
+    UT_hash_handle hh;
+} name_entry;
+
+static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
+void lpx_registry_lock(void) { pthread_mutex_lock(&registry_mutex); }
+void lpx_registry_unlock(void) { pthread_mutex_unlock(&registry_mutex); }
+
+lpx_op_row *lpx__ops[LPX_MAX_OPS];
+atomic_int lpx__nops;
+_Atomic(lpx_kernel_entry *) lpx__fallbacks[LPX_NUM_KEYS];
+
+static name_entry *op_names;
+static name_entry *kind_names;
+static lpx_kernel_entry *retired;       /* unregistered entries, never freed */
+static lpx_kind *retired_kinds;         /* handles outlive unregistration */
+static char key_names[LPX_NUM_KEYS][LPX_MAX_NAME];
+
+static lpx_kind *kinds[LPX_NUM_KEYS];   /* registration order */
+static atomic_int nkinds;
+static lpx_kind *kind_by_key[LPX_NUM_KEYS];
+
+static lpx_backend_i backends[LPX_KEY_BACKEND_LAST];
+static atomic_int nbackends;
+static _Atomic int device_keys[64];     /* device type -> key bit */
+
+/* Adds name -> id; caller holds the lock. */
+static lpx_status name_add(name_entry **map, const char *name, int id, void *ptr, const char *what)
+{
+    name_entry *e = lpx_calloc(1, sizeof *e);
+    if (!e) return lpx_error(LPX_ENOMEM, "%s: cannot allocate name entry", what);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->id = id;
+    e->ptr = ptr;
+    uthash_oom = 0;
+    HASH_ADD_STR(*map, name, e);
+    if (uthash_oom) {
+        lpx_free(e);
+        return lpx_error(LPX_ENOMEM, "%s: cannot grow the name table", what);
+    }
+    return LPX_OK;
+}
+
+static name_entry *name_find(name_entry *map, const char *name)
+{
+    name_entry *e = NULL;
+    HASH_FIND_STR(map, name, e);
+    return e;
+}
+
+static void name_remove(name_entry **map, const char *name)
+{
+    name_entry *e = name_find(*map, name);
+    if (e) { HASH_DEL(*map, e); lpx_free(e); }
+}
+
+/* ---- ops ----------------------------------------------------------- */
+
+lpx_status lpx_op_register(const char *schema, lpx_op *out)
+{
+    if (!schema) return lpx_error(LPX_EINVAL, "lpx_op_register: schema is NULL");
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    lpx_op_row *row = lpx_calloc(1, sizeof *row);
+    if (!row) return lpx_error(LPX_ENOMEM, "lpx_op_register: cannot allocate op row");
+    if ((st = lpx_schema_parse(schema, true, "lpx_op_register", &row->schema))) { lpx_free(row); return st; }
+    if (!(row->schema_text = lpx_strdup(schema))) {
+        lpx_free(row);
+        return lpx_error(LPX_ENOMEM, "lpx_op_register: cannot copy schema");
+    }
+    lpx_registry_lock();
+    int n = atomic_load_explicit(&lpx__nops, memory_order_relaxed);
+    if (name_find(op_names, row->schema.name)) {
+        st = lpx_error(LPX_EEXIST, "lpx_op_register: op '%s' is already registered", row->schema.name);
+    } else if (n >= LPX_MAX_OPS) {
+        st = lpx_error(LPX_EFULL, "lpx_op_register: op table full (%d ops)", LPX_MAX_OPS);
+    } else if (!(st = name_add(&op_names, row->schema.name, n, row, "lpx_op_register"))) {
+        lpx__ops[n] = row;
+        atomic_store_explicit(&lpx__nops, n + 1, memory_order_release);
+        if (out) *out = n;
+    }
+    lpx_registry_unlock();
+    if (st) { lpx_free(row->schema_text); lpx_free(row); }
+    return st;
+}
+
+lpx_status lpx_ops_init_builtins(void)
+{
+    static const char *const schemas[] = {
+#define LPX_OP(name, schema) schema,
+#include "lpx/ops.def"
+#undef LPX_OP
+    };
+    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
+        lpx_op id;
+        lpx_status st = lpx_op_register(schemas[i], &id);
+        if (st) return st;
+        LPX_ASSERT(id == (lpx_op)i);
+    }
+    return LPX_OK;
+}
+
+static lpx_op_row *row_of(lpx_op op)
+{
+    if (op < 0 || op >= atomic_load_explicit(&lpx__nops, memory_order_acquire)) return NULL;
+    return lpx__ops[op];
+}
+
+lpx_status lpx_op_find(const char *name, lpx_op *out)
+{
+    if (!name || !out) return lpx_error(LPX_EINVAL, "lpx_op_find: %s is NULL", name ? "out" : "name");
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    lpx_registry_lock();
+    name_entry *e = name_find(op_names, name);
+    if (e) *out = e->id;
+    lpx_registry_unlock();
+    return e ? LPX_OK : lpx_error(LPX_ENOTFOUND, "lpx_op_find: no op named '%s'", name);
+}
+
+const char *lpx_op_name(lpx_op op) { lpx_op_row *r = row_of(op); return r ? r->schema.name : NULL; }
+const char *lpx_op_schema(lpx_op op) { lpx_op_row *r = row_of(op); return r ? r->schema_text : NULL; }
+int lpx_op_count(void) { lpx_ensure_init(); return atomic_load(&lpx__nops); }
+int lpx_op_nargs(lpx_op op) { lpx_op_row *r = row_of(op); return r ? r->schema.nargs : -1; }
+int lpx_op_nrets(lpx_op op) { lpx_op_row *r = row_of(op); return r ? r->schema.nrets : -1; }
+
+/* ---- kernels ------------------------------------------------------- */
+
+static lpx_status check_slot(const char *what, lpx_op op, int key, lpx_op_row **row)
+{
+    if (!(*row = row_of(op))) return lpx_error(LPX_EINVAL, "%s: unknown op id %d", what, (int)op);
+    if (key <= 0 || key >= LPX_NUM_KEYS)
+        return lpx_error(LPX_EINVAL, "%s(%s): key %d out of range 1..63", what, (*row)->schema.name, key);
+    return LPX_OK;
+}
+
+static lpx_status install(const char *what, lpx_op op, int key, lpx_kernel_entry *e)
+{
+    lpx_op_row *row;
+    lpx_status st = check_slot(what, op, key, &row);
+    if (st) return st;
+    lpx_registry_lock();
+    if (atomic_load_explicit(&row->k[key], memory_order_relaxed))
+        st = lpx_error(LPX_EEXIST, "%s: op '%s' already has a kernel for key '%s'", what,
+                       row->schema.name, lpx_key_name(key));
+    else
+        atomic_store_explicit(&row->k[key], e, memory_order_release);
+    lpx_registry_unlock();
+    return st;
+}
+
+lpx_status lpx_kernel_register(lpx_op op, int key, lpx_kernel_fn fn, void *data)
+{
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    if (!fn) return lpx_error(LPX_EINVAL, "lpx_kernel_register: fn is NULL (op %d, key %d)", (int)op, key);
+    lpx_kernel_entry *e = lpx_calloc(1, sizeof *e);
+    if (!e) return lpx_error(LPX_ENOMEM, "lpx_kernel_register: cannot allocate entry");
+    e->fn = fn;
+    e->data = data;
+    if ((st = install("lpx_kernel_register", op, key, e))) lpx_free(e);
+    return st;
+}
+
+lpx_status lpx_kernel_register_typed(lpx_op op, int key, const char *signature, void (*fn)(void))
+{
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    lpx_op_row *row;
+    if ((st = check_slot("lpx_kernel_register_typed", op, key, &row))) return st;
+    if (!fn) return lpx_error(LPX_EINVAL, "lpx_kernel_register_typed(%s): fn is NULL", row->schema.name);
+    lpx_schema sig;
+    if ((st = lpx_schema_parse(signature, false, "lpx_kernel_register_typed", &sig))) return st;
+    if (sig.nargs != row->schema.nargs || sig.nrets != row->schema.nrets)
+        return lpx_error(LPX_EINVAL, "lpx_kernel_register_typed(%s): signature \"%s\" has %d args/%d results, op has %d/%d",
+                         row->schema.name, signature, sig.nargs, sig.nrets, row->schema.nargs, row->schema.nrets);
+    for (int i = 0; i < sig.nargs; i++)
+        if (sig.args[i].tag != row->schema.args[i].tag || sig.args[i].optional != row->schema.args[i].optional)
+            return lpx_error(LPX_EINVAL, "lpx_kernel_register_typed(%s): argument %d ('%s') of \"%s\" does not match the schema \"%s\"",
+                             row->schema.name, i, row->schema.args[i].name, signature, row->schema_text);
+    lpx_kernel_entry *e;
+    if ((st = lpx_ffi_entry_new(&row->schema, fn, &e))) return st;
+    if ((st = install("lpx_kernel_register_typed", op, key, e))) { lpx_free(e->data); lpx_free(e); }
+    return st;
+}
+
+static void retire(_Atomic(lpx_kernel_entry *) *slot)
+{
+    lpx_kernel_entry *e = atomic_exchange_explicit(slot, NULL, memory_order_acq_rel);
+    if (e) { e->retired_next = retired; retired = e; }
+}
+
+lpx_status lpx_kernel_unregister(lpx_op op, int key)
+{
+    lpx_op_row *row;
+    lpx_status st = check_slot("lpx_kernel_unregister", op, key, &row);
+    if (st) return st;
+    lpx_registry_lock();
+    if (!atomic_load(&row->k[key]))
+        st = lpx_error(LPX_ENOTFOUND, "lpx_kernel_unregister: op '%s' has no kernel for key '%s'",
+                       row->schema.name, lpx_key_name(key));
+    else
+        retire(&row->k[key]);
+    lpx_registry_unlock();
+    return st;
+}
+
+bool lpx_kernel_exists(lpx_op op, int key)
+{
+    lpx_op_row *row = row_of(op);
+    return row && key > 0 && key < LPX_NUM_KEYS && atomic_load_explicit(&row->k[key], memory_order_acquire);
+}
+
+lpx_status lpx_fallback_register(int key, lpx_kernel_fn fn, void *data)
+{
+    if (key <= 0 || key >= LPX_NUM_KEYS || !fn)
+        return lpx_error(LPX_EINVAL, "lpx_fallback_register: %s", fn ? "key out of range 1..63" : "fn is NULL");
+    lpx_kernel_entry *e = lpx_calloc(1, sizeof *e);
+    if (!e) return lpx_error(LPX_ENOMEM, "lpx_fallback_register: cannot allocate entry");
+    e->fn = fn;
+    e->data = data;
+    lpx_status st = LPX_OK;
+    lpx_registry_lock();
+    if (atomic_load(&lpx__fallbacks[key]))
+        st = lpx_error(LPX_EEXIST, "lpx_fallback_register: key '%s' already has a fallback", lpx_key_name(key));
+    else
+        atomic_store_explicit(&lpx__fallbacks[key], e, memory_order_release);
+    lpx_registry_unlock();
+    if (st) lpx_free(e);
+    return st;
+}
+
+lpx_status lpx_fallback_unregister(int key)
+{
+    if (key <= 0 || key >= LPX_NUM_KEYS) return lpx_error(LPX_EINVAL, "lpx_fallback_unregister: key %d out of range", key);
+    lpx_registry_lock();
+    lpx_status st = atomic_load(&lpx__fallbacks[key]) ? LPX_OK
+        : lpx_error(LPX_ENOTFOUND, "lpx_fallback_unregister: key '%s' has no fallback", lpx_key_name(key));
+    if (!st) retire(&lpx__fallbacks[key]);
+    lpx_registry_unlock();
+    return st;
+}
+
+const char *lpx_key_name(int key)
+{
+    static _Thread_local char buf[16];
+    if (key > 0 && key < LPX_NUM_KEYS && key_names[key][0]) return key_names[key];
+    snprintf(buf, sizeof buf, "key%d", key);
+    return buf;
+}
+
+/* ---- backends ------------------------------------------------------ */
+
+lpx_status lpx_backend_register(const lpx_backend_i *b, int *key)
+{
+    if (!b || !b->name || !b->alloc || !b->free || !b->copy)
+        return lpx_error(LPX_EINVAL, "lpx_backend_register: %s", !b ? "vtable is NULL" : "name, alloc, free and copy are required");
+    if (b->device_type <= 0 || b->device_type >= 64)
+        return lpx_error(LPX_EINVAL, "lpx_backend_register(%s): device type %d out of range 1..63", b->name, (int)b->device_type);
+    lpx_status st = LPX_OK;
+    lpx_registry_lock();
+    int n = atomic_load(&nbackends);
+    for (int i = 0; i < n && !st; i++)
+        if (!strcmp(backends[i].name, b->name) || backends[i].device_type == b->device_type)
+            st = lpx_error(LPX_EEXIST, "lpx_backend_register(%s): name or device type %d already served by '%s'",
+                           b->name, (int)b->device_type, backends[i].name);
+    if (!st && n >= LPX_KEY_BACKEND_LAST)
+        st = lpx_error(LPX_EFULL, "lpx_backend_register(%s): no free backend key", b->name);
+    if (!st) {
+        int k = LPX_KEY_CPU + n;   /* the CPU backend registers first: key 1 */
+        memset(&backends[n], 0, sizeof backends[n]);
+        memcpy(&backends[n], b, b->struct_size < sizeof *b ? b->struct_size : sizeof *b);
+        snprintf(key_names[k], LPX_MAX_NAME, "%s", b->name);
+        atomic_store_explicit(&device_keys[b->device_type], k, memory_order_release);
+        atomic_store_explicit(&nbackends, n + 1, memory_order_release);
+        if (key) *key = k;
+    }
+    lpx_registry_unlock();
+    return st;
+}
+
+const lpx_backend_i *lpx_backend_for(int32_t device_type)
+{
+    int k = lpx_device_key(device_type);
+    return k > 0 ? &backends[k - LPX_KEY_CPU] : NULL;
+}
+
+int lpx_device_key(int32_t device_type)
+{
+    if (device_type <= 0 || device_type >= 64) return 0;
+    return atomic_load_explicit(&device_keys[device_type], memory_order_acquire);
+}
+
+int lpx_backend_count(void) { return atomic_load(&nbackends); }
+
+const lpx_backend_i *lpx_backend_at(int i)
+{
+    return i >= 0 && i < atomic_load(&nbackends) ? &backends[i] : NULL;
+}
+
+/* ---- kinds --------------------------------------------------------- */
+
+lpx_status lpx_kind_register(const lpx_kind_i *vt, const lpx_kind **out)
+{
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    if (!vt || !out) return lpx_error(LPX_EINVAL, "lpx_kind_register: %s is NULL", vt ? "out" : "vtable");
+    *out = NULL;
+    if (vt->struct_size < offsetof(lpx_kind_i, priority) + sizeof vt->priority)
+        return lpx_error(LPX_EINVAL, "lpx_kind_register: struct_size %zu is too small", vt->struct_size);
+    if (!vt->name || !vt->name[0] || strlen(vt->name) >= LPX_MAX_NAME)
+        return lpx_error(LPX_EINVAL, "lpx_kind_register: name is missing or longer than %d", LPX_MAX_NAME - 1);
+    if (vt->abi_version != LPX_KIND_ABI_VERSION)
+        return lpx_error(LPX_EABI, "lpx_kind_register(%s): abi_version %u, this lpx speaks %u",
+                         vt->name, vt->abi_version, LPX_KIND_ABI_VERSION);
+    int lo, hi;
+    switch (vt->priority) {
+    case LPX_PRIORITY_PAYLOAD: lo = LPX_KEY_PAYLOAD_FIRST; hi = LPX_KEY_PAYLOAD_LAST; break;
+    case LPX_PRIORITY_WRAPPER: lo = LPX_KEY_WRAPPER_FIRST; hi = LPX_KEY_WRAPPER_LAST; break;
+    case LPX_PRIORITY_DISTRIBUTED: lo = LPX_KEY_DIST_FIRST; hi = LPX_KEY_DIST_LAST; break;
+    default: return lpx_error(LPX_EINVAL, "lpx_kind_register(%s): priority %d is not an lpx_kind_priority", vt->name, vt->priority);
+    }
+    lpx_kind *k = lpx_calloc(1, sizeof *k);
+    if (!k) return lpx_error(LPX_ENOMEM, "lpx_kind_register(%s): cannot allocate kind", vt->name);
+    memcpy(&k->vt, vt, vt->struct_size < sizeof *vt ? vt->struct_size : sizeof *vt);
+    k->vt.struct_size = sizeof k->vt;
+    lpx_registry_lock();
+    int key = 0;
+    for (int b = lo; b <= hi && !key; b++)
+        if (!kind_by_key[b]) key = b;
+    int n = atomic_load(&nkinds);
+    if (name_find(kind_names, vt->name))
+        st = lpx_error(LPX_EEXIST, "lpx_kind_register: kind '%s' is already registered", vt->name);
+    else if (!key || n >= LPX_NUM_KEYS)
+        st = lpx_error(LPX_EFULL, "lpx_kind_register(%s): no free key in priority band %d", vt->name, vt->priority);
+    else if (!(st = name_add(&kind_names, vt->name, n, k, "lpx_kind_register"))) {
+        k->key = key;
+        k->index = n;
+        k->registered = true;
+        kind_by_key[key] = k;
+        kinds[n] = k;
+        snprintf(key_names[key], LPX_MAX_NAME, "%s", vt->name);
+        atomic_store_explicit(&nkinds, n + 1, memory_order_release);
+        *out = k;
+    }
+    lpx_registry_unlock();
+    if (st) lpx_free(k);
+    return st;
+}
+
+lpx_status lpx_kind_unregister(const lpx_kind *ck)
+{
+    lpx_kind *k = (lpx_kind *)ck;
+    if (!k || !k->registered) return lpx_error(LPX_EINVAL, "lpx_kind_unregister: kind is NULL or not registered");
+    lpx_registry_lock();
+    lpx_status st = LPX_OK;
+    long long live = atomic_load(&k->live);
+    if (live > 0) {
+        st = lpx_error(LPX_EINVAL, "lpx_kind_unregister(%s): %lld tensors of this kind are alive", k->vt.name, live);
+    } else {
+        int n = atomic_load(&lpx__nops);
+        for (int i = 0; i < n; i++) retire(&lpx__ops[i]->k[k->key]);
+        retire(&lpx__fallbacks[k->key]);
+        name_remove(&kind_names, k->vt.name);
+        kind_by_key[k->key] = NULL;
+        key_names[k->key][0] = 0;
+        int nk = atomic_load(&nkinds);
+        for (int i = k->index; i + 1 < nk; i++) { kinds[i] = kinds[i + 1]; kinds[i]->index = i; }
+        kinds[nk - 1] = NULL;
+        atomic_store(&nkinds, nk - 1);
+        k->registered = false;  /* the handle stays allocated: callers may still hold it */
+        k->retired_next = retired_kinds;
+        retired_kinds = k;
+    }
+    lpx_registry_unlock();
+    return st;
+}
+
+lpx_status lpx_kind_find(const char *name, const lpx_kind **out)
+{
+    if (!name || !out) return lpx_error(LPX_EINVAL, "lpx_kind_find: %s is NULL", name ? "out" : "name");
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    lpx_registry_lock();
+    name_entry *e = name_find(kind_names, name);
+    *out = e ? (const lpx_kind *)e->ptr : NULL;
+    lpx_registry_unlock();
+    return e ? LPX_OK : lpx_error(LPX_ENOTFOUND, "lpx_kind_find: no kind named '%s'", name);
+}
+
+const char *lpx_kind_name(const lpx_kind *k) { return k ? k->vt.name : "dense"; }
+int lpx_kind_key(const lpx_kind *k) { return k ? k->key : 0; }
+const lpx_kind_i *lpx_kind_vtable(const lpx_kind *k) { return k ? &k->vt : NULL; }
+void *lpx_kind_user(const lpx_kind *k) { return k ? k->vt.user : NULL; }
+int64_t lpx_kind_live_tensors(const lpx_kind *k) { return k ? atomic_load(&((lpx_kind *)k)->live) : 0; }
+int lpx_kind_count(void) { return atomic_load(&nkinds); }
+
+const lpx_kind *lpx_kind_at(int i)
+{
+    lpx_registry_lock();
+    const lpx_kind *k = i >= 0 && i < atomic_load(&nkinds) ? kinds[i] : NULL;
+    lpx_registry_unlock();
+    return k;
+}

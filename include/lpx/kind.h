@@ -1,0 +1,96 @@
+/* lpx — kinds (tensor subclasses).
+ *
+ * A kind is a vtable registered with the dispatcher. A kind tensor carries
+ * inner tensors + a metadata blob (lpx_tensor_new_kind); op handlers are
+ * registered per (op, kind key) like any kernel (lpx_kernel_register with
+ * lpx_kind_key(kind)). The sharding engine talks to kinds only through the
+ * all-gather hooks below. */
+#ifndef LPX_KIND_H
+#define LPX_KIND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "export.h"
+#include "status.h"
+#include "tensor.h"
+
+LPX_BEGIN_DECLS
+
+#define LPX_KIND_ABI_VERSION 1u
+
+/* Priority bands: a call that mixes kinds runs the highest band's handler. */
+typedef enum lpx_kind_priority {
+    LPX_PRIORITY_PAYLOAD = 1,     /* float8, nf4, mx: hold quantized payloads */
+    LPX_PRIORITY_WRAPPER = 2,     /* float8_weight: wrap another tensor */
+    LPX_PRIORITY_DISTRIBUTED = 3  /* dtensor: wrap a local shard of any kind */
+} lpx_kind_priority;
+
+/** Most inputs one parameter may put on the all-gather wire. */
+#define LPX_MAX_AG_INPUTS 8
+
+typedef struct lpx_kind_i {
+    size_t struct_size;      /* sizeof(lpx_kind_i) as the kind author saw it */
+    uint32_t abi_version;    /* LPX_KIND_ABI_VERSION */
+    const char *name;        /* unique; string must outlive the registration */
+    int priority;            /* lpx_kind_priority */
+    void *user;              /* passed back through lpx_kind_user() */
+
+    /** Rebuilds a tensor of this kind from inner tensors + metadata (the
+     *  inverse of reading lpx_tensor_inner/lpx_tensor_meta). Must validate
+     *  everything (it is fed untrusted checkpoints) and return LPX_EINVAL
+     *  with a message on bad input. NULL: lpx_tensor_new_kind unchecked. */
+    lpx_status (*unflatten)(const lpx_kind *kind, lpx_dtype logical_dtype, int ndim,
+                            const int64_t *shape, lpx_tensor *const *inner, int ninner,
+                            const void *meta, size_t meta_size, lpx_tensor **out);
+
+    /** What to put on the wire for this shard: up to LPX_MAX_AG_INPUTS dense
+     *  tensors in inputs[] (new references; dim 0 of each is gathered) and
+     *  up to LPX_MAX_META bytes of metadata for post_all_gather. `ctx` is
+     *  the engine's per-call context. NULL: the kind cannot be sharded. */
+    lpx_status (*pre_all_gather)(const lpx_tensor *shard, void *ctx,
+                                 lpx_tensor **inputs, int *ninputs,
+                                 void *meta, size_t *meta_size);
+
+    /** Rebuilds the unsharded tensor from the gathered inputs (borrowed).
+     *  When `out` is non-NULL (a tensor this hook returned before), fill it
+     *  in place and return it retained, so no storage is reallocated. */
+    lpx_status (*post_all_gather)(const lpx_kind *kind, lpx_tensor *const *outputs,
+                                  int noutputs, const void *meta, size_t meta_size,
+                                  lpx_dtype param_dtype, lpx_tensor *out,
+                                  lpx_tensor **result);
+
+    /** Rows a dim-0 shard boundary must be a multiple of (1 if NULL). */
+    int64_t (*shard_unit)(const lpx_tensor *t);
+
+    /** One line for `lpx info` and error messages; returns chars written. */
+    int (*describe)(const lpx_tensor *t, char *buf, size_t len);
+
+    /** Called when a tensor of this kind dies, before its inner tensors are
+     *  released: frees what the metadata blob points to, if anything. */
+    void (*meta_release)(void *meta, size_t meta_size);
+} lpx_kind_i;
+
+/** Registers a kind (vtable copied up to min(struct_size, ours)); the
+ *  handle stays valid for the process. Errors: LPX_EINVAL (NULL, missing
+ *  name, bad priority), LPX_EABI (abi_version), LPX_EEXIST (name taken),
+ *  LPX_EFULL (no free key bit in the band). Thread-safe. */
+LPX_API lpx_status lpx_kind_register(const lpx_kind_i *vtable, const lpx_kind **out);
+/** Unregisters a kind and every kernel and fallback at its key. Fails with
+ *  LPX_EINVAL while tensors of the kind are alive. */
+LPX_API lpx_status lpx_kind_unregister(const lpx_kind *kind);
+/** Finds a kind by name. Errors: LPX_ENOTFOUND, LPX_EINVAL. */
+LPX_API lpx_status lpx_kind_find(const char *name, const lpx_kind **out);
+LPX_API const char *lpx_kind_name(const lpx_kind *kind);
+/** The kind's key bit, to register handlers with. */
+LPX_API int lpx_kind_key(const lpx_kind *kind);
+LPX_API const lpx_kind_i *lpx_kind_vtable(const lpx_kind *kind);
+LPX_API void *lpx_kind_user(const lpx_kind *kind);
+/** Number of live tensors of this kind. */
+LPX_API int64_t lpx_kind_live_tensors(const lpx_kind *kind);
+LPX_API int lpx_kind_count(void);
+/** Kind i (registration order), or NULL. */
+LPX_API const lpx_kind *lpx_kind_at(int i);
+
+LPX_END_DECLS
+
+#endif

@@ -1,0 +1,31 @@
+/* lpx — low-precision tensor kinds and sharding. The umbrella header. */
+#ifndef LPX_LPX_H
+#define LPX_LPX_H
+
+#include "export.h"
+#include "status.h"
+#include "dtype.h"
+#include "tensor.h"
+#include "dispatch.h"
+#include "kind.h"
+#include "ops.h"
+#include "trace.h"
+
+LPX_BEGIN_DECLS
+
+#define LPX_VERSION_MAJOR 0
+#define LPX_VERSION_MINOR 1
+#define LPX_VERSION_PATCH 0
+
+/** Version string of the loaded library ("0.1.0"). */
+LPX_API const char *lpx_version(void);
+
+/** Registers the built-in dtypes, ops, backends and CPU kernels and reads
+ *  LPX_TRACE. Idempotent and thread-safe; every entry point calls it, so
+ *  calling it explicitly is only needed to catch an init failure early.
+ *  Errors: LPX_ENOMEM, LPX_EINTERNAL. */
+LPX_API lpx_status lpx_init(void);
+
+LPX_END_DECLS
+
+#endif

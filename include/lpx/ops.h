@@ -1,0 +1,156 @@
+/* lpx — built-in op ids and the typed convenience API.
+ *
+ * Each typed function builds a small argument array on the stack and calls
+ * lpx_dispatch, so kinds see every call. Functions returning a tensor give
+ * the caller one new reference through `out` (*out is set to NULL on
+ * failure). `_out` variants write into a caller tensor instead (dense or
+ * kind, must have the result's shape; may alias an input of the same
+ * layout) and return no new reference. Errors are those of the kernel:
+ * LPX_EINVAL (NULL), LPX_ESHAPE, LPX_EDTYPE, LPX_EDEVICE, LPX_ENOTIMPL,
+ * LPX_ENOMEM, each with a message in lpx_last_error(). */
+#ifndef LPX_OPS_H
+#define LPX_OPS_H
+
+#include <stdint.h>
+#include <stdbool.h>
+#include "export.h"
+#include "status.h"
+#include "tensor.h"
+#include "dispatch.h"
+
+LPX_BEGIN_DECLS
+
+/* Built-in op ids: LPX_OP_add, LPX_OP_matmul, ... (see ops.def). */
+enum {
+#define LPX_OP(name, schema) LPX_OP_##name,
+#include "ops.def"
+#undef LPX_OP
+    LPX_OP_BUILTIN_COUNT
+};
+
+/* creation (device: lpx_cpu() or another registered device) */
+LPX_API lpx_status lpx_empty(int ndim, const int64_t *shape, lpx_dtype dtype, lpx_device dev, lpx_tensor **out);
+LPX_API lpx_status lpx_zeros(int ndim, const int64_t *shape, lpx_dtype dtype, lpx_device dev, lpx_tensor **out);
+LPX_API lpx_status lpx_full(int ndim, const int64_t *shape, double value, lpx_dtype dtype, lpx_device dev, lpx_tensor **out);
+/** [start, end) by step (step != 0), like torch.arange. */
+LPX_API lpx_status lpx_arange(double start, double end, double step, lpx_dtype dtype, lpx_device dev, lpx_tensor **out);
+/** Standard normal values; element i depends only on (seed, i), so the
+ *  result is the same for any thread count and across runs. */
+LPX_API lpx_status lpx_randn(int ndim, const int64_t *shape, uint64_t seed, lpx_dtype dtype, lpx_device dev, lpx_tensor **out);
+/** Uniform [0, 1) values; same reproducibility as lpx_randn. */
+LPX_API lpx_status lpx_rand(int ndim, const int64_t *shape, uint64_t seed, lpx_dtype dtype, lpx_device dev, lpx_tensor **out);
+
+/* views: share storage with x (dense); kinds decide for their tensors */
+/** New shape with the same numel; one dim may be -1. LPX_ESHAPE if the
+ *  strides cannot express it without a copy (use lpx_reshape). */
+LPX_API lpx_status lpx_view(lpx_tensor *x, int ndim, const int64_t *shape, lpx_tensor **out);
+/** Like lpx_view, copying only when a view is impossible. */
+LPX_API lpx_status lpx_reshape(lpx_tensor *x, int ndim, const int64_t *shape, lpx_tensor **out);
+/** Swaps two dims (negative dims count from the end). */
+LPX_API lpx_status lpx_transpose(lpx_tensor *x, int64_t dim0, int64_t dim1, lpx_tensor **out);
+/** Transpose of a 2-D tensor (0-D/1-D returned as is). */
+LPX_API lpx_status lpx_t(lpx_tensor *x, lpx_tensor **out);
+LPX_API lpx_status lpx_permute(lpx_tensor *x, int ndim, const int64_t *dims, lpx_tensor **out);
+/** x[start:end:step] along dim (python semantics for negative and clamped
+ *  bounds; step >= 1). */
+LPX_API lpx_status lpx_slice(lpx_tensor *x, int64_t dim, int64_t start, int64_t end, int64_t step, lpx_tensor **out);
+/** x[start:start+length] along dim; LPX_ERANGE if out of bounds. */
+LPX_API lpx_status lpx_narrow(lpx_tensor *x, int64_t dim, int64_t start, int64_t length, lpx_tensor **out);
+/** Broadcast view (size-1 dims to n, new leading dims); -1 keeps a dim. */
+LPX_API lpx_status lpx_expand(lpx_tensor *x, int ndim, const int64_t *shape, lpx_tensor **out);
+/** x itself (retained) if contiguous, else a contiguous copy. */
+LPX_API lpx_status lpx_contiguous(lpx_tensor *x, lpx_tensor **out);
+/** Concatenation along dim; all inputs share dtype and the other dims. */
+LPX_API lpx_status lpx_cat(lpx_tensor *const *xs, int n, int64_t dim, lpx_tensor **out);
+/** Contiguous copy with its own storage. */
+LPX_API lpx_status lpx_clone(lpx_tensor *x, lpx_tensor **out);
+/** Same data, a new handle (kinds: the no-op that drops autograd-style
+ *  wrappers in frameworks). */
+LPX_API lpx_status lpx_detach(lpx_tensor *x, lpx_tensor **out);
+/** Splits along dim into pieces of `size` (last may be smaller) using
+ *  lpx_narrow. Fills outs[0..*n) (new references); LPX_ERANGE if more than
+ *  `cap` pieces would be needed. */
+LPX_API lpx_status lpx_split(lpx_tensor *x, int64_t size, int64_t dim, lpx_tensor **outs, int cap, int *n);
+/** torch.chunk: `chunks` pieces of ceil(len/chunks) (fewer if the length
+ *  runs out), via lpx_narrow. */
+LPX_API lpx_status lpx_chunk(lpx_tensor *x, int chunks, int64_t dim, lpx_tensor **outs, int cap, int *n);
+
+/* elementwise (binary: numpy broadcasting; result dtype = a's dtype) */
+LPX_API lpx_status lpx_add(lpx_tensor *a, lpx_tensor *b, lpx_tensor **out);
+LPX_API lpx_status lpx_sub(lpx_tensor *a, lpx_tensor *b, lpx_tensor **out);
+LPX_API lpx_status lpx_mul(lpx_tensor *a, lpx_tensor *b, lpx_tensor **out);
+LPX_API lpx_status lpx_div(lpx_tensor *a, lpx_tensor *b, lpx_tensor **out);
+LPX_API lpx_status lpx_add_out(lpx_tensor *a, lpx_tensor *b, lpx_tensor *out);
+LPX_API lpx_status lpx_sub_out(lpx_tensor *a, lpx_tensor *b, lpx_tensor *out);
+LPX_API lpx_status lpx_mul_out(lpx_tensor *a, lpx_tensor *b, lpx_tensor *out);
+LPX_API lpx_status lpx_div_out(lpx_tensor *a, lpx_tensor *b, lpx_tensor *out);
+LPX_API lpx_status lpx_add_scalar(lpx_tensor *a, double s, lpx_tensor **out);
+LPX_API lpx_status lpx_mul_scalar(lpx_tensor *a, double s, lpx_tensor **out);
+LPX_API lpx_status lpx_neg(lpx_tensor *x, lpx_tensor **out);
+LPX_API lpx_status lpx_abs(lpx_tensor *x, lpx_tensor **out);
+LPX_API lpx_status lpx_sqrt(lpx_tensor *x, lpx_tensor **out);
+LPX_API lpx_status lpx_exp(lpx_tensor *x, lpx_tensor **out);
+LPX_API lpx_status lpx_relu(lpx_tensor *x, lpx_tensor **out);
+LPX_API lpx_status lpx_silu(lpx_tensor *x, lpx_tensor **out);
+/** GELU, exact erf form. */
+LPX_API lpx_status lpx_gelu(lpx_tensor *x, lpx_tensor **out);
+LPX_API lpx_status lpx_relu_backward(lpx_tensor *grad, lpx_tensor *x, lpx_tensor **out);
+LPX_API lpx_status lpx_silu_backward(lpx_tensor *grad, lpx_tensor *x, lpx_tensor **out);
+LPX_API lpx_status lpx_gelu_backward(lpx_tensor *grad, lpx_tensor *x, lpx_tensor **out);
+/** Converts to dtype (RNE; saturate: see LPX_CONVERT_SATURATE). */
+LPX_API lpx_status lpx_cast(lpx_tensor *x, lpx_dtype dtype, bool saturate, lpx_tensor **out);
+/** dst[...] = src (broadcast, converted to dst's dtype), in place. */
+LPX_API lpx_status lpx_copy_(lpx_tensor *dst, lpx_tensor *src);
+/** dst[...] = value, in place. */
+LPX_API lpx_status lpx_fill_(lpx_tensor *dst, double value);
+
+/* reductions: dims NULL/ndims 0 = all dims; results in x's dtype,
+ * accumulated in double */
+LPX_API lpx_status lpx_sum(lpx_tensor *x, int ndims, const int64_t *dims, bool keepdim, lpx_tensor **out);
+LPX_API lpx_status lpx_mean(lpx_tensor *x, int ndims, const int64_t *dims, bool keepdim, lpx_tensor **out);
+LPX_API lpx_status lpx_max(lpx_tensor *x, int ndims, const int64_t *dims, bool keepdim, lpx_tensor **out);
+/** max(|x|); NaN propagates. */
+LPX_API lpx_status lpx_amax(lpx_tensor *x, int ndims, const int64_t *dims, bool keepdim, lpx_tensor **out);
+/** L2 norm. */
+LPX_API lpx_status lpx_norm(lpx_tensor *x, int ndims, const int64_t *dims, bool keepdim, lpx_tensor **out);
+
+/* linear algebra (f32 accumulation through cblas_sgemm) */
+/** a [M,K] @ b [K,N], or batched [B,M,K] @ [B,K,N] / [B,M,K] @ [K,N]. */
+LPX_API lpx_status lpx_matmul(lpx_tensor *a, lpx_tensor *b, lpx_tensor **out);
+LPX_API lpx_status lpx_matmul_out(lpx_tensor *a, lpx_tensor *b, lpx_tensor *out);
+/** x [..., in] @ w[out, in]^T (+ bias[out]). bias may be NULL. */
+LPX_API lpx_status lpx_linear(lpx_tensor *x, lpx_tensor *w, lpx_tensor *bias, lpx_tensor **out);
+/** beta * c + alpha * (a @ b); c broadcasts to [M,N]. */
+LPX_API lpx_status lpx_addmm(lpx_tensor *c, lpx_tensor *a, lpx_tensor *b, double beta, double alpha, lpx_tensor **out);
+
+/* neural-network ops */
+/** y = x * rstd * weight over the last dim; rstd [..., 1] is kept for the
+ *  backward. weight may be NULL. */
+LPX_API lpx_status lpx_rmsnorm(lpx_tensor *x, lpx_tensor *weight, double eps, lpx_tensor **y, lpx_tensor **rstd);
+/** grad_w is NULL-able (set only when weight is given). */
+LPX_API lpx_status lpx_rmsnorm_backward(lpx_tensor *grad, lpx_tensor *x, lpx_tensor *weight, lpx_tensor *rstd,
+                                        lpx_tensor **grad_x, lpx_tensor **grad_w);
+LPX_API lpx_status lpx_softmax(lpx_tensor *x, int64_t dim, lpx_tensor **out);
+LPX_API lpx_status lpx_softmax_backward(lpx_tensor *grad, lpx_tensor *y, int64_t dim, lpx_tensor **out);
+/** Mean softmax cross-entropy of logits [N, C] against integer targets [N]
+ *  (i32/i64); targets equal to ignore_index are skipped. Scalar result. */
+LPX_API lpx_status lpx_cross_entropy(lpx_tensor *logits, lpx_tensor *target, int64_t ignore_index, lpx_tensor **loss);
+/** d(grad * loss)/d logits. */
+LPX_API lpx_status lpx_cross_entropy_backward(lpx_tensor *logits, lpx_tensor *target, int64_t ignore_index,
+                                              double grad, lpx_tensor **grad_logits);
+/** mean((a - b)^2), scalar. */
+LPX_API lpx_status lpx_mse_loss(lpx_tensor *a, lpx_tensor *b, lpx_tensor **loss);
+LPX_API lpx_status lpx_mse_loss_backward(lpx_tensor *a, lpx_tensor *b, double grad, lpx_tensor **grad_a);
+/** weight [V, D] rows gathered by integer indices [...] -> [..., D];
+ *  LPX_ERANGE for an index outside [0, V). */
+LPX_API lpx_status lpx_embedding(lpx_tensor *weight, lpx_tensor *indices, lpx_tensor **out);
+/** Scatter-add of grad [..., D] rows into [num_weights, D]. */
+LPX_API lpx_status lpx_embedding_backward(lpx_tensor *grad, lpx_tensor *indices, int64_t num_weights, lpx_tensor **out);
+
+/** Reads element `index` (flat, logical row-major order) of a dense tensor
+ *  as double. Errors: LPX_EINVAL (kind tensor), LPX_ERANGE. */
+LPX_API lpx_status lpx_item(const lpx_tensor *x, int64_t index, double *value);
+
+LPX_END_DECLS
+
+#endif

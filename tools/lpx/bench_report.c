@@ -1,0 +1,1 @@
+/* Bench result reporting (being written). */

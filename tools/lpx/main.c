@@ -1,0 +1,43 @@
+/* `lpx`: the command-line tool. Routes to subcommands. */
+#include <stdio.h>
+#include <string.h>
+#include "lpx/lpx.h"
+#include "commands.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: lpx <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  info              version, dtypes, kinds, backends, ops, plugins\n"
+            "  bench <name>      benchmarks (lpx bench --help lists them)\n"
+            "  help              this text\n"
+            "  --version         print the version\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("lpx %s\n", lpx_version());
+        return 0;
+    }
+    if (lpx_init() != LPX_OK) {
+        fprintf(stderr, "lpx: initialisation failed: %s\n", lpx_last_error());
+        return 1;
+    }
+    if (!strcmp(cmd, "info")) return lpx_cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return lpx_cmd_bench(argc - 1, argv + 1);
+    fprintf(stderr, "lpx: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}
