@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 #include "check.h"
 
 static lpx_op op_probe;       /* probe(Tensor x, Tensor? y, float s) -> Tensor */
@@ -298,14 +299,14 @@ static void test_device_dispatch(void)
 }
 
 /* registration racing with dispatch: readers never see a torn entry */
-static atomic_int stop_flag;
+static atomic_int stop_flag, dispatched;
 static void *dispatch_loop(void *arg)
 {
     lpx_tensor *x = arg;
     long ok = 0;
     while (!atomic_load(&stop_flag)) {
         lpx_tensor *out = NULL;
-        if (call_probe(x, NULL, &out) == LPX_OK) { ok++; lpx_tensor_release(out); }
+        if (call_probe(x, NULL, &out) == LPX_OK) { ok++; atomic_fetch_add(&dispatched, 1); lpx_tensor_release(out); }
     }
     return (void *)ok;
 }
@@ -330,6 +331,11 @@ static void test_concurrent_registration(void)
         lpx_kind_i vt = {.struct_size = sizeof vt, .abi_version = LPX_KIND_ABI_VERSION, .name = kname, .priority = LPX_PRIORITY_PAYLOAD};
         const lpx_kind *k = NULL;
         if (lpx_kind_register(&vt, &k) == LPX_OK) lpx_kind_unregister(k);
+    }
+    /* on a loaded machine the readers may not have run yet: give them time */
+    for (int i = 0; i < 10000 && atomic_load(&dispatched) < 100; i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
     }
     atomic_store(&stop_flag, 1);
     long total = 0;

@@ -83,6 +83,18 @@ static inline float *cpu_view_f32(const cpu_view *v)
     return v->contiguous && v->dtype == LPX_F32 ? (float *)v->base : NULL;
 }
 
+/* Copies src into dst: element k of src's row-major order to element k of
+ * dst's (same numel; src may be a broadcast view of dst's shape). Dtypes
+ * convert like lpx_convert: a bit copy for equal dtypes, exact between
+ * integer dtypes, one RNE rounding otherwise; `flags` 0 or
+ * LPX_CONVERT_SATURATE. Byte-sized dtypes only; the two views must not
+ * overlap in memory. (backends/cpu/views.c) */
+lpx_status cpu_view_copy(const cpu_view *dst, const cpu_view *src, unsigned flags);
+
+/* Philox4x32-10 (Salmon et al., SC'11), the counter-based generator behind
+ * randn/rand: out = bijection_key(ctr). (backends/cpu/creation.c) */
+void cpu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
 /* Dense contiguous f32 copy of any dense tensor (retains t itself when it
  * already is one). */
 lpx_status cpu_contiguous_f32(const lpx_tensor *t, lpx_tensor **out);

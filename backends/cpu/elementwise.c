@@ -1,4 +1,490 @@
-/* CPU kernels: elementwise (being written). */
+/* CPU kernels: elementwise ops (add, sub, mul, div with numpy broadcasting,
+ * add_scalar, mul_scalar, neg, abs, sqrt, exp, relu, silu, gelu, their
+ * backward ops, cast, copy_, fill_).
+ *
+ * Arithmetic is done in f32 whatever the storage dtype; the result has the
+ * first input's dtype and is encoded with RNE (non-saturating).
+ *
+ * Two paths per op:
+ *  - fast: every operand a dense, contiguous CPU f32 tensor of the same
+ *    shape (and `out`, when given, not partially overlapping an input).
+ *    The test is a handful of compares and the loop runs straight over the
+ *    float pointers: this is what a dispatched small add_out costs.
+ *  - generic: full validation with messages, broadcasting, any byte-sized
+ *    dtype and layout, in chunks of CPU_CHUNK through cpu_load_f32 /
+ *    cpu_store_f32 (skipped for operands that are contiguous f32).
+ * An `out` that overlaps an input without having exactly its layout
+ * (e.g. a shifted view of the same storage) gets a private f32 copy of
+ * that input first, so results never depend on the chunk order. */
+#include <math.h>
+#include <string.h>
 #include "cpu_internal.h"
 
-lpx_status lpx_cpu_register_elementwise(void) { return LPX_OK; }
+#define CPU_ONLY_KEYS (UINT64_C(1) << LPX_KEY_CPU)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+typedef enum bop { B_ADD, B_SUB, B_MUL, B_DIV, B_RELU_BW, B_SILU_BW, B_GELU_BW } bop;
+typedef enum uop { U_NEG, U_ABS, U_SQRT, U_EXP, U_RELU, U_SILU, U_GELU, U_ADDS, U_MULS } uop;
+
+/* argument names of the binary ops, for messages */
+static const char *const bop_arg[][2] = {
+    [B_ADD] = {"a", "b"}, [B_SUB] = {"a", "b"}, [B_MUL] = {"a", "b"}, [B_DIV] = {"a", "b"},
+    [B_RELU_BW] = {"grad", "x"}, [B_SILU_BW] = {"grad", "x"}, [B_GELU_BW] = {"grad", "x"},
+};
+
+/* ---- scalar math (f32) ----------------------------------------------- */
+
+#define INV_SQRT2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+
+static inline float silu_f(float x) { return x / (1.0f + expf(-x)); }
+static inline float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * INV_SQRT2)); }
+
+/* d/dx x*sigmoid(x) = s * (1 + x * (1 - s)) */
+static inline float silu_grad(float x)
+{
+    float s = 1.0f / (1.0f + expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+}
+
+/* d/dx x*Phi(x) = Phi(x) + x * phi(x) */
+static inline float gelu_grad(float x)
+{
+    float cdf = 0.5f * (1.0f + erff(x * INV_SQRT2));
+    return cdf + x * INV_SQRT_2PI * expf(-0.5f * x * x);
+}
+
+/* One loop per op (the switch sits outside the loops, so each loop is a
+ * plain vectorizable body). No restrict: o may alias a or b exactly. */
+static ALWAYS_INLINE void bin_loop(bop op, float *o, const float *a, const float *b, int64_t n)
+{
+    switch (op) {
+    case B_ADD: for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
+    case B_SUB: for (int64_t i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
+    case B_MUL: for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
+    case B_DIV: for (int64_t i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+    case B_RELU_BW: for (int64_t i = 0; i < n; i++) o[i] = b[i] > 0.0f ? a[i] : 0.0f; break;
+    case B_SILU_BW: for (int64_t i = 0; i < n; i++) o[i] = a[i] * silu_grad(b[i]); break;
+    case B_GELU_BW: for (int64_t i = 0; i < n; i++) o[i] = a[i] * gelu_grad(b[i]); break;
+    }
+}
+
+static ALWAYS_INLINE void un_loop(uop op, float *o, const float *x, float s, int64_t n)
+{
+    switch (op) {
+    case U_NEG: for (int64_t i = 0; i < n; i++) o[i] = -x[i]; break;
+    case U_ABS: for (int64_t i = 0; i < n; i++) o[i] = fabsf(x[i]); break;
+    case U_SQRT: for (int64_t i = 0; i < n; i++) o[i] = sqrtf(x[i]); break;
+    case U_EXP: for (int64_t i = 0; i < n; i++) o[i] = expf(x[i]); break;
+    /* x > 0 ? x : 0 would turn NaN into 0; torch keeps NaN */
+    case U_RELU: for (int64_t i = 0; i < n; i++) o[i] = x[i] < 0.0f ? 0.0f : x[i]; break;
+    case U_SILU: for (int64_t i = 0; i < n; i++) o[i] = silu_f(x[i]); break;
+    case U_GELU: for (int64_t i = 0; i < n; i++) o[i] = gelu_f(x[i]); break;
+    case U_ADDS: for (int64_t i = 0; i < n; i++) o[i] = x[i] + s; break;
+    case U_MULS: for (int64_t i = 0; i < n; i++) o[i] = x[i] * s; break;
+    }
+}
+
+/* ---- fast-path tests ------------------------------------------------- */
+
+static ALWAYS_INLINE bool contig(const lpx_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != s) return false;
+        s *= t->shape[i];
+    }
+    return true;
+}
+
+static ALWAYS_INLINE bool same_shape(const lpx_tensor *a, const lpx_tensor *b)
+{
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+/* dense CPU (keys is exactly the CPU bit: no kind, no other device), f32,
+ * contiguous */
+static ALWAYS_INLINE bool plain_f32(const lpx_tensor *t)
+{
+    return t->keys == CPU_ONLY_KEYS && t->dtype == LPX_F32 && contig(t);
+}
+
+static ALWAYS_INLINE float *f32_data(const lpx_tensor *t)
+{
+    return (float *)t->storage->data + t->offset;
+}
+
+/* o and x (n floats each) are the same range or disjoint */
+static ALWAYS_INLINE bool same_or_disjoint(const float *o, const float *x, int64_t n)
+{
+    return o == x || o + n <= x || x + n <= o;
+}
+
+/* ---- overlap handling for the generic path --------------------------- */
+
+/* Byte range [lo, hi) that a dense tensor's elements can touch. */
+static void byte_range(const lpx_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    int64_t span = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0) { span = 0; break; }
+        span += (t->shape[i] - 1) * t->strides[i];
+    }
+    *lo = (uintptr_t)lpx_tensor_data(t);
+    *hi = *lo + (uintptr_t)span * (uintptr_t)(lpx_dtype_get(t->dtype)->bits / 8);
+}
+
+static bool may_overlap(const lpx_tensor *a, const lpx_tensor *b)
+{
+    uintptr_t alo, ahi, blo, bhi;
+    byte_range(a, &alo, &ahi);
+    byte_range(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
+/* Same dtype, address, shape and strides (size-1 dims ignored): reading x
+ * and writing o element by element is then safe in any order. */
+static bool same_layout(const lpx_tensor *o, const lpx_tensor *x)
+{
+    if (o->dtype != x->dtype || !same_shape(o, x) || lpx_tensor_data(o) != lpx_tensor_data(x)) return false;
+    for (int i = 0; i < o->ndim; i++)
+        if (o->shape[i] > 1 && o->strides[i] != x->strides[i]) return false;
+    return true;
+}
+
+/* A private contiguous f32 copy of x when it overlaps `out` in a way an
+ * in-place loop cannot handle; *copy stays NULL otherwise. */
+static lpx_status unalias(const lpx_call *c, const lpx_tensor *out, const lpx_tensor *x, lpx_tensor **copy)
+{
+    *copy = NULL;
+    if (!out || !may_overlap(out, x) || same_layout(out, x)) return LPX_OK;
+    lpx_status st = cpu_new(c, LPX_F32, x->ndim, x->shape, copy);
+    if (st) return st;
+    cpu_view v;
+    cpu_view_of(&v, x);
+    cpu_load_f32(&v, 0, v.numel, f32_data(*copy));
+    return LPX_OK;
+}
+
+/* The result tensor: `out` (validated, retained) or a new one. */
+static lpx_status result(const lpx_call *c, lpx_tensor *out, lpx_dtype dtype, int ndim, const int64_t *shape,
+                         lpx_tensor **res)
+{
+    if (!out) return cpu_new(c, dtype, ndim, shape, res);
+    lpx_status st = cpu_check_out(c, out, dtype, ndim, shape);
+    if (st) return st;
+    lpx_tensor_retain(out);
+    *res = out;
+    return LPX_OK;
+}
+
+/* ---- binary ops ------------------------------------------------------- */
+
+static void bin_run(bop op, const cpu_view *va, const cpu_view *vb, const cpu_view *vo)
+{
+    float ta[CPU_CHUNK], tb[CPU_CHUNK];
+    const float *fa = cpu_view_f32(va), *fb = cpu_view_f32(vb);
+    float *fo = cpu_view_f32(vo);
+    for (int64_t start = 0; start < vo->numel; start += CPU_CHUNK) {
+        int64_t m = vo->numel - start < CPU_CHUNK ? vo->numel - start : CPU_CHUNK;
+        const float *pa = fa ? fa + start : ta, *pb = fb ? fb + start : tb;
+        if (!fa) cpu_load_f32(va, start, m, ta);
+        if (!fb) cpu_load_f32(vb, start, m, tb);
+        float *po = fo ? fo + start : ta;
+        bin_loop(op, po, pa, pb, m);
+        if (!fo) cpu_store_f32(vo, start, m, ta, 0);
+    }
+}
+
+static lpx_status binary_slow(lpx_call *c, bop op, lpx_tensor *a, lpx_tensor *b, lpx_tensor *out)
+{
+    lpx_status st;
+    if ((st = cpu_check_dense(c, bop_arg[op][0], a)) || (st = cpu_check_dense(c, bop_arg[op][1], b))) return st;
+    int nd;
+    int64_t shape[LPX_MAX_DIMS];
+    if ((st = cpu_broadcast_shapes(cpu_op_name(c), a, b, &nd, shape))) return st;
+    lpx_tensor *res, *ca = NULL, *cb = NULL;
+    if ((st = result(c, out, a->dtype, nd, shape, &res))) return st;
+    if ((st = unalias(c, out, a, &ca)) || (st = unalias(c, out, b, &cb))) {
+        lpx_tensor_release(ca);
+        lpx_tensor_release(res);
+        return st;
+    }
+    cpu_view va, vb, vo;
+    cpu_view_init(&va, ca ? ca : a, nd, shape);
+    cpu_view_init(&vb, cb ? cb : b, nd, shape);
+    cpu_view_of(&vo, res);
+    bin_run(op, &va, &vb, &vo);
+    lpx_tensor_release(ca);
+    lpx_tensor_release(cb);
+    cpu_ret(c, res);
+    return LPX_OK;
+}
+
+/* oi: index of the `out` argument, or -1 for ops without one. */
+static ALWAYS_INLINE lpx_status binary(lpx_call *c, bop op, int oi)
+{
+    lpx_tensor *a = c->args[0].u.t, *b = c->args[1].u.t;
+    lpx_tensor *o = oi >= 0 ? cpu_tensor_arg(c, oi) : NULL;
+    if (LPX_LIKELY(plain_f32(a) && plain_f32(b) && same_shape(a, b))) {
+        int64_t n = a->numel;
+        const float *pa = f32_data(a), *pb = f32_data(b);
+        if (!o) {
+            lpx_tensor *r;
+            lpx_status st = cpu_new(c, LPX_F32, a->ndim, a->shape, &r);
+            if (st) return st;
+            bin_loop(op, f32_data(r), pa, pb, n);
+            cpu_ret(c, r);
+            return LPX_OK;
+        }
+        if (LPX_LIKELY(plain_f32(o) && same_shape(a, o))) {
+            float *po = f32_data(o);
+            if (LPX_LIKELY(same_or_disjoint(po, pa, n) && same_or_disjoint(po, pb, n))) {
+                bin_loop(op, po, pa, pb, n);
+                lpx_tensor_retain(o);
+                cpu_ret(c, o);
+                return LPX_OK;
+            }
+        }
+    }
+    return binary_slow(c, op, a, b, o);
+}
+
+static lpx_status k_add(lpx_call *c) { return binary(c, B_ADD, 2); }
+static lpx_status k_sub(lpx_call *c) { return binary(c, B_SUB, 2); }
+static lpx_status k_mul(lpx_call *c) { return binary(c, B_MUL, 2); }
+static lpx_status k_div(lpx_call *c) { return binary(c, B_DIV, 2); }
+static lpx_status k_relu_backward(lpx_call *c) { return binary(c, B_RELU_BW, -1); }
+static lpx_status k_silu_backward(lpx_call *c) { return binary(c, B_SILU_BW, -1); }
+static lpx_status k_gelu_backward(lpx_call *c) { return binary(c, B_GELU_BW, -1); }
+
+/* ---- unary and scalar ops -------------------------------------------- */
+
+static void un_run(uop op, const cpu_view *vx, const cpu_view *vo, float s)
+{
+    float tx[CPU_CHUNK];
+    const float *fx = cpu_view_f32(vx);
+    float *fo = cpu_view_f32(vo);
+    for (int64_t start = 0; start < vo->numel; start += CPU_CHUNK) {
+        int64_t m = vo->numel - start < CPU_CHUNK ? vo->numel - start : CPU_CHUNK;
+        const float *px = fx ? fx + start : tx;
+        if (!fx) cpu_load_f32(vx, start, m, tx);
+        float *po = fo ? fo + start : tx;
+        un_loop(op, po, px, s, m);
+        if (!fo) cpu_store_f32(vo, start, m, tx, 0);
+    }
+}
+
+static lpx_status unary_slow(lpx_call *c, uop op, lpx_tensor *x, lpx_tensor *out, float s)
+{
+    lpx_status st = cpu_check_dense(c, op == U_ADDS || op == U_MULS ? "a" : "x", x);
+    lpx_tensor *res, *cx = NULL;
+    if (st || (st = result(c, out, x->dtype, x->ndim, x->shape, &res))) return st;
+    if ((st = unalias(c, out, x, &cx))) {
+        lpx_tensor_release(res);
+        return st;
+    }
+    cpu_view vx, vo;
+    cpu_view_of(&vx, cx ? cx : x);
+    cpu_view_of(&vo, res);
+    un_run(op, &vx, &vo, s);
+    lpx_tensor_release(cx);
+    cpu_ret(c, res);
+    return LPX_OK;
+}
+
+/* scalar: the op takes (a, float s, out?), else (x, out?). */
+static ALWAYS_INLINE lpx_status unary(lpx_call *c, uop op, bool scalar)
+{
+    lpx_tensor *x = c->args[0].u.t;
+    float s = scalar ? (float)c->args[1].u.f : 0.0f;
+    lpx_tensor *o = cpu_tensor_arg(c, scalar ? 2 : 1);
+    if (LPX_LIKELY(plain_f32(x))) {
+        int64_t n = x->numel;
+        const float *px = f32_data(x);
+        if (!o) {
+            lpx_tensor *r;
+            lpx_status st = cpu_new(c, LPX_F32, x->ndim, x->shape, &r);
+            if (st) return st;
+            un_loop(op, f32_data(r), px, s, n);
+            cpu_ret(c, r);
+            return LPX_OK;
+        }
+        if (LPX_LIKELY(plain_f32(o) && same_shape(x, o) && same_or_disjoint(f32_data(o), px, n))) {
+            un_loop(op, f32_data(o), px, s, n);
+            lpx_tensor_retain(o);
+            cpu_ret(c, o);
+            return LPX_OK;
+        }
+    }
+    return unary_slow(c, op, x, o, s);
+}
+
+static lpx_status k_add_scalar(lpx_call *c) { return unary(c, U_ADDS, true); }
+static lpx_status k_mul_scalar(lpx_call *c) { return unary(c, U_MULS, true); }
+static lpx_status k_neg(lpx_call *c) { return unary(c, U_NEG, false); }
+static lpx_status k_abs(lpx_call *c) { return unary(c, U_ABS, false); }
+static lpx_status k_sqrt(lpx_call *c) { return unary(c, U_SQRT, false); }
+static lpx_status k_exp(lpx_call *c) { return unary(c, U_EXP, false); }
+static lpx_status k_relu(lpx_call *c) { return unary(c, U_RELU, false); }
+static lpx_status k_silu(lpx_call *c) { return unary(c, U_SILU, false); }
+static lpx_status k_gelu(lpx_call *c) { return unary(c, U_GELU, false); }
+
+/* ---- cast, copy_, fill_ ---------------------------------------------- */
+
+/* Dense CPU tensor of any dtype (cast also takes packed dtypes). */
+static lpx_status check_host(const lpx_call *c, const char *arg, const lpx_tensor *t)
+{
+    if (t->kind)
+        return lpx_error(LPX_EINVAL, "%s: tensor '%s' is of kind '%s'; the cpu kernel takes dense tensors",
+                         cpu_op_name(c), arg, lpx_kind_name(t->kind));
+    if (t->device.type != LPX_DEVICE_CPU)
+        return lpx_error(LPX_EDEVICE, "%s: tensor '%s' is on device type %d, not the CPU", cpu_op_name(c), arg,
+                         (int)t->device.type);
+    return LPX_OK;
+}
+
+/* Packed dtypes (fewer than 8 bits, or not a whole number of bytes) go
+ * through lpx_convert over the whole buffer, which needs x contiguous and
+ * starting on a byte-group boundary. Byte-sized dtypes take any layout. */
+static lpx_status k_cast(lpx_call *c)
+{
+    lpx_tensor *x = c->args[0].u.t;
+    lpx_dtype dt = c->args[1].u.d;
+    unsigned flags = c->args[2].u.b ? LPX_CONVERT_SATURATE : 0u;
+    const lpx_dtype_traits *td = lpx_dtype_get(dt);
+    if (!td) return lpx_error(LPX_EDTYPE, "cast: target dtype %d is not registered", (int)dt);
+    lpx_status st = check_host(c, "x", x);
+    if (st) return st;
+    const lpx_dtype_traits *tx = lpx_dtype_get(x->dtype);
+    lpx_tensor *y;
+    if (td->bits % 8 == 0 && tx->bits % 8 == 0) {
+        if ((st = cpu_check_dense(c, "x", x)) || (st = cpu_new(c, dt, x->ndim, x->shape, &y))) return st;
+        cpu_view vy, vx;
+        cpu_view_of(&vy, y);
+        cpu_view_of(&vx, x);
+        st = cpu_view_copy(&vy, &vx, flags);
+    } else {
+        if (!lpx_tensor_is_contiguous(x) || x->offset % tx->block) {
+            char s[160];
+            return lpx_error(LPX_EDTYPE,
+                             "cast: %s -> %s involves a packed dtype; the cpu kernel needs x contiguous and starting "
+                             "on a group of %d elements (x: shape %s, offset %lld)",
+                             tx->name, td->name, tx->block, lpx_tensor_shape_str(x, s, sizeof s), (long long)x->offset);
+        }
+        if ((st = cpu_new(c, dt, x->ndim, x->shape, &y))) return st;
+        st = lpx_convert(lpx_tensor_data(y), dt, lpx_tensor_data(x), x->dtype, (size_t)x->numel, flags);
+    }
+    if (st) {
+        lpx_tensor_release(y);
+        return st;
+    }
+    cpu_ret(c, y);
+    return LPX_OK;
+}
+
+/* True if src broadcasts to exactly dst's shape. */
+static bool broadcasts_to(const lpx_tensor *src, const lpx_tensor *dst)
+{
+    if (src->ndim > dst->ndim) return false;
+    for (int i = 0; i < src->ndim; i++) {
+        int64_t s = src->shape[i], d = dst->shape[dst->ndim - src->ndim + i];
+        if (s != d && s != 1) return false;
+    }
+    return true;
+}
+
+static lpx_status k_copy_(lpx_call *c)
+{
+    lpx_tensor *dst = c->args[0].u.t, *src = c->args[1].u.t;
+    lpx_status st;
+    if ((st = cpu_check_dense(c, "dst", dst)) || (st = cpu_check_dense(c, "src", src))) return st;
+    if (!broadcasts_to(src, dst)) {
+        char s1[160], s2[160];
+        return lpx_error(LPX_ESHAPE, "copy_: src of shape %s does not broadcast to dst of shape %s",
+                         lpx_tensor_shape_str(src, s1, sizeof s1), lpx_tensor_shape_str(dst, s2, sizeof s2));
+    }
+    lpx_tensor *tmp = NULL;
+    if (may_overlap(dst, src)) {
+        if (same_layout(dst, src)) goto done; /* copying onto itself */
+        /* read src from a private copy, in its own dtype (exact) */
+        if ((st = cpu_new(c, src->dtype, src->ndim, src->shape, &tmp))) return st;
+        cpu_view vt, vs;
+        cpu_view_of(&vt, tmp);
+        cpu_view_of(&vs, src);
+        if ((st = cpu_view_copy(&vt, &vs, 0))) {
+            lpx_tensor_release(tmp);
+            return st;
+        }
+    }
+    cpu_view vd, vs;
+    cpu_view_of(&vd, dst);
+    cpu_view_init(&vs, tmp ? tmp : src, dst->ndim, dst->shape);
+    st = cpu_view_copy(&vd, &vs, 0);
+    lpx_tensor_release(tmp);
+    if (st) return st;
+done:
+    lpx_tensor_retain(dst);
+    cpu_ret(c, dst);
+    return LPX_OK;
+}
+
+static lpx_status k_fill_(lpx_call *c)
+{
+    lpx_tensor *dst = c->args[0].u.t;
+    lpx_status st = cpu_check_dense(c, "dst", dst);
+    if (st) return st;
+    float v = (float)c->args[1].u.f;
+    _Alignas(8) unsigned char pat[16];
+    lpx_dtype_get(dst->dtype)->from_f32(&v, pat, 1, 0);
+    cpu_view vd;
+    cpu_view_of(&vd, dst);
+    size_t esz = (size_t)vd.elem_size;
+    if (vd.contiguous && vd.numel) {
+        unsigned char *p = (unsigned char *)vd.base;
+        size_t total = (size_t)vd.numel * esz, done = esz;
+        bool one_byte = true;
+        for (size_t i = 1; i < esz; i++) one_byte = one_byte && pat[i] == pat[0];
+        if (one_byte) {
+            memset(p, pat[0], total);
+        } else {
+            memcpy(p, pat, esz);
+            while (done < total) { /* doubling copies of whole elements */
+                size_t k = done < total - done ? done : total - done;
+                memcpy(p + done, p, k);
+                done += k;
+            }
+        }
+    } else if (vd.numel) {
+        /* the value seen as a tensor of dst's shape with all strides 0 */
+        cpu_view vs = vd;
+        vs.base = (char *)pat;
+        for (int i = 0; i < vs.ndim; i++) vs.strides[i] = 0;
+        vs.contiguous = false;
+        if ((st = cpu_view_copy(&vd, &vs, 0))) return st;
+    }
+    lpx_tensor_retain(dst);
+    cpu_ret(c, dst);
+    return LPX_OK;
+}
+
+lpx_status lpx_cpu_register_elementwise(void)
+{
+    static const struct { lpx_op op; lpx_kernel_fn fn; } table[] = {
+        {LPX_OP_add, k_add}, {LPX_OP_sub, k_sub}, {LPX_OP_mul, k_mul}, {LPX_OP_div, k_div},
+        {LPX_OP_add_scalar, k_add_scalar}, {LPX_OP_mul_scalar, k_mul_scalar},
+        {LPX_OP_neg, k_neg}, {LPX_OP_abs, k_abs}, {LPX_OP_sqrt, k_sqrt}, {LPX_OP_exp, k_exp},
+        {LPX_OP_relu, k_relu}, {LPX_OP_silu, k_silu}, {LPX_OP_gelu, k_gelu},
+        {LPX_OP_relu_backward, k_relu_backward}, {LPX_OP_silu_backward, k_silu_backward},
+        {LPX_OP_gelu_backward, k_gelu_backward},
+        {LPX_OP_cast, k_cast}, {LPX_OP_copy_, k_copy_}, {LPX_OP_fill_, k_fill_},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
+        lpx_status st = cpu_reg(table[i].op, table[i].fn);
+        if (st) return st;
+    }
+    return LPX_OK;
+}
