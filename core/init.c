@@ -27,6 +27,7 @@ lpx_status lpx_init(void)
         lpx_status st = lpx_dtype_init_builtins();
         if (!st) st = lpx_ops_init_builtins();
         if (!st) st = lpx_cpu_backend_init();
+        if (!st) st = lpx_builtin_kinds_init();
         in_init = false;
         if (st) {
             init_status = st;

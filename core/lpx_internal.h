@@ -80,6 +80,7 @@ void lpx_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 lpx_status lpx_dtype_init_builtins(void);
 lpx_status lpx_ops_init_builtins(void);
 lpx_status lpx_cpu_backend_init(void);
+lpx_status lpx_builtin_kinds_init(void);
 void lpx_trace_init_from_env(void);
 extern atomic_bool lpx__trace_on;
 

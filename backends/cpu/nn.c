@@ -413,15 +413,20 @@ static lpx_status ce_prepare(const lpx_call *c, const lpx_tensor *logits, const 
     return LPX_OK;
 }
 
-/* Row max and log(sum(exp(row - max))) in double. */
-static void row_lse(const float *row, int64_t C, float *mx, double *lse)
+/* Softmax pieces of one row: replaces row[i] by e_i = exp(row[i] - max)
+ * (f32; the max subtraction keeps every e_i in (0, 1]) and returns
+ * sum(e_i) in double; *shifted gets row[target] - max first, when asked. */
+static double row_exp(float *row, int64_t C, int64_t target, double *shifted)
 {
     float m = -INFINITY;
     for (int64_t i = 0; i < C; i++) m = row[i] > m ? row[i] : m;
+    if (shifted) *shifted = (double)row[target] - m;
     double s = 0;
-    for (int64_t i = 0; i < C; i++) s += exp((double)row[i] - m);
-    *mx = m;
-    *lse = log(s);
+    for (int64_t i = 0; i < C; i++) {
+        row[i] = expf(row[i] - m);
+        s += row[i];
+    }
+    return s;
 }
 
 static lpx_status k_cross_entropy(lpx_call *c)
@@ -443,10 +448,8 @@ static lpx_status k_cross_entropy(lpx_call *c)
     for (int64_t n = 0; n < N; n++) {
         if (tv[n] == ignore) continue;
         cpu_load_f32(&lv, n * C, C, row);
-        float m;
-        double lse;
-        row_lse(row, C, &m, &lse);
-        total += lse - ((double)row[tv[n]] - m);   /* -log softmax[target] */
+        double shifted, s = row_exp(row, C, tv[n], &shifted);
+        total += log(s) - shifted;   /* -log softmax[target], log-sum-exp form */
     }
     lpx_free(row);
     lpx_free(tv);
@@ -483,13 +486,9 @@ static lpx_status k_cross_entropy_backward(lpx_call *c)
             memset(row, 0, (size_t)C * sizeof *row);
         } else {
             cpu_load_f32(&lv, n * C, C, row);
-            float m;
-            double lse;
-            row_lse(row, C, &m, &lse);
-            for (int64_t i = 0; i < C; i++) {
-                double p = exp((double)row[i] - m - lse);
-                row[i] = (float)(scale * (p - (i == tv[n] ? 1.0 : 0.0)));
-            }
+            float k = (float)(scale / row_exp(row, C, tv[n], NULL));
+            for (int64_t i = 0; i < C; i++) row[i] *= k;   /* scale * softmax */
+            row[tv[n]] -= (float)scale;
         }
         cpu_store_f32(&gv, n * C, C, row, 0);
     }

@@ -10,6 +10,8 @@
 #include "kind.h"
 #include "ops.h"
 #include "trace.h"
+#include "float8.h"
+#include "nf4.h"
 
 LPX_BEGIN_DECLS
 

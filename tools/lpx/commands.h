@@ -7,5 +7,8 @@ int lpx_cmd_info(int argc, char **argv);
 int lpx_cmd_bench(int argc, char **argv);
 /* `lpx bench dispatch [--json] [--iters N]` */
 int lpx_bench_dispatch(int argc, char **argv);
+/* `lpx bench float8`, `lpx bench nf4` */
+int lpx_bench_float8(int argc, char **argv);
+int lpx_bench_nf4(int argc, char **argv);
 
 #endif
