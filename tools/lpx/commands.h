@@ -5,6 +5,8 @@
 
 int lpx_cmd_info(int argc, char **argv);
 int lpx_cmd_bench(int argc, char **argv);
+/* `lpx conformance [--kind NAME] [--plugin PATH] [--junit FILE]` */
+int lpx_cmd_conformance(int argc, char **argv);
 /* `lpx bench dispatch [--json] [--iters N]` */
 int lpx_bench_dispatch(int argc, char **argv);
 /* `lpx bench float8`, `lpx bench nf4` */

@@ -12,6 +12,7 @@ static void usage(FILE *f)
             "commands:\n"
             "  info              version, dtypes, kinds, backends, ops, plugins\n"
             "  bench <name>      benchmarks (lpx bench --help lists them)\n"
+            "  conformance       contract suite for kinds and plugins (--help)\n"
             "  help              this text\n"
             "  --version         print the version\n");
 }
@@ -37,6 +38,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "info")) return lpx_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return lpx_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "conformance")) return lpx_cmd_conformance(argc - 1, argv + 1);
     fprintf(stderr, "lpx: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;
