@@ -28,8 +28,8 @@ static void test_bad_schemas(void)
         "", "noparen", "x(Tensor a)", "x(Tensor a) ->", "x(Tensor a) -> int", "x(Tensr a) -> Tensor",
         "x(Tensor) -> Tensor", "x(Tensor a,) -> Tensor", "x(Tensor a) -> Tensor junk",
         "1x(Tensor a) -> Tensor", "x(Tensor a -> Tensor", "x(Tensor a) -> (Tensor",
-        "x(Tensor a, Tensor b, Tensor c, Tensor d, Tensor e, Tensor f, Tensor g, Tensor h, Tensor i, Tensor j, "
-        "Tensor k, Tensor l, Tensor m, Tensor n, Tensor o, Tensor p, Tensor q) -> Tensor",
+        ("x(Tensor a, Tensor b, Tensor c, Tensor d, Tensor e, Tensor f, Tensor g, Tensor h, Tensor i, Tensor j, "
+         "Tensor k, Tensor l, Tensor m, Tensor n, Tensor o, Tensor p, Tensor q) -> Tensor"),
         "x(Tensor a) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
         "a_name_that_is_much_longer_than_forty_seven_characters_in_total(Tensor a) -> Tensor",
         "x(Tensor?? a) -> Tensor", "x(int[][] a) -> Tensor",

@@ -87,29 +87,12 @@ static ALWAYS_INLINE void un_loop(uop op, float *o, const float *x, float s, int
 
 /* ---- fast-path tests ------------------------------------------------- */
 
-static ALWAYS_INLINE bool contig(const lpx_tensor *t)
-{
-    int64_t s = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        if (t->shape[i] != 1 && t->strides[i] != s) return false;
-        s *= t->shape[i];
-    }
-    return true;
-}
-
 static ALWAYS_INLINE bool same_shape(const lpx_tensor *a, const lpx_tensor *b)
 {
     if (a->ndim != b->ndim) return false;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return false;
     return true;
-}
-
-/* dense CPU (keys is exactly the CPU bit: no kind, no other device), f32,
- * contiguous */
-static ALWAYS_INLINE bool plain_f32(const lpx_tensor *t)
-{
-    return t->keys == CPU_ONLY_KEYS && t->dtype == LPX_F32 && contig(t);
 }
 
 static ALWAYS_INLINE float *f32_data(const lpx_tensor *t)
@@ -224,33 +207,59 @@ static lpx_status binary_slow(lpx_call *c, bop op, lpx_tensor *a, lpx_tensor *b,
     return LPX_OK;
 }
 
+/* The fast-path test for a (, b) and the result tensor r (out, or a when
+ * the result will be new): all dense CPU f32 (LPX_F32 is 0, so one OR of
+ * the dtypes), one shape, all contiguous, in one pass over the dims. */
+_Static_assert(LPX_F32 == 0, "the fast-path dtype test ORs dtypes against LPX_F32 == 0");
+static ALWAYS_INLINE bool fast3(const lpx_tensor *a, const lpx_tensor *b, const lpx_tensor *r)
+{
+    if (((a->keys | b->keys | r->keys) != CPU_ONLY_KEYS) | ((a->dtype | b->dtype | r->dtype) != LPX_F32) |
+        (a->ndim != b->ndim) | (a->ndim != r->ndim))
+        return false;
+    int64_t s = 1;
+    for (int i = a->ndim - 1; i >= 0; i--) {
+        int64_t n = a->shape[i];
+        if ((n != b->shape[i]) | (n != r->shape[i])) return false;
+        if (n != 1 && ((a->strides[i] != s) | (b->strides[i] != s) | (r->strides[i] != s))) return false;
+        s *= n;
+    }
+    return true;
+}
+
+/* Everything but "out given and fast": a new result on the fast path, or
+ * the generic path. Kept out of line so the hot case stays a small leaf. */
+static __attribute__((noinline)) lpx_status binary_rest(lpx_call *c, bop op, lpx_tensor *a, lpx_tensor *b,
+                                                        lpx_tensor *o)
+{
+    if (!o && fast3(a, b, a)) {
+        lpx_tensor *r;
+        lpx_status st = cpu_new(c, LPX_F32, a->ndim, a->shape, &r);
+        if (st) return st;
+        bin_loop(op, f32_data(r), f32_data(a), f32_data(b), a->numel);
+        cpu_ret(c, r);
+        return LPX_OK;
+    }
+    return binary_slow(c, op, a, b, o);
+}
+
 /* oi: index of the `out` argument, or -1 for ops without one. */
 static ALWAYS_INLINE lpx_status binary(lpx_call *c, bop op, int oi)
 {
     lpx_tensor *a = c->args[0].u.t, *b = c->args[1].u.t;
     lpx_tensor *o = oi >= 0 ? cpu_tensor_arg(c, oi) : NULL;
-    if (LPX_LIKELY(plain_f32(a) && plain_f32(b) && same_shape(a, b))) {
+    if (o && LPX_LIKELY(fast3(a, b, o))) {
         int64_t n = a->numel;
         const float *pa = f32_data(a), *pb = f32_data(b);
-        if (!o) {
-            lpx_tensor *r;
-            lpx_status st = cpu_new(c, LPX_F32, a->ndim, a->shape, &r);
-            if (st) return st;
-            bin_loop(op, f32_data(r), pa, pb, n);
-            cpu_ret(c, r);
+        float *po = f32_data(o);
+        if (LPX_LIKELY(same_or_disjoint(po, pa, n) & same_or_disjoint(po, pb, n))) {
+            bin_loop(op, po, pa, pb, n);
+            /* the result is a new reference to out (inline retain) */
+            atomic_fetch_add_explicit(&o->refcount, 1, memory_order_relaxed);
+            cpu_ret(c, o);
             return LPX_OK;
         }
-        if (LPX_LIKELY(plain_f32(o) && same_shape(a, o))) {
-            float *po = f32_data(o);
-            if (LPX_LIKELY(same_or_disjoint(po, pa, n) && same_or_disjoint(po, pb, n))) {
-                bin_loop(op, po, pa, pb, n);
-                lpx_tensor_retain(o);
-                cpu_ret(c, o);
-                return LPX_OK;
-            }
-        }
     }
-    return binary_slow(c, op, a, b, o);
+    return binary_rest(c, op, a, b, o);
 }
 
 static lpx_status k_add(lpx_call *c) { return binary(c, B_ADD, 2); }
@@ -296,31 +305,36 @@ static lpx_status unary_slow(lpx_call *c, uop op, lpx_tensor *x, lpx_tensor *out
     return LPX_OK;
 }
 
+static __attribute__((noinline)) lpx_status unary_rest(lpx_call *c, uop op, lpx_tensor *x, lpx_tensor *o, float s)
+{
+    if (!o && fast3(x, x, x)) {
+        lpx_tensor *r;
+        lpx_status st = cpu_new(c, LPX_F32, x->ndim, x->shape, &r);
+        if (st) return st;
+        un_loop(op, f32_data(r), f32_data(x), s, x->numel);
+        cpu_ret(c, r);
+        return LPX_OK;
+    }
+    return unary_slow(c, op, x, o, s);
+}
+
 /* scalar: the op takes (a, float s, out?), else (x, out?). */
 static ALWAYS_INLINE lpx_status unary(lpx_call *c, uop op, bool scalar)
 {
     lpx_tensor *x = c->args[0].u.t;
     float s = scalar ? (float)c->args[1].u.f : 0.0f;
     lpx_tensor *o = cpu_tensor_arg(c, scalar ? 2 : 1);
-    if (LPX_LIKELY(plain_f32(x))) {
-        int64_t n = x->numel;
+    if (o && LPX_LIKELY(fast3(x, x, o))) {
         const float *px = f32_data(x);
-        if (!o) {
-            lpx_tensor *r;
-            lpx_status st = cpu_new(c, LPX_F32, x->ndim, x->shape, &r);
-            if (st) return st;
-            un_loop(op, f32_data(r), px, s, n);
-            cpu_ret(c, r);
-            return LPX_OK;
-        }
-        if (LPX_LIKELY(plain_f32(o) && same_shape(x, o) && same_or_disjoint(f32_data(o), px, n))) {
-            un_loop(op, f32_data(o), px, s, n);
-            lpx_tensor_retain(o);
+        float *po = f32_data(o);
+        if (LPX_LIKELY(same_or_disjoint(po, px, x->numel))) {
+            un_loop(op, po, px, s, x->numel);
+            atomic_fetch_add_explicit(&o->refcount, 1, memory_order_relaxed);
             cpu_ret(c, o);
             return LPX_OK;
         }
     }
-    return unary_slow(c, op, x, o, s);
+    return unary_rest(c, op, x, o, s);
 }
 
 static lpx_status k_add_scalar(lpx_call *c) { return unary(c, U_ADDS, true); }

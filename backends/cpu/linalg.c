@@ -38,7 +38,7 @@ typedef struct gmat {
     int64_t bs, rs, cs;
 } gmat;
 
-/* How BLAS reads an operand directly: pointer offset per batch, trans, ld. */
+/* How BLAS reads an operand in place: whether it can, transposed or not, ld. */
 typedef struct blas_layout {
     bool ok;
     CBLAS_TRANSPOSE trans;

@@ -501,10 +501,12 @@ static lpx_status k_cat(lpx_call *c)
         for (int k = 0; ok && k < ref->ndim; k++)
             if (k != d && x->shape[k] != ref->shape[k]) ok = false, bad = k;
         if (!ok) {
-            char s1[160], s2[160];
-            return lpx_error(LPX_ESHAPE, "cat: xs[%d] has shape %s, which does not match %s outside dim %d%s", i,
-                             lpx_tensor_shape_str(x, s1, sizeof s1), lpx_tensor_shape_str(ref, s2, sizeof s2), d,
-                             bad >= 0 ? "" : " (dim count differs)");
+            char s1[160], s2[160], why[64] = "the dim counts differ";
+            if (bad >= 0)
+                snprintf(why, sizeof why, "dim %d: %lld vs %lld", bad, (long long)x->shape[bad],
+                         (long long)ref->shape[bad]);
+            return lpx_error(LPX_ESHAPE, "cat: xs[%d] has shape %s, which does not match %s outside dim %d (%s)", i,
+                             lpx_tensor_shape_str(x, s1, sizeof s1), lpx_tensor_shape_str(ref, s2, sizeof s2), d, why);
         }
         if (x->shape[d] > INT64_MAX - shape[d])
             return lpx_error(LPX_ERANGE, "cat: the concatenated size of dim %d overflows int64", d);
