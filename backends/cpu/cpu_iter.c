@@ -53,10 +53,13 @@ lpx_status cpu_check_out(const lpx_call *c, const lpx_tensor *out, lpx_dtype dty
     bool same = out->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = out->shape[i] == shape[i];
     if (!same) {
-        char so[128];
-        return lpx_error(LPX_ESHAPE, "%s: out has shape %s, the result needs %d dims [%lld%s]", cpu_op_name(c),
-                         lpx_tensor_shape_str(out, so, sizeof so), ndim, (long long)(ndim ? shape[0] : 0),
-                         ndim > 1 ? ", ..." : "");
+        char so[128], want[160];
+        size_t n = (size_t)snprintf(want, sizeof want, "[");
+        for (int i = 0; i < ndim && n < sizeof want; i++)
+            n += (size_t)snprintf(want + n, sizeof want - n, i ? ", %lld" : "%lld", (long long)shape[i]);
+        if (n < sizeof want) snprintf(want + n, sizeof want - n, "]");
+        return lpx_error(LPX_ESHAPE, "%s: out has shape %s, the result needs %s", cpu_op_name(c),
+                         lpx_tensor_shape_str(out, so, sizeof so), want);
     }
     if (out->dtype != dtype)
         return lpx_error(LPX_EDTYPE, "%s: out has dtype %s, the result is %s", cpu_op_name(c),

@@ -251,7 +251,7 @@ static ALWAYS_INLINE lpx_status binary(lpx_call *c, bop op, int oi)
         int64_t n = a->numel;
         const float *pa = f32_data(a), *pb = f32_data(b);
         float *po = f32_data(o);
-        if (LPX_LIKELY(same_or_disjoint(po, pa, n) & same_or_disjoint(po, pb, n))) {
+        if (LPX_LIKELY(same_or_disjoint(po, pa, n) && same_or_disjoint(po, pb, n))) {
             bin_loop(op, po, pa, pb, n);
             /* the result is a new reference to out (inline retain) */
             atomic_fetch_add_explicit(&o->refcount, 1, memory_order_relaxed);
@@ -361,7 +361,8 @@ static lpx_status check_host(const lpx_call *c, const char *arg, const lpx_tenso
     return LPX_OK;
 }
 
-/* Packed dtypes (fewer than 8 bits, or not a whole number of bytes) go
+/* Packed dtypes (elements not a whole number of bytes, or encoded in
+ * groups: block > 1) go
  * through lpx_convert over the whole buffer, which needs x contiguous and
  * starting on a byte-group boundary. Byte-sized dtypes take any layout. */
 static lpx_status k_cast(lpx_call *c)
@@ -375,7 +376,8 @@ static lpx_status k_cast(lpx_call *c)
     if (st) return st;
     const lpx_dtype_traits *tx = lpx_dtype_get(x->dtype);
     lpx_tensor *y;
-    if (td->bits % 8 == 0 && tx->bits % 8 == 0) {
+    bool packed = td->bits % 8 || td->block > 1 || tx->bits % 8 || tx->block > 1;
+    if (!packed) {
         if ((st = cpu_check_dense(c, "x", x)) || (st = cpu_new(c, dt, x->ndim, x->shape, &y))) return st;
         cpu_view vy, vx;
         cpu_view_of(&vy, y);
@@ -451,9 +453,13 @@ static lpx_status k_fill_(lpx_call *c)
     lpx_tensor *dst = c->args[0].u.t;
     lpx_status st = cpu_check_dense(c, "dst", dst);
     if (st) return st;
+    const lpx_dtype_traits *tr = lpx_dtype_get(dst->dtype);
+    if (tr->block > 1)
+        return lpx_error(LPX_EDTYPE, "fill_: dst has dtype %s, encoded in groups of %d; fill_ writes single elements",
+                         tr->name, tr->block);
     float v = (float)c->args[1].u.f;
-    _Alignas(8) unsigned char pat[16];
-    lpx_dtype_get(dst->dtype)->from_f32(&v, pat, 1, 0);
+    _Alignas(8) unsigned char pat[8];
+    tr->from_f32(&v, pat, 1, 0);
     cpu_view vd;
     cpu_view_of(&vd, dst);
     size_t esz = (size_t)vd.elem_size;
