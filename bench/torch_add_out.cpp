@@ -68,8 +68,8 @@ Stats measure(const std::function<void(int64_t)> &batch, int reps, double batch_
 
 int main(int argc, char **argv)
 {
-    int reps = 31;
-    double batch_ms = 5;
+    int reps = 101;
+    double batch_ms = 2;
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
         else if (!std::strcmp(argv[i], "--batch-ms") && i + 1 < argc) batch_ms = std::atof(argv[++i]);

@@ -91,8 +91,8 @@ def measure(batch, reps, batch_ms):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=31)
-    ap.add_argument("--batch-ms", type=float, default=5.0)
+    ap.add_argument("--reps", type=int, default=101)
+    ap.add_argument("--batch-ms", type=float, default=2.0)
     opt = ap.parse_args()
     torch.set_num_threads(1)
     a, b, c = torch.rand(16), torch.rand(16), torch.empty(16)

@@ -4,7 +4,9 @@
  * lpx_dtype_from_name and lpx_convert work before lpx_init(). Registered
  * dtypes are appended under a mutex and published by a release store of
  * the count; readers load the count with acquire and never lock. Entries
- * are never removed, so a traits pointer stays valid for the process.
+ * are never freed, so a traits pointer stays valid for the process: the
+ * rollback of a failed plugin load only marks its entries retired (the
+ * name is free again) and pops retired entries off the top of the count.
  *
  * Conversions go through f32: every built-in float dtype decodes to f32
  * exactly, so decode + one RNE encode rounds once. Two cases need more
@@ -144,6 +146,7 @@ ENCODER_(bool_from_f32, uint8_t, lpx_f32_to_bool)
 typedef struct dtype_entry {
     lpx_dtype_traits t;
     char name[LPX_DTYPE_NAME_MAX + 1];
+    atomic_bool retired;   /* unregistered by a rollback: not found by name */
 } dtype_entry;
 
 #define BUILTIN(idx, nm, nbits, isf, eb, mb, mx, dec, enc)                       \
@@ -198,7 +201,8 @@ lpx_dtype lpx_dtype_from_name(const char *name)
         return lpx_error(LPX_EINVAL, "lpx_dtype_from_name: name is NULL");
     int n = atomic_load_explicit(&dtype_count, memory_order_acquire);
     for (int i = 0; i < n; i++)
-        if (strcmp(table[i].t.name, name) == 0)
+        if (!atomic_load_explicit(&table[i].retired, memory_order_acquire) &&
+            strcmp(table[i].t.name, name) == 0)
             return i;
     return lpx_error(LPX_ENOTFOUND, "lpx_dtype_from_name: no dtype named '%s'", name);
 }
@@ -210,7 +214,7 @@ int lpx_dtype_count(void)
 
 bool lpx_dtype_valid(lpx_dtype d)
 {
-    return lpx_dtype_get(d) != NULL;
+    return lpx_dtype_get(d) != NULL && !atomic_load_explicit(&table[d].retired, memory_order_acquire);
 }
 
 /* Whole byte groups: ceil(n / block) groups of bits * block / 8 bytes.
@@ -266,10 +270,13 @@ lpx_status lpx_dtype_register(const lpx_dtype_traits *traits, lpx_dtype *out)
     if (t.exp_bits < 0 || t.mant_bits < 0)
         return lpx_error(LPX_EINVAL, "%s: dtype '%s' has negative exp_bits or mant_bits", op, t.name);
 
+    lpx_status rs = lpx__journal_reserve(op);
+    if (rs)
+        return rs;
     pthread_mutex_lock(&register_lock);
     int n = atomic_load_explicit(&dtype_count, memory_order_relaxed);
     for (int i = 0; i < n; i++) {
-        if (strcmp(table[i].t.name, t.name) == 0) {
+        if (!atomic_load(&table[i].retired) && strcmp(table[i].t.name, t.name) == 0) {
             pthread_mutex_unlock(&register_lock);
             return lpx_error(LPX_EEXIST, "%s: dtype name '%s' is taken (index %d)", op, t.name, i);
         }
@@ -283,11 +290,36 @@ lpx_status lpx_dtype_register(const lpx_dtype_traits *traits, lpx_dtype *out)
     strcpy(e->name, t.name);
     t.name = e->name;
     e->t = t;
+    atomic_store_explicit(&e->retired, false, memory_order_relaxed);
     /* readers that see the new count also see the entry */
     atomic_store_explicit(&dtype_count, n + 1, memory_order_release);
     pthread_mutex_unlock(&register_lock);
+    lpx__journal_note(LPX_REG_DTYPE, n, 0, e);
     if (out)
         *out = n;
+    return LPX_OK;
+}
+
+/* Rollback of a failed plugin load. The entry is marked retired (its name
+ * is free, lpx_dtype_valid is false) but keeps its traits, so a reader that
+ * still holds them calls valid code (a plugin whose init ran stays mapped).
+ * Retired entries at the top are popped so the count and the next index
+ * return to what they were. A popped slot is reused by the next
+ * registration; only a reader that kept the traits of a dtype that existed
+ * solely inside a failed init could see that, and none can be handed one. */
+lpx_status lpx__dtype_unregister(lpx_dtype d)
+{
+    pthread_mutex_lock(&register_lock);
+    int n = atomic_load_explicit(&dtype_count, memory_order_relaxed);
+    if (d < LPX_DTYPE_BUILTIN_COUNT || d >= n || atomic_load(&table[d].retired)) {
+        pthread_mutex_unlock(&register_lock);
+        return lpx_error(LPX_ENOTFOUND, "lpx__dtype_unregister: dtype %d is not a registered plugin dtype", (int)d);
+    }
+    atomic_store_explicit(&table[d].retired, true, memory_order_release);
+    while (n > LPX_DTYPE_BUILTIN_COUNT && atomic_load(&table[n - 1].retired))
+        n--;
+    atomic_store_explicit(&dtype_count, n, memory_order_release);
+    pthread_mutex_unlock(&register_lock);
     return LPX_OK;
 }
 

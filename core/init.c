@@ -1,6 +1,6 @@
 /* Library initialisation: built-in dtypes, ops, the CPU backend and its
- * kernels, tracing from the environment. Runs once; every entry point
- * reaches it through lpx_ensure_init(). */
+ * kernels, plugins from LPX_PLUGIN_PATH, tracing from the environment.
+ * Runs once; every entry point reaches it through lpx_ensure_init(). */
 #include <pthread.h>
 #include <stdio.h>
 #include "lpx_internal.h"
@@ -28,6 +28,9 @@ lpx_status lpx_init(void)
         if (!st) st = lpx_ops_init_builtins();
         if (!st) st = lpx_cpu_backend_init();
         if (!st) st = lpx_builtin_kinds_init();
+        /* plugins from LPX_PLUGIN_PATH: a plugin that fails is recorded in
+         * the skipped list (lpx info), never an init failure */
+        if (!st) lpx_plugins_init_from_env();
         in_init = false;
         if (st) {
             init_status = st;

@@ -84,4 +84,26 @@ lpx_status lpx_builtin_kinds_init(void);
 void lpx_trace_init_from_env(void);
 extern atomic_bool lpx__trace_on;
 
+/* ---- registration journal (plugins/journal.c). While a plugin's init runs,
+ * its thread has an open journal; every registration function calls
+ * lpx__journal_reserve before it changes anything (so the note after it
+ * cannot fail) and lpx__journal_note once it succeeded. Both are no-ops on
+ * threads without a journal. A failed load replays the journal backwards
+ * through the unregister functions below. */
+typedef enum lpx_reg_what {
+    LPX_REG_DTYPE, LPX_REG_OP, LPX_REG_KIND, LPX_REG_KERNEL, LPX_REG_FALLBACK, LPX_REG_BACKEND
+} lpx_reg_what;
+lpx_status lpx__journal_reserve(const char *what);
+void lpx__journal_note(lpx_reg_what what, int a, int b, const void *p);
+
+/* Undo one registration (rollback of a failed plugin load; not public:
+ * see include/lpx/plugin.h for why plugins are never unloaded). */
+lpx_status lpx__dtype_unregister(lpx_dtype d);          /* core/dtype.c */
+lpx_status lpx__op_unregister(lpx_op op);               /* dispatch/registry.c */
+lpx_status lpx__backend_unregister(int key);            /* the last one only */
+lpx_status lpx__kind_unregister_force(const lpx_kind *k); /* even with live tensors */
+
+/* LPX_PLUGIN_PATH scan, run once by lpx_init (plugins/loader.c) */
+void lpx_plugins_init_from_env(void);
+
 #endif

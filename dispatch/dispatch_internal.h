@@ -35,6 +35,8 @@ typedef struct lpx_op_row {
     _Atomic(lpx_kernel_entry *) k[LPX_NUM_KEYS];
     lpx_schema schema;
     char *schema_text;
+    atomic_bool dead;                 /* unregistered (rollback): a tombstone */
+    struct lpx_op_row *retired_next;  /* dead rows stay allocated */
 } lpx_op_row;
 
 extern lpx_op_row *lpx__ops[LPX_MAX_OPS];

@@ -34,6 +34,7 @@ static name_entry *op_names;
 static name_entry *kind_names;
 static lpx_kernel_entry *retired;       /* unregistered entries, never freed */
 static lpx_kind *retired_kinds;         /* handles outlive unregistration */
+static lpx_op_row *retired_rows;        /* rows of unregistered ops, never freed */
 static char key_names[LPX_NUM_KEYS][LPX_MAX_NAME];
 
 static lpx_kind *kinds[LPX_NUM_KEYS];   /* registration order */
@@ -81,6 +82,7 @@ lpx_status lpx_op_register(const char *schema, lpx_op *out)
     if (!schema) return lpx_error(LPX_EINVAL, "lpx_op_register: schema is NULL");
     lpx_status st = lpx_ensure_init();
     if (st) return st;
+    if ((st = lpx__journal_reserve("lpx_op_register"))) return st;
     lpx_op_row *row = lpx_calloc(1, sizeof *row);
     if (!row) return lpx_error(LPX_ENOMEM, "lpx_op_register: cannot allocate op row");
     if ((st = lpx_schema_parse(schema, true, "lpx_op_register", &row->schema))) { lpx_free(row); return st; }
@@ -101,7 +103,37 @@ lpx_status lpx_op_register(const char *schema, lpx_op *out)
     }
     lpx_registry_unlock();
     if (st) { lpx_free(row->schema_text); lpx_free(row); }
+    else lpx__journal_note(LPX_REG_OP, n, 0, row);
     return st;
+}
+
+static void retire(_Atomic(lpx_kernel_entry *) *slot);
+
+/* Rollback only. The row becomes a tombstone: its name is free again, its
+ * kernels are retired, and lookups by id fail; the memory stays, because a
+ * dispatcher may be inside it. Tombstones at the top of the table are
+ * popped so the op count and the next id return to what they were (a
+ * dispatcher still holding the old row keeps a valid, kernel-less row). */
+lpx_status lpx__op_unregister(lpx_op op)
+{
+    lpx_registry_lock();
+    int n = atomic_load_explicit(&lpx__nops, memory_order_relaxed);
+    lpx_op_row *row = op >= LPX_OP_BUILTIN_COUNT && op < n ? lpx__ops[op] : NULL;
+    if (!row || atomic_load(&row->dead)) {
+        lpx_registry_unlock();
+        return lpx_error(LPX_ENOTFOUND, "lpx__op_unregister: op id %d is not a registered plugin op", (int)op);
+    }
+    for (int k = 0; k < LPX_NUM_KEYS; k++) retire(&row->k[k]);
+    name_remove(&op_names, row->schema.name);
+    atomic_store_explicit(&row->dead, true, memory_order_release);
+    while (n > LPX_OP_BUILTIN_COUNT && atomic_load(&lpx__ops[n - 1]->dead)) {
+        lpx__ops[n - 1]->retired_next = retired_rows;
+        retired_rows = lpx__ops[n - 1];
+        n--;
+    }
+    atomic_store_explicit(&lpx__nops, n, memory_order_release);
+    lpx_registry_unlock();
+    return LPX_OK;
 }
 
 lpx_status lpx_ops_init_builtins(void)
@@ -123,7 +155,8 @@ lpx_status lpx_ops_init_builtins(void)
 static lpx_op_row *row_of(lpx_op op)
 {
     if (op < 0 || op >= atomic_load_explicit(&lpx__nops, memory_order_acquire)) return NULL;
-    return lpx__ops[op];
+    lpx_op_row *r = lpx__ops[op];
+    return atomic_load_explicit(&r->dead, memory_order_acquire) ? NULL : r;
 }
 
 lpx_status lpx_op_find(const char *name, lpx_op *out)
@@ -166,6 +199,7 @@ static lpx_status install(const char *what, lpx_op op, int key, lpx_kernel_entry
     else
         atomic_store_explicit(&row->k[key], e, memory_order_release);
     lpx_registry_unlock();
+    if (!st) lpx__journal_note(LPX_REG_KERNEL, op, key, e);
     return st;
 }
 
@@ -174,6 +208,7 @@ lpx_status lpx_kernel_register(lpx_op op, int key, lpx_kernel_fn fn, void *data)
     lpx_status st = lpx_ensure_init();
     if (st) return st;
     if (!fn) return lpx_error(LPX_EINVAL, "lpx_kernel_register: fn is NULL (op %d, key %d)", (int)op, key);
+    if ((st = lpx__journal_reserve("lpx_kernel_register"))) return st;
     lpx_kernel_entry *e = lpx_calloc(1, sizeof *e);
     if (!e) return lpx_error(LPX_ENOMEM, "lpx_kernel_register: cannot allocate entry");
     e->fn = fn;
@@ -199,6 +234,7 @@ lpx_status lpx_kernel_register_typed(lpx_op op, int key, const char *signature, 
             return lpx_error(LPX_EINVAL, "lpx_kernel_register_typed(%s): argument %d ('%s') of \"%s\" does not match the schema \"%s\"",
                              row->schema.name, i, row->schema.args[i].name, signature, row->schema_text);
     lpx_kernel_entry *e;
+    if ((st = lpx__journal_reserve("lpx_kernel_register_typed"))) return st;
     if ((st = lpx_ffi_entry_new(&row->schema, fn, &e))) return st;
     if ((st = install("lpx_kernel_register_typed", op, key, e))) { lpx_free(e->data); lpx_free(e); }
     return st;
@@ -235,6 +271,8 @@ lpx_status lpx_fallback_register(int key, lpx_kernel_fn fn, void *data)
 {
     if (key <= 0 || key >= LPX_NUM_KEYS || !fn)
         return lpx_error(LPX_EINVAL, "lpx_fallback_register: %s", fn ? "key out of range 1..63" : "fn is NULL");
+    lpx_status rs = lpx__journal_reserve("lpx_fallback_register");
+    if (rs) return rs;
     lpx_kernel_entry *e = lpx_calloc(1, sizeof *e);
     if (!e) return lpx_error(LPX_ENOMEM, "lpx_fallback_register: cannot allocate entry");
     e->fn = fn;
@@ -247,6 +285,7 @@ lpx_status lpx_fallback_register(int key, lpx_kernel_fn fn, void *data)
         atomic_store_explicit(&lpx__fallbacks[key], e, memory_order_release);
     lpx_registry_unlock();
     if (st) lpx_free(e);
+    else lpx__journal_note(LPX_REG_FALLBACK, key, 0, e);
     return st;
 }
 
@@ -277,7 +316,9 @@ lpx_status lpx_backend_register(const lpx_backend_i *b, int *key)
         return lpx_error(LPX_EINVAL, "lpx_backend_register: %s", !b ? "vtable is NULL" : "name, alloc, free and copy are required");
     if (b->device_type <= 0 || b->device_type >= 64)
         return lpx_error(LPX_EINVAL, "lpx_backend_register(%s): device type %d out of range 1..63", b->name, (int)b->device_type);
-    lpx_status st = LPX_OK;
+    lpx_status st = lpx__journal_reserve("lpx_backend_register");
+    if (st) return st;
+    int k = 0;
     lpx_registry_lock();
     int n = atomic_load(&nbackends);
     for (int i = 0; i < n && !st; i++)
@@ -287,7 +328,7 @@ lpx_status lpx_backend_register(const lpx_backend_i *b, int *key)
     if (!st && n >= LPX_KEY_BACKEND_LAST)
         st = lpx_error(LPX_EFULL, "lpx_backend_register(%s): no free backend key", b->name);
     if (!st) {
-        int k = LPX_KEY_CPU + n;   /* the CPU backend registers first: key 1 */
+        k = LPX_KEY_CPU + n;   /* the CPU backend registers first: key 1 */
         memset(&backends[n], 0, sizeof backends[n]);
         memcpy(&backends[n], b, b->struct_size < sizeof *b ? b->struct_size : sizeof *b);
         snprintf(key_names[k], LPX_MAX_NAME, "%s", b->name);
@@ -296,7 +337,29 @@ lpx_status lpx_backend_register(const lpx_backend_i *b, int *key)
         if (key) *key = k;
     }
     lpx_registry_unlock();
+    if (!st) lpx__journal_note(LPX_REG_BACKEND, k, 0, NULL);
     return st;
+}
+
+/* Rollback only, and only of the most recent backend (keys are handed out
+ * in order). Its kernels and fallback are retired; the table entry's
+ * memory is static, so a reader holding it still reads valid fields. */
+lpx_status lpx__backend_unregister(int key)
+{
+    lpx_registry_lock();
+    int n = atomic_load(&nbackends);
+    if (n <= 1 || key != LPX_KEY_CPU + n - 1) {
+        lpx_registry_unlock();
+        return lpx_error(LPX_EINVAL, "lpx__backend_unregister: key %d is not the last registered backend", key);
+    }
+    int nops = atomic_load(&lpx__nops);
+    for (int i = 0; i < nops; i++) retire(&lpx__ops[i]->k[key]);
+    retire(&lpx__fallbacks[key]);
+    atomic_store_explicit(&device_keys[backends[n - 1].device_type], 0, memory_order_release);
+    key_names[key][0] = 0;
+    atomic_store_explicit(&nbackends, n - 1, memory_order_release);
+    lpx_registry_unlock();
+    return LPX_OK;
 }
 
 const lpx_backend_i *lpx_backend_for(int32_t device_type)
@@ -340,6 +403,7 @@ lpx_status lpx_kind_register(const lpx_kind_i *vt, const lpx_kind **out)
     case LPX_PRIORITY_DISTRIBUTED: lo = LPX_KEY_DIST_FIRST; hi = LPX_KEY_DIST_LAST; break;
     default: return lpx_error(LPX_EINVAL, "lpx_kind_register(%s): priority %d is not an lpx_kind_priority", vt->name, vt->priority);
     }
+    if ((st = lpx__journal_reserve("lpx_kind_register"))) return st;
     lpx_kind *k = lpx_calloc(1, sizeof *k);
     if (!k) return lpx_error(LPX_ENOMEM, "lpx_kind_register(%s): cannot allocate kind", vt->name);
     memcpy(&k->vt, vt, vt->struct_size < sizeof *vt ? vt->struct_size : sizeof *vt);
@@ -365,17 +429,22 @@ lpx_status lpx_kind_register(const lpx_kind_i *vt, const lpx_kind **out)
     }
     lpx_registry_unlock();
     if (st) lpx_free(k);
+    else lpx__journal_note(LPX_REG_KIND, key, 0, k);
     return st;
 }
 
-lpx_status lpx_kind_unregister(const lpx_kind *ck)
+/* `force` (rollback of a failed plugin load) unregisters even while
+ * tensors of the kind live: they keep a valid, retired handle. */
+static lpx_status kind_unregister(const lpx_kind *ck, bool force)
 {
     lpx_kind *k = (lpx_kind *)ck;
     if (!k || !k->registered) return lpx_error(LPX_EINVAL, "lpx_kind_unregister: kind is NULL or not registered");
     lpx_registry_lock();
     lpx_status st = LPX_OK;
     long long live = atomic_load(&k->live);
-    if (live > 0) {
+    if (!k->registered) {
+        st = lpx_error(LPX_EINVAL, "lpx_kind_unregister(%s): not registered", k->vt.name);
+    } else if (live > 0 && !force) {
         st = lpx_error(LPX_EINVAL, "lpx_kind_unregister(%s): %lld tensors of this kind are alive", k->vt.name, live);
     } else {
         int n = atomic_load(&lpx__nops);
@@ -393,6 +462,42 @@ lpx_status lpx_kind_unregister(const lpx_kind *ck)
         retired_kinds = k;
     }
     lpx_registry_unlock();
+    return st;
+}
+
+lpx_status lpx_kind_unregister(const lpx_kind *k) { return kind_unregister(k, false); }
+lpx_status lpx__kind_unregister_force(const lpx_kind *k) { return kind_unregister(k, true); }
+
+lpx_status lpx_kind_from_dense(const lpx_kind *k, lpx_tensor *x, lpx_tensor **out)
+{
+    if (!out) return lpx_error(LPX_EINVAL, "lpx_kind_from_dense: out is NULL");
+    *out = NULL;
+    if (!k || !x) return lpx_error(LPX_EINVAL, "lpx_kind_from_dense: %s is NULL", k ? "x" : "kind");
+    if (x->kind)
+        return lpx_error(LPX_EINVAL, "lpx_kind_from_dense(%s): x is a '%s' tensor, not dense", k->vt.name,
+                         x->kind->vt.name);
+    if (!k->vt.from_dense)
+        return lpx_error(LPX_ENOTIMPL, "lpx_kind_from_dense: kind '%s' has no from_dense", k->vt.name);
+    lpx_status st = k->vt.from_dense(k, x, out);
+    if (st && *out) { lpx_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
+lpx_status lpx_kind_to_dense(lpx_tensor *t, lpx_tensor **out)
+{
+    if (!out) return lpx_error(LPX_EINVAL, "lpx_kind_to_dense: out is NULL");
+    *out = NULL;
+    if (!t) return lpx_error(LPX_EINVAL, "lpx_kind_to_dense: t is NULL");
+    if (!t->kind) {
+        if (t->dtype != LPX_F32) return lpx_cast(t, LPX_F32, false, out);
+        lpx_tensor_retain(t);
+        *out = t;
+        return LPX_OK;
+    }
+    if (!t->kind->vt.to_dense)
+        return lpx_error(LPX_ENOTIMPL, "lpx_kind_to_dense: kind '%s' has no to_dense", t->kind->vt.name);
+    lpx_status st = t->kind->vt.to_dense(t, out);
+    if (st && *out) { lpx_tensor_release(*out); *out = NULL; }
     return st;
 }
 

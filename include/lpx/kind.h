@@ -68,7 +68,42 @@ typedef struct lpx_kind_i {
     /** Called when a tensor of this kind dies, before its inner tensors are
      *  released: frees what the metadata blob points to, if anything. */
     void (*meta_release)(void *meta, size_t meta_size);
+
+    /* ---- appended slots: optional, read only when struct_size covers them
+     * (a vtable compiled before they existed registers with them NULL). */
+
+    /** Quantizes a dense tensor `x` (any float dtype; its dtype becomes the
+     *  logical dtype) into a new tensor of this kind with the kind's default
+     *  recipe. How frameworks and the conformance kit make instances. */
+    lpx_status (*from_dense)(const lpx_kind *kind, lpx_tensor *x, lpx_tensor **out);
+
+    /** Dequantizes `t` (a tensor of this kind) into a new dense,
+     *  contiguous f32 CPU tensor of the same shape. */
+    lpx_status (*to_dense)(const lpx_tensor *t, lpx_tensor **out);
+
+    /** What the conformance kit may expect of this kind (NULL: the kit
+     *  uses its defaults; see lpx_kind_conformance). */
+    const struct lpx_kind_conformance *conformance;
 } lpx_kind_i;
+
+/** Declared properties the conformance kit (`lpx conformance`) checks a
+ *  kind against. Zero fields take the kit's defaults (given in brackets). */
+typedef struct lpx_kind_conformance {
+    size_t struct_size;          /* sizeof(lpx_kind_conformance) */
+    /** A shape from_dense accepts, used by every contract; dim 0 must be a
+     *  multiple of shard_unit. [2-D {64, 96}] */
+    int ndim;
+    int64_t shape[4];
+    /** Quantization bound: max|x - to_dense(from_dense(x))| <= max_err *
+     *  max|x|, on every distribution the kit draws. [0.5] */
+    double max_err;
+    /** SQNR of to_dense(from_dense(x)) against x for x ~ N(0, 1), in dB;
+     *  0 = not checked. */
+    double min_sqnr_db;
+    /** Ops the kind implements vs the same op on dequantized inputs:
+     *  max|out - ref| <= op_atol + op_rtol * max|ref|. [1e-4, 1e-5] */
+    double op_rtol, op_atol;
+} lpx_kind_conformance;
 
 /** Registers a kind (vtable copied up to min(struct_size, ours)); the
  *  handle stays valid for the process. Errors: LPX_EINVAL (NULL, missing
@@ -78,6 +113,14 @@ LPX_API lpx_status lpx_kind_register(const lpx_kind_i *vtable, const lpx_kind **
 /** Unregisters a kind and every kernel and fallback at its key. Fails with
  *  LPX_EINVAL while tensors of the kind are alive. */
 LPX_API lpx_status lpx_kind_unregister(const lpx_kind *kind);
+/** Quantizes dense `x` into kind `kind` through its from_dense slot.
+ *  Errors: LPX_EINVAL (NULL, x not dense), LPX_ENOTIMPL (the kind has no
+ *  from_dense), and whatever the kind reports. */
+LPX_API lpx_status lpx_kind_from_dense(const lpx_kind *kind, lpx_tensor *x, lpx_tensor **out);
+/** Dense f32 copy of a kind tensor through its kind's to_dense slot (a
+ *  dense `t` is returned retained if f32, else cast). Errors: LPX_EINVAL,
+ *  LPX_ENOTIMPL (no to_dense), and whatever the kind reports. */
+LPX_API lpx_status lpx_kind_to_dense(lpx_tensor *t, lpx_tensor **out);
 /** Finds a kind by name. Errors: LPX_ENOTFOUND, LPX_EINVAL. */
 LPX_API lpx_status lpx_kind_find(const char *name, const lpx_kind **out);
 LPX_API const char *lpx_kind_name(const lpx_kind *kind);

@@ -10,8 +10,10 @@
 #include "kind.h"
 #include "ops.h"
 #include "trace.h"
+#include "comm.h"
 #include "float8.h"
 #include "nf4.h"
+#include "plugin.h"
 
 LPX_BEGIN_DECLS
 

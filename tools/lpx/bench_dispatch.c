@@ -268,8 +268,8 @@ static void usage(FILE *f)
             "PyTorch's at::add_out / torch.add(out=) / __torch_dispatch__ when available.\n"
             "\n"
             "  --json         one JSON object per result line\n"
-            "  --reps N       timed batches per case, median reported (default 31)\n"
-            "  --batch-ms MS  target duration of one batch (default 5)\n"
+            "  --reps N       timed batches per case, median reported (default 101)\n"
+            "  --batch-ms MS  target duration of one batch (default 2)\n"
             "  --no-torch     skip the PyTorch helpers\n"
             "\n"
             "Helpers are found via LPX_TORCH_ADD_OUT, LPX_TORCH_DISPATCH_PY, LPX_BENCH_DIR,\n"
@@ -383,6 +383,10 @@ int lpx_bench_dispatch(int argc, char **argv)
     lpx_bench_report_init(&rep, "dispatch", json);
     lpx_bench_report_note(&rep, "lpx bench dispatch: ns per call, %d-element f32 add into a preallocated out; "
                                 "median of %d batches of ~%g ms", N_ELEMS, o.reps, o.batch_ms);
+    /* numbers from a busy machine are not comparable: say how busy */
+    double load[1];
+    if (getloadavg(load, 1) == 1)
+        lpx_bench_report_note(&rep, "load average %.2f on %ld CPUs at start", load[0], sysconf(_SC_NPROCESSORS_ONLN));
     if (lpx_trace_enabled())
         lpx_bench_report_note(&rep, "warning: LPX_TRACE is on, every dispatched call is being timed");
 

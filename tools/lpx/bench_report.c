@@ -231,8 +231,8 @@ void lpx_bench_report_finish(lpx_bench_report *r)
 
 void lpx_bench_opts_default(lpx_bench_opts *o)
 {
-    if (o->reps <= 0) o->reps = 31;
-    if (!(o->batch_ms > 0)) o->batch_ms = 5;
+    if (o->reps <= 0) o->reps = 101;
+    if (!(o->batch_ms > 0)) o->batch_ms = 2;
     if (!(o->warmup_ms > 0)) o->warmup_ms = 50;
 }
 

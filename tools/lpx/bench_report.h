@@ -68,8 +68,10 @@ void lpx_bench_report_finish(lpx_bench_report *r);
 typedef int (*lpx_bench_batch_fn)(void *ctx, int64_t iters);
 
 typedef struct lpx_bench_opts {
-    int reps;              /* timed batches (median over them); default 31 */
-    double batch_ms;       /* target time of one batch; default 5 ms */
+    int reps;              /* timed batches (median over them); default 101 */
+    double batch_ms;       /* target time of one batch; default 2 ms: short batches
+                            * keep a preempted batch from moving the median on a
+                            * busy machine */
     double warmup_ms;      /* untimed warm-up; default 50 ms */
 } lpx_bench_opts;
 

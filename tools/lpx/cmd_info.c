@@ -4,6 +4,28 @@
 #include "lpx/lpx.h"
 #include "commands.h"
 
+/* Loaded plugins with what they registered, then the ones skipped (by
+ * lpx_plugin_load or the LPX_PLUGIN_PATH scan) with the reason. */
+static void print_plugins(void)
+{
+    int n = lpx_plugin_count(), ns = lpx_plugin_skipped_count();
+    if (n == 0 && ns == 0) {
+        printf("plugins: none loaded (LPX_PLUGIN_PATH: colon-separated directories of lpx-*.so)\n");
+        return;
+    }
+    printf("plugins (%d loaded, %d skipped):\n", n, ns);
+    for (int i = 0; i < n; i++) {
+        const lpx_plugin *p = lpx_plugin_at(i);
+        int nd, nops, nk, nkern, nfb, nbe;
+        lpx_plugin_registered(p, &nd, &nops, &nk, &nkern, &nfb, &nbe);
+        printf("  %s %s (%s): %d dtypes, %d ops, %d kinds, %d kernels, %d fallbacks, %d backends%s%s\n",
+               lpx_plugin_name(p), lpx_plugin_version(p), lpx_plugin_path(p), nd, nops, nk, nkern, nfb, nbe,
+               lpx_plugin_description(p)[0] ? " - " : "", lpx_plugin_description(p));
+    }
+    for (int i = 0; i < ns; i++)
+        printf("  skipped %s: %s\n", lpx_plugin_skipped_path(i), lpx_plugin_skipped_reason(i));
+}
+
 int lpx_cmd_info(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -31,7 +53,7 @@ int lpx_cmd_info(int argc, char **argv)
     int nops = lpx_op_count(), with_cpu = 0;
     for (int op = 0; op < nops; op++) with_cpu += lpx_kernel_exists(op, LPX_KEY_CPU);
     printf("\nops: %d registered, %d with a cpu kernel\n", nops, with_cpu);
-    printf("plugins: none loaded\n");
+    print_plugins();
     printf("tracing: %s (set LPX_TRACE=1 or LPX_TRACE=trace.json)\n", lpx_trace_enabled() ? "on" : "off");
     return 0;
 }

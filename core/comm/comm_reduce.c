@@ -1,0 +1,77 @@
+/* The reference reduction of every built-in backend: decode each source to
+ * f32, combine in source (= rank) order, encode once. Working in tiles on
+ * the stack keeps it allocation-free and lets dst alias a source (a tile of
+ * every source is read before the tile of dst is written). One fixed order
+ * makes the result independent of thread timing and of the backend. */
+#include <string.h>
+#include "comm_internal.h"
+
+#define TILE 512
+
+bool lpx__comm_reduce_dtype_ok(lpx_dtype d)
+{
+    return d == LPX_F32 || d == LPX_BF16 || d == LPX_F16;
+}
+
+static void combine(float *acc, const float *x, size_t n, lpx_reduce_op op)
+{
+    switch (op) {
+    case LPX_REDUCE_SUM:
+    case LPX_REDUCE_AVG:
+        for (size_t i = 0; i < n; i++) acc[i] += x[i];
+        break;
+    case LPX_REDUCE_MAX:  /* a NaN on either side wins: x != x is true only for NaN */
+        for (size_t i = 0; i < n; i++) acc[i] = (x[i] > acc[i] || x[i] != x[i]) ? x[i] : acc[i];
+        break;
+    case LPX_REDUCE_MIN:
+        for (size_t i = 0; i < n; i++) acc[i] = (x[i] < acc[i] || x[i] != x[i]) ? x[i] : acc[i];
+        break;
+    default:
+        break;
+    }
+}
+
+void lpx__comm_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count, lpx_dtype dtype,
+                      lpx_reduce_op op)
+{
+    float acc[TILE], tmp[TILE];
+    const lpx_dtype_traits *tr = lpx_dtype_get(dtype);
+    const size_t es = (size_t)tr->bits / 8;
+    for (size_t off = 0; off < count; off += TILE) {
+        size_t n = count - off < TILE ? count - off : TILE;
+        for (int s = 0; s < nsrcs; s++) {
+            const unsigned char *src = (const unsigned char *)srcs[s] + off * es;
+            float *x = s == 0 ? acc : tmp;
+            if (dtype == LPX_F32) memcpy(x, src, n * sizeof(float));
+            else tr->to_f32(src, x, n);
+            if (s) combine(acc, tmp, n, op);
+        }
+        if (op == LPX_REDUCE_AVG) {
+            /* a division, not a multiply by 1/N: exact for the averages
+             * that are representable, and what torch's avg does */
+            float d = (float)nsrcs;
+            for (size_t i = 0; i < n; i++) acc[i] /= d;
+        }
+        unsigned char *out = (unsigned char *)dst + off * es;
+        if (dtype == LPX_F32) memcpy(out, acc, n * sizeof(float));
+        else tr->from_f32(acc, out, n, 0);
+    }
+}
+
+lpx_status lpx_comm_reduce_buffers(void *dst, const void *const *srcs, int nsrcs, size_t count,
+                                   lpx_dtype dtype, lpx_reduce_op op)
+{
+    if (nsrcs < 1) return lpx_error(LPX_EINVAL, "lpx_comm_reduce_buffers: nsrcs %d < 1", nsrcs);
+    if ((unsigned)op >= LPX_REDUCE_OP_COUNT)
+        return lpx_error(LPX_EINVAL, "lpx_comm_reduce_buffers: reduce op %d is not sum, avg, max or min",
+                         (int)op);
+    if (!lpx__comm_reduce_dtype_ok(dtype))
+        return lpx_error(LPX_EDTYPE, "lpx_comm_reduce_buffers: dtype %s cannot be reduced "
+                         "(f32, bf16, f16 can)", lpx_dtype_name(dtype));
+    if (count == 0) return LPX_OK;
+    if (!dst || !srcs) return lpx_error(LPX_EINVAL, "lpx_comm_reduce_buffers: %s is NULL", dst ? "srcs" : "dst");
+    for (int s = 0; s < nsrcs; s++)
+        if (!srcs[s]) return lpx_error(LPX_EINVAL, "lpx_comm_reduce_buffers: srcs[%d] is NULL", s);
+    lpx__comm_reduce(dst, srcs, nsrcs, count, dtype, op);
+    return LPX_OK;
+}

@@ -1,0 +1,72 @@
+/* Loader internals: the registration journal that makes a plugin load
+ * transactional. Not installed. */
+#ifndef LPX_PLUGIN_INTERNAL_H
+#define LPX_PLUGIN_INTERNAL_H
+
+#include "../core/lpx_internal.h"
+
+typedef struct lpx_journal_entry {
+    lpx_reg_what what;
+    int a, b;          /* dtype/op id/kind key/backend key; kernel: op, key */
+    const void *p;     /* the registered object (kind handle, entry) */
+} lpx_journal_entry;
+
+/* Decides whether a registration may proceed (the loader checks that the
+ * plugin declared this ABI and a free name first). Returns LPX_OK or an
+ * error with its message set. */
+typedef lpx_status (*lpx_journal_gate)(void *ctx, const char *what);
+
+typedef struct lpx_journal {
+    lpx_journal_entry *v;
+    int n, cap;
+    lpx_journal_gate gate;
+    void *gate_ctx;
+} lpx_journal;
+
+/* Makes j the calling thread's open journal. LPX_EPLUGIN if one is open
+ * already (a plugin's init loading another plugin). */
+lpx_status lpx_journal_open(lpx_journal *j, lpx_journal_gate gate, void *ctx);
+/* Detaches j from the thread; its entries stay for rollback or counting. */
+void lpx_journal_close(lpx_journal *j);
+/* True if the calling thread has an open journal. */
+bool lpx_journal_active(void);
+/* Undoes every recorded registration, newest first. Never fails: entries
+ * already gone are skipped. Clobbers lpx_last_error(). */
+void lpx_journal_rollback(lpx_journal *j);
+/* Number of entries of one kind. */
+int lpx_journal_count(const lpx_journal *j, lpx_reg_what what);
+void lpx_journal_free(lpx_journal *j);
+
+/* ---- plugin records (plugins/loader.c) */
+
+#define LPX_PLUGIN_NAME_MAX 64
+
+typedef enum plugin_state { PLUGIN_LOADING, PLUGIN_LOADED, PLUGIN_FAILED } plugin_state;
+
+/* One load attempt. Records of loaded plugins, and of failed loads whose
+ * code ran (the library stays mapped, and the plugin may have kept its
+ * host pointer), are never freed. */
+struct lpx_plugin {
+    _Atomic int state;             /* plugin_state */
+    char name[LPX_PLUGIN_NAME_MAX];
+    char version[LPX_PLUGIN_NAME_MAX];
+    char description[256];
+    char path[4096];               /* as given */
+    char real[4096];               /* realpath, or the path as given */
+    uint32_t abi_major, abi_minor;
+    void *handle;                  /* dlopen handle */
+    lpx_host host;                 /* the table handed to this plugin */
+    lpx_plugin_info *info;         /* LPX_PLUGIN_INFO_CAPACITY bytes, during init */
+    lpx_journal journal;           /* open while init runs */
+    int counts[LPX_REG_BACKEND + 1];
+    struct lpx_plugin *failed_next;  /* failed loads stay reachable */
+};
+
+/* Fills p->host with the registration functions (plugins/host.c). */
+void lpx_host_init(lpx_plugin *p);
+
+/* The gate of a loading plugin's journal: registrations are allowed once
+ * the info header declares this ABI major and a valid, free name. */
+lpx_status lpx_plugin_gate(void *ctx, const char *what);
+
+#endif

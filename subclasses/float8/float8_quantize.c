@@ -1,0 +1,210 @@
+/* Quantize and dequantize: lpx_float8_quantize (dynamic, static and
+ * delayed scaling onto the fused fp8_quantize op), dequantization, and the
+ * typed calls of the dense float8 ops. */
+#include <math.h>
+#include <string.h>
+#include "../../dispatch/api_util.h"
+#include "float8_internal.h"
+
+/* ---- typed calls of the dense ops ---------------------------------- */
+
+lpx_status lpx_fp8_quantize(lpx_tensor *x, lpx_tensor *scale, lpx_dtype fp8, const int64_t *dim, bool pow2,
+                            double scale_max, bool saturate, lpx_tensor **q, lpx_tensor **scale_out,
+                            lpx_tensor **scale_inv, lpx_tensor **stats)
+{
+    lpx_tensor **outs[4] = {q, scale_out, scale_inv, stats};
+    for (int i = 0; i < 4; i++)
+        if (outs[i]) *outs[i] = NULL;
+    if (!q) return lpx_error(LPX_EINVAL, "fp8_quantize: q is NULL");
+    lpx_value args[7] = {lpx_v_tensor(x), lpx_v_opt_tensor(scale), lpx_v_dtype(fp8),
+                         dim ? lpx_v_i64(*dim) : lpx_v_none(), lpx_v_bool(pow2), lpx_v_f64(scale_max),
+                         lpx_v_bool(saturate)};
+    lpx_call c;
+    lpx_call_init(&c, LPX_OP_fp8_quantize, args, 7);
+    lpx_status st = lpx_dispatch(&c);
+    if (st) return st;
+    if (c.nrets != 4) {
+        lpx_call_release_rets(&c);
+        return lpx_error(LPX_EINTERNAL, "fp8_quantize: kernel for key '%s' returned %d results, not 4",
+                         lpx_key_name(c.key), c.nrets);
+    }
+    for (int i = 0; i < 4; i++) {
+        if (outs[i]) *outs[i] = c.rets[i].u.t;
+        else lpx_tensor_release(c.rets[i].u.t);
+    }
+    return LPX_OK;
+}
+
+lpx_status lpx_fp8_dequantize(lpx_tensor *q, lpx_tensor *scale_inv, lpx_dtype dtype, lpx_tensor **out)
+{
+    lpx_value args[3] = {lpx_v_tensor(q), lpx_v_tensor(scale_inv), lpx_v_dtype(dtype)};
+    return lpx__call_ret1(LPX_OP_fp8_dequantize, args, 3, out);
+}
+
+lpx_status lpx_fp8_scaled_mm(lpx_tensor *a, lpx_tensor *a_scale_inv, lpx_tensor *b, lpx_tensor *b_scale_inv,
+                             lpx_tensor *bias, lpx_dtype out_dtype, lpx_tensor **out)
+{
+    lpx_value args[6] = {lpx_v_tensor(a), lpx_v_tensor(a_scale_inv), lpx_v_tensor(b), lpx_v_tensor(b_scale_inv),
+                         lpx_v_opt_tensor(bias), lpx_v_dtype(out_dtype)};
+    return lpx__call_ret1(LPX_OP_fp8_scaled_mm, args, 6, out);
+}
+
+lpx_status lpx_fp8_scale_from_amax(lpx_tensor *amax, lpx_dtype fp8, bool pow2, double scale_max, lpx_tensor **scale,
+                                   lpx_tensor **scale_inv)
+{
+    if (!scale) return lpx_error(LPX_EINVAL, "fp8_scale_from_amax: scale is NULL");
+    lpx_value args[4] = {lpx_v_tensor(amax), lpx_v_dtype(fp8), lpx_v_bool(pow2), lpx_v_f64(scale_max)};
+    return lpx__call_ret2(LPX_OP_fp8_scale_from_amax, args, 4, scale, scale_inv);
+}
+
+/* ---- quantize ------------------------------------------------------- */
+
+/* Reads min and max of a (small) f32 scale tensor. */
+static void scale_range(const lpx_tensor *s, double *lo, double *hi)
+{
+    *lo = *hi = NAN;
+    if (lpx_tensor_device(s).type != LPX_DEVICE_CPU) return;
+    for (int64_t i = 0; i < lpx_tensor_numel(s); i++) {
+        double v;
+        if (lpx_item(s, i, &v)) return;
+        if (i == 0 || v < *lo) *lo = v;
+        if (i == 0 || v > *hi) *hi = v;
+    }
+}
+
+lpx_status f8_quantize(const char *op, lpx_tensor *x, const lpx_float8_quant_opts *opts, lpx_tensor **out,
+                       lpx_float8_stats *stats)
+{
+    if (!out) return lpx_error(LPX_EINVAL, "%s: out is NULL", op);
+    *out = NULL;
+    if (stats) memset(stats, 0, sizeof *stats);
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    if (!x) return lpx_error(LPX_EINVAL, "%s: x is NULL", op);
+    lpx_float8_quant_opts o;
+    memset(&o, 0, sizeof o);
+    if (opts) {
+        size_t n = opts->struct_size == 0 || opts->struct_size > sizeof o ? sizeof o : opts->struct_size;
+        memcpy(&o, opts, n);
+    }
+    if (f8_is(x))
+        return lpx_error(LPX_EINVAL, "%s: x is already float8; use it as is, or dequantize it first (lpx_cast)", op);
+    if (lpx_tensor_kind(x))
+        return lpx_error(LPX_EINVAL, "%s: x is of kind '%s'; float8 quantizes dense tensors", op,
+                         lpx_kind_name(lpx_tensor_kind(x)));
+    lpx_dtype logical = lpx_tensor_dtype(x);
+    if (!f8_logical_ok(logical))
+        return lpx_error(LPX_EDTYPE, "%s: x has dtype %s; float8 quantizes f32, bf16 or f16 tensors", op,
+                         lpx_dtype_name(logical));
+    if (o.delayed && o.fp8 == 0) {
+        lpx_float8_delayed_config dc;
+        lpx_float8_delayed_get_config(o.delayed, &dc);
+        o.fp8 = dc.fp8;
+    }
+    if (o.fp8 == 0) o.fp8 = LPX_F8E4M3FN;
+    if (!f8_is_fp8(o.fp8))
+        return lpx_error(LPX_EDTYPE, "%s: fp8 is %s; float8 data is f8e4m3fn or f8e5m2", op, lpx_dtype_name(o.fp8));
+    if (o.role < 0 || o.role > LPX_FLOAT8_ROLE_GRAD_OUTPUT)
+        return lpx_error(LPX_EINVAL, "%s: role %d is not a lpx_float8_role", op, o.role);
+    int nd = lpx_tensor_ndim(x);
+    int axis = -1;
+    if (o.granularity == LPX_FLOAT8_AXISWISE) {
+        axis = o.axis < 0 ? o.axis + nd : o.axis;
+        if (axis < 0 || axis >= nd)
+            return lpx_error(LPX_ERANGE, "%s: axis %d out of range for a %d-d x", op, o.axis, nd);
+    } else if (o.granularity != LPX_FLOAT8_TENSORWISE) {
+        return lpx_error(LPX_EINVAL, "%s: granularity %d is not tensorwise (0) or axiswise (1)", op, o.granularity);
+    }
+    if (o.scale && o.delayed)
+        return lpx_error(LPX_EINVAL, "%s: both a static scale and a delayed state given; pick one scaling", op);
+    if (o.delayed) {
+        lpx_float8_delayed_config dc;
+        lpx_float8_delayed_get_config(o.delayed, &dc);
+        if (axis >= 0)
+            return lpx_error(LPX_EINVAL, "%s: delayed scaling is tensorwise; axiswise granularity was requested", op);
+        if (dc.fp8 != o.fp8)
+            return lpx_error(LPX_EDTYPE, "%s: the delayed state holds a scale for %s, the cast is to %s", op,
+                             lpx_dtype_name(dc.fp8), lpx_dtype_name(o.fp8));
+    }
+    /* f16 models: keep scale and scale_inv f16-representable */
+    double smax = logical == LPX_F16 ? 65504.0 : 0.0;
+    lpx_tensor *given = NULL;
+    if (o.delayed) {
+        double s = lpx_float8_delayed_scale(o.delayed);
+        if (smax > 0 && s > smax) s = smax;
+        if ((st = lpx_full(0, NULL, s, LPX_F32, lpx_tensor_device(x), &given))) return st;
+    } else if (o.scale) {
+        given = (lpx_tensor *)o.scale;
+        lpx_tensor_retain(given);
+    }
+    int64_t dim = axis;
+    lpx_tensor *q = NULL, *s = NULL, *si = NULL, *tstats = NULL;
+    st = lpx_fp8_quantize(x, given, o.fp8, axis >= 0 ? &dim : NULL, o.pow2_scale, smax, !o.nonsaturating, &q, &s, &si,
+                          &tstats);
+    lpx_tensor_release(given);
+    if (st) return st;
+    f8_meta m = f8_meta_make(o.role, o.granularity, axis);
+    st = f8_make(q, s, si, logical, &m, out);
+    double v[4] = {NAN, NAN, NAN, NAN};
+    if (!st && (stats || o.delayed) && lpx_tensor_device(tstats).type == LPX_DEVICE_CPU)
+        for (int i = 0; i < 4; i++) lpx_item(tstats, i, &v[i]);
+    if (!st && stats) {
+        stats->amax = v[0];
+        stats->underflow = v[1];
+        stats->saturation = v[2];
+        stats->nan = v[3];
+        stats->numel = lpx_tensor_numel(x);
+        scale_range(s, &stats->scale, &stats->scale_max);
+    }
+    if (!st && o.delayed) st = lpx_float8_delayed_update(o.delayed, isnan(v[0]) ? NAN : fabs(v[0]));
+    lpx_tensor_release(q);
+    lpx_tensor_release(s);
+    lpx_tensor_release(si);
+    lpx_tensor_release(tstats);
+    if (st) {
+        lpx_tensor_release(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+lpx_status lpx_float8_quantize(lpx_tensor *x, const lpx_float8_quant_opts *opts, lpx_tensor **out,
+                               lpx_float8_stats *stats)
+{
+    return f8_quantize("lpx_float8_quantize", x, opts, out, stats);
+}
+
+/* ---- dequantize ------------------------------------------------------ */
+
+lpx_status f8_dequantize(lpx_tensor *t, lpx_dtype dtype, lpx_tensor **out)
+{
+    if (!f8_is(t)) return lpx_cast(t, dtype == LPX_FLOAT8_LOGICAL ? lpx_tensor_dtype(t) : dtype, false, out);
+    if (dtype == LPX_FLOAT8_LOGICAL) dtype = lpx_tensor_dtype(t);
+    const lpx_dtype_traits *tr = lpx_dtype_get(dtype);
+    if (!tr) return lpx_error(LPX_EDTYPE, "float8 dequantize: dtype %d is not registered", (int)dtype);
+    if (tr->is_float && tr->bits >= 8 && tr->block == 1)
+        return lpx_fp8_dequantize(f8_data(t), f8_scale_inv(t), dtype, out);
+    lpx_tensor *tmp = NULL;
+    lpx_status st = lpx_fp8_dequantize(f8_data(t), f8_scale_inv(t), LPX_F32, &tmp);
+    if (!st) st = lpx_cast(tmp, dtype, false, out);
+    lpx_tensor_release(tmp);
+    return st;
+}
+
+lpx_status f8_hp(lpx_tensor *t, lpx_tensor **out)
+{
+    if (f8_is(t)) return f8_dequantize(t, LPX_FLOAT8_LOGICAL, out);
+    lpx_tensor_retain(t);
+    *out = t;
+    return LPX_OK;
+}
+
+lpx_status lpx_float8_dequantize(lpx_tensor *t, lpx_dtype dtype, lpx_tensor **out)
+{
+    if (!out) return lpx_error(LPX_EINVAL, "lpx_float8_dequantize: out is NULL");
+    *out = NULL;
+    if (!t) return lpx_error(LPX_EINVAL, "lpx_float8_dequantize: t is NULL");
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    return f8_dequantize(t, dtype, out);
+}

@@ -1,0 +1,83 @@
+/* The case list of a kind, and running one case. Enumeration reads the
+ * vtable and the kernel table only, so the parent process never runs kind
+ * code; every case runs in a child (tools/lpx/cmd_conformance.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cf_util.h"
+
+/* contracts in the other files */
+cf_outcome cf_run_quant(const cf_case *c, char *d, size_t len);
+cf_outcome cf_run_op(const cf_case *c, char *d, size_t len);
+cf_outcome cf_run_shard(const cf_case *c, char *d, size_t len);
+int cf_recipe_for(lpx_op op);
+
+static cf_case *add(cf_case **v, int *n, int *cap, const lpx_kind *k, cf_contract ct, int arg, const char *suffix)
+{
+    if (*n == *cap) {
+        int c = *cap ? 2 * *cap : 64;
+        cf_case *nv = realloc(*v, (size_t)c * sizeof *nv);
+        if (!nv) return NULL;
+        *v = nv;
+        *cap = c;
+    }
+    cf_case *cs = &(*v)[(*n)++];
+    memset(cs, 0, sizeof *cs);
+    snprintf(cs->name, sizeof cs->name, "%s/%s", lpx_kind_name(k), suffix);
+    cs->kind = k;
+    cs->contract = ct;
+    cs->arg = arg;
+    return cs;
+}
+
+#define ADD(ct, arg, ...)                                                  \
+    do {                                                                   \
+        char sfx_[128];                                                    \
+        snprintf(sfx_, sizeof sfx_, __VA_ARGS__);                          \
+        if (!(last = add(v, n, cap, k, ct, arg, sfx_))) return -1;         \
+    } while (0)
+
+int cf_cases_for_kind(const lpx_kind *k, cf_case **v, int *n, int *cap)
+{
+    const lpx_kind_i *vt = lpx_kind_vtable(k);
+    cf_case *last;
+    ADD(CF_DECLARES, 0, "declares");
+    if (!vt->from_dense || !vt->to_dense) {
+        /* nothing else can make or read an instance */
+        snprintf(last->skip, sizeof last->skip,
+                 "kind declares no %s (lpx_kind_i.from_dense/to_dense): no contract can build an instance",
+                 !vt->from_dense && !vt->to_dense ? "from_dense and to_dense" : !vt->from_dense ? "from_dense" : "to_dense");
+        return 0;
+    }
+    ADD(CF_FLATTEN, 0, "flatten_unflatten");
+    if (!vt->unflatten) snprintf(last->skip, sizeof last->skip, "kind has no unflatten");
+    ADD(CF_LOGICAL_DTYPE, 0, "logical_dtype");
+    for (int d = 0; d < CF_DIST_COUNT; d++) ADD(CF_QUANTIZE, d, "quantize/%s", cf_dist_name(d));
+    int key = lpx_kind_key(k);
+    for (lpx_op op = 0; op < lpx_op_count(); op++) {
+        if (!lpx_op_name(op) || !lpx_kernel_exists(op, key)) continue;
+        int r = cf_recipe_for(op);
+        ADD(CF_OP, r, "op/%s", lpx_op_name(op));
+        if (r < 0) snprintf(last->skip, sizeof last->skip, "the kit has no recipe for op '%s'", lpx_op_name(op));
+    }
+    for (int w = 1; w <= 4; w++) {
+        ADD(CF_ALL_GATHER, w, "all_gather/world%d", w);
+        if (!vt->pre_all_gather || !vt->post_all_gather)
+            snprintf(last->skip, sizeof last->skip, "kind has no all-gather hooks: it cannot be sharded");
+    }
+    ADD(CF_SHARD_UNIT, 0, "shard_unit");
+    ADD(CF_REFUSAL, 0, "refusal");
+    return 0;
+}
+
+cf_outcome cf_run(const cf_case *c, char *detail, size_t len)
+{
+    detail[0] = 0;
+    if (c->skip[0]) return cf_say(CF_SKIP, detail, len, "%s", c->skip);
+    switch (c->contract) {
+    case CF_OP: return cf_run_op(c, detail, len);
+    case CF_ALL_GATHER:
+    case CF_SHARD_UNIT: return cf_run_shard(c, detail, len);
+    default: return cf_run_quant(c, detail, len);
+    }
+}
