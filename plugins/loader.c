@@ -10,9 +10,7 @@
  * rollback can see. The record of a load whose probe or init ran is never
  * freed, since the plugin may have kept its host pointer. */
 #include <ctype.h>
-#include <dirent.h>
 #include <dlfcn.h>
-#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -39,7 +37,7 @@ static int nskipped, capskipped;
 
 /* ---- lists ---------------------------------------------------------- */
 
-static void add_skipped(const char *path, const char *reason)
+void lpx_plugin_add_skipped(const char *path, const char *reason)
 {
     pthread_mutex_lock(&list_lock);
     if (nskipped == capskipped) {
@@ -261,7 +259,7 @@ static lpx_status fail(lpx_status st, const char *path, const char *name, const 
         snprintf(msg, sizeof msg, "plugin '%.63s' (%.400s): %.700s", name, path, reason);
     else
         snprintf(msg, sizeof msg, "plugin %.400s: %.700s", path, reason);
-    add_skipped(path, reason);
+    lpx_plugin_add_skipped(path, reason);
     return lpx_error(st, "lpx_plugin_load: %s", msg);
 }
 
@@ -432,81 +430,4 @@ lpx_status lpx_plugin_load(const char *path, const lpx_plugin **out)
     pthread_mutex_unlock(&load_lock);
     if (!st && out) *out = p;
     return st;
-}
-
-/* ---- LPX_PLUGIN_PATH ------------------------------------------------ */
-
-static bool is_plugin_file(const char *n)
-{
-    size_t len = strlen(n);
-    return len > 7 && !strncmp(n, "lpx-", 4) && !strcmp(n + len - 3, ".so");
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Loads the lpx-*.so files of one directory, in name order. */
-static int scan_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) {
-        char reason[512];
-        snprintf(reason, sizeof reason, "cannot read plugin directory: %s", strerror(errno));
-        add_skipped(dir, reason);
-        return 0;
-    }
-    char **names = NULL;
-    int n = 0, cap = 0, nloaded_here = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!is_plugin_file(e->d_name)) continue;
-        if (n == cap) {
-            int c = cap ? 2 * cap : 16;
-            char **v = lpx_realloc(names, (size_t)c * sizeof *v);
-            if (!v) break;
-            names = v;
-            cap = c;
-        }
-        if (!(names[n] = lpx_strdup(e->d_name))) break;
-        n++;
-    }
-    closedir(d);
-    if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
-    for (int i = 0; i < n; i++) {
-        char path[4096 + 256 + 2];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (lpx_plugin_load(path, NULL) == LPX_OK) nloaded_here++;
-        lpx_free(names[i]);
-    }
-    lpx_free(names);
-    return nloaded_here;
-}
-
-int lpx_plugin_scan(const char *dirs)
-{
-    if (!dirs) return 0;
-    int total = 0;
-    const char *s = dirs;
-    while (*s) {
-        const char *end = strchr(s, ':');
-        size_t len = end ? (size_t)(end - s) : strlen(s);
-        if (len > 0 && len < 4096) {
-            char dir[4096];
-            memcpy(dir, s, len);
-            dir[len] = 0;
-            total += scan_dir(dir);
-        }
-        if (!end) break;
-        s = end + 1;
-    }
-    return total;
-}
-
-void lpx_plugins_init_from_env(void)
-{
-    /* secure_getenv: a setuid program does not load code named by its caller */
-    const char *dirs = secure_getenv("LPX_PLUGIN_PATH");
-    if (dirs && dirs[0]) lpx_plugin_scan(dirs);
 }

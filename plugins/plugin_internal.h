@@ -62,6 +62,9 @@ struct lpx_plugin {
     struct lpx_plugin *failed_next;  /* failed loads stay reachable */
 };
 
+/* Adds (path, reason) to the skipped list (plugins/loader.c). */
+void lpx_plugin_add_skipped(const char *path, const char *reason);
+
 /* Fills p->host with the registration functions (plugins/host.c). */
 void lpx_host_init(lpx_plugin *p);
 

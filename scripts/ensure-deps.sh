@@ -3,6 +3,8 @@
 # apt-get when run as root, otherwise prints the exact command and fails.
 # Quiet when everything is there.
 set -e
+# Optional, not installed here: libopenmpi-dev openmpi-bin (lpx-mpi.so and
+# its mpirun tests, which are skipped without them).
 PKGS="gcc g++ make meson ninja-build pkg-config python3 libffi-dev uthash-dev libopenblas-dev"
 missing=""
 for p in $PKGS; do

@@ -5,14 +5,16 @@
  * The scalar numerics (codebook, nearest code, scaler rounding) come from
  * core/numerics/nf4.h so that CUDA kernels and the tests share them.
  *
- * Speed notes:
- * - quantize finds each code with 15 branch-free threshold compares on
- *   x / s (bit-identical to the argmin over the codebook, see nf4.h), in a
- *   loop the compiler vectorizes;
+ * Speed notes (numbers in docs/PERFORMANCE.md, "lpx bench nf4"):
+ * - quantize takes each block's absmax as an integer max over the bit
+ *   patterns (which also catches NaN/inf) and finds each code with 15
+ *   branch-free threshold compares on x / s (bit-identical to the argmin
+ *   over the codebook, see nf4.h);
  * - dequantize builds, per block, the 16 scaled codebook values already
- *   encoded in the output dtype (16 multiplies per block), then decodes
- *   with two table loads per code byte: no per-element arithmetic, and
- *   bit-identical to codebook[c] * scale computed per element;
+ *   encoded in the output dtype, then only looks codes up: no per-element
+ *   arithmetic, and bit-identical to codebook[c] * scale per element;
+ * - both have an AVX2 (+F16C) version chosen at run time, 16 codes per
+ *   step; the portable version is tested to give the same bits;
  * - nf4_mm dequantizes W in tiles of rows into one f32 scratch buffer and
  *   hands each tile to cblas_sgemm, so W is never materialized whole. */
 #include <float.h>
@@ -24,9 +26,11 @@
 #include "../../core/dtype_internal.h"
 #include "../../core/numerics/nf4.h"
 
-#define NF4_BLOCK_MIN 32
-#define NF4_BLOCK_MAX 4096
-#define NF4_SCALER_BLOCK_MAX 65536
+/* the limits of include/lpx/nf4.h (the ops check them too: they are
+ * reachable through dispatch without the kind) */
+#define NF4_BLOCK_MIN LPX_NF4_BLOCK_MIN
+#define NF4_BLOCK_MAX LPX_NF4_BLOCK_MAX
+#define NF4_SCALER_BLOCK_MAX LPX_NF4_SCALER_BLOCK_MAX
 /* f32 elements per dequantized tile of W in nf4_mm (4 MiB) */
 #define NF4_TILE_ELEMS ((int64_t)1 << 20)
 /* f32 elements of the quantize staging buffer (a whole number of blocks) */

@@ -183,7 +183,8 @@ static lpx_status h_narrow(lpx_call *c)
 {
     lpx_tensor *x = targ(c, 0);
     int64_t dim = c->args[1].u.i, start = c->args[2].u.i, len = c->args[3].u.i;
-    int64_t n = lpx_tensor_ndim(x) ? lpx_tensor_shape(x)[0] : 0;
+    if (lpx_tensor_ndim(x) == 0) return slice_common(c, dim, 0, 0);   /* the 0-D refusal */
+    int64_t n = lpx_tensor_shape(x)[0];
     if (start < 0) start += n;
     if (start < 0 || len < 0 || start > n || len > n - start)
         return lpx_error(LPX_ERANGE, "narrow: [%lld, %lld + %lld) outside dim 0 of size %lld (kind nf4)",
