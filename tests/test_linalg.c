@@ -5,45 +5,12 @@
  * only, so this file does not depend on the creation or view ops. */
 #include <stdint.h>
 #include "check.h"
+#include "tensor_util.h"
 
 /* test hook of core/alloc.c: the next n allocations succeed, then fail */
 LPX_API void lpx__fail_alloc_after(long n);
 
 /* ---- helpers (random data, tensor building, element reads) ------------ */
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static double urand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) * 0x1p-53;
-}
-static double nrand(void)
-{
-    double u = urand(), v = urand();
-    return sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v);
-}
-
-static int64_t numel_of(int nd, const int64_t *shape)
-{
-    int64_t n = 1;
-    for (int i = 0; i < nd; i++) n *= shape[i];
-    return n;
-}
-
-/* New contiguous tensor holding vals (rounded to dtype). */
-static lpx_tensor *mk(lpx_dtype dt, int nd, const int64_t *shape, const double *vals)
-{
-    lpx_tensor *t = NULL;
-    if (lpx_tensor_new(dt, nd, shape, lpx_cpu(), &t)) return NULL;
-    int64_t n = lpx_tensor_numel(t);
-    float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
-    for (int64_t i = 0; i < n; i++) f[i] = (float)vals[i];
-    lpx_convert(lpx_tensor_data(t), dt, f, LPX_F32, (size_t)n, 0);
-    free(f);
-    return t;
-}
 
 static lpx_tensor *mk_rand(lpx_dtype dt, int nd, const int64_t *shape)
 {
@@ -53,45 +20,6 @@ static lpx_tensor *mk_rand(lpx_dtype dt, int nd, const int64_t *shape)
     lpx_tensor *t = mk(dt, nd, shape, v);
     free(v);
     return t;
-}
-
-/* Logical elements of any dense tensor, as doubles (malloc'ed). */
-static double *rd(const lpx_tensor *t)
-{
-    int nd = lpx_tensor_ndim(t);
-    const int64_t *sh = lpx_tensor_shape(t), *st = lpx_tensor_strides(t);
-    int64_t n = lpx_tensor_numel(t);
-    lpx_dtype dt = lpx_tensor_dtype(t);
-    size_t es = (size_t)lpx_dtype_get(dt)->bits / 8;
-    const char *base = lpx_tensor_data(t);
-    double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t off = 0, p = i;
-        for (int d = nd - 1; d >= 0; d--) {
-            off += (p % sh[d]) * st[d];
-            p /= sh[d];
-        }
-        float f;
-        lpx_convert(&f, LPX_F32, base + (size_t)off * es, dt, 1, 0);
-        out[i] = f;
-    }
-    return out;
-}
-
-static lpx_tensor *view(lpx_tensor *base, int nd, const int64_t *shape, const int64_t *strides, int64_t off)
-{
-    lpx_tensor *v = NULL;
-    lpx_status st = lpx_tensor_view_of(base, nd, shape, strides, off, &v);
-    if (st) fprintf(stderr, "view_of failed: %s\n", lpx_last_error());
-    return v;
-}
-
-static bool shape_is(const lpx_tensor *t, int nd, const int64_t *shape)
-{
-    if (!t || lpx_tensor_ndim(t) != nd) return false;
-    for (int i = 0; i < nd; i++)
-        if (lpx_tensor_shape(t)[i] != shape[i]) return false;
-    return true;
 }
 
 /* The message of the last error contains `s`. */
