@@ -374,7 +374,7 @@ int lpx_device_key(int32_t device_type)
     return atomic_load_explicit(&device_keys[device_type], memory_order_acquire);
 }
 
-int lpx_backend_count(void) { return atomic_load(&nbackends); }
+int lpx_backend_count(void) { lpx_ensure_init(); return atomic_load(&nbackends); }
 
 const lpx_backend_i *lpx_backend_at(int i)
 {
@@ -518,7 +518,7 @@ int lpx_kind_key(const lpx_kind *k) { return k ? k->key : 0; }
 const lpx_kind_i *lpx_kind_vtable(const lpx_kind *k) { return k ? &k->vt : NULL; }
 void *lpx_kind_user(const lpx_kind *k) { return k ? k->vt.user : NULL; }
 int64_t lpx_kind_live_tensors(const lpx_kind *k) { return k ? atomic_load(&((lpx_kind *)k)->live) : 0; }
-int lpx_kind_count(void) { return atomic_load(&nkinds); }
+int lpx_kind_count(void) { lpx_ensure_init(); return atomic_load(&nkinds); }
 
 const lpx_kind *lpx_kind_at(int i)
 {

@@ -37,9 +37,9 @@ void mpi_strand(void *p)
 }
 
 /* Sends the notice ("<done_seq> <reason>") to every peer and gives the
- * sends a short while to leave (they are small, so MPI sends them
- * eagerly); sends still pending are freed at destroy, their buffer
- * stranded. */
+ * sends up to 20 ms to leave (they are small, so MPI sends them eagerly
+ * and this rarely waits at all); sends still pending are freed at destroy,
+ * where MPI completes them on its own, their buffer stranded. */
 static void tell_peers(mpi_rank *m)
 {
     if (m->notified) return;
@@ -51,7 +51,7 @@ static void tell_peers(mpi_rank *m)
         if (q != m->rank)
             MPI_Isend(m->notice_out, len, MPI_CHAR, q, TAG_NOTICE, m->ctrl, &m->notice_sends[q]);
     }
-    uint64_t until = lpx_now_ns() + UINT64_C(200000000);
+    uint64_t until = lpx_now_ns() + UINT64_C(20000000);
     int done = 0;
     while (!done && lpx_now_ns() < until) {
         MPI_Testall(m->size, m->notice_sends, &done, MPI_STATUSES_IGNORE);

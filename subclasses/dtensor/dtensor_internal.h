@@ -91,4 +91,9 @@ lpx_status dt_post_gather(const char *op, const lpx_kind *kind, lpx_tensor *cons
  * comm: one small all-gather of the wire descriptors, one of the payload. */
 lpx_status dt_gather_dim0(const char *op, lpx_comm *comm, const lpx_tensor *shard, lpx_tensor **out);
 
+/* Aborts comm with this thread's current message (so peers waiting for a
+ * collective this rank will not reach fail at once) and returns st with
+ * the message kept. */
+lpx_status dt_abort(lpx_comm *comm, lpx_status st);
+
 #endif
