@@ -7,12 +7,16 @@ ASAN_BUILD ?= build-asan
 MESON_OPTS ?=
 LPX        := $(BUILD)/tools/lpx/lpx
 
-.PHONY: all deps build build-asan demo test test-normal test-asan bench install clean
+
+.PHONY: all deps test-deps build build-asan demo test bench install clean
 
 all: build
 
 deps:
 	@scripts/ensure-deps.sh
+
+test-deps:
+	@scripts/ensure-deps.sh test
 
 $(BUILD)/build.ninja:
 	@meson setup $(BUILD) $(MESON_OPTS) >/dev/null || (cat $(BUILD)/meson-logs/meson-log.txt | tail -30; exit 1)
@@ -34,7 +38,7 @@ demo: build
 
 # The whole suite twice: a normal build and an ASan+UBSan build. The last
 # line is the total over both: "N passed, N failed, N skipped".
-test: build build-asan
+test: test-deps build build-asan
 	@rc=0; \
 	OPENBLAS_NUM_THREADS=1 meson test -C $(BUILD) --print-errorlogs --num-processes 2 || rc=1; \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
