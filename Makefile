@@ -31,10 +31,10 @@ build: deps $(BUILD)/build.ninja
 build-asan: deps $(ASAN_BUILD)/build.ninja
 	@ninja -C $(ASAN_BUILD) --quiet
 
+# The main job: float8-tensorwise training on 4 local ranks with fp8
+# all-gather, plus the bf16 baseline (tools/train/, docs/TRAIN.md).
 demo: build
-	@$(LPX) info
-	@echo
-	@$(LPX) bench dispatch
+	@$(LPX) train --compare --out $(BUILD)/train-demo
 
 # The whole suite twice: a normal build and an ASan+UBSan build. The last
 # line is the total over both: "N passed, N failed, N skipped".

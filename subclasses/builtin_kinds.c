@@ -4,10 +4,14 @@
 
 lpx_status lpx_float8_register_kind(void);
 lpx_status lpx_nf4_register_kind(void);
+lpx_status lpx_float8_weight_register_kind(void);
+lpx_status lpx_dtensor_register_kind(void);
 
 lpx_status lpx_builtin_kinds_init(void)
 {
     lpx_status st = lpx_float8_register_kind();
     if (!st) st = lpx_nf4_register_kind();
+    if (!st) st = lpx_float8_weight_register_kind();
+    if (!st) st = lpx_dtensor_register_kind();
     return st;
 }

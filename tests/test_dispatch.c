@@ -214,21 +214,25 @@ static void test_kind_registration_errors(void)
     CHECK_OK(lpx_kind_unregister(k));
     CHECK_ERR(lpx_kind_unregister(k), LPX_EINVAL);
 
-    /* fill the distributed band (8 keys): the 9th is refused, state intact */
+    /* fill the distributed band (8 keys, minus those of built-in kinds
+     * such as dtensor): the next one is refused, state intact */
+    int nfree = 8;
+    for (int i = 0; i < lpx_kind_count(); i++)
+        if (lpx_kind_vtable(lpx_kind_at(i))->priority == LPX_PRIORITY_DISTRIBUTED) nfree--;
     const lpx_kind *many[8];
     char names[9][16];
     int n = 0;
-    for (; n < 9; n++) {
+    for (; n <= nfree; n++) {
         snprintf(names[n], sizeof names[n], "dist%d", n);
         lpx_kind_i d = {.struct_size = sizeof d, .abi_version = LPX_KIND_ABI_VERSION, .name = names[n], .priority = LPX_PRIORITY_DISTRIBUTED};
         const lpx_kind *kk = NULL;
         lpx_status st = lpx_kind_register(&d, &kk);
-        if (n < 8) { CHECK_OK(st); many[n] = kk; }
+        if (n < nfree) { CHECK_OK(st); many[n] = kk; }
         else CHECK(st == LPX_EFULL);
     }
     const lpx_kind *f = NULL;
-    CHECK_ERR(lpx_kind_find("dist8", &f), LPX_ENOTFOUND);
-    for (int i = 0; i < 8; i++) CHECK_OK(lpx_kind_unregister(many[i]));
+    CHECK_ERR(lpx_kind_find(names[nfree], &f), LPX_ENOTFOUND);
+    for (int i = 0; i < nfree; i++) CHECK_OK(lpx_kind_unregister(many[i]));
 }
 
 /* typed kernel: every argument type arrives where the C signature says */

@@ -13,6 +13,8 @@
 #include "comm.h"
 #include "float8.h"
 #include "nf4.h"
+#include "dtensor.h"
+#include "fsdp.h"
 #include "plugin.h"
 
 LPX_BEGIN_DECLS

@@ -8,6 +8,7 @@
  * whole scaler blocks). Each rank therefore describes its inputs in a
  * fixed-size dt_wire_desc; the ranks exchange descriptors once, size every
  * rank's slot to the largest, and unpad by the sender's descriptor. */
+#include <stdarg.h>
 #include <string.h>
 #include "dtensor_internal.h"
 
@@ -168,7 +169,10 @@ lpx_status dt_gather_dim0(const char *op, lpx_comm *comm, const lpx_tensor *shar
     int n = 0;
     dt_wire_desc mine, *descs = NULL;
     unsigned char *send = NULL, *recv = NULL;
-    lpx_status st = dt_pre_gather(op, shard, NULL, inputs, &n, meta, &meta_size, &mine);
+    /* hooks that need a collective of their own (float8_weight without a
+     * precomputed scale) find the comm here */
+    lpx_fsdp_hook_ctx hctx = {sizeof hctx, comm, 0};
+    lpx_status st = dt_pre_gather(op, shard, &hctx, inputs, &n, meta, &meta_size, &mine);
     if (st) return dt_abort(comm, st);
     descs = lpx_malloc((size_t)world * sizeof *descs);
     if (!descs) {
@@ -197,4 +201,15 @@ done:
     lpx_free(send);
     lpx_free(recv);
     return st;
+}
+
+lpx_status dt_prefix(lpx_status st, const char *fmt, ...)
+{
+    char msg[512], pre[256];
+    snprintf(msg, sizeof msg, "%s", lpx_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    return lpx_error(st, "%s: %s", pre, msg);
 }

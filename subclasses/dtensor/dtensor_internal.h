@@ -96,4 +96,13 @@ lpx_status dt_gather_dim0(const char *op, lpx_comm *comm, const lpx_tensor *shar
  * the message kept. */
 lpx_status dt_abort(lpx_comm *comm, lpx_status st);
 
+/* Returns st with "<prefix>: <current message>" as the message (the
+ * current message is copied first: lpx_error's buffer is the one
+ * lpx_last_error() points to). */
+lpx_status dt_prefix(lpx_status st, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 #endif

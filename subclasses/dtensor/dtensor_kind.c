@@ -135,10 +135,21 @@ lpx_status dt_chunk(const char *op, lpx_tensor *full, int dim, int world, int ra
     lpx_status st = lpx_shard_range(lpx_tensor_shape(full)[dim], world, rank, dt_shard_unit(full, dim), &c, &s, &l);
     if (st) return st;
     lpx_tensor *v = NULL;
+    if (!lpx_tensor_kind(full) && (l == 0 || lpx_tensor_numel(full) == 0)) {
+        /* an empty dense shard: a fresh tensor (a view at an offset into
+         * an empty storage is refused by the bounds check) */
+        int64_t sh[LPX_MAX_DIMS];
+        memcpy(sh, lpx_tensor_shape(full), (size_t)lpx_tensor_ndim(full) * sizeof *sh);
+        sh[dim] = l;
+        return lpx_empty(lpx_tensor_ndim(full), sh, lpx_tensor_dtype(full), lpx_tensor_device(full), out);
+    }
     if ((st = lpx_narrow(full, dim, s, l, &v)))
+    {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", lpx_last_error());
         return lpx_error(st, "%s: narrow of dim %d [%lld, +%lld) of a %s tensor: %s", op, dim, (long long)s,
-                         (long long)l, lpx_tensor_kind(full) ? lpx_kind_name(lpx_tensor_kind(full)) : "dense",
-                         lpx_last_error());
+                         (long long)l, lpx_tensor_kind(full) ? lpx_kind_name(lpx_tensor_kind(full)) : "dense", msg);
+    }
     /* a shard owns its storage, so the full tensor can be freed */
     st = lpx_clone(v, out);
     if (st == LPX_ENOTIMPL) {

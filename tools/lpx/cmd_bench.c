@@ -7,6 +7,7 @@ static const struct { const char *name; int (*run)(int, char **); const char *wh
     {"dispatch", lpx_bench_dispatch, "ns per call of a 16-element f32 add: direct, dispatched, 1 and 2 kind layers, vs PyTorch"},
     {"float8", lpx_bench_float8, "fused quantize vs memcpy, scaled_mm vs sgemm, Float8Linear fwd+bwd vs f32"},
     {"nf4", lpx_bench_nf4, "dequantize vs memcpy, NF4 linear vs sgemm, QLoRA linear fwd+bwd"},
+    {"fsdp", lpx_bench_fsdp, "unshard+reshard of a group over 4 local ranks: bf16 vs float8 vs nf4, time and bytes"},
 };
 
 static void usage(FILE *f)

@@ -7,10 +7,16 @@ int lpx_cmd_info(int argc, char **argv);
 int lpx_cmd_bench(int argc, char **argv);
 /* `lpx conformance [--kind NAME] [--plugin PATH] [--junit FILE]` */
 int lpx_cmd_conformance(int argc, char **argv);
-/* `lpx bench dispatch [--json] [--iters N]` */
+/* `lpx bench dispatch [--json] [--reps N]` */
 int lpx_bench_dispatch(int argc, char **argv);
 /* `lpx bench float8`, `lpx bench nf4` */
 int lpx_bench_float8(int argc, char **argv);
 int lpx_bench_nf4(int argc, char **argv);
+/* `lpx bench fsdp [--json] [--size N] [--iters K]` */
+int lpx_bench_fsdp(int argc, char **argv);
+/* `lpx train [options]` (tools/train/): the reference training job */
+int lpx_cmd_train(int argc, char **argv);
+/* `lpx mem [options]`: memory per rank of the lpx train model */
+int lpx_cmd_mem(int argc, char **argv);
 
 #endif

@@ -13,6 +13,8 @@ static void usage(FILE *f)
             "  info              version, dtypes, kinds, backends, ops, plugins\n"
             "  bench <name>      benchmarks (lpx bench --help lists them)\n"
             "  conformance       contract suite for kinds and plugins (--help)\n"
+            "  train             train a small LM: sharded fp8 / NF4-QLoRA / MX recipes (--help)\n"
+            "  mem               memory per rank of a model before running it (--help)\n"
             "  help              this text\n"
             "  --version         print the version\n");
 }
@@ -39,6 +41,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "info")) return lpx_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return lpx_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "conformance")) return lpx_cmd_conformance(argc - 1, argv + 1);
+    if (!strcmp(cmd, "train")) return lpx_cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "mem")) return lpx_cmd_mem(argc - 1, argv + 1);
     fprintf(stderr, "lpx: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -1,0 +1,232 @@
+/* lpx — the sharding engine (FSDP2-style fully_shard).
+ *
+ * The engine moves bytes and never knows a dtype: every parameter keeps
+ * its own kind and dtype, and the kind's all-gather hooks say what goes on
+ * the wire and how to rebuild the full tensor. Flow (docs/SHARDING.md):
+ *
+ *   lpx_fsdp_new(mesh)                      one engine per rank
+ *   lpx_fsdp_group_add / lpx_fsdp_param_add one group per layer + root
+ *   lpx_fsdp_shard                          every param -> Shard(0) DTensor
+ *   per step, per group:
+ *     lpx_fsdp_unshard(g)     pre_all_gather of each param, ONE u8 buffer,
+ *                             ONE all-gather, split, post_all_gather
+ *     lpx_fsdp_prefetch(next) the next group, at most two unsharded
+ *     ... forward/backward on lpx_fsdp_param_full(g, i) ...
+ *     lpx_fsdp_set_grad(g, i, grad_full)
+ *     lpx_fsdp_reshard(g)     frees the unsharded tensors
+ *     lpx_fsdp_reduce_scatter_grads(g)  one reduce-scatter per grad dtype,
+ *                             averaged (or fp8 with a shared scale)
+ *     lpx_fsdp_adamw_step(g)  one fused pass over the group's local shards
+ *     lpx_float8_precompute_scales(g)   one all-reduce(MAX) of the amaxes
+ *
+ * Every function that runs collectives must be called by every rank in
+ * the same order. A rank that fails before a collective aborts the comm,
+ * so its peers return LPX_ECOMM instead of hanging; the engine is then
+ * unusable (free it). All functions return lpx_status with a message in
+ * lpx_last_error() and never abort on user error. Not thread-safe: one
+ * thread drives one rank's engine. */
+#ifndef LPX_FSDP_H
+#define LPX_FSDP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "export.h"
+#include "status.h"
+#include "tensor.h"
+#include "comm.h"
+#include "dtensor.h"
+
+LPX_BEGIN_DECLS
+
+typedef struct lpx_fsdp lpx_fsdp;
+typedef struct lpx_fsdp_group lpx_fsdp_group;
+
+/** Engine options. Zero-initialized = the defaults in brackets. */
+typedef struct lpx_fsdp_config {
+    size_t struct_size;          /* sizeof(lpx_fsdp_config); 0 accepted as this size */
+    int max_unsharded;           /* groups unsharded at once [2]; unshard beyond it is refused */
+    bool keep_storage;           /* reshard keeps the unsharded tensors so the next unshard
+                                    refills them in place (post_all_gather `out`) [false:
+                                    reshard frees them] */
+    bool fp8_grad_reduce;        /* reduce-scatter grads as fp8 with one shared global scale
+                                    (FP8-LM / MS-AMP) [false] */
+    lpx_dtype fp8_grad_dtype;    /* format of fp8 grads [0 = LPX_F8E5M2] */
+} lpx_fsdp_config;
+
+/** The context the engine passes to a kind's pre_all_gather as `ctx`
+ *  (hooks that need no collective ignore it). A hook that runs a
+ *  collective of its own (float8_weight without precomputed scales) uses
+ *  `comm` and bumps `amax_allreduces`. */
+typedef struct lpx_fsdp_hook_ctx {
+    size_t struct_size;          /* sizeof(lpx_fsdp_hook_ctx) */
+    lpx_comm *comm;              /* the shard group's comm */
+    uint64_t amax_allreduces;    /* incremented by hooks that all-reduce an amax */
+} lpx_fsdp_hook_ctx;
+
+/** Per-step statistics (since lpx_fsdp_stats_reset). Collective indices
+ *  are lpx_coll; bytes count this rank's payload as lpx_comm_stats does
+ *  (all-gather: this rank's contribution, padding included). */
+typedef struct lpx_fsdp_stats {
+    size_t struct_size;                  /* set by the caller */
+    uint64_t calls[LPX_COLL_MAX];        /* collectives the engine ran, by kind */
+    uint64_t bytes[LPX_COLL_MAX];
+    uint64_t ns[LPX_COLL_MAX];           /* wall time inside those collectives */
+    uint64_t amax_allreduces;            /* all-reduces of float8 amaxes (precompute: 1 per
+                                            call; without: one per float8_weight per unshard) */
+    uint64_t unshards, reshards;
+    uint64_t unsharded_bytes;            /* bytes of unsharded tensors alive now */
+    uint64_t peak_unsharded_bytes;       /* the most alive at once */
+    int peak_unsharded_groups;           /* the most groups unsharded at once */
+    uint64_t pack_ns, unpack_ns;         /* time copying into / out of wire buffers */
+} lpx_fsdp_stats;
+
+/** Creates an engine over `mesh` (retained): a 1-D mesh shards over its
+ *  comm; a 2-D mesh (hybrid) shards over mesh dim 1 and averages grads
+ *  over both. cfg may be NULL. Errors: LPX_EINVAL, LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_new(lpx_mesh *mesh, const lpx_fsdp_config *cfg, lpx_fsdp **out);
+/** Frees the engine, its groups, shards, unsharded tensors, grads and
+ *  optimizer state; releases the mesh. NULL is ignored. */
+LPX_API void lpx_fsdp_free(lpx_fsdp *f);
+
+/** Adds a group (a layer, or the root) named `name` (copied). The handle
+ *  lives as long as the engine. Groups must be added before
+ *  lpx_fsdp_shard. Errors: LPX_EINVAL (NULL, after shard), LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_group_add(lpx_fsdp *f, const char *name, lpx_fsdp_group **out);
+
+/** Parameter flags. */
+enum {
+    LPX_FSDP_FROZEN = 1u   /* no gradient, no optimizer state (an nf4 base weight) */
+};
+
+/** Adds parameter `full` (any kind with all-gather hooks, or dense; every
+ *  rank passes the same full tensor; retained until lpx_fsdp_shard cuts
+ *  it) to group g; *index (may be NULL) receives its index in the group.
+ *  Errors: LPX_EINVAL (NULL, a 0-D or DTensor param, after shard),
+ *  LPX_ENOTIMPL (a kind without hooks), LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_param_add(lpx_fsdp_group *g, const char *name, lpx_tensor *full, unsigned flags,
+                                      int *index);
+
+/** fully_shard: every parameter becomes a Shard(0) DTensor (chunks of
+ *  ceil(rows/world) rounded up to the kind's shard_unit), the full tensors
+ *  are released, and the ranks agree on every parameter's wire layout
+ *  with one all-gather of descriptors (so each unshard is one collective).
+ *  Collective. Errors: those of the kinds' narrow/clone/pre_all_gather,
+ *  LPX_ECOMM, LPX_ETIMEOUT, LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_shard(lpx_fsdp *f);
+
+/** Number of groups / the i-th group (NULL when out of range). */
+LPX_API int lpx_fsdp_group_count(const lpx_fsdp *f);
+LPX_API lpx_fsdp_group *lpx_fsdp_group_at(const lpx_fsdp *f, int i);
+/** Group name (borrowed) and parameter count. */
+LPX_API const char *lpx_fsdp_group_name(const lpx_fsdp_group *g);
+LPX_API int lpx_fsdp_param_count(const lpx_fsdp_group *g);
+/** True while g is unsharded. */
+LPX_API bool lpx_fsdp_is_unsharded(const lpx_fsdp_group *g);
+
+/** Unshards group g: pre_all_gather of each param (ctx: an
+ *  lpx_fsdp_hook_ctx), every input packed into ONE u8 buffer (mixed
+ *  dtypes), ONE all-gather, split per param and unpadded, post_all_gather
+ *  (with the kept tensor as `out` when keep_storage). A no-op when g is
+ *  unsharded already. Collective. Errors: LPX_EFULL (max_unsharded groups
+ *  are unsharded: reshard one first; no collective ran, so this is only
+ *  safe when every rank makes the same call), LPX_EINVAL (before shard),
+ *  a hook's error, LPX_ECOMM, LPX_ETIMEOUT, LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g);
+/** Unshards `next` if fewer than max_unsharded groups are unsharded, else
+ *  does nothing (LPX_OK): prefetch while the current group computes.
+ *  Collective when it unshards (every rank sees the same count). */
+LPX_API lpx_status lpx_fsdp_prefetch(lpx_fsdp_group *next);
+/** Drops the unsharded tensors of g (or keeps them for reuse with
+ *  keep_storage). A no-op when g is sharded. Local, no collective. */
+LPX_API lpx_status lpx_fsdp_reshard(lpx_fsdp_group *g);
+
+/** The unsharded parameter i of g (borrowed, valid until reshard), NULL
+ *  when g is sharded or i out of range. Its kind is what the param's
+ *  post_all_gather builds (float8_weight: a float8 tensor). */
+LPX_API lpx_tensor *lpx_fsdp_param_full(const lpx_fsdp_group *g, int i);
+/** The Shard(0) DTensor of parameter i (borrowed), or NULL. */
+LPX_API lpx_tensor *lpx_fsdp_param_dtensor(const lpx_fsdp_group *g, int i);
+/** The local shard of parameter i (borrowed; updated in place by the
+ *  optimizer), or NULL. */
+LPX_API lpx_tensor *lpx_fsdp_param_local(const lpx_fsdp_group *g, int i);
+
+/** Hands the full (unsharded-shape, dense f32/bf16/f16) gradient of
+ *  parameter i to the engine (retained until the reduce-scatter).
+ *  Errors: LPX_EINVAL (frozen param, shape mismatch, kind tensor). */
+LPX_API lpx_status lpx_fsdp_set_grad(lpx_fsdp_group *g, int i, lpx_tensor *grad);
+/** Reduce-scatters the grads handed to g: grads of one dtype are packed
+ *  into one buffer (each rank's block padded to its chunk) and reduced in
+ *  ONE reduce-scatter (avg; with fp8_grad_reduce: one all-reduce(MAX) of
+ *  the amax, fp8 encoding with the shared scale, 1/N folded into the
+ *  unscale). Every trainable param must have a grad. Collective. */
+LPX_API lpx_status lpx_fsdp_reduce_scatter_grads(lpx_fsdp_group *g);
+/** The local grad shard of parameter i after the reduce-scatter
+ *  (borrowed, f32 for fp8-reduced grads, else the grad's dtype), or NULL. */
+LPX_API lpx_tensor *lpx_fsdp_param_grad(const lpx_fsdp_group *g, int i);
+
+/** AdamW hyper-parameters (decoupled weight decay, bias-corrected). */
+typedef struct lpx_adamw_opts {
+    double lr, beta1, beta2, eps, weight_decay;
+} lpx_adamw_opts;
+/** lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01. */
+LPX_API lpx_adamw_opts lpx_adamw_opts_default(void);
+
+/** One AdamW step over every trainable parameter's local shard of g, in
+ *  one fused pass per parameter (decode, update m and v in f32, write the
+ *  param in its dtype): p -= lr * wd * p; m = b1 m + (1-b1) g;
+ *  v = b2 v + (1-b2) g^2; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps),
+ *  all in f32 (docs/SHARDING.md has the exact order). Dense f32/bf16/f16
+ *  shards and float8_weight masters are updated; frozen ones skipped.
+ *  Local, no collective. Errors: LPX_EINVAL (no grads), LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_adamw_step(lpx_fsdp_group *g, const lpx_adamw_opts *opts);
+
+/** Computes the local amax of every float8_weight parameter of g, runs
+ *  ONE all-reduce(MAX) for all of them and stores each weight's scale, so
+ *  the next unshard casts with it and runs no collective besides the
+ *  all-gather. Without it, each float8_weight all-reduces its own amax at
+ *  unshard. Collective. Errors: LPX_ECOMM, LPX_ETIMEOUT, LPX_ENOMEM. */
+LPX_API lpx_status lpx_float8_precompute_scales(lpx_fsdp_group *g);
+
+/** Copies the statistics into *out (struct_size set by the caller).
+ *  Errors: LPX_EINVAL. */
+LPX_API lpx_status lpx_fsdp_stats_get(const lpx_fsdp *f, lpx_fsdp_stats *out);
+/** Zeroes the counters (keeps unsharded_bytes; the peak restarts from it). */
+LPX_API void lpx_fsdp_stats_reset(lpx_fsdp *f);
+
+/* ---- the float8_weight wrapper kind ---------------------------------- */
+
+/** Options of a float8_weight (zero = tensorwise e4m3fn). */
+typedef struct lpx_float8_weight_opts {
+    size_t struct_size;     /* sizeof; 0 accepted */
+    lpx_dtype fp8;          /* LPX_F8E4M3FN (also 0) or LPX_F8E5M2 */
+    bool rowwise;           /* one scale per row, local to the owning rank:
+                               no amax all-reduce at all */
+} lpx_float8_weight_opts;
+
+/** The float8_weight kind (priority WRAPPER), or NULL before init. */
+LPX_API const lpx_kind *lpx_float8_weight_kind(void);
+/** True if t is a float8_weight. */
+LPX_API bool lpx_float8_weight_is(const lpx_tensor *t);
+/** Wraps a dense high-precision master weight (f32/bf16/f16, >= 1-D;
+ *  retained, updated in place by the optimizer) into a float8_weight: its
+ *  pre_all_gather casts the local shard to fp8 with the replicated scale
+ *  (precomputed, or from its own amax all-reduce), post_all_gather builds
+ *  a float8 tensor (role WEIGHT) for the GEMM. Errors: LPX_EINVAL,
+ *  LPX_EDTYPE, LPX_ENOMEM. */
+LPX_API lpx_status lpx_float8_weight_new(lpx_tensor *master, const lpx_float8_weight_opts *opts, lpx_tensor **out);
+/** The master weight of a float8_weight (borrowed), or NULL. */
+LPX_API lpx_tensor *lpx_float8_weight_master(const lpx_tensor *w);
+/** Sets the scale the next pre_all_gather uses (> 0, finite; what
+ *  lpx_float8_precompute_scales stores); 0 clears it. Errors: LPX_EINVAL. */
+LPX_API lpx_status lpx_float8_weight_set_scale(lpx_tensor *w, float scale);
+/** The fp8 format of a float8_weight (-1 if w is not one). */
+LPX_API lpx_dtype lpx_float8_weight_fp8(const lpx_tensor *w);
+/** True if w is a rowwise float8_weight. */
+LPX_API bool lpx_float8_weight_rowwise(const lpx_tensor *w);
+/** The precomputed scale (0 when none). */
+LPX_API float lpx_float8_weight_scale(const lpx_tensor *w);
+
+LPX_END_DECLS
+
+#endif

@@ -1,0 +1,428 @@
+/* The sharding engine: groups, fully_shard, unshard / reshard, prefetch,
+ * statistics. Gradients are in fsdp_grads.c, AdamW in fsdp_adamw.c, the
+ * float8 scale precompute in fsdp_float8.c.
+ *
+ * The engine moves bytes: a param's kind says what goes on the wire
+ * (pre_all_gather) and how to rebuild it (post_all_gather); dense params
+ * put themselves on the wire. A group's inputs, whatever their dtypes, are
+ * packed into ONE u8 buffer per rank and gathered by ONE all-gather. Each
+ * rank's block has a fixed layout agreed on at lpx_fsdp_shard (one
+ * all-gather of wire descriptors): param p's inputs sit at offset off_p,
+ * padded to the largest rank's size (torch.chunk leaves trailing shards
+ * smaller or empty), and are unpadded by the sender's descriptor. */
+#include <string.h>
+#include "fsdp_internal.h"
+
+lpx_status fsdp_to_f32(lpx_dtype d, const void *src, float *dst, size_t n)
+{
+    return lpx_convert(dst, LPX_F32, src, d, n, 0);
+}
+
+lpx_status fsdp_from_f32(lpx_dtype d, const float *src, void *dst, size_t n)
+{
+    return lpx_convert(dst, d, src, LPX_F32, n, 0);
+}
+
+void fsdp_snap_begin(lpx_fsdp *f, fsdp_snap *s)
+{
+    memset(s, 0, sizeof *s);
+    s->s[0].struct_size = s->s[1].struct_size = sizeof(lpx_comm_stats);
+    lpx_comm_stats_get(f->comm, &s->s[0]);
+    if (f->rep) lpx_comm_stats_get(f->rep, &s->s[1]);
+}
+
+void fsdp_snap_end(lpx_fsdp *f, const fsdp_snap *s)
+{
+    lpx_comm *c[2] = {f->comm, f->rep};
+    for (int i = 0; i < 2; i++) {
+        if (!c[i]) continue;
+        lpx_comm_stats now;
+        now.struct_size = sizeof now;
+        if (lpx_comm_stats_get(c[i], &now)) continue;
+        for (int k = 0; k < LPX_COLL_MAX; k++) {
+            f->st.calls[k] += now.calls[k] - s->s[i].calls[k];
+            f->st.bytes[k] += now.bytes[k] - s->s[i].bytes[k];
+            f->st.ns[k] += now.ns[k] - s->s[i].ns[k];
+        }
+    }
+}
+
+lpx_status lpx_fsdp_new(lpx_mesh *mesh, const lpx_fsdp_config *cfg, lpx_fsdp **out)
+{
+    if (!out) return lpx_error(LPX_EINVAL, "lpx_fsdp_new: out is NULL");
+    *out = NULL;
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    if (!mesh || lpx_mesh_ndim(mesh) < 1) return lpx_error(LPX_EINVAL, "lpx_fsdp_new: mesh is NULL");
+    if (cfg && cfg->struct_size && cfg->struct_size < sizeof *cfg)
+        return lpx_error(LPX_EINVAL, "lpx_fsdp_new: cfg->struct_size %zu < %zu", cfg->struct_size, sizeof *cfg);
+    lpx_fsdp *f = lpx_calloc(1, sizeof *f);
+    if (!f) return lpx_error(LPX_ENOMEM, "lpx_fsdp_new: cannot allocate the engine");
+    if (cfg) f->cfg = *cfg;
+    f->cfg.struct_size = sizeof f->cfg;
+    if (f->cfg.max_unsharded <= 0) f->cfg.max_unsharded = 2;
+    if (!f->cfg.fp8_grad_dtype) f->cfg.fp8_grad_dtype = LPX_F8E5M2;
+    if (f->cfg.fp8_grad_dtype != LPX_F8E5M2 && f->cfg.fp8_grad_dtype != LPX_F8E4M3FN) {
+        lpx_free(f);
+        return lpx_error(LPX_EDTYPE, "lpx_fsdp_new: fp8_grad_dtype %s is not an fp8 dtype",
+                         lpx_dtype_name(cfg->fp8_grad_dtype));
+    }
+    lpx_mesh_retain(mesh);
+    f->mesh = mesh;
+    int sd = lpx_mesh_ndim(mesh) - 1; /* the last mesh dim shards */
+    f->comm = lpx_mesh_comm(mesh, sd);
+    f->rep = sd > 0 ? lpx_mesh_comm(mesh, 0) : NULL;
+    f->world = lpx_comm_size(f->comm);
+    f->rank = lpx_comm_rank(f->comm);
+    f->st.struct_size = sizeof f->st;
+    *out = f;
+    return LPX_OK;
+}
+
+static void param_drop_unsharded(fsdp_param *p)
+{
+    lpx_tensor_release(p->full);
+    p->full = NULL;
+    for (int i = 0; i < LPX_MAX_AG_INPUTS; i++) {
+        lpx_tensor_release(p->outputs[i]);
+        p->outputs[i] = NULL;
+    }
+}
+
+void lpx_fsdp_free(lpx_fsdp *f)
+{
+    if (!f) return;
+    for (int gi = 0; gi < f->ng; gi++) {
+        lpx_fsdp_group *g = f->g[gi];
+        for (int i = 0; i < g->n; i++) {
+            fsdp_param *p = &g->p[i];
+            lpx_free(p->name);
+            lpx_tensor_release(p->full_in);
+            lpx_tensor_release(p->dt);
+            lpx_free(p->descs);
+            param_drop_unsharded(p);
+            lpx_tensor_release(p->grad_full);
+            lpx_tensor_release(p->grad);
+            lpx_free(p->m);
+            lpx_free(p->v);
+        }
+        lpx_free(g->p);
+        lpx_free(g->name);
+        lpx_free(g);
+    }
+    lpx_free(f->g);
+    lpx_mesh_release(f->mesh);
+    lpx_free(f);
+}
+
+lpx_status lpx_fsdp_group_add(lpx_fsdp *f, const char *name, lpx_fsdp_group **out)
+{
+    if (out) *out = NULL;
+    if (!f || !name || !out) return lpx_error(LPX_EINVAL, "lpx_fsdp_group_add: NULL argument");
+    if (f->sharded) return lpx_error(LPX_EINVAL, "lpx_fsdp_group_add(%s): the engine is sharded already", name);
+    if (f->ng == f->gcap) {
+        int cap = f->gcap ? 2 * f->gcap : 8;
+        lpx_fsdp_group **ng = lpx_realloc(f->g, (size_t)cap * sizeof *ng);
+        if (!ng) return lpx_error(LPX_ENOMEM, "lpx_fsdp_group_add(%s): out of memory", name);
+        f->g = ng;
+        f->gcap = cap;
+    }
+    lpx_fsdp_group *g = lpx_calloc(1, sizeof *g);
+    if (!g || !(g->name = lpx_strdup(name))) {
+        lpx_free(g);
+        return lpx_error(LPX_ENOMEM, "lpx_fsdp_group_add(%s): out of memory", name);
+    }
+    g->f = f;
+    f->g[f->ng++] = g;
+    *out = g;
+    return LPX_OK;
+}
+
+lpx_status lpx_fsdp_param_add(lpx_fsdp_group *g, const char *name, lpx_tensor *full, unsigned flags, int *index)
+{
+    const char *op = "lpx_fsdp_param_add";
+    if (!g || !name || !full) return lpx_error(LPX_EINVAL, "%s: NULL argument", op);
+    if (g->f->sharded) return lpx_error(LPX_EINVAL, "%s(%s): the engine is sharded already", op, name);
+    if (lpx_tensor_ndim(full) < 1 || lpx_dtensor_is(full))
+        return lpx_error(LPX_EINVAL, "%s(%s): a parameter must be a >= 1-D tensor that is not a DTensor", op, name);
+    const lpx_kind *k = lpx_tensor_kind(full);
+    if (k && (!lpx_kind_vtable(k)->pre_all_gather || !lpx_kind_vtable(k)->post_all_gather))
+        return lpx_error(LPX_ENOTIMPL, "%s(%s): kind '%s' has no all-gather hooks: it cannot be sharded", op, name,
+                         lpx_kind_name(k));
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 8;
+        fsdp_param *np = lpx_realloc(g->p, (size_t)cap * sizeof *np);
+        if (!np) return lpx_error(LPX_ENOMEM, "%s(%s): out of memory", op, name);
+        g->p = np;
+        g->cap = cap;
+    }
+    fsdp_param *p = &g->p[g->n];
+    memset(p, 0, sizeof *p);
+    if (!(p->name = lpx_strdup(name))) return lpx_error(LPX_ENOMEM, "%s(%s): out of memory", op, name);
+    p->flags = flags;
+    lpx_tensor_retain(full);
+    p->full_in = full;
+    p->dtype = lpx_tensor_dtype(full);
+    p->ndim = lpx_tensor_ndim(full);
+    memcpy(p->shape, lpx_tensor_shape(full), (size_t)p->ndim * sizeof(int64_t));
+    p->unit = dt_shard_unit(full, 0);
+    if (index) *index = g->n;
+    g->n++;
+    return LPX_OK;
+}
+
+/* Cuts every param, describes its wire inputs. Local (the float8_weight
+ * hook may all-reduce: every rank does it in the same order). */
+static lpx_status shard_param(lpx_fsdp *f, fsdp_param *p, dt_wire_desc *mine)
+{
+    const char *op = "lpx_fsdp_shard";
+    lpx_tensor *local = NULL;
+    lpx_status st = lpx_shard_range(p->shape[0], f->world, f->rank, p->unit, &p->chunk, &p->start, &p->len);
+    if (!st) st = dt_chunk(op, p->full_in, 0, f->world, f->rank, &local);
+    if (st) return dt_prefix(st, "%s: param '%s'", op, p->name);
+    lpx_placement pl[LPX_MESH_MAX_DIMS] = {lpx_replicate(), lpx_replicate()};
+    pl[lpx_mesh_ndim(f->mesh) - 1] = lpx_shard(0);
+    st = dt_make(local, f->mesh, pl, p->ndim, p->shape, p->dtype, &p->dt);
+    lpx_tensor_release(local);
+    if (st) return st;
+    lpx_tensor_release(p->full_in);
+    p->full_in = NULL;
+    lpx_tensor *in[LPX_MAX_AG_INPUTS] = {0};
+    unsigned char meta[LPX_MAX_META];
+    size_t ms;
+    int n = 0;
+    lpx_fsdp_hook_ctx h = {sizeof h, f->comm, 0};
+    st = dt_pre_gather(op, fsdp_local(p), &h, in, &n, meta, &ms, mine);
+    f->st.amax_allreduces += h.amax_allreduces;
+    for (int i = 0; i < n; i++) lpx_tensor_release(in[i]);
+    if (st) return dt_prefix(st, "%s: param '%s'", op, p->name);
+    return LPX_OK;
+}
+
+lpx_status lpx_fsdp_shard(lpx_fsdp *f)
+{
+    const char *op = "lpx_fsdp_shard";
+    if (!f) return lpx_error(LPX_EINVAL, "%s: f is NULL", op);
+    if (f->sharded) return lpx_error(LPX_EINVAL, "%s: already sharded", op);
+    int total = 0;
+    for (int gi = 0; gi < f->ng; gi++) total += f->g[gi]->n;
+    dt_wire_desc *mine = lpx_calloc((size_t)(total ? total : 1), sizeof *mine);
+    dt_wire_desc *all = lpx_calloc((size_t)(total ? total : 1) * (size_t)f->world, sizeof *all);
+    fsdp_snap snap;
+    fsdp_snap_begin(f, &snap);
+    lpx_status st = LPX_OK;
+    if (!mine || !all) st = dt_abort(f->comm, lpx_error(LPX_ENOMEM, "%s: cannot allocate wire descriptors", op));
+    int k = 0;
+    for (int gi = 0; gi < f->ng && !st; gi++)
+        for (int i = 0; i < f->g[gi]->n && !st; i++, k++)
+            if ((st = shard_param(f, &f->g[gi]->p[i], &mine[k]))) st = dt_abort(f->comm, st);
+    /* one all-gather: every rank learns every other rank's wire layout */
+    if (!st) st = lpx_comm_all_gather_buf(f->comm, mine, all, (size_t)total * sizeof *mine);
+    k = 0;
+    for (int gi = 0; gi < f->ng && !st; gi++) {
+        lpx_fsdp_group *g = f->g[gi];
+        size_t off = 0;
+        for (int i = 0; i < g->n && !st; i++, k++) {
+            fsdp_param *p = &g->p[i];
+            if (!(p->descs = lpx_malloc((size_t)f->world * sizeof *p->descs))) {
+                st = lpx_error(LPX_ENOMEM, "%s: out of memory", op);
+                break;
+            }
+            size_t slot = 0;
+            for (int r = 0; r < f->world; r++) {
+                p->descs[r] = all[(size_t)r * (size_t)total + (size_t)k];
+                size_t b = dt_wire_bytes(&p->descs[r]);
+                slot = b > slot ? b : slot;
+            }
+            p->off = off;
+            p->slot = slot;
+            off += slot;
+        }
+        g->slot = off;
+    }
+    fsdp_snap_end(f, &snap);
+    lpx_free(mine);
+    lpx_free(all);
+    if (!st) f->sharded = true;
+    return st;
+}
+
+int lpx_fsdp_group_count(const lpx_fsdp *f) { return f ? f->ng : 0; }
+lpx_fsdp_group *lpx_fsdp_group_at(const lpx_fsdp *f, int i) { return f && i >= 0 && i < f->ng ? f->g[i] : NULL; }
+const char *lpx_fsdp_group_name(const lpx_fsdp_group *g) { return g ? g->name : NULL; }
+int lpx_fsdp_param_count(const lpx_fsdp_group *g) { return g ? g->n : 0; }
+bool lpx_fsdp_is_unsharded(const lpx_fsdp_group *g) { return g && g->unsharded; }
+
+lpx_tensor *lpx_fsdp_param_full(const lpx_fsdp_group *g, int i)
+{
+    return g && g->unsharded && i >= 0 && i < g->n ? g->p[i].full : NULL;
+}
+lpx_tensor *lpx_fsdp_param_dtensor(const lpx_fsdp_group *g, int i) { return g && i >= 0 && i < g->n ? g->p[i].dt : NULL; }
+lpx_tensor *lpx_fsdp_param_local(const lpx_fsdp_group *g, int i)
+{
+    return g && i >= 0 && i < g->n && g->p[i].dt ? fsdp_local(&g->p[i]) : NULL;
+}
+
+static uint64_t tensor_bytes(const lpx_tensor *t)
+{
+    return lpx_dtype_nbytes(lpx_tensor_dtype(t), lpx_tensor_numel(t));
+}
+
+static void note_unsharded(lpx_fsdp *f, int64_t delta)
+{
+    f->st.unsharded_bytes += (uint64_t)delta;
+    if (f->st.unsharded_bytes > f->st.peak_unsharded_bytes) f->st.peak_unsharded_bytes = f->st.unsharded_bytes;
+}
+
+/* Splits the gathered buffer and rebuilds every param of g. */
+static lpx_status rebuild(lpx_fsdp_group *g, const unsigned char *recv, lpx_tensor **inputs, int *nin,
+                          unsigned char *metas, size_t *msz, uint64_t *bytes)
+{
+    const char *op = "lpx_fsdp_unshard";
+    lpx_fsdp *f = g->f;
+    for (int i = 0; i < g->n; i++) {
+        fsdp_param *p = &g->p[i];
+        lpx_status st = dt_unpack(op, recv, g->slot, p->off, p->descs, f->world, p->outputs);
+        lpx_tensor *prev = g->kept ? p->full : NULL, *full = NULL;
+        if (!st)
+            st = dt_post_gather(op, lpx_tensor_kind(fsdp_local(p)), p->outputs, nin[i], metas + (size_t)i * LPX_MAX_META,
+                                msz[i], p->dtype, prev, &full);
+        if (st) return dt_prefix(st, "%s(%s): param '%s'", op, g->name, p->name);
+        uint64_t b = 0;
+        for (int k = 0; k < nin[i]; k++) b += tensor_bytes(p->outputs[k]);
+        *bytes += b;
+        p->full_bytes = b;
+        lpx_tensor_release(p->full);
+        p->full = full;
+        if (!f->cfg.keep_storage) /* the result holds what it needs */
+            for (int k = 0; k < LPX_MAX_AG_INPUTS; k++) {
+                lpx_tensor_release(p->outputs[k]);
+                p->outputs[k] = NULL;
+            }
+        (void)inputs;
+    }
+    return LPX_OK;
+}
+
+lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
+{
+    const char *op = "lpx_fsdp_unshard";
+    if (!g) return lpx_error(LPX_EINVAL, "%s: g is NULL", op);
+    lpx_fsdp *f = g->f;
+    if (!f->sharded) return lpx_error(LPX_EINVAL, "%s(%s): call lpx_fsdp_shard first", op, g->name);
+    if (g->unsharded) return LPX_OK;
+    if (f->nunsharded >= f->cfg.max_unsharded)
+        return lpx_error(LPX_EFULL, "%s(%s): %d groups are unsharded already (max_unsharded %d); reshard one first",
+                         op, g->name, f->nunsharded, f->cfg.max_unsharded);
+    fsdp_snap snap;
+    fsdp_snap_begin(f, &snap);
+    lpx_status st = LPX_OK;
+    int n = g->n;
+    lpx_tensor **inputs = lpx_calloc((size_t)(n ? n : 1) * LPX_MAX_AG_INPUTS, sizeof *inputs);
+    int *nin = lpx_calloc((size_t)(n ? n : 1), sizeof *nin);
+    size_t *msz = lpx_calloc((size_t)(n ? n : 1), sizeof *msz);
+    unsigned char *metas = lpx_malloc((size_t)(n ? n : 1) * LPX_MAX_META);
+    unsigned char *send = lpx_calloc(1, g->slot ? g->slot : 1);
+    unsigned char *recv = lpx_malloc((g->slot ? g->slot : 1) * (size_t)f->world);
+    if (!inputs || !nin || !msz || !metas || !send || !recv) {
+        st = dt_abort(f->comm, lpx_error(LPX_ENOMEM, "%s(%s): cannot allocate %zu wire bytes", op, g->name,
+                                         g->slot * (size_t)f->world));
+        goto done;
+    }
+    /* 1. each param says what goes on the wire; 2. pack into one buffer */
+    lpx_fsdp_hook_ctx h = {sizeof h, f->comm, 0};
+    uint64_t t0 = lpx_now_ns();
+    for (int i = 0; i < n && !st; i++) {
+        fsdp_param *p = &g->p[i];
+        dt_wire_desc d;
+        st = dt_pre_gather(op, fsdp_local(p), &h, inputs + (size_t)i * LPX_MAX_AG_INPUTS, &nin[i],
+                           metas + (size_t)i * LPX_MAX_META, &msz[i], &d);
+        if (!st && memcmp(&d, &p->descs[f->rank], sizeof d))
+            st = lpx_error(LPX_EINVAL, "%s(%s): param '%s' now puts a different input list on the wire than at "
+                           "lpx_fsdp_shard (its shard changed shape or format)", op, g->name, p->name);
+        if (!st) dt_pack(&d, inputs + (size_t)i * LPX_MAX_AG_INPUTS, send + p->off);
+        if (st) st = dt_abort(f->comm, dt_prefix(st, "%s(%s): param '%s'", op, g->name, p->name));
+    }
+    f->st.amax_allreduces += h.amax_allreduces;
+    f->st.pack_ns += lpx_now_ns() - t0;
+    if (st) goto done;
+    /* 3. one all-gather for the whole group */
+    if ((st = lpx_comm_all_gather_buf(f->comm, send, recv, g->slot))) goto done;
+    lpx_free(send);
+    send = NULL;
+    /* 4. split, unpad, post_all_gather */
+    t0 = lpx_now_ns();
+    uint64_t bytes = 0;
+    st = rebuild(g, recv, inputs, nin, metas, msz, &bytes);
+    f->st.unpack_ns += lpx_now_ns() - t0;
+    if (st) {
+        for (int i = 0; i < n; i++) param_drop_unsharded(&g->p[i]);
+        g->kept = false;
+        goto done;
+    }
+    if (g->kept) note_unsharded(f, -(int64_t)g->bytes); /* the kept storage was refilled */
+    g->kept = false;
+    g->bytes = bytes;
+    g->unsharded = true;
+    f->nunsharded++;
+    f->st.unshards++;
+    note_unsharded(f, (int64_t)bytes);
+    if (f->nunsharded > f->st.peak_unsharded_groups) f->st.peak_unsharded_groups = f->nunsharded;
+done:
+    fsdp_snap_end(f, &snap);
+    if (inputs)
+        for (int i = 0; i < n * LPX_MAX_AG_INPUTS; i++) lpx_tensor_release(inputs[i]);
+    lpx_free(inputs);
+    lpx_free(nin);
+    lpx_free(msz);
+    lpx_free(metas);
+    lpx_free(send);
+    lpx_free(recv);
+    return st;
+}
+
+lpx_status lpx_fsdp_prefetch(lpx_fsdp_group *next)
+{
+    if (!next) return lpx_error(LPX_EINVAL, "lpx_fsdp_prefetch: next is NULL");
+    if (next->unsharded || next->f->nunsharded >= next->f->cfg.max_unsharded) return LPX_OK;
+    return lpx_fsdp_unshard(next);
+}
+
+lpx_status lpx_fsdp_reshard(lpx_fsdp_group *g)
+{
+    if (!g) return lpx_error(LPX_EINVAL, "lpx_fsdp_reshard: g is NULL");
+    if (!g->unsharded) return LPX_OK;
+    lpx_fsdp *f = g->f;
+    g->unsharded = false;
+    f->nunsharded--;
+    f->st.reshards++;
+    if (f->cfg.keep_storage) {
+        /* memory for speed: the storage stays (and stays counted) so the
+         * next unshard refills it through post_all_gather's `out` */
+        g->kept = true;
+        return LPX_OK;
+    }
+    for (int i = 0; i < g->n; i++) param_drop_unsharded(&g->p[i]);
+    note_unsharded(f, -(int64_t)g->bytes);
+    g->bytes = 0;
+    return LPX_OK;
+}
+
+lpx_status lpx_fsdp_stats_get(const lpx_fsdp *f, lpx_fsdp_stats *out)
+{
+    if (!f || !out || out->struct_size < sizeof *out)
+        return lpx_error(LPX_EINVAL, "lpx_fsdp_stats_get: NULL argument or struct_size too small");
+    *out = f->st;
+    out->struct_size = sizeof *out;
+    return LPX_OK;
+}
+
+void lpx_fsdp_stats_reset(lpx_fsdp *f)
+{
+    if (!f) return;
+    uint64_t live = f->st.unsharded_bytes;
+    memset(&f->st, 0, sizeof f->st);
+    f->st.struct_size = sizeof f->st;
+    f->st.unsharded_bytes = f->st.peak_unsharded_bytes = live;
+    f->st.peak_unsharded_groups = f->nunsharded;
+}

@@ -1,0 +1,76 @@
+/* Shared state of the sharding engine's source files (not installed). */
+#ifndef LPX_FSDP_INTERNAL_H
+#define LPX_FSDP_INTERNAL_H
+
+#include "dtensor_internal.h"
+
+typedef struct fsdp_param {
+    char *name;
+    unsigned flags;
+    lpx_tensor *full_in;       /* the full tensor until lpx_fsdp_shard */
+    lpx_tensor *dt;            /* Shard(0) DTensor over the local shard */
+    lpx_dtype dtype;           /* logical dtype */
+    int ndim;
+    int64_t shape[LPX_MAX_DIMS];   /* global */
+    int64_t unit;              /* dim-0 shard unit of the kind */
+    int64_t chunk, start, len; /* this rank's rows (torch.chunk, in units) */
+    dt_wire_desc *descs;       /* [world]: every rank's wire inputs (from shard) */
+    size_t off, slot;          /* offset / bytes of this param in a rank's slot */
+    /* unsharded state */
+    lpx_tensor *outputs[LPX_MAX_AG_INPUTS]; /* gathered inputs (kept with keep_storage) */
+    lpx_tensor *full;          /* the unsharded tensor */
+    uint64_t full_bytes;
+    /* gradients and optimizer */
+    lpx_tensor *grad_full;     /* handed in by lpx_fsdp_set_grad */
+    lpx_tensor *grad;          /* local grad shard after reduce-scatter */
+    float *m, *v;              /* AdamW moments over the local shard (f32) */
+    int64_t step;
+} fsdp_param;
+
+struct lpx_fsdp_group {
+    lpx_fsdp *f;
+    char *name;
+    fsdp_param *p;
+    int n, cap;
+    bool unsharded;
+    bool kept;                 /* keep_storage: unsharded tensors held while resharded */
+    size_t slot;               /* bytes of one rank's block of the group's all-gather */
+    uint64_t bytes;            /* unsharded bytes while unsharded */
+};
+
+struct lpx_fsdp {
+    lpx_mesh *mesh;
+    lpx_comm *comm;            /* shard group */
+    lpx_comm *rep;             /* 2-D mesh: replicate group (grads averaged over it) */
+    int world, rank;
+    lpx_fsdp_config cfg;
+    lpx_fsdp_group **g;
+    int ng, gcap;
+    bool sharded;
+    int nunsharded;
+    lpx_fsdp_stats st;
+};
+
+/* Adds the comm statistics accumulated since *before to the engine's. */
+typedef struct fsdp_snap {
+    lpx_comm_stats s[2];
+} fsdp_snap;
+void fsdp_snap_begin(lpx_fsdp *f, fsdp_snap *s);
+void fsdp_snap_end(lpx_fsdp *f, const fsdp_snap *s);
+
+/* Element count of one dim-0 row of a param. */
+static inline int64_t fsdp_row_elems(const fsdp_param *p)
+{
+    int64_t e = 1;
+    for (int d = 1; d < p->ndim; d++) e *= p->shape[d];
+    return e;
+}
+
+/* The local shard of a param (borrowed). */
+static inline lpx_tensor *fsdp_local(const fsdp_param *p) { return lpx_dtensor_local(p->dt); }
+
+/* Decodes / encodes n elements between dtype d and f32. */
+lpx_status fsdp_to_f32(lpx_dtype d, const void *src, float *dst, size_t n);
+lpx_status fsdp_from_f32(lpx_dtype d, const float *src, void *dst, size_t n);
+
+#endif

@@ -1,0 +1,282 @@
+/* The float8_weight wrapper kind (priority WRAPPER): a high-precision
+ * master weight whose all-gather travels as fp8 (torchao's
+ * WeightWithDynamicFloat8CastTensor).
+ *
+ * Payload: inner[0] = the dense master (f32/bf16/f16, updated in place by
+ * the optimizer); metadata = format, granularity and a pointer to a small
+ * heap state holding the precomputed scale (freed by meta_release; each
+ * tensor owns its own state, views copy the value).
+ *
+ * pre_all_gather(shard, ctx) casts the local master shard to fp8 and hands
+ * the float8 kind's pre_all_gather the result, so the wire is exactly the
+ * float8 kind's (1 byte per element):
+ *   tensorwise: the scale is replicated: the precomputed one
+ *               (lpx_float8_precompute_scales: one all-reduce MAX for all
+ *               weights), else this weight's own all-reduce MAX of its
+ *               amax over ctx->comm (counted in ctx->amax_allreduces);
+ *               scale = fp8_max / max(amax, 1e-12) (fp8_scale_from_amax),
+ *               the dynamic formula, so gathering then casting and
+ *               casting then gathering give the same bits;
+ *   rowwise:    each row's scale comes from its own amax, which lives on
+ *               the rank that owns the row: no collective at all.
+ * post_all_gather is the float8 kind's: a float8 tensor (role WEIGHT)
+ * ready for the scaled GEMM.
+ *
+ * Ops: narrow/slice/clone/detach/contiguous rewrap the master's result;
+ * any other op runs on the master (a fallback that unwraps and
+ * redispatches), so a float8_weight behaves as its master elsewhere. */
+#include <math.h>
+#include <string.h>
+#include "float8_internal.h"
+#include "lpx/fsdp.h"
+
+#define F8W_MAGIC 0x57384657u /* "WF8W" */
+
+typedef struct f8w_state {
+    float scale;   /* precomputed replicated scale, 0: none */
+} f8w_state;
+
+typedef struct f8w_meta {
+    uint32_t magic;
+    int32_t fp8;
+    int32_t rowwise;
+    int32_t reserved;
+    f8w_state *state;
+} f8w_meta;
+
+static const lpx_kind *f8w__kind;
+
+const lpx_kind *lpx_float8_weight_kind(void)
+{
+    if (lpx_ensure_init()) return NULL;
+    return f8w__kind;
+}
+
+bool lpx_float8_weight_is(const lpx_tensor *t) { return t && f8w__kind && lpx_tensor_kind(t) == f8w__kind; }
+
+static const f8w_meta *meta_of(const lpx_tensor *t) { return (const f8w_meta *)lpx_tensor_meta(t, NULL); }
+
+lpx_tensor *lpx_float8_weight_master(const lpx_tensor *w) { return lpx_float8_weight_is(w) ? lpx_tensor_inner(w, 0) : NULL; }
+
+lpx_dtype lpx_float8_weight_fp8(const lpx_tensor *w) { return lpx_float8_weight_is(w) ? meta_of(w)->fp8 : -1; }
+
+bool lpx_float8_weight_rowwise(const lpx_tensor *w) { return lpx_float8_weight_is(w) && meta_of(w)->rowwise; }
+
+float lpx_float8_weight_scale(const lpx_tensor *w) { return lpx_float8_weight_is(w) ? meta_of(w)->state->scale : 0.0f; }
+
+lpx_status lpx_float8_weight_set_scale(lpx_tensor *w, float scale)
+{
+    if (!lpx_float8_weight_is(w)) return lpx_error(LPX_EINVAL, "lpx_float8_weight_set_scale: w is not a float8_weight");
+    if (!(scale >= 0.0f) || !isfinite(scale))
+        return lpx_error(LPX_EINVAL, "lpx_float8_weight_set_scale: scale %g is not finite and >= 0", (double)scale);
+    meta_of(w)->state->scale = scale;
+    return LPX_OK;
+}
+
+/* New float8_weight over master (retained) with format and scale. */
+static lpx_status make(lpx_tensor *master, lpx_dtype fp8, bool rowwise, float scale, lpx_tensor **out)
+{
+    f8w_meta m;
+    memset(&m, 0, sizeof m);
+    m.magic = F8W_MAGIC;
+    m.fp8 = fp8;
+    m.rowwise = rowwise;
+    m.state = lpx_calloc(1, sizeof *m.state);
+    if (!m.state) return lpx_error(LPX_ENOMEM, "float8_weight: cannot allocate its state");
+    m.state->scale = scale;
+    lpx_status st = lpx_tensor_new_kind(f8w__kind, lpx_tensor_dtype(master), lpx_tensor_ndim(master),
+                                        lpx_tensor_shape(master), lpx_tensor_device(master), &master, 1, &m, sizeof m,
+                                        out);
+    if (st) lpx_free(m.state); /* no tensor: meta_release will not run */
+    return st;
+}
+
+lpx_status lpx_float8_weight_new(lpx_tensor *master, const lpx_float8_weight_opts *opts, lpx_tensor **out)
+{
+    const char *op = "lpx_float8_weight_new";
+    if (!out) return lpx_error(LPX_EINVAL, "%s: out is NULL", op);
+    *out = NULL;
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    if (!master || lpx_tensor_kind(master) || lpx_tensor_ndim(master) < 1)
+        return lpx_error(LPX_EINVAL, "%s: master must be a dense tensor with at least one dim", op);
+    if (!f8_logical_ok(lpx_tensor_dtype(master)))
+        return lpx_error(LPX_EDTYPE, "%s: master dtype %s; expected f32, bf16 or f16", op,
+                         lpx_dtype_name(lpx_tensor_dtype(master)));
+    lpx_dtype fp8 = opts && opts->fp8 ? opts->fp8 : LPX_F8E4M3FN;
+    if (!f8_is_fp8(fp8)) return lpx_error(LPX_EDTYPE, "%s: fp8 %s is not an fp8 dtype", op, lpx_dtype_name(fp8));
+    bool rowwise = opts && opts->rowwise;
+    if (rowwise && lpx_tensor_ndim(master) < 2)
+        return lpx_error(LPX_EINVAL, "%s: rowwise scaling needs a 2-D or higher master", op);
+    return make(master, fp8, rowwise, 0.0f, out);
+}
+
+/* ---- all-gather hooks -------------------------------------------- */
+
+/* The replicated tensorwise scale of this shard (precomputed, or one
+ * all-reduce MAX of the amax over ctx's comm). */
+static lpx_status shard_scale(const lpx_tensor *shard, void *ctx, lpx_tensor **scale)
+{
+    const f8w_meta *m = meta_of(shard);
+    lpx_tensor *master = lpx_tensor_inner(shard, 0);
+    if (m->state->scale > 0) return lpx_full(0, NULL, m->state->scale, LPX_F32, lpx_cpu(), scale);
+    float amax = 0.0f;
+    lpx_status st;
+    if (lpx_tensor_numel(master) > 0) {
+        lpx_tensor *a = NULL;
+        double v;
+        if ((st = lpx_amax(master, 0, NULL, false, &a))) return st;
+        st = lpx_item(a, 0, &v);
+        lpx_tensor_release(a);
+        if (st) return st;
+        amax = (float)v;
+    }
+    lpx_fsdp_hook_ctx *h = ctx;
+    if (h && h->struct_size >= sizeof *h && h->comm) {
+        if ((st = lpx_comm_all_reduce_buf(h->comm, &amax, &amax, 1, LPX_F32, LPX_REDUCE_MAX))) return st;
+        h->amax_allreduces++;
+    }
+    lpx_tensor *at = NULL;
+    if ((st = lpx_full(0, NULL, amax, LPX_F32, lpx_cpu(), &at))) return st;
+    double smax = lpx_tensor_dtype(master) == LPX_F16 ? 65504.0 : 0.0;
+    st = lpx_fp8_scale_from_amax(at, m->fp8, false, smax, scale, NULL);
+    lpx_tensor_release(at);
+    return st;
+}
+
+/* Casts a master shard to float8 the way the all-gather sends it. */
+static lpx_status cast_shard(const lpx_tensor *shard, void *ctx, lpx_tensor **f8)
+{
+    const f8w_meta *m = meta_of(shard);
+    lpx_float8_quant_opts o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.fp8 = m->fp8;
+    o.role = LPX_FLOAT8_ROLE_WEIGHT;
+    lpx_tensor *scale = NULL;
+    lpx_status st;
+    if (m->rowwise) {
+        o.granularity = LPX_FLOAT8_AXISWISE;
+        o.axis = -1;
+    } else {
+        if ((st = shard_scale(shard, ctx, &scale))) return st;
+        o.scale = scale;
+    }
+    st = lpx_float8_quantize(lpx_tensor_inner(shard, 0), &o, f8, NULL);
+    lpx_tensor_release(scale);
+    return st;
+}
+
+static lpx_status f8w_pre_all_gather(const lpx_tensor *shard, void *ctx, lpx_tensor **inputs, int *ninputs,
+                                     void *meta, size_t *meta_size)
+{
+    const char *op = "float8_weight pre_all_gather";
+    if (!lpx_float8_weight_is(shard)) return lpx_error(LPX_EINVAL, "%s: shard is not a float8_weight", op);
+    lpx_tensor *f8 = NULL;
+    lpx_status st = cast_shard(shard, ctx, &f8);
+    if (st) return st;
+    st = f8_pre_all_gather(f8, ctx, inputs, ninputs, meta, meta_size);
+    lpx_tensor_release(f8);
+    return st;
+}
+
+static lpx_status f8w_post_all_gather(const lpx_kind *kind, lpx_tensor *const *outputs, int noutputs,
+                                      const void *meta, size_t meta_size, lpx_dtype param_dtype, lpx_tensor *out,
+                                      lpx_tensor **result)
+{
+    (void)kind;
+    return f8_post_all_gather(f8__kind, outputs, noutputs, meta, meta_size, param_dtype, out, result);
+}
+
+static void f8w_meta_release(void *meta, size_t size)
+{
+    if (size == sizeof(f8w_meta)) lpx_free(((f8w_meta *)meta)->state);
+}
+
+static lpx_status f8w_to_dense(const lpx_tensor *t, lpx_tensor **out)
+{
+    return lpx_cast(lpx_tensor_inner(t, 0), LPX_F32, false, out);
+}
+
+static int f8w_describe(const lpx_tensor *t, char *buf, size_t len)
+{
+    if (!buf || !len) return 0;
+    char sh[128];
+    const f8w_meta *m = meta_of(t);
+    int n = snprintf(buf, len, "float8_weight %s %s -> %s %s scale=%g", lpx_tensor_shape_str(t, sh, sizeof sh),
+                     lpx_dtype_name(lpx_tensor_dtype(t)), lpx_dtype_name(m->fp8), m->rowwise ? "rowwise" : "tensorwise",
+                     (double)m->state->scale);
+    return n < 0 ? 0 : n;
+}
+
+/* ---- op handlers --------------------------------------------------- */
+
+/* Replaces float8_weight tensor arguments by their masters and dispatches
+ * again: the op runs on the high-precision weight. */
+static lpx_status run_on_masters(lpx_call *c, lpx_call *inner, lpx_value *args)
+{
+    for (int i = 0; i < c->nargs; i++) {
+        args[i] = c->args[i];
+        if (args[i].tag == LPX_TAG_TENSOR && lpx_float8_weight_is(args[i].u.t))
+            args[i].u.t = lpx_tensor_inner(args[i].u.t, 0);
+    }
+    lpx_call_init(inner, c->op, args, c->nargs);
+    return lpx_dispatch(inner);
+}
+
+static lpx_status f8w_fallback(lpx_call *c)
+{
+    for (int i = 0; i < c->nargs; i++)
+        if (c->args[i].tag == LPX_TAG_TENSORS)
+            return lpx_error(LPX_ENOTIMPL, "%s (float8_weight): tensor-list arguments are not unwrapped",
+                             lpx_op_name(c->op));
+    lpx_value args[LPX_MAX_ARGS];
+    lpx_call inner;
+    lpx_status st = run_on_masters(c, &inner, args);
+    if (st) return st;
+    c->nrets = inner.nrets;
+    for (int i = 0; i < inner.nrets; i++) c->rets[i] = inner.rets[i];
+    return LPX_OK;
+}
+
+/* view-like ops: the result wraps the master's result again */
+static lpx_status f8w_rewrap(lpx_call *c)
+{
+    const f8w_meta *m = meta_of(c->args[0].u.t);
+    lpx_value args[LPX_MAX_ARGS];
+    lpx_call inner;
+    lpx_status st = run_on_masters(c, &inner, args);
+    if (st) return st;
+    lpx_tensor *r = inner.rets[0].u.t, *w = NULL;
+    st = make(r, m->fp8, m->rowwise, m->state->scale, &w);
+    lpx_call_release_rets(&inner);
+    if (st) return st;
+    c->rets[0] = lpx_v_tensor(w);
+    c->nrets = 1;
+    return LPX_OK;
+}
+
+lpx_status lpx_float8_weight_register_kind(void)
+{
+    lpx_kind_i vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.abi_version = LPX_KIND_ABI_VERSION;
+    vt.name = "float8_weight";
+    vt.priority = LPX_PRIORITY_WRAPPER;
+    vt.pre_all_gather = f8w_pre_all_gather;
+    vt.post_all_gather = f8w_post_all_gather;
+    vt.describe = f8w_describe;
+    vt.meta_release = f8w_meta_release;
+    vt.to_dense = f8w_to_dense;
+    const lpx_kind *k = NULL;
+    lpx_status st = lpx_kind_register(&vt, &k);
+    if (st) return st;
+    f8w__kind = k;
+    int key = lpx_kind_key(k);
+    static const lpx_op views[] = {LPX_OP_narrow, LPX_OP_slice, LPX_OP_clone, LPX_OP_detach, LPX_OP_contiguous};
+    for (size_t i = 0; i < sizeof views / sizeof *views && !st; i++)
+        st = lpx_kernel_register(views[i], key, f8w_rewrap, NULL);
+    if (!st) st = lpx_fallback_register(key, f8w_fallback, NULL);
+    return st;
+}

@@ -1,0 +1,17 @@
+/* The per-rank memory model of `lpx mem`, the same accounting `lpx train`
+ * measures (train prints both side by side). */
+#ifndef LPX_TRAIN_MEM_H
+#define LPX_TRAIN_MEM_H
+
+#include "train.h"
+
+typedef struct tr_mem_est {
+    int64_t params, grads, optimizer, unsharded, activations;
+} tr_mem_est;
+
+/* g: the model; world ranks; b sequences per micro-batch (g->seq long);
+ * nloc micro-batches per rank per step. */
+void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lora_rank, int b, int nloc,
+                          bool wrap_linear, tr_mem_est *out);
+
+#endif

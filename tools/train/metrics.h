@@ -1,0 +1,34 @@
+/* `lpx train`: what a run measures, and the files it writes. */
+#ifndef LPX_TRAIN_METRICS_H
+#define LPX_TRAIN_METRICS_H
+
+#include "train.h"
+
+typedef struct tr_step_rec {
+    double loss, tok_s, compute_ms, comm_ms;
+} tr_step_rec;
+
+/* Results of one recipe's run (filled by train.c). */
+typedef struct tr_result {
+    const char *label;              /* "float8-tensorwise", "bf16", "bf16-pretrain" */
+    tr_recipe recipe;
+    int steps;
+    tr_step_rec *rec;               /* [steps] */
+    double val_loss, val_loss_start, train_loss;
+    double seconds;
+    /* per step (rank 0's comm statistics, last step) */
+    uint64_t coll_calls[LPX_COLL_MAX], coll_bytes[LPX_COLL_MAX];
+    /* per rank peaks (rank 0), bytes */
+    int64_t mem_peak[5];
+    int64_t act_bytes;
+    int64_t nf4_bytes, nf4_numel;   /* frozen NF4 base weights (rank 0) */
+    int64_t trainable;              /* parameters that get grads */
+    char sample[1024];
+} tr_result;
+
+/* Writes DIR/metrics.csv and DIR/loss.svg through a temp file + rename, so
+ * an interrupted run leaves either the old file or none, never a partial
+ * one. Errors: LPX_EIO with the path. */
+lpx_status tr_write_metrics(const char *dir, const tr_result *res, int nres);
+
+#endif

@@ -1,0 +1,577 @@
+/* `lpx train`: the rank loop, evaluation, sampling and the summary.
+ *
+ * One step on each rank: for each of its micro-batches (global index
+ * rank * (micro / ranks) + j), forward (unsharding groups as they are
+ * reached), backward (in the last micro-batch each group is reduce-
+ * scattered and resharded as soon as its grads are complete); then AdamW
+ * on the local shards and, for float8-tensorwise, the one amax
+ * all-reduce that fixes next step's fp8 weight scales. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "rank.h"
+#include "metrics.h"
+#include "mem.h"
+#include "../lpx/commands.h"
+
+typedef struct tr_shared {
+    const tr_opts *o;
+    tr_recipe recipe;
+    int steps;
+    const tr_geom *g;
+    const tr_corpus *c;
+    float *const *init;
+    double *chunk_loss;      /* [steps * micro] */
+    double *val_loss;        /* [eval_batches] */
+    double *val_start;       /* [eval_batches] */
+    tr_result *res;
+    float **final;           /* rank 0 gathers the trained masters here (may be NULL) */
+    bool print;
+    const char *label;
+} tr_shared;
+
+static double now_s(void) { return (double)lpx_now_ns() * 1e-9; }
+
+static lpx_status evaluate(tr_rank *R, tr_shared *sh, double *out)
+{
+    lpx_status st = LPX_OK;
+    const tr_opts *o = R->o;
+    int b = o->batch / o->micro;
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)(b * o->seq)), *tgt = malloc(sizeof(int32_t) * (size_t)(b * o->seq));
+    tr_fwd f = {0};
+    if (!idx || !tgt) FAIL(LPX_ENOMEM, "train: out of memory");
+    /* every rank gathers every group (the same collectives everywhere),
+     * then evaluates its share of the validation micro-batches */
+    for (int grp = 0; grp < R->g->ngroups; grp++) TRY(tr_unshard(R, grp));
+    for (int v = R->rank; v < o->eval_batches; v += R->world) {
+        tr_batch(sh->c, o->seed, 0, v, true, b, o->seq, idx, tgt);
+        TRY(tr_forward(R, &f, idx, tgt, b, o->seq, o->micro, false));
+        out[v] = f.loss;
+        tr_fwd_clear(&f, R->g->layers);
+    }
+out:
+    tr_fwd_clear(&f, R->g->layers);
+    free(idx);
+    free(tgt);
+    return st;
+}
+
+/* Greedy-ish sampling (temperature 0.8, fixed seed) from rank 0's
+ * unsharded model, continuing a prompt from the validation text. */
+static lpx_status sample(tr_rank *R, tr_shared *sh, char *out, size_t cap)
+{
+    lpx_status st = LPX_OK;
+    const tr_opts *o = R->o;
+    const tr_corpus *c = sh->c;
+    int n = o->sample_len, plen = 16;
+    if ((size_t)n + (size_t)plen + 1 > cap) n = (int)cap - plen - 1;
+    int32_t *ctx = malloc(sizeof(int32_t) * (size_t)(n + plen));
+    tr_fwd f = {0};
+    if (!ctx) FAIL(LPX_ENOMEM, "train: out of memory");
+    /* the prompt: a line start in the validation text */
+    size_t at = c->n_train;
+    while (at + 1 < c->n && c->char_of[c->tok[at]] != '\n') at++;
+    at++;
+    for (int i = 0; i < plen; i++) ctx[i] = c->tok[at + (size_t)i];
+    uint64_t rng = 0x9E3779B97F4A7C15ull ^ o->seed;
+    int len = plen;
+    for (int i = 0; i < n; i++) {
+        int t = len < o->seq ? len : o->seq;
+        TRY(tr_forward(R, &f, ctx + len - t, NULL, 1, t, o->micro, false));
+        const float *lg = (const float *)lpx_tensor_data(f.logits) + (size_t)(t - 1) * (size_t)c->vocab;
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < c->vocab; v++) mx = lg[v] > mx ? lg[v] : mx;
+        for (int v = 0; v < c->vocab; v++) sum += exp((lg[v] - mx) / 0.8);
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(rng >> 11) / 9007199254740992.0 * sum, acc = 0;
+        int pick = c->vocab - 1;
+        for (int v = 0; v < c->vocab; v++) {
+            acc += exp((lg[v] - mx) / 0.8);
+            if (acc >= u) {
+                pick = v;
+                break;
+            }
+        }
+        ctx[len++] = pick;
+        tr_fwd_clear(&f, R->g->layers);
+    }
+    for (int i = 0; i < len; i++) out[i] = c->char_of[ctx[i]];
+    out[len] = 0;
+out:
+    tr_fwd_clear(&f, R->g->layers);
+    free(ctx);
+    return st;
+}
+
+static lpx_status rank_main(lpx_comm *comm, void *arg)
+{
+    tr_shared *sh = arg;
+    const tr_opts *o = sh->o;
+    lpx_status st = LPX_OK;
+    tr_rank *R = calloc(1, sizeof *R);
+    int32_t *idx = NULL, *tgt = NULL;
+    tr_fwd f = {0};
+    if (!R) return lpx_error(LPX_ENOMEM, "train: out of memory");
+    R->o = o;
+    R->g = sh->g;
+    R->recipe = sh->recipe;
+    R->comm = comm;
+    R->rank = lpx_comm_rank(comm);
+    R->world = lpx_comm_size(comm);
+    int nloc = o->micro / R->world, b = o->batch / o->micro;
+    idx = malloc(sizeof(int32_t) * (size_t)(b * o->seq));
+    tgt = malloc(sizeof(int32_t) * (size_t)(b * o->seq));
+    if (!idx || !tgt) FAIL(LPX_ENOMEM, "train: out of memory");
+
+    TRY(tr_shard_setup(R, sh->init));
+    TRY(tr_recipe_setup(R));
+    TRY(tr_model_setup(R));
+    TRY(tr_adamw_setup(R));
+    if (R->recipe == TR_F8_TENSORWISE) TRY(tr_precompute_scales(R));
+    if (sh->val_start) {
+        TRY(evaluate(R, sh, sh->val_start));
+        for (int grp = 0; grp < R->g->ngroups; grp++) tr_reshard(R, grp);
+    }
+
+    double t_run = now_s();
+    for (int step = 0; step < sh->steps; step++) {
+        lpx_comm_stats_reset(comm);
+        double t0 = now_s();
+        for (int j = 0; j < nloc; j++) {
+            int gi = R->rank * nloc + j;
+            tr_batch(sh->c, o->seed, step, gi, false, b, o->seq, idx, tgt);
+            TRY(tr_forward(R, &f, idx, tgt, b, o->seq, gi, true));
+            sh->chunk_loss[(size_t)step * (size_t)o->micro + (size_t)gi] = f.loss;
+            tr_mem_add(&R->mem, TR_MEM_ACT, R->act_bytes);
+            /* d(mean over micro-batches)/d(micro-batch loss) = 1/micro */
+            TRY(tr_backward(R, &f, 1.0 / o->micro, j == nloc - 1));
+            tr_mem_add(&R->mem, TR_MEM_ACT, -R->act_bytes);
+            tr_fwd_clear(&f, R->g->layers);
+        }
+        if (R->recipe == TR_NF4_QLORA) TRY(tr_allreduce_adapters(R));
+        TRY(tr_adamw_step(R, tr_lr_at(o, step, sh->steps)));
+        if (R->recipe == TR_F8_TENSORWISE) TRY(tr_precompute_scales(R));
+        double t1 = now_s();
+        if (R->rank == 0) {
+            lpx_comm_stats cs = {.struct_size = sizeof cs};
+            TRY(lpx_comm_stats_get(comm, &cs));
+            uint64_t comm_ns = 0;
+            for (int k = 0; k < LPX_COLL_COUNT; k++) {
+                comm_ns += cs.ns[k];
+                sh->res->coll_calls[k] = cs.calls[k];
+                sh->res->coll_bytes[k] = cs.bytes[k];
+            }
+            /* every rank's losses of this step were written before the
+             * step's collectives completed, which ordered them before us */
+            double loss = 0;
+            for (int k = 0; k < o->micro; k++) loss += sh->chunk_loss[(size_t)step * (size_t)o->micro + (size_t)k];
+            loss /= o->micro;
+            tr_step_rec *rec = &sh->res->rec[step];
+            rec->loss = loss;
+            rec->tok_s = (double)o->batch * o->seq / (t1 - t0);
+            rec->comm_ms = (double)comm_ns * 1e-6;
+            rec->compute_ms = (t1 - t0) * 1e3 - rec->comm_ms;
+            if (sh->print && (step == 0 || (step + 1) % o->log_every == 0 || step + 1 == sh->steps)) {
+                printf("  %-18s step %4d/%d  loss %.4f  %7.0f tok/s  compute %6.1f ms  collectives %5.1f ms\n",
+                       sh->label, step + 1, sh->steps, loss, rec->tok_s, rec->compute_ms, rec->comm_ms);
+                fflush(stdout);
+            }
+        }
+    }
+    if (R->rank == 0) sh->res->seconds = now_s() - t_run;
+
+    TRY(evaluate(R, sh, sh->val_loss));
+    if (R->rank == 0 && o->sample_len > 0) TRY(sample(R, sh, sh->res->sample, sizeof sh->res->sample));
+    TRY(lpx_comm_barrier(comm));
+    for (int grp = 0; grp < R->g->ngroups; grp++) tr_reshard(R, grp);
+    if (sh->final) TRY(tr_gather_masters(R, sh->final));
+    if (R->rank == 0) {
+        memcpy(sh->res->mem_peak, R->mem.peak, sizeof sh->res->mem_peak);
+        for (int p = 0; p < R->g->nparams; p++) {
+            if (R->nf4[p]) {
+                sh->res->nf4_bytes += tr_tensor_bytes(R->nf4[p]);
+                sh->res->nf4_numel += lpx_tensor_numel(R->nf4[p]);
+            }
+            if (R->la[p]) sh->res->trainable += lpx_tensor_numel(R->la[p]) + lpx_tensor_numel(R->lb[p]);
+            else if (R->recipe != TR_NF4_QLORA) sh->res->trainable += R->g->p[p].rows * R->g->p[p].cols;
+        }
+    }
+out:
+    tr_fwd_clear(&f, R->g ? R->g->layers : 0);
+    tr_adamw_teardown(R);
+    tr_model_teardown(R);
+    tr_recipe_teardown(R);
+    tr_shard_teardown(R);
+    free(R);
+    free(idx);
+    free(tgt);
+    return st;
+}
+
+/* Runs one recipe for `steps` steps from `init` on o->ranks ranks. */
+static lpx_status run_recipe(const tr_opts *o, tr_recipe recipe, const char *label, int steps, const tr_geom *g,
+                             const tr_corpus *c, float *const *init, float **final, bool eval_start, tr_result *res)
+{
+    lpx_status st = LPX_OK;
+    tr_shared sh = {.o = o, .recipe = recipe, .steps = steps, .g = g, .c = c, .init = init, .res = res,
+                    .final = final, .print = !o->quiet, .label = label};
+    memset(res, 0, sizeof *res);
+    res->label = label;
+    res->recipe = recipe;
+    res->steps = steps;
+    res->rec = calloc((size_t)steps, sizeof *res->rec);
+    sh.chunk_loss = calloc((size_t)steps * (size_t)o->micro, sizeof(double));
+    sh.val_loss = calloc((size_t)o->eval_batches, sizeof(double));
+    if (eval_start) sh.val_start = calloc((size_t)o->eval_batches, sizeof(double));
+    if (!res->rec || !sh.chunk_loss || !sh.val_loss || (eval_start && !sh.val_start))
+        FAIL(LPX_ENOMEM, "train: out of memory");
+    if (!o->quiet) {
+        printf("%s: %d steps on %d %s ranks\n", label, steps, o->ranks, o->comm);
+        fflush(stdout);
+    }
+    TRY(lpx_comm_run(o->comm, o->ranks, 0, rank_main, &sh, NULL));
+    double v = 0, v0 = 0;
+    for (int i = 0; i < o->eval_batches; i++) {
+        v += sh.val_loss[i];
+        if (sh.val_start) v0 += sh.val_start[i];
+    }
+    res->val_loss = v / o->eval_batches;
+    res->val_loss_start = sh.val_start ? v0 / o->eval_batches : NAN;
+    double tl = 0;
+    int k = steps < 10 ? steps : 10;
+    for (int i = steps - k; i < steps; i++) tl += res->rec[i].loss;
+    res->train_loss = tl / k;
+out:
+    free(sh.chunk_loss);
+    free(sh.val_loss);
+    free(sh.val_start);
+    return st;
+}
+
+/* ---- initial weights, checkpoints ---- */
+
+static lpx_status init_params(const tr_geom *g, uint64_t seed, float **w)
+{
+    lpx_status st = LPX_OK;
+    lpx_tensor *t = NULL;
+    for (int p = 0; p < g->nparams; p++) {
+        const tr_param *P = &g->p[p];
+        int64_t n = P->rows * P->cols;
+        if (P->kind == TR_P_NORM || P->kind == TR_P_NORMF) {
+            for (int64_t i = 0; i < n; i++) w[p][i] = 1.0f;
+            continue;
+        }
+        double std = P->kind == TR_P_TOK || P->kind == TR_P_POS ? 0.1 : 1.0 / sqrt((double)P->cols);
+        /* output projections of the residual branches start smaller */
+        if (P->kind == TR_P_LIN && (P->lin == TR_L_O || P->lin == TR_L_W2)) std /= sqrt(2.0 * g->layers);
+        int64_t shape[1] = {n};
+        TRY(lpx_randn(1, shape, seed * 1000003u + (uint64_t)p, LPX_F32, lpx_cpu(), &t));
+        const float *r = lpx_tensor_data(t);
+        for (int64_t i = 0; i < n; i++) w[p][i] = (float)(r[i] * std);
+        REL(t);
+    }
+out:
+    lpx_tensor_release(t);
+    return st;
+}
+
+#define CKPT_MAGIC 0x54504B43u /* "CKPT" */
+
+/* model.bin: magic, vocab, dim, layers, heads, seq, nparams (u32 each),
+ * then every parameter's f32 values in order. Written atomically. */
+static lpx_status save_ckpt(const char *dir, const tr_geom *g, float *const *w)
+{
+    char path[1200], tmp[1300];
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    snprintf(tmp, sizeof tmp, "%s/.model.bin.tmp.%ld", dir, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return lpx_error(LPX_EIO, "cannot write '%s'", tmp);
+    uint32_t h[7] = {CKPT_MAGIC, (uint32_t)g->vocab, (uint32_t)g->dim, (uint32_t)g->layers, (uint32_t)g->heads,
+                     (uint32_t)g->seq, (uint32_t)g->nparams};
+    bool ok = fwrite(h, sizeof h, 1, f) == 1;
+    for (int p = 0; p < g->nparams && ok; p++)
+        ok = fwrite(w[p], sizeof(float), (size_t)(g->p[p].rows * g->p[p].cols), f) ==
+             (size_t)(g->p[p].rows * g->p[p].cols);
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return lpx_error(LPX_EIO, "cannot write '%s'", path);
+    }
+    return LPX_OK;
+}
+
+static lpx_status load_ckpt(const char *path, const tr_geom *g, float **w)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return lpx_error(LPX_EIO, "cannot open --init '%s'", path);
+    uint32_t h[7];
+    lpx_status st = LPX_OK;
+    if (fread(h, sizeof h, 1, f) != 1 || h[0] != CKPT_MAGIC) {
+        st = lpx_error(LPX_EINVAL, "--init '%s' is not an lpx train checkpoint", path);
+    } else if (h[1] != (uint32_t)g->vocab || h[2] != (uint32_t)g->dim || h[3] != (uint32_t)g->layers ||
+               h[4] != (uint32_t)g->heads || h[5] != (uint32_t)g->seq || h[6] != (uint32_t)g->nparams) {
+        st = lpx_error(LPX_EINVAL,
+                       "--init '%s' has vocab %u dim %u layers %u heads %u seq %u; this run has %d %d %d %d %d", path,
+                       h[1], h[2], h[3], h[4], h[5], g->vocab, g->dim, g->layers, g->heads, g->seq);
+    } else {
+        for (int p = 0; p < g->nparams && st == LPX_OK; p++)
+            if (fread(w[p], sizeof(float), (size_t)(g->p[p].rows * g->p[p].cols), f) !=
+                (size_t)(g->p[p].rows * g->p[p].cols))
+                st = lpx_error(LPX_EIO, "--init '%s' is truncated", path);
+    }
+    fclose(f);
+    return st;
+}
+
+static float **alloc_params(const tr_geom *g)
+{
+    float **w = calloc((size_t)g->nparams, sizeof *w);
+    if (!w) return NULL;
+    for (int p = 0; p < g->nparams; p++)
+        if (!(w[p] = malloc(sizeof(float) * (size_t)(g->p[p].rows * g->p[p].cols)))) {
+            for (int q = 0; q < p; q++) free(w[q]);
+            free(w);
+            return NULL;
+        }
+    return w;
+}
+
+static void free_params(const tr_geom *g, float **w)
+{
+    if (!w) return;
+    for (int p = 0; p < g->nparams; p++) free(w[p]);
+    free(w);
+}
+
+/* ---- the summary ---- */
+
+static void mib(char *buf, size_t n, int64_t bytes) { snprintf(buf, n, "%.2f MiB", (double)bytes / 1048576.0); }
+
+static void print_dispatch(void)
+{
+    printf("\ndispatch counts (from the trace, main recipe)\n");
+    printf("  %-26s %-10s %10s %10s\n", "op", "key", "calls", "fallbacks");
+    int flagged = 0;
+    for (int op = 0; op < lpx_op_count(); op++) {
+        for (int key = 0; key < 64; key++) {
+            uint64_t n = lpx_trace_count(op, key);
+            if (!n) continue;
+            uint64_t fb = lpx_trace_fallback_count(op, key);
+            printf("  %-26s %-10s %10llu %10llu%s\n", lpx_op_name(op), lpx_key_name(key), (unsigned long long)n,
+                   (unsigned long long)fb, fb ? "   <-- FALLBACK" : "");
+            flagged += fb != 0;
+        }
+    }
+    printf("  %s\n", flagged ? "fallbacks flagged above: those ops ran dequantized" : "no fallbacks: every op ran its own kernel");
+}
+
+static void print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, int nres, int main_idx,
+                          int base_idx)
+{
+    const tr_result *M = &res[main_idx];
+    printf("\n== summary: %d ranks (%s), dim %d, layers %d, heads %d, seq %d, batch %d, %lld params ==\n", o->ranks,
+           o->comm, g->dim, g->layers, g->heads, g->seq, o->batch, (long long)tr_geom_numel(g));
+    printf("  %-20s %10s %10s %10s %9s %8s\n", "recipe", "train", "val", "val gap", "tok/s", "time");
+    for (int r = 0; r < nres; r++) {
+        const tr_result *x = &res[r];
+        double toks = 0;
+        for (int s = 0; s < x->steps; s++) toks += x->rec[s].tok_s;
+        char gap[32] = "-";
+        if (base_idx >= 0 && r != base_idx && res[base_idx].val_loss > 0)
+            snprintf(gap, sizeof gap, "%+.2f%%", 100.0 * (x->val_loss - res[base_idx].val_loss) / res[base_idx].val_loss);
+        printf("  %-20s %10.4f %10.4f %10s %9.0f %7.1fs\n", x->label, x->train_loss, x->val_loss, gap,
+               toks / x->steps, x->seconds);
+    }
+    if (M->recipe == TR_NF4_QLORA) {
+        printf("  nf4-qlora: val loss of the pre-trained base %.4f -> %.4f after adapter training\n",
+               M->val_loss_start, M->val_loss);
+        printf("  nf4 base weights: %lld bytes for %lld params = %.3f bits/param; trainable (adapters): %lld\n",
+               (long long)M->nf4_bytes, (long long)M->nf4_numel,
+               M->nf4_numel ? 8.0 * (double)M->nf4_bytes / (double)M->nf4_numel : 0.0, (long long)M->trainable);
+    }
+    printf("\ncollectives per step (rank 0, last step)\n");
+    printf("  %-20s %12s %12s %12s %12s\n", "recipe", "all-gather", "bytes", "reduce-scat", "bytes");
+    for (int r = 0; r < nres; r++) {
+        const tr_result *x = &res[r];
+        printf("  %-20s %12llu %12llu %12llu %12llu   all-reduce %llu (%llu B)\n", x->label,
+               (unsigned long long)x->coll_calls[LPX_COLL_ALL_GATHER],
+               (unsigned long long)x->coll_bytes[LPX_COLL_ALL_GATHER],
+               (unsigned long long)x->coll_calls[LPX_COLL_REDUCE_SCATTER],
+               (unsigned long long)x->coll_bytes[LPX_COLL_REDUCE_SCATTER],
+               (unsigned long long)x->coll_calls[LPX_COLL_ALL_REDUCE],
+               (unsigned long long)x->coll_bytes[LPX_COLL_ALL_REDUCE]);
+    }
+    if (base_idx >= 0 && res[base_idx].coll_bytes[LPX_COLL_ALL_GATHER] && M->coll_bytes[LPX_COLL_ALL_GATHER])
+        printf("  all-gather bytes %s / bf16 = %.3f\n", M->label,
+               (double)M->coll_bytes[LPX_COLL_ALL_GATHER] / (double)res[base_idx].coll_bytes[LPX_COLL_ALL_GATHER]);
+    if (M->recipe == TR_F8_TENSORWISE)
+        printf("  amax all-reduces per step: %llu (all fp8 weight scales in one call)\n",
+               (unsigned long long)M->coll_calls[LPX_COLL_ALL_REDUCE]);
+
+    printf("\npeak memory per rank (rank 0): measured vs `lpx mem` estimate\n");
+    printf("  %-20s %-12s %-12s %-12s %-12s %-12s\n", "recipe", "params", "grads", "optimizer", "unsharded",
+           "activations");
+    for (int r = 0; r < nres; r++) {
+        const tr_result *x = &res[r];
+        tr_mem_est e;
+        tr_mem_estimate_geom(g, x->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
+                             o->wrap_linear, &e);
+        int64_t meas[5] = {x->mem_peak[TR_MEM_PARAMS], x->mem_peak[TR_MEM_GRADS], x->mem_peak[TR_MEM_OPT],
+                           x->mem_peak[TR_MEM_UNSHARDED], x->mem_peak[TR_MEM_ACT]};
+        int64_t est[5] = {e.params, e.grads, e.optimizer, e.unsharded, e.activations};
+        char c[5][24];
+        for (int k = 0; k < 5; k++) mib(c[k], sizeof c[k], meas[k]);
+        printf("  %-20s %-12s %-12s %-12s %-12s %-12s measured\n", x->label, c[0], c[1], c[2], c[3], c[4]);
+        double worst = 0;
+        for (int k = 0; k < 5; k++) {
+            mib(c[k], sizeof c[k], est[k]);
+            double d = meas[k] ? fabs((double)est[k] - (double)meas[k]) / (double)meas[k] : (est[k] ? 1.0 : 0.0);
+            worst = d > worst ? d : worst;
+        }
+        printf("  %-20s %-12s %-12s %-12s %-12s %-12s estimate (worst %.1f%% off)\n", "", c[0], c[1], c[2], c[3],
+               c[4], 100 * worst);
+    }
+}
+
+static bool file_exists(const char *p) { return access(p, R_OK) == 0; }
+
+/* data/corpus.txt from the working directory, else from the source tree
+ * next to the build directory of this executable */
+static void default_corpus(char *out, size_t n)
+{
+    snprintf(out, n, "data/corpus.txt");
+    if (file_exists(out)) return;
+    char exe[1024];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) return;
+    exe[k] = 0;
+    static const char *const rel[] = {"/../../../data/corpus.txt", "/../share/lpx/corpus.txt"};
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        snprintf(out, n, "%s%s", exe, rel[i]);
+        if (file_exists(out)) return;
+    }
+    snprintf(out, n, "data/corpus.txt");
+}
+
+/* Ranks are threads: BLAS threads on top of them oversubscribe the cores
+ * (5x slower on 2 cores). One BLAS thread per rank, unless the user chose
+ * with OPENBLAS_NUM_THREADS. */
+static void one_blas_thread(void)
+{
+    if (getenv("OPENBLAS_NUM_THREADS")) return;
+    void (*set)(int) = (void (*)(int))(uintptr_t)dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
+    if (set) set(1);
+}
+
+int lpx_cmd_train(int argc, char **argv)
+{
+    tr_opts o;
+    bool help;
+    int rc = tr_parse_train(argc, argv, &o, &help);
+    if (help) {
+        tr_train_usage(stdout);
+        return 0;
+    }
+    if (rc) return rc;
+
+    /* refuse what this build cannot do with one line and exit 2 */
+    const lpx_comm_backend_i *be = NULL;
+    if (lpx_comm_backend_find(o.comm, &be) != LPX_OK) {
+        fprintf(stderr, "lpx train: --comm %s is not available in this build (load its plugin, e.g. lpx-%s.so, "
+                        "through LPX_PLUGIN_PATH)\n", o.comm, o.comm);
+        return 2;
+    }
+    if (!strcmp(o.device, "cuda")) {
+        fprintf(stderr, "lpx train: --device cuda: %s\n",
+                lpx_backend_for(LPX_DEVICE_CUDA) ? "lpx train runs on the CPU backend only for now"
+                                                 : "no CUDA backend is loaded (lpx-cuda.so)");
+        return 2;
+    }
+    if (tr_recipe_is_mx(o.recipe)) {
+        const lpx_kind *k;
+        if (tr_mx_kind(o.recipe, &k) != LPX_OK) {
+            fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+            return 2;
+        }
+    }
+
+    one_blas_thread();
+    char cpath[1200];
+    if (o.data_path) snprintf(cpath, sizeof cpath, "%s", o.data_path);
+    else default_corpus(cpath, sizeof cpath);
+    tr_corpus corpus;
+    if (tr_corpus_load(cpath, &corpus) != LPX_OK) {
+        fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+        return 2;
+    }
+    if (corpus.n - corpus.n_train < (size_t)o.seq + 2) {
+        fprintf(stderr, "lpx train: corpus '%s' is too small for --seq %d\n", cpath, o.seq);
+        tr_corpus_free(&corpus);
+        return 2;
+    }
+    tr_geom *g = malloc(sizeof *g);
+    tr_result res[3];
+    int nres = 0, main_idx = 0, base_idx = -1;
+    float **init = NULL, **base = NULL;
+    lpx_status st = LPX_OK;
+    memset(res, 0, sizeof res);
+    if (!g) FAIL(LPX_ENOMEM, "out of memory");
+    tr_geom_init(g, corpus.vocab, o.dim, o.layers, o.heads, o.seq, o.wrap_linear);
+    if (mkdir(o.out_dir, 0777) != 0 && access(o.out_dir, W_OK) != 0)
+        FAIL(LPX_EIO, "cannot create --out '%s'", o.out_dir);
+    if (!o.quiet)
+        printf("lpx train: %s on %d %s ranks, corpus %s (%zu chars, vocab %d), %lld params, wrap %s\n",
+               tr_recipe_name(o.recipe), o.ranks, o.comm, cpath, corpus.n, corpus.vocab,
+               (long long)tr_geom_numel(g), o.wrap_linear ? "linear" : "block");
+    init = alloc_params(g);
+    if (!init) FAIL(LPX_ENOMEM, "out of memory");
+    TRY(init_params(g, o.seed, init));
+
+    if (o.recipe == TR_NF4_QLORA) {
+        /* the base: --init, or a short bf16 pre-training run saved as DIR/model.bin */
+        base = alloc_params(g);
+        if (!base) FAIL(LPX_ENOMEM, "out of memory");
+        if (o.init_path) {
+            TRY(load_ckpt(o.init_path, g, base));
+        } else {
+            TRY(run_recipe(&o, TR_BF16, "bf16-pretrain", o.pretrain_steps, g, &corpus, init, base, false, &res[nres]));
+            nres++;
+            TRY(save_ckpt(o.out_dir, g, base));
+            if (!o.quiet) printf("  base checkpoint: %s/model.bin\n", o.out_dir);
+        }
+    }
+    float *const *start = base ? base : init;
+    TRY(lpx_trace_start(NULL));
+    main_idx = nres;
+    st = run_recipe(&o, o.recipe, tr_recipe_name(o.recipe), o.steps, g, &corpus, start, NULL, true, &res[nres]);
+    lpx_trace_stop();
+    if (st != LPX_OK) goto out;
+    nres++;
+    if (o.compare && o.recipe != TR_BF16) {
+        base_idx = nres;
+        TRY(run_recipe(&o, TR_BF16, "bf16", o.steps, g, &corpus, start, NULL, true, &res[nres]));
+        nres++;
+    } else if (o.recipe == TR_BF16) {
+        base_idx = main_idx;
+    }
+    print_summary(&o, g, res, nres, main_idx, base_idx);
+    print_dispatch();
+    TRY(tr_write_metrics(o.out_dir, res, nres));
+    printf("\nwrote %s/metrics.csv and %s/loss.svg\n", o.out_dir, o.out_dir);
+    if (o.sample_len > 0) printf("\nsample (%s, temperature 0.8):\n%s\n", res[main_idx].label, res[main_idx].sample);
+out:
+    if (st != LPX_OK) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+    for (int r = 0; r < 3; r++) free(res[r].rec);
+    if (g) {
+        free_params(g, init);
+        free_params(g, base);
+    }
+    free(g);
+    tr_corpus_free(&corpus);
+    return st == LPX_OK ? 0 : 1;
+}

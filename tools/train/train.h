@@ -1,0 +1,126 @@
+/* `lpx train`: shared types of the reference training job.
+ *
+ * The job is written only against the public lpx API, so it doubles as the
+ * embedding example for framework authors: tools/train/ shows how a model,
+ * its manual backward, the low-precision recipes (Float8Linear, NF4/QLoRA,
+ * MX weights from a plugin) and sharded data parallelism over lpx_comm fit
+ * together. One file per job:
+ *   options.c  command line of `lpx train` / `lpx mem`
+ *   data.c     the character corpus and deterministic batches
+ *   model.c    parameters, forward and manual backward
+ *   recipes.c  one linear layer per recipe (bf16, float8, nf4, mx)
+ *   shard.c    parameter sharding: unshard / reshard / reduce-scatter / scales
+ *   optim.c    AdamW on local shards
+ *   metrics.c  metrics.csv and loss.svg, written atomically
+ *   mem.c      the per-rank memory model behind `lpx mem`
+ *   train.c    the rank loop, evaluation, sampling and the summary */
+#ifndef LPX_TRAIN_H
+#define LPX_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "lpx/lpx.h"
+
+/* Checks an lpx_status: on failure records it in `st` and jumps to `out`,
+ * the function's cleanup label (every caller declares both). */
+#define TRY(expr) do { st = (expr); if (st != LPX_OK) goto out; } while (0)
+/* Fails with a message of our own (not from an lpx call). */
+#define FAIL(code, ...) do { st = lpx_error((code), __VA_ARGS__); goto out; } while (0)
+
+typedef enum tr_recipe {
+    TR_BF16 = 0,
+    TR_F8_TENSORWISE,
+    TR_F8_ROWWISE,
+    TR_F8_DELAYED,
+    TR_NF4_QLORA,
+    TR_MXFP8,
+    TR_MXFP4,
+    TR_RECIPE_COUNT
+} tr_recipe;
+
+const char *tr_recipe_name(tr_recipe r);
+/* -1 for an unknown name */
+int tr_recipe_from_name(const char *name);
+bool tr_recipe_is_float8(tr_recipe r);
+bool tr_recipe_is_mx(tr_recipe r);
+/* NF4 settings for a weight of numel elements: blocks of 64, and the
+ * largest scaler block <= 256 that divides the block count, so small
+ * weights are not padded to 16384 elements (~4.13 bits/param at any size) */
+lpx_nf4_config tr_nf4_config(int64_t numel);
+
+typedef struct tr_opts {
+    tr_recipe recipe;
+    int ranks;
+    char comm[32];
+    char device[16];
+    int steps, batch, seq, dim, layers, heads, micro;
+    int pretrain_steps;     /* nf4-qlora without --init: bf16 steps that make the base */
+    int lora_rank;
+    int log_every;
+    int eval_batches;       /* validation micro-batches (each `batch / micro` sequences) */
+    int sample_len;
+    double lr;
+    uint64_t seed;
+    bool wrap_linear;       /* shard groups per linear instead of per block */
+    bool compare;
+    bool quiet;
+    const char *out_dir;
+    const char *init_path;
+    const char *data_path;
+} tr_opts;
+
+/* ---- options.c ---- */
+/* Parses `lpx train` options (argv[0] is "train"). Returns 0, or 2 after
+ * printing one clear line to stderr; 1 with *help set for --help. */
+int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help);
+void tr_train_usage(FILE *f);
+
+/* ---- data.c ---- */
+typedef struct tr_corpus {
+    uint8_t *tok;            /* the text as token ids */
+    size_t n, n_train;       /* tokens; [0, n_train) trains, the rest validates */
+    int vocab;
+    uint8_t id_of[256];
+    char char_of[256];
+    char path[512];
+} tr_corpus;
+
+lpx_status tr_corpus_load(const char *path, tr_corpus *c);
+void tr_corpus_free(tr_corpus *c);
+/* Fills idx/tgt (i32, [b * seq]) with micro-batch `chunk` of step `step`
+ * (val: validation micro-batch `chunk`). Depends only on (seed, step,
+ * chunk), never on the rank count. */
+void tr_batch(const tr_corpus *c, uint64_t seed, int step, int chunk, bool val, int b, int seq, int32_t *idx,
+              int32_t *tgt);
+
+/* ---- model geometry (model.c) ---- */
+enum { TR_L_Q = 0, TR_L_K, TR_L_V, TR_L_O, TR_L_W1, TR_L_W2, TR_L_W3, TR_LIN_PER_BLOCK };
+typedef enum tr_pkind { TR_P_TOK, TR_P_POS, TR_P_NORM, TR_P_LIN, TR_P_NORMF, TR_P_HEAD } tr_pkind;
+
+typedef struct tr_param {
+    char name[32];
+    tr_pkind kind;
+    int layer;               /* -1 outside the blocks */
+    int lin;                 /* TR_L_* for linears */
+    int64_t rows, cols;      /* 1-D params: cols 1 */
+    int group;               /* shard group (unshard / reduce-scatter unit) */
+    bool decay;              /* AdamW weight decay */
+} tr_param;
+
+#define TR_MAX_PARAMS 512
+#define TR_MAX_GROUPS 512
+
+typedef struct tr_geom {
+    int vocab, dim, hidden, layers, heads, seq;
+    int nparams, ngroups;
+    tr_param p[TR_MAX_PARAMS];
+} tr_geom;
+
+void tr_geom_init(tr_geom *g, int vocab, int dim, int layers, int heads, int seq, bool wrap_linear);
+int64_t tr_geom_numel(const tr_geom *g);
+/* index of parameter (kind, layer, lin) */
+int tr_param_index(const tr_geom *g, tr_pkind kind, int layer, int lin);
+
+#endif
