@@ -42,6 +42,7 @@ typedef struct lpx_storage {
     lpx_deleter deleter;     /* NULL with owned = false: caller keeps it */
     void *deleter_ctx;
     bool owned;              /* allocated by the backend: free through it */
+    bool readonly;           /* in-place writes refused (e.g. a read-only DLPack import) */
 } lpx_storage;
 
 struct lpx_tensor {

@@ -122,6 +122,7 @@ lpx_status lpx_tensor_new(lpx_dtype dtype, int ndim, const int64_t *shape, lpx_d
     s->deleter = NULL;
     s->deleter_ctx = NULL;
     s->owned = true;
+    s->readonly = false;
 
     lpx_tensor *t = tensor_alloc();
     if (!t) {
@@ -194,6 +195,7 @@ lpx_status lpx_tensor_from_blob(void *data, lpx_dtype dtype, int ndim, const int
     s->deleter = deleter;
     s->deleter_ctx = ctx;
     s->owned = false;
+    s->readonly = false;
     t->ndim = ndim;
     t->dtype = dtype;
     t->device = device;
@@ -347,6 +349,22 @@ bool lpx_tensor_is_contiguous(const lpx_tensor *t)
 bool lpx_tensor_shares_storage(const lpx_tensor *a, const lpx_tensor *b)
 {
     return a && b && !a->kind && !b->kind && a->storage == b->storage;
+}
+
+bool lpx_tensor_is_readonly(const lpx_tensor *t)
+{
+    if (!t) return false;
+    if (!t->kind) return t->storage->readonly;
+    for (int i = 0; i < t->ninner; i++)
+        if (lpx_tensor_is_readonly(t->inner[i])) return true;
+    return false;
+}
+
+void lpx_tensor_mark_readonly(lpx_tensor *t)
+{
+    if (!t) return;
+    if (!t->kind) { t->storage->readonly = true; return; }
+    for (int i = 0; i < t->ninner; i++) lpx_tensor_mark_readonly(t->inner[i]);
 }
 
 int lpx_tensor_inner_count(const lpx_tensor *t) { return t && t->kind ? t->ninner : 0; }

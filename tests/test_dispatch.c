@@ -9,8 +9,9 @@
 #include "check.h"
 
 static lpx_op op_probe;       /* probe(Tensor x, Tensor? y, float s) -> Tensor */
-static int last_key;          /* key of the kernel that ran last */
-static int cpu_runs, kind_runs, wrapper_runs, fallback_runs;
+/* atomics: the concurrency test runs probe_cpu on several threads */
+static atomic_int last_key;   /* key of the kernel that ran last */
+static atomic_int cpu_runs, kind_runs, wrapper_runs, fallback_runs;
 
 /* cpu kernel of probe: returns x retained, records the key. */
 static lpx_status probe_cpu(lpx_call *c)

@@ -50,6 +50,8 @@ lpx_status cpu_check_out(const lpx_call *c, const lpx_tensor *out, lpx_dtype dty
 {
     lpx_status st = cpu_check_dense(c, "out", out);
     if (st) return st;
+    if (out->storage->readonly)
+        return lpx_error(LPX_EINVAL, "%s: out is read-only (e.g. a read-only DLPack import)", cpu_op_name(c));
     bool same = out->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = out->shape[i] == shape[i];
     if (!same) {

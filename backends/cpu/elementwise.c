@@ -418,6 +418,8 @@ static lpx_status k_copy_(lpx_call *c)
     lpx_tensor *dst = c->args[0].u.t, *src = c->args[1].u.t;
     lpx_status st;
     if ((st = cpu_check_dense(c, "dst", dst)) || (st = cpu_check_dense(c, "src", src))) return st;
+    if (dst->storage->readonly)
+        return lpx_error(LPX_EINVAL, "copy_: dst is read-only (e.g. a read-only DLPack import)");
     if (!broadcasts_to(src, dst)) {
         char s1[160], s2[160];
         return lpx_error(LPX_ESHAPE, "copy_: src of shape %s does not broadcast to dst of shape %s",
@@ -453,6 +455,8 @@ static lpx_status k_fill_(lpx_call *c)
     lpx_tensor *dst = c->args[0].u.t;
     lpx_status st = cpu_check_dense(c, "dst", dst);
     if (st) return st;
+    if (dst->storage->readonly)
+        return lpx_error(LPX_EINVAL, "fill_: dst is read-only (e.g. a read-only DLPack import)");
     const lpx_dtype_traits *tr = lpx_dtype_get(dst->dtype);
     if (tr->block > 1)
         return lpx_error(LPX_EDTYPE, "fill_: dst has dtype %s, encoded in groups of %d; fill_ writes single elements",

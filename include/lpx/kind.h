@@ -103,7 +103,27 @@ typedef struct lpx_kind_conformance {
     /** Ops the kind implements vs the same op on dequantized inputs:
      *  max|out - ref| <= op_atol + op_rtol * max|ref|. [1e-4, 1e-5] */
     double op_rtol, op_atol;
+    /* ---- appended: read only when struct_size covers them */
+    /** Name of the kind post_all_gather returns when it is not this kind: a
+     *  wrapper whose wire format is another kind's (float8_weight gathers
+     *  into float8). The all_gather contract then checks that the result is
+     *  of that kind, equals bit for bit what gathering the unsharded tensor
+     *  on one rank gives (cast-then-gather == gather-then-cast), and is
+     *  within max_err of to_dense. [NULL: this kind, equal to to_dense] */
+    const char *all_gather_kind;
+    /** Contracts that do not apply to this kind, with why: an array ended
+     *  by {NULL, NULL}. A case is waived when its name after "KIND/" equals
+     *  `contract` or starts with `contract` + "/" ("all_gather" waives
+     *  all_gather/world1..4); the kit reports it as skipped with the
+     *  reason. [NULL: every contract applies] */
+    const struct lpx_conformance_na *not_applicable;
 } lpx_kind_conformance;
+
+/** One waived contract of lpx_kind_conformance.not_applicable. */
+typedef struct lpx_conformance_na {
+    const char *contract;   /* "flatten_unflatten", "all_gather", "op/linear", ... */
+    const char *reason;     /* one line, printed by the kit */
+} lpx_conformance_na;
 
 /** Registers a kind (vtable copied up to min(struct_size, ours)); the
  *  handle stays valid for the process. Errors: LPX_EINVAL (NULL, missing

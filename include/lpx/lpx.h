@@ -16,6 +16,7 @@
 #include "dtensor.h"
 #include "fsdp.h"
 #include "plugin.h"
+#include "dlpack.h"
 
 LPX_BEGIN_DECLS
 

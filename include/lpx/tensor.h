@@ -100,6 +100,15 @@ LPX_API int lpx_tensor_refcount(const lpx_tensor *t);
 /** True if a and b are views of the same storage. */
 LPX_API bool lpx_tensor_shares_storage(const lpx_tensor *a, const lpx_tensor *b);
 
+/** True if t's storage (or, for a kind tensor, any inner tensor's) is
+ *  read-only: in-place ops (copy_, fill_, the `out` of any op) refuse it
+ *  with LPX_EINVAL. A read-only DLPack import is; NULL is not. */
+LPX_API bool lpx_tensor_is_readonly(const lpx_tensor *t);
+/** Marks t's storage read-only, for every view of it (irreversible; for a
+ *  kind tensor, each inner tensor). Not thread-safe against concurrent
+ *  writers of the same storage. NULL is ignored. */
+LPX_API void lpx_tensor_mark_readonly(lpx_tensor *t);
+
 /** Number of inner tensors of a kind tensor (0 for dense). */
 LPX_API int lpx_tensor_inner_count(const lpx_tensor *t);
 /** Inner tensor i (borrowed), or NULL if out of range. */

@@ -33,6 +33,12 @@ static inline const dt_meta *dt_meta_of(const lpx_tensor *t)
 lpx_status dt_make(lpx_tensor *local, lpx_mesh *mesh, const lpx_placement *pl, int ndim, const int64_t *shape,
                    lpx_dtype dtype, lpx_tensor **out);
 
+/* A 1-D mesh over a new one-rank local comm that the mesh owns (destroyed
+ * with the last reference): what from_dense places a dense tensor on, so
+ * a DTensor made without any comm is self-contained. A one-rank comm has
+ * no peer to wait for, so any thread may drive it. */
+lpx_status dt_mesh_new_solo(const char *op, lpx_mesh **out);
+
 /* Checks placements against a mesh and a tensor rank; `op` names the caller. */
 lpx_status dt_check_placements(const char *op, const lpx_mesh *mesh, const lpx_placement *pl, int ndim);
 

@@ -253,6 +253,8 @@ static int dt_describe(const lpx_tensor *t, char *buf, size_t len)
 }
 
 lpx_status dt_register_handlers(int key);
+void dt_fill_vtable(lpx_kind_i *vt);
+lpx_status dt_register_view_handlers(int key);
 
 lpx_status lpx_dtensor_register_kind(void)
 {
@@ -265,9 +267,12 @@ lpx_status lpx_dtensor_register_kind(void)
     vt.unflatten = dt_unflatten;
     vt.describe = dt_describe;
     vt.meta_release = dt_meta_release;
+    dt_fill_vtable(&vt); /* from/to_dense, shard_unit, all-gather hooks (dtensor_hooks.c) */
     const lpx_kind *k = NULL;
     lpx_status st = lpx_kind_register(&vt, &k);
     if (st) return st;
     dt__kind = k;
-    return dt_register_handlers(lpx_kind_key(k));
+    st = dt_register_handlers(lpx_kind_key(k));
+    if (!st) st = dt_register_view_handlers(lpx_kind_key(k));
+    return st;
 }

@@ -7,6 +7,7 @@
 struct lpx_mesh {
     atomic_int refcount;
     int ndim;
+    bool owns_comms;   /* dt_mesh_new_solo: the mesh destroys its comm */
     lpx_comm *comm[LPX_MESH_MAX_DIMS];
 };
 
@@ -36,6 +37,20 @@ lpx_status lpx_mesh_new_2d(lpx_comm *outer, lpx_comm *inner, lpx_mesh **out)
     return mesh_make(2, c, out);
 }
 
+lpx_status dt_mesh_new_solo(const char *op, lpx_mesh **out)
+{
+    *out = NULL;
+    lpx_comm *c = NULL;
+    lpx_status st = lpx_local_comm_group_create(1, &c);
+    if (st) return dt_prefix(st, "%s: creating a one-rank comm", op);
+    if ((st = mesh_make(1, &c, out))) {
+        lpx_comm_destroy(c);
+        return st;
+    }
+    (*out)->owns_comms = true;
+    return LPX_OK;
+}
+
 void lpx_mesh_retain(lpx_mesh *m)
 {
     if (m) atomic_fetch_add_explicit(&m->refcount, 1, memory_order_relaxed);
@@ -43,7 +58,10 @@ void lpx_mesh_retain(lpx_mesh *m)
 
 void lpx_mesh_release(lpx_mesh *m)
 {
-    if (m && atomic_fetch_sub_explicit(&m->refcount, 1, memory_order_acq_rel) == 1) lpx_free(m);
+    if (!m || atomic_fetch_sub_explicit(&m->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (m->owns_comms)
+        for (int d = 0; d < m->ndim; d++) lpx_comm_destroy(m->comm[d]);
+    lpx_free(m);
 }
 
 int lpx_mesh_ndim(const lpx_mesh *m) { return m ? m->ndim : 0; }

@@ -30,6 +30,25 @@ static cf_case *add(cf_case **v, int *n, int *cap, const lpx_kind *k, cf_contrac
     return cs;
 }
 
+/* Marks the cases the kind declares not applicable (its descriptor's
+ * not_applicable list) as skipped with the kind's reason. Only data of
+ * the descriptor is read: no kind code runs in the parent. */
+static void waive(const lpx_kind *k, cf_case *cs, int n)
+{
+    cf_params p;
+    cf_params_of(k, &p);
+    size_t klen = strlen(lpx_kind_name(k)) + 1;   /* "kind/" */
+    for (const lpx_conformance_na *na = p.not_applicable; na && na->contract; na++) {
+        size_t cl = strlen(na->contract);
+        for (int i = 0; i < n; i++) {
+            const char *sfx = cs[i].name + klen;
+            if (cs[i].skip[0] || strncmp(sfx, na->contract, cl) || (sfx[cl] && sfx[cl] != '/')) continue;
+            snprintf(cs[i].skip, sizeof cs[i].skip, "not applicable to this kind: %s",
+                     na->reason ? na->reason : "(no reason given)");
+        }
+    }
+}
+
 #define ADD(ct, arg, ...)                                                  \
     do {                                                                   \
         char sfx_[128];                                                    \
@@ -41,6 +60,7 @@ int cf_cases_for_kind(const lpx_kind *k, cf_case **v, int *n, int *cap)
 {
     const lpx_kind_i *vt = lpx_kind_vtable(k);
     cf_case *last;
+    int first = *n;
     ADD(CF_DECLARES, 0, "declares");
     if (!vt->from_dense || !vt->to_dense) {
         /* nothing else can make or read an instance */
@@ -67,6 +87,7 @@ int cf_cases_for_kind(const lpx_kind *k, cf_case **v, int *n, int *cap)
     }
     ADD(CF_SHARD_UNIT, 0, "shard_unit");
     ADD(CF_REFUSAL, 0, "refusal");
+    waive(k, *v + first, *n - first);
     return 0;
 }
 

@@ -19,6 +19,8 @@ void cf_params_of(const lpx_kind *k, cf_params *p)
     p->min_sqnr_db = c.min_sqnr_db;
     p->op_rtol = c.op_rtol > 0 ? c.op_rtol : 1e-4;
     p->op_atol = c.op_atol > 0 ? c.op_atol : 1e-5;
+    p->all_gather_kind = c.all_gather_kind;
+    p->not_applicable = c.not_applicable;
 }
 
 static const char *const dist_names[CF_DIST_COUNT] = {

@@ -12,6 +12,8 @@ typedef struct cf_params {
     int ndim;
     int64_t shape[4];
     double max_err, min_sqnr_db, op_rtol, op_atol;
+    const char *all_gather_kind;          /* NULL: post_all_gather returns this kind */
+    const lpx_conformance_na *not_applicable;
 } cf_params;
 
 void cf_params_of(const lpx_kind *k, cf_params *p);

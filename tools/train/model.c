@@ -284,7 +284,7 @@ lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *
         for (int l = 0; l < g->layers; l++) n += blk_bytes(&f->blk[l]);
         R->act_bytes = n;
     }
-out:
+out:;
     lpx_tensor *rel[] = {emb, pos, x, x2, q, k, v, kt, sc, sc2, mask, o3, a, f2, loss, mrow, mcol, tmp};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) lpx_tensor_release(rel[i]);
     return st;
@@ -435,7 +435,7 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
             TRY(acc_param(R, ppos, dpos_full));
         }
     }
-out:
+out:;
     lpx_tensor *rel[] = {dl, dnf, gt, dhead, dh, dnorm, dx, dp, ds, du3, du1, dn2, tmp, dh1, do_, do3, vt, Pt,
                          dP, dS, dS2, dSt, dq3, dk3, dv3, dq, dk, dv, dn1, d3, dpos, dtok, dpos_full};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) lpx_tensor_release(rel[i]);
