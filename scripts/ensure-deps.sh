@@ -3,7 +3,7 @@
 # apt-get when run as root, otherwise prints the exact command and fails.
 # Quiet when everything is there.
 set -e
-PKGS="gcc g++ make meson ninja-build pkg-config python3 libffi-dev uthash-dev libopenblas-dev"
+PKGS="gcc g++ make meson ninja-build pkg-config python3 libffi-dev uthash-dev libopenblas-dev libcjson-dev"
 # `ensure-deps.sh test`: also what the suite exercises beyond the build
 # (Open MPI, so the lpx-mpi.so plugin is built and run with mpirun).
 [ "${1:-}" = test ] && PKGS="$PKGS libopenmpi-dev openmpi-bin"

@@ -52,7 +52,8 @@ static void sleep_ms(int ms)
 }
 
 /* The reference reduction, written independently of lpx's: decode with
- * lpx_convert, combine in rank order in f32, encode once. */
+ * lpx_convert, combine in rank order in f32, encode once (fp8: saturating,
+ * the comm layer's documented rule). */
 static void ref_reduce(void *dst, void *const *srcs, int n, size_t count, lpx_dtype d, lpx_reduce_op op)
 {
     float *acc = malloc((count ? count : 1) * sizeof *acc), *x = malloc((count ? count : 1) * sizeof *x);
@@ -69,7 +70,8 @@ static void ref_reduce(void *dst, void *const *srcs, int n, size_t count, lpx_dt
     }
     if (op == LPX_REDUCE_AVG)
         for (size_t i = 0; i < count; i++) acc[i] /= (float)n;
-    lpx_convert(dst, d, acc, LPX_F32, count, 0);
+    bool fp8 = d == LPX_F8E4M3FN || d == LPX_F8E5M2;
+    lpx_convert(dst, d, acc, LPX_F32, count, fp8 ? LPX_CONVERT_SATURATE : 0);
     free(acc);
     free(x);
 }
@@ -230,6 +232,111 @@ static void test_all_reduce_matches_reference(void)
                         free_job(&j);
                         free(want);
                     }
+}
+
+/* fp8 reductions: 1 byte per element on the wire, bit-exact against the
+ * reference (decode, sum in rank order in f32, encode once saturating),
+ * over every world size 1..8, both formats, every op, in and out of
+ * place; reduce-scatter and all-reduce. */
+typedef struct fp8_job {
+    job j;
+    uint64_t rs_bytes[MAXR];
+} fp8_job;
+
+static lpx_status fp8_rank(lpx_comm *c, void *ctx)
+{
+    fp8_job *f = ctx;
+    lpx_status st = job_rank(c, &f->j);
+    lpx_comm_stats s = {.struct_size = sizeof s};
+    lpx_comm_stats_get(c, &s);
+    f->rs_bytes[lpx_comm_rank(c)] = s.bytes[f->j.kind];
+    return st;
+}
+
+static void test_fp8_reductions_match_reference(void)
+{
+    static const lpx_dtype f8[] = {LPX_F8E4M3FN, LPX_F8E5M2};
+    static const lpx_coll colls[] = {LPX_COLL_REDUCE_SCATTER, LPX_COLL_ALL_REDUCE};
+    for (int n = 1; n <= MAXR; n++)
+        for (size_t c = 0; c < sizeof elem_counts / sizeof *elem_counts; c++)
+            for (int di = 0; di < 2; di++)
+                for (int oi = 0; oi < 4; oi++)
+                    for (int ci = 0; ci < 2; ci++)
+                        for (int inplace = 0; inplace < 2; inplace++) {
+                            size_t cnt = elem_counts[c], total = colls[ci] == LPX_COLL_REDUCE_SCATTER ? cnt * (size_t)n : cnt;
+                            lpx_dtype d = f8[di];
+                            fp8_job f;
+                            memset(&f, 0, sizeof f);
+                            f.j = (job){.kind = colls[ci], .n = n, .count = cnt, .dtype = d, .op = red_ops[oi]};
+                            seed(7000 + (uint64_t)(n * 1000 + (int)c * 100 + di * 10 + oi + 50 * ci));
+                            void *orig[MAXR];
+                            for (int r = 0; r < n; r++) {
+                                orig[r] = malloc(total + 1);
+                                fill_random(orig[r], d, total);
+                                f.j.send[r] = malloc(total + 1);
+                                memcpy(f.j.send[r], orig[r], total);
+                                if (colls[ci] == LPX_COLL_REDUCE_SCATTER)
+                                    f.j.recv[r] = inplace ? (unsigned char *)f.j.send[r] + (size_t)r * cnt
+                                                          : malloc(cnt + 1);
+                                else
+                                    f.j.recv[r] = inplace ? f.j.send[r] : malloc(cnt + 1);
+                            }
+                            unsigned char *want = malloc(total + 1);
+                            ref_reduce(want, orig, n, total, d, f.j.op);
+                            lpx_status st = lpx_local_run(n, fp8_rank, &f, 5000, NULL);
+                            CHECKF(st == LPX_OK, "fp8 %s n=%d: %s", lpx_coll_name(f.j.kind), n, f.j.msg[0]);
+                            for (int r = 0; !st && r < n; r++) {
+                                const unsigned char *w = colls[ci] == LPX_COLL_REDUCE_SCATTER ? want + (size_t)r * cnt
+                                                                                               : want;
+                                CHECKF(!memcmp(f.j.recv[r], w, cnt), "%s n=%d count=%zu %s %s inplace=%d rank %d",
+                                       lpx_coll_name(f.j.kind), n, cnt, lpx_dtype_name(d),
+                                       lpx_reduce_op_name(f.j.op), inplace, r);
+                                /* one byte per element: the whole input of a reduce-scatter, the buffer of an all-reduce */
+                                CHECK(f.rs_bytes[r] == (uint64_t)total);
+                            }
+                            if (inplace && colls[ci] == LPX_COLL_REDUCE_SCATTER)
+                                for (int r = 0; r < n; r++) f.j.recv[r] = f.j.send[r];
+                            for (int r = 0; r < n; r++) free(orig[r]);
+                            free_job(&f.j);
+                            free(want);
+                        }
+}
+
+/* fp8 sums saturate instead of overflowing (e4m3fn has no inf: the
+ * non-saturating encoding would give NaN); NaN still propagates. */
+static void test_fp8_reduction_saturates(void)
+{
+    static const lpx_dtype f8[] = {LPX_F8E4M3FN, LPX_F8E5M2};
+    for (int di = 0; di < 2; di++) {
+        lpx_dtype d = f8[di];
+        float mx = (float)lpx_dtype_get(d)->max, vals[4] = {mx, -mx, mx, NAN}, other[4] = {mx, -mx, -mx, 1.0f};
+        uint8_t a[4], b[4], out[4];
+        lpx_convert(a, d, vals, LPX_F32, 4, 0);
+        lpx_convert(b, d, other, LPX_F32, 4, 0);
+        const void *srcs[2] = {a, b};
+        CHECK_OK(lpx_comm_reduce_buffers(out, srcs, 2, 4, d, LPX_REDUCE_SUM));
+        float back[4];
+        lpx_convert(back, LPX_F32, out, d, 4, 0);
+        CHECKF(back[0] == mx && back[1] == -mx && back[2] == 0.0f && isnan(back[3]),
+               "%s: max+max %g, -max-max %g, max-max %g, NaN+1 %g", lpx_dtype_name(d), (double)back[0],
+               (double)back[1], (double)back[2], (double)back[3]);
+        CHECK_OK(lpx_comm_reduce_buffers(out, srcs, 2, 4, d, LPX_REDUCE_AVG));
+        lpx_convert(back, LPX_F32, out, d, 4, 0);
+        CHECK(back[0] == mx && back[1] == -mx && back[2] == 0.0f);
+        /* rounding once: 1 + 1/16 + 1/16 is 1.125 in e4m3fn (3 mantissa
+         * bits), while rounding after each add would give 1 twice */
+        if (d == LPX_F8E4M3FN) {
+            float u = 1.0f, e = 1.0f / 16.0f;
+            uint8_t cu, ce, r;
+            lpx_convert(&cu, d, &u, LPX_F32, 1, 0);
+            lpx_convert(&ce, d, &e, LPX_F32, 1, 0);
+            const void *three[3] = {&cu, &ce, &ce};
+            CHECK_OK(lpx_comm_reduce_buffers(&r, three, 3, 1, d, LPX_REDUCE_SUM));
+            float rb;
+            lpx_convert(&rb, LPX_F32, &r, d, 1, 0);
+            CHECKF(rb == 1.125f, "1 + 1/16 + 1/16 in e4m3fn gave %g", (double)rb);
+        }
+    }
 }
 
 static void test_broadcast_from_every_root(void)
@@ -948,6 +1055,8 @@ int main(void)
     RUN(test_all_gather_is_concatenation);
     RUN(test_reduce_scatter_is_reduce_then_shard);
     RUN(test_all_reduce_matches_reference);
+    RUN(test_fp8_reductions_match_reference);
+    RUN(test_fp8_reduction_saturates);
     RUN(test_broadcast_from_every_root);
     RUN(test_bit_reproducible_across_runs);
     RUN(test_mixed_dtypes_in_one_buffer);

@@ -183,11 +183,12 @@ static void test_reductions_match_local_backend(void)
 {
     lpx_comm *c = world(0);
     static const size_t counts[] = {0, 1, 3, 1031};
-    static const lpx_dtype dts[] = {LPX_F32, LPX_BF16, LPX_F16};
+    /* fp8 too: 1 byte per element over MPI, the same bits as local */
+    static const lpx_dtype dts[] = {LPX_F32, LPX_BF16, LPX_F16, LPX_F8E4M3FN, LPX_F8E5M2};
     static const lpx_reduce_op ops[] = {LPX_REDUCE_SUM, LPX_REDUCE_AVG, LPX_REDUCE_MAX, LPX_REDUCE_MIN};
     uint64_t cs = 100;
     for (size_t ci = 0; ci < 4; ci++)
-        for (int di = 0; di < 3; di++)
+        for (int di = 0; di < (int)(sizeof dts / sizeof *dts); di++)
             for (int oi = 0; oi < 4; oi++)
                 for (int kind = 0; kind < 2; kind++, cs++) {
                     lpx_coll k = kind ? LPX_COLL_ALL_REDUCE : LPX_COLL_REDUCE_SCATTER;

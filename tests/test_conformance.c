@@ -69,6 +69,24 @@ static void test_builtin_kinds_and_mx(void)
     HAS("mxfp4/declares");
     HAS(" passed, 0 failed");
     CHECK(strstr(out, "FAIL") == NULL);
+    /* the distributed and wrapper kinds take part too (issue 6: "passes
+     * for float8, nf4, dtensor, mxfp8, mxfp4") */
+    HAS("PASS float8/all_gather/world3");
+    HAS("PASS nf4/all_gather/world3");
+    HAS("PASS dtensor/declares");
+    HAS("PASS dtensor/quantize/normal");
+    HAS("PASS dtensor/op/linear");
+    HAS("PASS dtensor/op/narrow");
+    HAS("PASS dtensor/all_gather/world3");
+    HAS("PASS dtensor/shard_unit");
+    HAS("PASS dtensor/refusal");
+    /* a contract the kind declares not applicable is skipped with its reason */
+    HAS("SKIP dtensor/flatten_unflatten: not applicable to this kind: a DTensor's metadata holds a process-local "
+        "mesh pointer");
+    HAS("PASS float8_weight/flatten_unflatten");
+    HAS("PASS float8_weight/all_gather/world4: 4 ranks, chunk 16 rows (unit 1), 1 inputs per rank; gathers into "
+        "float8, equal to the one-rank gather");
+    HAS("PASS float8_weight/refusal");
 }
 
 static void test_broken_plugins_reported(void)

@@ -266,6 +266,160 @@ static void test_ops(void)
     for (int i = 0; i < NWORLDS; i++) run_ranks(worlds[i], ops_rank, NULL);
 }
 
+/* ---- 2-D meshes (hybrid sharding) ------------------------------------- */
+
+/* A rows x cols mesh of local ranks built from per-dimension groups: rank
+ * g = i * cols + j is at (i, j); mesh dim 0 runs over the `cols` groups of
+ * `rows` ranks with the same j (the replicas), mesh dim 1 over the `rows`
+ * groups of `cols` ranks with the same i (the shard group). Each rank
+ * thread gets its two comms by its rank in the world comm and destroys
+ * them. */
+typedef struct mesh2d_ctx {
+    int rows, cols;
+    lpx_comm *outer[MAXR], *inner[MAXR];
+} mesh2d_ctx;
+
+static const int64_t shapes2d[][2] = {{7, 5}, {5, 6}, {1, 3}, {0, 4}, {4, 0}};
+#define NSHAPES2D (int)(sizeof shapes2d / sizeof shapes2d[0])
+
+/* placement pairs (mesh dim 0, mesh dim 1): Shard on one mesh dim with
+ * Replicate on the other, both sharded (different tensor dims), Partial */
+enum { P_R = LPX_PLACEMENT_REPLICATE, P_S = LPX_PLACEMENT_SHARD, P_P = LPX_PLACEMENT_PARTIAL };
+static const int pl2d[][4] = {  /* type0, dim0, type1, dim1 */
+    {P_R, 0, P_S, 0}, {P_R, 0, P_S, 1}, {P_S, 0, P_R, 0}, {P_S, 1, P_R, 0}, {P_S, 0, P_S, 1},
+    {P_S, 1, P_S, 0}, {P_R, 0, P_R, 0}, {P_P, 0, P_S, 0}, {P_S, 1, P_P, 0},
+};
+#define NPL2D (int)(sizeof pl2d / sizeof pl2d[0])
+
+static void pl_of(int k, lpx_placement *p)
+{
+    for (int m = 0; m < 2; m++) {
+        int t = pl2d[k][2 * m], d = pl2d[k][2 * m + 1];
+        p[m] = t == P_S ? lpx_shard(d) : t == P_P ? lpx_partial(LPX_REDUCE_SUM) : lpx_replicate();
+    }
+}
+
+/* What rank (i, j) holds of `full` under p, computed here from
+ * lpx_shard_range (the reference; distribute must agree). */
+static lpx_status expected_local(lpx_tensor *full, const lpx_placement *p, const int *coord, const int *size,
+                                 lpx_tensor **out)
+{
+    lpx_tensor *cur = NULL, *next = NULL;
+    lpx_status st = lpx_clone(full, &cur);
+    for (int m = 0; m < 2 && !st; m++) {
+        if (p[m].type == LPX_PLACEMENT_SHARD) {
+            int64_t c, s, l, sh[2];
+            lpx_shard_range(lpx_tensor_shape(cur)[p[m].dim], size[m], coord[m], 1, &c, &s, &l);
+            memcpy(sh, lpx_tensor_shape(cur), sizeof sh);
+            sh[p[m].dim] = l;
+            lpx_tensor *v = NULL;
+            if (l == 0 || lpx_tensor_numel(cur) == 0) st = lpx_zeros(2, sh, LPX_F32, lpx_cpu(), &next);
+            else if (!(st = lpx_narrow(cur, p[m].dim, s, l, &v))) st = lpx_contiguous(v, &next);
+            lpx_tensor_release(v);
+        } else if (p[m].type == LPX_PLACEMENT_PARTIAL && coord[m] != 0) {
+            st = lpx_zeros(2, lpx_tensor_shape(cur), LPX_F32, lpx_cpu(), &next);
+        } else {
+            next = cur;
+            lpx_tensor_retain(next);
+        }
+        lpx_tensor_release(cur);
+        cur = next;
+        next = NULL;
+    }
+    if (st) lpx_tensor_release(cur);
+    else *out = cur;
+    return st;
+}
+
+static lpx_status mesh2d_rank(lpx_comm *world, void *vctx)
+{
+    mesh2d_ctx *c = vctx;
+    int g = lpx_comm_rank(world), i = g / c->cols, j = g % c->cols;
+    int coord[2] = {i, j}, size[2] = {c->rows, c->cols};
+    lpx_mesh *mesh = NULL;
+    RCHECK_OK(g, lpx_mesh_new_2d(c->outer[g], c->inner[g], &mesh));
+    RCHECK(g, lpx_mesh_ndim(mesh) == 2 && lpx_mesh_rank(mesh, 0) == i && lpx_mesh_rank(mesh, 1) == j &&
+                  lpx_mesh_size(mesh, 0) == c->rows && lpx_mesh_size(mesh, 1) == c->cols);
+    for (int s = 0; mesh && s < NSHAPES2D && !results[g].fails; s++) {
+        lpx_tensor *full = NULL;
+        RCHECK_OK(g, lpx_randn(2, shapes2d[s], 40 + (uint64_t)s, LPX_F32, lpx_cpu(), &full));
+        for (int a = 0; full && a < NPL2D && !results[g].fails; a++) {
+            lpx_placement pa[2];
+            pl_of(a, pa);
+            lpx_tensor *dt = NULL, *want = NULL, *got = NULL, *fl = NULL;
+            RCHECK_OK(g, lpx_dtensor_distribute(full, mesh, pa, &dt));
+            RCHECK_OK(g, expected_local(full, pa, coord, size, &want));
+            RCHECK(g, dt && want && same_bits(lpx_dtensor_local(dt), want));
+            /* from_local of the same piece is the same DTensor */
+            RCHECK_OK(g, lpx_dtensor_from_local(want, mesh, pa, 2, shapes2d[s], &fl));
+            /* all_gather == the full tensor */
+            RCHECK_OK(g, lpx_dtensor_full_tensor(dt, &got));
+            RCHECK(g, got && same_bits(got, full));
+            /* an op keeps the placements: dt + dt gathers to full + full
+             * (on Partial(sum) too: add of two Partial(sum) stays Partial) */
+            lpx_tensor *two = NULL, *two_full = NULL, *ref2 = NULL;
+            RCHECK_OK(g, lpx_add(dt, fl, &two));
+            RCHECK_OK(g, lpx_dtensor_full_tensor(two, &two_full));
+            RCHECK_OK(g, lpx_add(full, full, &ref2));
+            RCHECK(g, two_full && same_bits(two_full, ref2));
+            lpx_tensor_release(two);
+            lpx_tensor_release(two_full);
+            lpx_tensor_release(ref2);
+            /* to every other placement and back */
+            for (int b = 0; dt && b < NPL2D && !results[g].fails; b++) {
+                lpx_placement pb[2];
+                pl_of(b, pb);
+                lpx_tensor *x = NULL, *wb = NULL, *back = NULL;
+                RCHECK_OK(g, lpx_dtensor_redistribute(dt, pb, &x));
+                RCHECK_OK(g, expected_local(full, pb, coord, size, &wb));
+                if (x && wb && !same_bits(lpx_dtensor_local(x), wb))
+                    rfail(g, "shape %d: redistribute (%d,%d)/(%d,%d) -> (%d,%d)/(%d,%d) on a %dx%d mesh: wrong local",
+                          s, pl2d[a][0], pl2d[a][1], pl2d[a][2], pl2d[a][3], pl2d[b][0], pl2d[b][1], pl2d[b][2],
+                          pl2d[b][3], c->rows, c->cols);
+                RCHECK_OK(g, lpx_dtensor_redistribute(x, pa, &back));
+                if (!back || !same_bits(lpx_dtensor_local(back), lpx_dtensor_local(dt)))
+                    rfail(g, "shape %d: (%d,%d)/(%d,%d) -> (%d,%d)/(%d,%d) -> back on a %dx%d mesh: not the start", s,
+                          pl2d[a][0], pl2d[a][1], pl2d[a][2], pl2d[a][3], pl2d[b][0], pl2d[b][1], pl2d[b][2],
+                          pl2d[b][3], c->rows, c->cols);
+                lpx_tensor_release(x);
+                lpx_tensor_release(wb);
+                lpx_tensor_release(back);
+            }
+            lpx_tensor_release(dt);
+            lpx_tensor_release(want);
+            lpx_tensor_release(got);
+            lpx_tensor_release(fl);
+        }
+        lpx_tensor_release(full);
+    }
+    RCHECK(g, lpx_mesh_refcount(mesh) == 1);
+    lpx_mesh_release(mesh);
+    lpx_comm_destroy(c->outer[g]);
+    lpx_comm_destroy(c->inner[g]);
+    return LPX_OK;
+}
+
+static void test_mesh_2d(void)
+{
+    static const int meshes[][2] = {{2, 2}, {2, 3}, {1, 4}, {4, 1}, {3, 2}};
+    for (size_t m = 0; m < sizeof meshes / sizeof *meshes; m++) {
+        mesh2d_ctx c;
+        memset(&c, 0, sizeof c);
+        c.rows = meshes[m][0];
+        c.cols = meshes[m][1];
+        lpx_comm *tmp[MAXR];
+        for (int j = 0; j < c.cols; j++) {
+            CHECK_OK(lpx_local_comm_group_create(c.rows, tmp));
+            for (int i = 0; i < c.rows; i++) c.outer[i * c.cols + j] = tmp[i];
+        }
+        for (int i = 0; i < c.rows; i++) {
+            CHECK_OK(lpx_local_comm_group_create(c.cols, tmp));
+            for (int j = 0; j < c.cols; j++) c.inner[i * c.cols + j] = tmp[j];
+        }
+        run_ranks(c.rows * c.cols, mesh2d_rank, &c);
+    }
+}
+
 static void test_errors(void)
 {
     lpx_tensor *x = NULL, *dt = NULL;
@@ -356,6 +510,7 @@ int main(void)
     RUN(test_float8_local);
     RUN(test_nf4_local);
     RUN(test_ops);
+    RUN(test_mesh_2d);
     RUN(test_errors);
     RUN(test_faults);
     return CHECK_DONE();

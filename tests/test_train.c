@@ -168,6 +168,30 @@ static void test_loss_goes_down_and_files(void)
     CHECK(atoi(cnt) == 0);
 }
 
+/* the engine's statistics in the summary: fp8 all-gather about half of
+ * bf16's bytes (on a model whose block linears dominate), exactly one
+ * amax all-reduce per step, at most two groups unsharded */
+static void test_engine_stats(void)
+{
+    static char out[65536];
+    char args[4096];
+    snprintf(args, sizeof args, "train --recipe float8-tensorwise --ranks 2 --micro 2 --steps 3 --dim 64 --layers 2 "
+             "--heads 2 --seq 16 --batch 4 --eval 2 --sample 0 --log-every 1 --compare --data '%s' --out '%s/eng'",
+             corpus, outdir);
+    int rc = run(args, out, sizeof out);
+    CHECKF(rc == 0, "train exited %d: %s", rc, out);
+    const char *r = strstr(out, "all-gather bytes float8-tensorwise / bf16 = ");
+    CHECKF(r != NULL, "no all-gather ratio: %s", out);
+    if (r) {
+        double ratio = atof(r + strlen("all-gather bytes float8-tensorwise / bf16 = "));
+        CHECKF(ratio > 0.3 && ratio <= 0.55, "fp8 / bf16 all-gather bytes %.3f", ratio);
+    }
+    const char *a = strstr(out, "amax all-reduces per step: ");
+    CHECKF(a && atoi(a + strlen("amax all-reduces per step: ")) == 1, "amax all-reduces: %s", a ? a : out);
+    const char *pk = strstr(out, "float8-tensorwise    unshards per step ");
+    CHECKF(pk && strstr(pk, "peak unsharded 2 groups"), "peak unsharded groups: %s", pk ? pk : out);
+}
+
 static void test_ranks_same_losses(void)
 {
     static char o1[32768], o2[32768];
@@ -257,6 +281,7 @@ int main(void)
     mkdir(outdir, 0777);
     RUN(test_bad_options);
     RUN(test_loss_goes_down_and_files);
+    RUN(test_engine_stats);
     RUN(test_ranks_same_losses);
     RUN(test_nf4_qlora);
     RUN(test_mem);

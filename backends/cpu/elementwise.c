@@ -247,7 +247,7 @@ static ALWAYS_INLINE lpx_status binary(lpx_call *c, bop op, int oi)
 {
     lpx_tensor *a = c->args[0].u.t, *b = c->args[1].u.t;
     lpx_tensor *o = oi >= 0 ? cpu_tensor_arg(c, oi) : NULL;
-    if (o && LPX_LIKELY(fast3(a, b, o))) {
+    if (o && LPX_LIKELY(fast3(a, b, o) && !o->storage->readonly)) {
         int64_t n = a->numel;
         const float *pa = f32_data(a), *pb = f32_data(b);
         float *po = f32_data(o);
@@ -324,7 +324,7 @@ static ALWAYS_INLINE lpx_status unary(lpx_call *c, uop op, bool scalar)
     lpx_tensor *x = c->args[0].u.t;
     float s = scalar ? (float)c->args[1].u.f : 0.0f;
     lpx_tensor *o = cpu_tensor_arg(c, scalar ? 2 : 1);
-    if (o && LPX_LIKELY(fast3(x, x, o))) {
+    if (o && LPX_LIKELY(fast3(x, x, o) && !o->storage->readonly)) {
         const float *px = f32_data(x);
         float *po = f32_data(o);
         if (LPX_LIKELY(same_or_disjoint(po, px, x->numel))) {

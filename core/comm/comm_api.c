@@ -82,7 +82,7 @@ static lpx_status check_reduce(lpx_comm *c, lpx_coll k, lpx_dtype dtype, lpx_red
     if ((unsigned)op >= LPX_REDUCE_OP_COUNT)
         return bad_arg(c, k, LPX_EINVAL, "reduce op %d is not sum, avg, max or min", (int)op);
     if (!lpx__comm_reduce_dtype_ok(dtype))
-        return bad_arg(c, k, LPX_EDTYPE, "dtype %s cannot be reduced (f32, bf16, f16 can)",
+        return bad_arg(c, k, LPX_EDTYPE, "dtype %s cannot be reduced (f32, bf16, f16, f8e4m3fn, f8e5m2 can)",
                        lpx_dtype_name(dtype));
     return LPX_OK;
 }

@@ -25,7 +25,7 @@ struct lpx_comm {
  * (callers checked them). core/comm/comm_reduce.c */
 void lpx__comm_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count,
                       lpx_dtype dtype, lpx_reduce_op op);
-/* True for the dtypes reductions accept (f32, bf16, f16). */
+/* True for the dtypes reductions accept (f32, bf16, f16, f8e4m3fn, f8e5m2). */
 bool lpx__comm_reduce_dtype_ok(lpx_dtype dtype);
 
 /* lpx_local_run as a registry entry (backends/local/local_run.c) */

@@ -1,5 +1,7 @@
 /* The reference reduction of every built-in backend: decode each source to
- * f32, combine in source (= rank) order, encode once. Working in tiles on
+ * f32 (fp8 through the shared decode tables of core/dtype.c), combine in
+ * source (= rank) order, encode once with round-to-nearest-even (fp8:
+ * saturating, see encode_flags). Working in tiles on
  * the stack keeps it allocation-free and lets dst alias a source (a tile of
  * every source is read before the tile of dst is written). One fixed order
  * makes the result independent of thread timing and of the backend. */
@@ -10,7 +12,18 @@
 
 bool lpx__comm_reduce_dtype_ok(lpx_dtype d)
 {
-    return d == LPX_F32 || d == LPX_BF16 || d == LPX_F16;
+    return d == LPX_F32 || d == LPX_BF16 || d == LPX_F16 || d == LPX_F8E4M3FN || d == LPX_F8E5M2;
+}
+
+/* fp8 results are encoded saturating: f8e4m3fn has no infinity, so an
+ * overflowing sum would otherwise become NaN and poison every later step,
+ * and a clamp to +-max is what every fp8 cast of lpx (and torch's
+ * scaled casts) does. Callers that scale the operands (FP8-LM: s =
+ * fp8_max / (amax * N)) never reach it. bf16/f16 keep IEEE overflow to
+ * inf, as before. */
+static unsigned encode_flags(lpx_dtype d)
+{
+    return d == LPX_F8E4M3FN || d == LPX_F8E5M2 ? LPX_CONVERT_SATURATE : 0u;
 }
 
 static void combine(float *acc, const float *x, size_t n, lpx_reduce_op op)
@@ -37,6 +50,7 @@ void lpx__comm_reduce(void *dst, const void *const *srcs, int nsrcs, size_t coun
     float acc[TILE], tmp[TILE];
     const lpx_dtype_traits *tr = lpx_dtype_get(dtype);
     const size_t es = (size_t)tr->bits / 8;
+    const unsigned flags = encode_flags(dtype);
     for (size_t off = 0; off < count; off += TILE) {
         size_t n = count - off < TILE ? count - off : TILE;
         for (int s = 0; s < nsrcs; s++) {
@@ -54,7 +68,7 @@ void lpx__comm_reduce(void *dst, const void *const *srcs, int nsrcs, size_t coun
         }
         unsigned char *out = (unsigned char *)dst + off * es;
         if (dtype == LPX_F32) memcpy(out, acc, n * sizeof(float));
-        else tr->from_f32(acc, out, n, 0);
+        else tr->from_f32(acc, out, n, flags);
     }
 }
 
@@ -67,7 +81,7 @@ lpx_status lpx_comm_reduce_buffers(void *dst, const void *const *srcs, int nsrcs
                          (int)op);
     if (!lpx__comm_reduce_dtype_ok(dtype))
         return lpx_error(LPX_EDTYPE, "lpx_comm_reduce_buffers: dtype %s cannot be reduced "
-                         "(f32, bf16, f16 can)", lpx_dtype_name(dtype));
+                         "(f32, bf16, f16, f8e4m3fn, f8e5m2 can)", lpx_dtype_name(dtype));
     if (count == 0) return LPX_OK;
     if (!dst || !srcs) return lpx_error(LPX_EINVAL, "lpx_comm_reduce_buffers: %s is NULL", dst ? "srcs" : "dst");
     for (int s = 0; s < nsrcs; s++)

@@ -104,17 +104,19 @@ LPX_API lpx_status lpx_comm_all_gather(lpx_comm *comm, const lpx_tensor *in, lpx
 
 /** Reduce-scatter: `send` holds size * count elements (block q = this
  *  rank's contribution to rank q); `recv` gets count elements, the
- *  reduction over ranks of block `rank`. dtype f32, bf16 or f16; f32
- *  accumulation in rank order. In place: recv == send + rank * block. */
+ *  reduction over ranks of block `rank`. dtype f32, bf16, f16, f8e4m3fn
+ *  or f8e5m2 (fp8: 1 byte per element on the wire; the result is encoded
+ *  saturating, see lpx_comm_reduce_buffers); f32 accumulation in rank
+ *  order. In place: recv == send + rank * block. */
 LPX_API lpx_status lpx_comm_reduce_scatter_buf(lpx_comm *comm, const void *send, void *recv,
                                                size_t count, lpx_dtype dtype, lpx_reduce_op op);
 
 /** Reduce-scatter of tensors: numel(in) == size * numel(out), same dtype
- *  (f32/bf16/f16), both dense and contiguous. */
+ *  (f32/bf16/f16/f8e4m3fn/f8e5m2), both dense and contiguous. */
 LPX_API lpx_status lpx_comm_reduce_scatter(lpx_comm *comm, const lpx_tensor *in, lpx_tensor *out,
                                            lpx_reduce_op op);
 
-/** All-reduce of `count` elements (f32/bf16/f16); send == recv is the
+/** All-reduce of `count` elements (f32/bf16/f16/f8e4m3fn/f8e5m2); send == recv is the
  *  in-place form. One call reduces any number of values (all float8
  *  amaxes of a model in one buffer). */
 LPX_API lpx_status lpx_comm_all_reduce_buf(lpx_comm *comm, const void *send, void *recv,
@@ -242,7 +244,9 @@ LPX_API lpx_status lpx_comm_new(const lpx_comm_i *vt, void *self, lpx_comm **out
 /** The reference reduction every built-in backend uses, exported so
  *  plugin backends give the same bits: dst[i] = op(srcs[0][i], ...,
  *  srcs[nsrcs-1][i]) combined in that order in f32, encoded once to
- *  `dtype` (f32, bf16, f16); avg divides by nsrcs. dst may equal a source;
+ *  `dtype` with round-to-nearest-even (f32, bf16, f16: IEEE, overflow
+ *  gives inf; f8e4m3fn, f8e5m2: decoded exactly, saturating at +-max since
+ *  e4m3fn has no inf; NaN stays NaN); avg divides by nsrcs. dst may equal a source;
  *  other overlaps are undefined. Never allocates. Errors: LPX_EINVAL (NULL
  *  with count > 0, nsrcs < 1, bad op), LPX_EDTYPE. */
 LPX_API lpx_status lpx_comm_reduce_buffers(void *dst, const void *const *srcs, int nsrcs,

@@ -52,6 +52,10 @@ typedef struct lpx_fsdp_config {
     bool fp8_grad_reduce;        /* reduce-scatter grads as fp8 with one shared global scale
                                     (FP8-LM / MS-AMP) [false] */
     lpx_dtype fp8_grad_dtype;    /* format of fp8 grads [0 = LPX_F8E5M2] */
+    lpx_dtype param_dtype;       /* mixed precision (FSDP2 MixedPrecisionPolicy.param_dtype): dense
+                                    f32 params are cast to this dtype (bf16/f16) before the
+                                    all-gather, so the wire and the unsharded tensor use it while
+                                    the optimizer updates the f32 shard [0: as is] */
 } lpx_fsdp_config;
 
 /** The context the engine passes to a kind's pre_all_gather as `ctx`
@@ -96,7 +100,8 @@ LPX_API lpx_status lpx_fsdp_group_add(lpx_fsdp *f, const char *name, lpx_fsdp_gr
 
 /** Parameter flags. */
 enum {
-    LPX_FSDP_FROZEN = 1u   /* no gradient, no optimizer state (an nf4 base weight) */
+    LPX_FSDP_FROZEN = 1u,  /* no gradient, no optimizer state (an nf4 base weight) */
+    LPX_FSDP_NO_DECAY = 2u /* lpx_fsdp_adamw_step applies no weight decay (norms, embeddings) */
 };
 
 /** Adds parameter `full` (any kind with all-gather hooks, or dense; every
@@ -187,6 +192,11 @@ LPX_API lpx_status lpx_fsdp_adamw_step(lpx_fsdp_group *g, const lpx_adamw_opts *
  *  all-gather. Without it, each float8_weight all-reduces its own amax at
  *  unshard. Collective. Errors: LPX_ECOMM, LPX_ETIMEOUT, LPX_ENOMEM. */
 LPX_API lpx_status lpx_float8_precompute_scales(lpx_fsdp_group *g);
+/** lpx_float8_precompute_scales over every group of the engine with ONE
+ *  all-reduce(MAX) in all (none when no group holds a tensorwise
+ *  float8_weight): exactly one amax all-reduce per step for the model.
+ *  Collective. Errors: as lpx_float8_precompute_scales. */
+LPX_API lpx_status lpx_fsdp_precompute_scales(lpx_fsdp *f);
 
 /** Copies the statistics into *out (struct_size set by the caller).
  *  Errors: LPX_EINVAL. */

@@ -17,6 +17,7 @@
 #include "fsdp.h"
 #include "plugin.h"
 #include "dlpack.h"
+#include "safetensors.h"
 
 LPX_BEGIN_DECLS
 

@@ -62,6 +62,12 @@ lpx_status lpx_fsdp_new(lpx_mesh *mesh, const lpx_fsdp_config *cfg, lpx_fsdp **o
     f->cfg.struct_size = sizeof f->cfg;
     if (f->cfg.max_unsharded <= 0) f->cfg.max_unsharded = 2;
     if (!f->cfg.fp8_grad_dtype) f->cfg.fp8_grad_dtype = LPX_F8E5M2;
+    if (f->cfg.param_dtype && f->cfg.param_dtype != LPX_BF16 && f->cfg.param_dtype != LPX_F16 &&
+        f->cfg.param_dtype != LPX_F32) {
+        lpx_free(f);
+        return lpx_error(LPX_EDTYPE, "lpx_fsdp_new: param_dtype %s is not bf16, f16 or f32",
+                         lpx_dtype_name(cfg->param_dtype));
+    }
     if (f->cfg.fp8_grad_dtype != LPX_F8E5M2 && f->cfg.fp8_grad_dtype != LPX_F8E4M3FN) {
         lpx_free(f);
         return lpx_error(LPX_EDTYPE, "lpx_fsdp_new: fp8_grad_dtype %s is not an fp8 dtype",
@@ -171,6 +177,20 @@ lpx_status lpx_fsdp_param_add(lpx_fsdp_group *g, const char *name, lpx_tensor *f
     return LPX_OK;
 }
 
+/* What goes to pre_all_gather: the local shard, or with param_dtype a
+ * dense f32 shard cast to it (mixed precision). New reference. */
+static lpx_status wire_src(const lpx_fsdp *f, const fsdp_param *p, lpx_tensor **out)
+{
+    lpx_tensor *l = fsdp_local(p);
+    if (!f->cfg.param_dtype || lpx_tensor_kind(l) || lpx_tensor_dtype(l) != LPX_F32 ||
+        f->cfg.param_dtype == LPX_F32) {
+        lpx_tensor_retain(l);
+        *out = l;
+        return LPX_OK;
+    }
+    return lpx_cast(l, f->cfg.param_dtype, false, out);
+}
+
 /* Cuts every param, describes its wire inputs. Local (the float8_weight
  * hook may all-reduce: every rank does it in the same order). */
 static lpx_status shard_param(lpx_fsdp *f, fsdp_param *p, dt_wire_desc *mine)
@@ -192,7 +212,10 @@ static lpx_status shard_param(lpx_fsdp *f, fsdp_param *p, dt_wire_desc *mine)
     size_t ms;
     int n = 0;
     lpx_fsdp_hook_ctx h = {sizeof h, f->comm, 0};
-    st = dt_pre_gather(op, fsdp_local(p), &h, in, &n, meta, &ms, mine);
+    lpx_tensor *src = NULL;
+    if ((st = wire_src(f, p, &src))) return st;
+    st = dt_pre_gather(op, src, &h, in, &n, meta, &ms, mine);
+    lpx_tensor_release(src);
     f->st.amax_allreduces += h.amax_allreduces;
     for (int i = 0; i < n; i++) lpx_tensor_release(in[i]);
     if (st) return dt_prefix(st, "%s: param '%s'", op, p->name);
@@ -335,8 +358,12 @@ lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
     for (int i = 0; i < n && !st; i++) {
         fsdp_param *p = &g->p[i];
         dt_wire_desc d;
-        st = dt_pre_gather(op, fsdp_local(p), &h, inputs + (size_t)i * LPX_MAX_AG_INPUTS, &nin[i],
-                           metas + (size_t)i * LPX_MAX_META, &msz[i], &d);
+        lpx_tensor *src = NULL;
+        st = wire_src(f, p, &src);
+        if (!st)
+            st = dt_pre_gather(op, src, &h, inputs + (size_t)i * LPX_MAX_AG_INPUTS, &nin[i],
+                               metas + (size_t)i * LPX_MAX_META, &msz[i], &d);
+        lpx_tensor_release(src);
         if (!st && memcmp(&d, &p->descs[f->rank], sizeof d))
             st = lpx_error(LPX_EINVAL, "%s(%s): param '%s' now puts a different input list on the wire than at "
                            "lpx_fsdp_shard (its shard changed shape or format)", op, g->name, p->name);

@@ -28,8 +28,11 @@ static lpx_tensor *weight_of(lpx_tensor *local)
     return NULL;
 }
 
-static lpx_status step_param(fsdp_param *p, const lpx_adamw_opts *o)
+static lpx_status step_param(fsdp_param *p, const lpx_adamw_opts *o_in)
 {
+    lpx_adamw_opts nd = *o_in;
+    if (p->flags & LPX_FSDP_NO_DECAY) nd.weight_decay = 0;
+    const lpx_adamw_opts *o = &nd;
     const char *op = "lpx_fsdp_adamw_step";
     lpx_tensor *w = weight_of(fsdp_local(p));
     if (!w || !lpx_tensor_is_contiguous(w))

@@ -13,11 +13,14 @@
  * s = fp8_max / (amax * N) so that a sum of N values cannot overflow;
  * every grad is encoded to fp8 with s and reduced with SUM; the result is
  * multiplied by 1 / (s * N) = amax / fp8_max once: the 1/N of averaging
- * lives in the scale, not in a pass over the data. The comm layer has no
- * fp8 reduction yet, so the fp8 codes travel decoded as bf16 (exact: fp8
- * values are bf16 values) and are summed in f32 and rounded once to bf16;
- * the wire is 2 bytes per element instead of the 1 a native fp8 reduce
- * would use. */
+ * lives in the scale, not in a pass over the data. The fp8 codes go on the
+ * wire as they are (1 byte per element): the comm layer's fp8 reduction
+ * decodes every rank's codes exactly, sums them in f32 in rank order and
+ * encodes the sum once to fp8 (RNE, saturating; with this scale the sum
+ * never reaches fp8_max, so it never saturates). On a 2-D mesh the amax
+ * is also MAX-reduced over the replicate comm, so every rank of the mesh
+ * uses one scale, and the replica average runs on the fp8 codes too (a
+ * second rounding, on the slow inter-replica link's 1 byte). */
 #include <math.h>
 #include <string.h>
 #include "fsdp_internal.h"
@@ -72,7 +75,7 @@ static lpx_status pack(lpx_fsdp_group *g, lpx_dtype d, lpx_dtype w, float scale,
                 memcpy(dst, src, n * es);
                 continue;
             }
-            /* fp8 mode: x * s -> fp8 (saturating) -> decoded, on the wire as w */
+            /* fp8 mode: x * s -> fp8 (saturating), straight onto the wire */
             float *t2 = lpx_realloc(tmp, n * sizeof *t2);
             if (!t2) {
                 lpx_free(tmp);
@@ -81,14 +84,7 @@ static lpx_status pack(lpx_fsdp_group *g, lpx_dtype d, lpx_dtype w, float scale,
             tmp = t2;
             fsdp_to_f32(lpx_tensor_dtype(p->grad_full), src, tmp, n);
             for (size_t k = 0; k < n; k++) tmp[k] *= scale;
-            unsigned char *q8 = lpx_malloc(n);
-            if (!q8) {
-                lpx_free(tmp);
-                return lpx_error(LPX_ENOMEM, "lpx_fsdp_reduce_scatter_grads: out of memory");
-            }
-            lpx_convert(q8, fp8, tmp, LPX_F32, n, LPX_CONVERT_SATURATE);
-            lpx_convert(dst, w, q8, fp8, n, 0);
-            lpx_free(q8);
+            lpx_convert(dst, fp8, tmp, LPX_F32, n, LPX_CONVERT_SATURATE);
         }
         at += p->chunk * row;
     }
@@ -171,6 +167,11 @@ static lpx_status fp8_scale(lpx_fsdp_group *g, float *scale, float *unscale)
     lpx_status st = lpx_comm_all_reduce_buf(f->comm, &amax, &amax, 1, LPX_F32, LPX_REDUCE_MAX);
     if (st) return st;
     f->st.amax_allreduces++;
+    /* hybrid: the replicas average codes too, so they must share the scale */
+    if (f->rep) {
+        if ((st = lpx_comm_all_reduce_buf(f->rep, &amax, &amax, 1, LPX_F32, LPX_REDUCE_MAX))) return st;
+        f->st.amax_allreduces++;
+    }
     double fmax = lpx_dtype_get(f->cfg.fp8_grad_dtype)->max;
     double a = amax > 1e-30f ? amax : 1e-30;
     *scale = (float)(fmax / (a * f->world));
@@ -194,7 +195,7 @@ lpx_status lpx_fsdp_reduce_scatter_grads(lpx_fsdp_group *g)
     lpx_status st = LPX_OK;
     if (f->cfg.fp8_grad_reduce) {
         float s = 1, u = 1;
-        if (!(st = fp8_scale(g, &s, &u))) st = rs_dtype(g, -1, LPX_BF16, s, u, LPX_REDUCE_SUM);
+        if (!(st = fp8_scale(g, &s, &u))) st = rs_dtype(g, -1, f->cfg.fp8_grad_dtype, s, u, LPX_REDUCE_SUM);
     } else {
         static const lpx_dtype order[] = {LPX_F32, LPX_BF16, LPX_F16};
         for (int k = 0; k < 3 && !st; k++) {

@@ -181,8 +181,19 @@ lpx_status lpx_dtensor_redistribute(lpx_tensor *dt, const lpx_placement *placeme
                              !(now[i].type == placements[i].type && now[i].dim == placements[i].dim &&
                                now[i].op == placements[i].op);
             if (pass == 0 && !gathering) continue;
-            lpx_placement to = pass == 0 && placements[i].type == LPX_PLACEMENT_SHARD &&
-                                       now[i].type == LPX_PLACEMENT_SHARD ? lpx_replicate() : placements[i];
+            /* in pass 0 a Shard target is reached through Replicate (its
+             * chunk is cut in pass 1) when this mesh dim is sharded now,
+             * or when another mesh dim still shards the same tensor dim:
+             * Partial -> Shard(d) there would reduce-scatter a piece that
+             * is itself a chunk of d, and that other dim's gather (later
+             * in this pass) would then concatenate chunks of chunks */
+            bool defer = false;
+            if (pass == 0 && placements[i].type == LPX_PLACEMENT_SHARD) {
+                defer = now[i].type == LPX_PLACEMENT_SHARD;
+                for (int k = 0; k < m->nmesh; k++)
+                    defer |= k != i && now[k].type == LPX_PLACEMENT_SHARD && now[k].dim == placements[i].dim;
+            }
+            lpx_placement to = defer ? lpx_replicate() : placements[i];
             lpx_tensor *next = NULL;
             st = step(op, lpx_mesh_comm(m->mesh, i), cur, now[i], to, &next);
             lpx_tensor_release(cur);

@@ -195,8 +195,94 @@ static void f8w_meta_release(void *meta, size_t size)
 
 static lpx_status f8w_to_dense(const lpx_tensor *t, lpx_tensor **out)
 {
-    return lpx_cast(lpx_tensor_inner(t, 0), LPX_F32, false, out);
+    if (!out) return lpx_error(LPX_EINVAL, "float8_weight to_dense: out is NULL");
+    *out = NULL;
+    if (!lpx_float8_weight_is(t)) return lpx_error(LPX_EINVAL, "float8_weight to_dense: t is not a float8_weight");
+    lpx_tensor *f = NULL;
+    lpx_status st = lpx_cast(lpx_tensor_inner(t, 0), LPX_F32, false, &f);
+    if (!st) st = lpx_contiguous(f, out);
+    lpx_tensor_release(f);
+    return st;
 }
+
+/* from_dense: a copy of x as the master, tensorwise e4m3fn, with the scale
+ * of the whole tensor precomputed (what lpx_float8_precompute_scales sets
+ * on one rank). Precomputing is what makes every dim-0 shard cast with the
+ * same replicated scale without a comm, so sharding such a tensor is
+ * self-contained. A caller that then updates the master re-runs
+ * lpx_float8_precompute_scales (or sets the scale to 0 for the per-gather
+ * all-reduce) as with any float8_weight. */
+static lpx_status f8w_from_dense(const lpx_kind *kind, lpx_tensor *x, lpx_tensor **out)
+{
+    (void)kind;
+    const char *op = "float8_weight from_dense";
+    if (!out) return lpx_error(LPX_EINVAL, "%s: out is NULL", op);
+    *out = NULL;
+    if (!x) return lpx_error(LPX_EINVAL, "%s: x is NULL", op);
+    if (lpx_tensor_kind(x))
+        return lpx_error(LPX_EINVAL, "%s: x is a '%s' tensor, not dense", op, lpx_kind_name(lpx_tensor_kind(x)));
+    lpx_tensor *master = NULL, *w = NULL, *scale = NULL;
+    lpx_status st = lpx_contiguous(x, &master);
+    /* contiguous returns x itself when it already is: the master must be
+     * the weight's own storage, updated in place by the optimizer */
+    if (!st && master == x) {
+        lpx_tensor_release(master);
+        master = NULL;
+        st = lpx_clone(x, &master);
+    }
+    if (!st) st = lpx_float8_weight_new(master, NULL, &w);
+    if (!st) st = shard_scale(w, NULL, &scale);
+    double v = 0;
+    if (!st) st = lpx_item(scale, 0, &v);
+    if (!st) st = lpx_float8_weight_set_scale(w, (float)v);
+    if (st) lpx_tensor_release(w);
+    else *out = w;
+    lpx_tensor_release(master);
+    lpx_tensor_release(scale);
+    return st;
+}
+
+/* Untrusted: checks everything. The precomputed scale lives behind a
+ * pointer in the blob, which is never followed here: the rebuilt tensor
+ * has no precomputed scale (it is per-step state, recomputed after each
+ * optimizer step). */
+static lpx_status f8w_unflatten(const lpx_kind *kind, lpx_dtype logical, int ndim, const int64_t *shape,
+                                lpx_tensor *const *inner, int ninner, const void *meta, size_t meta_size,
+                                lpx_tensor **out)
+{
+    (void)kind;
+    const char *op = "float8_weight unflatten";
+    if (!out) return lpx_error(LPX_EINVAL, "%s: out is NULL", op);
+    *out = NULL;
+    f8w_meta m;
+    if (!meta || meta_size != sizeof m)
+        return lpx_error(LPX_EINVAL, "%s: metadata of %zu bytes, expected %zu", op, meta_size, sizeof m);
+    memcpy(&m, meta, sizeof m);
+    if (m.magic != F8W_MAGIC || !f8_is_fp8(m.fp8) || (m.rowwise != 0 && m.rowwise != 1))
+        return lpx_error(LPX_EINVAL, "%s: metadata is not a float8_weight's (magic, fp8 dtype or rowwise flag)", op);
+    if (!inner || ninner != 1 || !inner[0])
+        return lpx_error(LPX_EINVAL, "%s: needs exactly 1 inner tensor (the master), got %d", op, inner ? ninner : 0);
+    lpx_tensor *master = inner[0];
+    if (lpx_tensor_kind(master) || !f8_logical_ok(lpx_tensor_dtype(master)) || lpx_tensor_dtype(master) != logical)
+        return lpx_error(LPX_EDTYPE, "%s: the master must be a dense f32/bf16/f16 tensor of the logical dtype %s", op,
+                         lpx_dtype_name(logical));
+    if (!shape || ndim != lpx_tensor_ndim(master) || ndim < (m.rowwise ? 2 : 1) ||
+        memcmp(shape, lpx_tensor_shape(master), (size_t)ndim * sizeof *shape))
+        return lpx_error(LPX_ESHAPE, "%s: the shape does not match the master's", op);
+    return make(master, m.fp8, m.rowwise, 0.0f, out);
+}
+
+/* The value of a float8_weight is its master, so from_dense/to_dense are
+ * exact; max_err bounds the fp8 wire: the all-gather gives a float8
+ * tensor (e4m3 tensorwise: within 16/448 of the amax, as float8's). */
+static const lpx_kind_conformance f8w_conformance = {
+    .struct_size = sizeof(lpx_kind_conformance),
+    .max_err = 0.04,
+    .min_sqnr_db = 200,
+    .op_rtol = 1e-6,
+    .op_atol = 1e-12,
+    .all_gather_kind = "float8",
+};
 
 static int f8w_describe(const lpx_tensor *t, char *buf, size_t len)
 {
@@ -269,6 +355,9 @@ lpx_status lpx_float8_weight_register_kind(void)
     vt.describe = f8w_describe;
     vt.meta_release = f8w_meta_release;
     vt.to_dense = f8w_to_dense;
+    vt.from_dense = f8w_from_dense;
+    vt.unflatten = f8w_unflatten;
+    vt.conformance = &f8w_conformance;
     const lpx_kind *k = NULL;
     lpx_status st = lpx_kind_register(&vt, &k);
     if (st) return st;

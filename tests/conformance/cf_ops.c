@@ -43,6 +43,20 @@ static lpx_status r_cast(lpx_tensor *t, lpx_tensor *const *a, lpx_tensor **o) { 
 static lpx_status r_neg(lpx_tensor *t, lpx_tensor *const *a, lpx_tensor **o) { (void)a; return lpx_neg(t, o); }
 static lpx_status r_abs(lpx_tensor *t, lpx_tensor *const *a, lpx_tensor **o) { (void)a; return lpx_abs(t, o); }
 static lpx_status r_relu(lpx_tensor *t, lpx_tensor *const *a, lpx_tensor **o) { (void)a; return lpx_relu(t, o); }
+static lpx_status r_exp(lpx_tensor *t, lpx_tensor *const *a, lpx_tensor **o) { (void)a; return lpx_exp(t, o); }
+static lpx_status r_silu(lpx_tensor *t, lpx_tensor *const *a, lpx_tensor **o) { (void)a; return lpx_silu(t, o); }
+static lpx_status r_gelu(lpx_tensor *t, lpx_tensor *const *a, lpx_tensor **o) { (void)a; return lpx_gelu(t, o); }
+/* sqrt of |t|: normal test data is half negative, and NaN == NaN would
+ * check nothing */
+static lpx_status r_sqrt(lpx_tensor *t, lpx_tensor *const *a, lpx_tensor **o)
+{
+    (void)a;
+    lpx_tensor *m = NULL;
+    lpx_status st = lpx_abs(t, &m);
+    if (!st) st = lpx_sqrt(m, o);
+    lpx_tensor_release(m);
+    return st;
+}
 static lpx_status r_add(lpx_tensor *t, lpx_tensor *const *a, lpx_tensor **o) { return lpx_add(t, a[0], o); }
 static lpx_status r_sub(lpx_tensor *t, lpx_tensor *const *a, lpx_tensor **o) { return lpx_sub(t, a[0], o); }
 static lpx_status r_mul(lpx_tensor *t, lpx_tensor *const *a, lpx_tensor **o) { return lpx_mul(t, a[0], o); }
@@ -99,6 +113,10 @@ static const cf_recipe_def recipes[] = {
     {{LPX_OP_neg, 0, 0, r_neg}, {-1, -1}, -1},
     {{LPX_OP_abs, 0, 0, r_abs}, {-1, -1}, -1},
     {{LPX_OP_relu, 0, 0, r_relu}, {-1, -1}, -1},
+    {{LPX_OP_exp, 0, 0, r_exp}, {-1, -1}, -1},
+    {{LPX_OP_silu, 0, 0, r_silu}, {-1, -1}, -1},
+    {{LPX_OP_gelu, 0, 0, r_gelu}, {-1, -1}, -1},
+    {{LPX_OP_sqrt, 0, 0, r_sqrt}, {-1, -1}, -1},
     {{LPX_OP_add, 0, 1, r_add}, {AUX_SAME, -1}, -1},
     {{LPX_OP_sub, 0, 1, r_sub}, {AUX_SAME, -1}, -1},
     {{LPX_OP_mul, 0, 1, r_mul}, {AUX_SAME, -1}, -1},

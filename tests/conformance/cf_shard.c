@@ -68,14 +68,17 @@ static lpx_status gather(const rank_io *io, int world, int i, lpx_tensor **out)
     return LPX_OK;
 }
 
-/* Checks a post_all_gather result against the unsharded tensor. */
-static cf_outcome check_result(const lpx_kind *k, lpx_tensor *res, lpx_tensor *q, lpx_tensor *full, const char *what,
-                               char *d, size_t len)
+/* Checks a post_all_gather result against the unsharded tensor: of kind
+ * `rk`, q's shape and logical dtype, and dequantized equal to `full`
+ * exactly (`ref_q`: within max_err * amax of it as well). */
+static cf_outcome check_result(const lpx_kind *rk, lpx_tensor *res, lpx_tensor *q, lpx_tensor *full, lpx_tensor *ref_q,
+                               double max_err, const char *what, char *d, size_t len)
 {
     char sa[128], sb[128];
     if (!res) return cf_say(CF_FAIL, d, len, "%s returned no tensor", what);
-    if (lpx_tensor_kind(res) != k)
-        return cf_say(CF_FAIL, d, len, "%s returned a '%s' tensor", what, lpx_kind_name(lpx_tensor_kind(res)));
+    if (lpx_tensor_kind(res) != rk)
+        return cf_say(CF_FAIL, d, len, "%s returned a '%s' tensor, expected '%s'", what,
+                      lpx_kind_name(lpx_tensor_kind(res)), lpx_kind_name(rk));
     if (!cf_same_shape(res, q, sa, sb, sizeof sa))
         return cf_say(CF_FAIL, d, len, "%s returned shape %s, the unsharded tensor is %s", what, sa, sb);
     if (lpx_tensor_dtype(res) != lpx_tensor_dtype(q))
@@ -84,10 +87,37 @@ static cf_outcome check_result(const lpx_kind *k, lpx_tensor *res, lpx_tensor *q
     lpx_tensor *rd = NULL;
     lpx_status st = cf_dense(res, &rd);
     if (st) return cf_lpx_fail(d, len, "to_dense of the gathered tensor", st);
-    double diff = cf_max_diff(rd, full, NULL);
+    double amax = 0, diff = cf_max_diff(rd, full, NULL), qerr = ref_q ? cf_max_diff(rd, ref_q, &amax) : 0;
     lpx_tensor_release(rd);
-    if (diff != 0) return cf_say(CF_FAIL, d, len, "%s differs from the unsharded tensor by up to %g", what, diff);
+    if (diff != 0)
+        return cf_say(CF_FAIL, d, len, "%s differs from %s by up to %g", what,
+                      ref_q ? "gathering the unsharded tensor on one rank" : "the unsharded tensor", diff);
+    if (ref_q && !(qerr <= max_err * amax))
+        return cf_say(CF_FAIL, d, len, "%s is %g away from to_dense of the unsharded tensor (bound %g x amax %g)",
+                      what, qerr, max_err, amax);
     return CF_PASS;
+}
+
+/* The reference of a kind whose gather gives another kind (a wrapper):
+ * post_all_gather(pre_all_gather(q)) on one rank, the unsharded
+ * gather-then-cast value, dequantized. */
+static cf_outcome one_rank_reference(const lpx_kind *k, lpx_tensor *q, lpx_tensor **out, char *d, size_t len)
+{
+    const lpx_kind_i *vt = lpx_kind_vtable(k);
+    rank_io io;
+    memset(&io, 0, sizeof io);
+    lpx_tensor *res = NULL;
+    lpx_status st = vt->pre_all_gather(q, NULL, io.in, &io.n, io.meta, &io.meta_size);
+    if (st) return cf_lpx_fail(d, len, "pre_all_gather of the unsharded tensor", st);
+    if (io.n < 1 || io.n > LPX_MAX_AG_INPUTS) {
+        for (int i = 0; i < io.n && i < LPX_MAX_AG_INPUTS; i++) lpx_tensor_release(io.in[i]);
+        return cf_say(CF_FAIL, d, len, "pre_all_gather of the unsharded tensor gave %d inputs", io.n);
+    }
+    st = vt->post_all_gather(k, io.in, io.n, io.meta, io.meta_size, lpx_tensor_dtype(q), NULL, &res);
+    if (!st) st = cf_dense(res, out);
+    for (int i = 0; i < io.n; i++) lpx_tensor_release(io.in[i]);
+    lpx_tensor_release(res);
+    return st ? cf_lpx_fail(d, len, "post_all_gather of the unsharded tensor", st) : CF_PASS;
 }
 
 static cf_outcome c_all_gather(const lpx_kind *k, int world, char *d, size_t len)
@@ -98,12 +128,23 @@ static cf_outcome c_all_gather(const lpx_kind *k, int world, char *d, size_t len
     rank_io io[MAX_WORLD];
     memset(io, 0, sizeof io);
     lpx_tensor *x = NULL, *q = NULL, *full = NULL, *outs[LPX_MAX_AG_INPUTS] = {0}, *res = NULL, *res2 = NULL;
+    lpx_tensor *ref_q = NULL;   /* wrappers: to_dense(q); `full` is then the one-rank gather */
+    const lpx_kind *rk = k;     /* the kind post_all_gather must return */
     cf_outcome o = CF_PASS;
     char what[96];
     lpx_status st = cf_data(&p, CF_DIST_NORMAL, 30, &x);
     if (!st) st = lpx_kind_from_dense(k, x, &q);
     if (!st) st = cf_dense(q, &full);
     if (st) { o = cf_lpx_fail(d, len, "setting up", st); goto done; }
+    if (p.all_gather_kind) {
+        if ((st = lpx_kind_find(p.all_gather_kind, &rk))) {
+            o = cf_lpx_fail(d, len, "finding the declared all_gather_kind", st);
+            goto done;
+        }
+        ref_q = full;
+        full = NULL;
+        if ((o = one_rank_reference(k, q, &full, d, len)) != CF_PASS) goto done;
+    }
     int64_t rows = lpx_tensor_shape(q)[0], unit = cf_shard_unit(q);
     if (unit < 1 || rows % unit) {
         o = cf_say(CF_FAIL, d, len, "shard_unit %lld does not divide dim 0 (%lld)", (long long)unit, (long long)rows);
@@ -144,7 +185,7 @@ static cf_outcome c_all_gather(const lpx_kind *k, int world, char *d, size_t len
         st = vt->post_all_gather(k, outs, io[0].n, io[r].meta, io[r].meta_size, lpx_tensor_dtype(q), NULL, &res);
         snprintf(what, sizeof what, "post_all_gather with rank %d's metadata", r);
         if (st) { o = cf_lpx_fail(d, len, what, st); goto done; }
-        if ((o = check_result(k, res, q, full, what, d, len)) != CF_PASS) goto done;
+        if ((o = check_result(rk, res, q, full, ref_q, p.max_err, what, d, len)) != CF_PASS) goto done;
     }
     st = vt->post_all_gather(k, outs, io[0].n, io[0].meta, io[0].meta_size, lpx_tensor_dtype(q), res, &res2);
     if (st) { o = cf_lpx_fail(d, len, "post_all_gather in place (out given)", st); goto done; }
@@ -152,9 +193,11 @@ static cf_outcome c_all_gather(const lpx_kind *k, int world, char *d, size_t len
         o = cf_say(CF_FAIL, d, len, "post_all_gather with out did not return out");
         goto done;
     }
-    if ((o = check_result(k, res2, q, full, "post_all_gather in place", d, len)) != CF_PASS) goto done;
-    o = cf_say(CF_PASS, d, len, "%d ranks, chunk %lld rows (unit %lld), %d inputs per rank", world, (long long)chunk,
-               (long long)unit, io[0].n);
+    if ((o = check_result(rk, res2, q, full, ref_q, p.max_err, "post_all_gather in place", d, len)) != CF_PASS)
+        goto done;
+    o = cf_say(CF_PASS, d, len, "%d ranks, chunk %lld rows (unit %lld), %d inputs per rank%s%s%s", world,
+               (long long)chunk, (long long)unit, io[0].n, rk != k ? "; gathers into " : "",
+               rk != k ? lpx_kind_name(rk) : "", rk != k ? ", equal to the one-rank gather" : "");
 done:
     for (int r = 0; r < MAX_WORLD; r++)
         for (int i = 0; i < io[r].n && i < LPX_MAX_AG_INPUTS; i++) lpx_tensor_release(io[r].in[i]);
@@ -164,6 +207,7 @@ done:
     lpx_tensor_release(x);
     lpx_tensor_release(q);
     lpx_tensor_release(full);
+    lpx_tensor_release(ref_q);
     return o;
 }
 

@@ -27,7 +27,7 @@ typedef struct cf_case {
     const lpx_kind *kind;
     cf_contract contract;
     int arg;                 /* distribution, recipe index or world size */
-    char skip[200];          /* non-empty: skipped without running, and why */
+    char skip[400];          /* non-empty: skipped without running, and why */
 } cf_case;
 
 /* Appends the cases of kind k to *v (grown with realloc). Reads only the

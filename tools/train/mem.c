@@ -4,16 +4,15 @@
  * --dim/--layers/--vocab or by --params (which picks a Llama-like shape).
  * Accounting, per rank (what lpx train measures, see shard.c):
  *   params      f32 master shard (rows ceil(rows/N) of every tensor);
- *               nf4-qlora: the frozen NF4 base + f32 embeddings/norms/head,
- *               replicated, plus the f32 adapters
- *   grads       f32 grad shards, plus while a group is reduce-scattered its
- *               full f32 grads and the packed send/receive buffers (all
- *               groups' full grads when a rank runs several micro-batches)
+ *               nf4-qlora: shards of the frozen NF4 base, of the f32
+ *               embeddings/norms/head and of the f32 adapters
+ *   grads       f32 grad shards (the engine's), plus the full f32 grads
+ *               being accumulated (all groups' when a rank runs several
+ *               micro-batches, else one group's); the engine's packing
+ *               buffers are not counted
  *   optimizer   AdamW m and v: 2 x f32 per trainable local element
- *   unsharded   every group's gathered weights in compute form (fp8 + scale,
- *               bf16, MX + its dense copy, f32 for embeddings/norms/head),
- *               kept from forward to backward, plus one group's all-gather
- *               buffers
+ *   unsharded   the engine's peak: two adjacent groups in wire form (fp8,
+ *               bf16, nf4 + f32 adapters), max_unsharded = 2
  *   activations the tensors one micro-batch's forward keeps for backward
  * --offload moves master params and optimizer state to host memory: they
  * are then listed apart from the device total. */
@@ -23,25 +22,30 @@
 #include "mem.h"
 #include "../lpx/commands.h"
 
-static int64_t mx_bytes(tr_recipe r, int64_t rows, int64_t cols)
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int64_t nf4_bytes(const tr_param *P)
 {
-    int64_t kp = (cols + 31) / 32 * 32;
-    int64_t elems = r == TR_MXFP8 ? rows * kp : (rows * kp + 1) / 2;
-    return elems + rows * kp / 32;
+    int64_t shape[2] = {P->rows, P->cols}, nb = 0;
+    lpx_nf4_config cfg = tr_nf4_config(P->rows * P->cols);
+    if (lpx_nf4_bytes(2, shape, &cfg, &nb) != LPX_OK) nb = P->rows * P->cols / 2;
+    return nb;
 }
 
-/* bytes of group grp's weights in compute form after the all-gather */
-static int64_t gfull_unsh(const tr_geom *g, tr_recipe recipe, int grp)
+/* bytes of group grp's params after the engine's all-gather (what
+ * lpx_fsdp_stats counts as unsharded: the wire form) */
+static int64_t gwire(const tr_geom *g, tr_recipe recipe, int lora_rank, int grp)
 {
     int64_t b = 0;
     for (int p = 0; p < g->nparams; p++) {
         const tr_param *P = &g->p[p];
         if (P->group != grp) continue;
         int64_t n = P->rows * P->cols;
-        if (P->kind != TR_P_LIN) b += 4 * n;                        /* f32 */
-        else if (recipe == TR_F8_TENSORWISE) b += n + 8;            /* fp8 bytes + scale + scale_inv */
-        else if (recipe == TR_MXFP8 || recipe == TR_MXFP4) b += 4 * n + mx_bytes(recipe, P->rows, P->cols);
-        else b += 2 * n;                                            /* bf16 */
+        if (recipe == TR_NF4_QLORA)
+            b += P->kind == TR_P_LIN ? nf4_bytes(P) + 4 * (int64_t)lora_rank * (P->rows + P->cols) : 4 * n;
+        else if (P->kind == TR_P_LIN && recipe == TR_F8_TENSORWISE) b += n;               /* fp8 */
+        else if (P->kind == TR_P_LIN && recipe == TR_F8_ROWWISE) b += n + 8 * P->rows;    /* fp8 + row scales */
+        else b += 2 * n;                                                                  /* bf16 */
     }
     return b;
 }
@@ -56,51 +60,52 @@ void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lor
     int64_t per_block = 4 * (bt * D * 2 + bt + 3 * bt * D + (int64_t)b * g->heads * g->seq * g->seq + bt * D +
                              2 * bt * D + bt + 4 * bt * H);
     e->activations = per_block * g->layers + 4 * (2 * bt * D + bt + bt * g->vocab);
-
+    /* unsharded: the engine holds at most two adjacent groups (the one
+     * computed and the prefetched next one) */
+    for (int grp = 0; grp + 1 < g->ngroups || grp == 0; grp++) {
+        int64_t u = gwire(g, recipe, lora_rank, grp) + (grp + 1 < g->ngroups ? gwire(g, recipe, lora_rank, grp + 1) : 0);
+        e->unsharded = u > e->unsharded ? u : e->unsharded;
+        if (grp + 1 >= g->ngroups) break;
+    }
     if (recipe == TR_NF4_QLORA) {
         for (int p = 0; p < g->nparams; p++) {
             const tr_param *P = &g->p[p];
+            int64_t chunk = ceil_div(P->rows, world);
             if (P->kind == TR_P_LIN) {
-                int64_t shape[2] = {P->rows, P->cols}, nb = 0;
+                int64_t r = lora_rank;
+                int64_t ad = 4 * (ceil_div(r, world) * P->cols + chunk * r); /* local A and B shards */
+                /* nf4 shards are cut at whole scaler blocks of rows */
                 lpx_nf4_config cfg = tr_nf4_config(P->rows * P->cols);
-                if (lpx_nf4_bytes(2, shape, &cfg, &nb) != LPX_OK) nb = P->rows * P->cols / 2;
-                int64_t ad = 4 * (int64_t)lora_rank * (P->rows + P->cols);
-                e->params += nb + ad;
-                e->grads += ad;
+                int64_t unit = cfg.scaler_block * cfg.block / P->cols;
+                unit = unit < 1 ? 1 : unit;
+                int64_t r0 = ceil_div(chunk, unit) * unit;
+                r0 = r0 < P->rows ? r0 : P->rows;
+                e->params += nf4_bytes(P) * r0 / P->rows + ad;
+                e->grads += 4 * r * (P->rows + P->cols) + ad; /* full adapter grads + grad shards */
                 e->optimizer += 2 * ad;
             } else {
-                e->params += 4 * P->rows * P->cols;
+                e->params += 4 * chunk * P->cols;
             }
         }
         return;
     }
-    int64_t full_all = 0, max_rs = 0, max_group_rs = 0, max_ag = 0, cum_full = 0;
+    int64_t full_all = 0, max_full = 0;
     for (int grp = 0; grp < g->ngroups; grp++) {
-        int64_t full = 0, count = 0, wire = 0;
+        int64_t full = 0;
         for (int p = 0; p < g->nparams; p++) {
             const tr_param *P = &g->p[p];
             if (P->group != grp) continue;
-            int64_t chunk = (P->rows + world - 1) / world, n = P->rows * P->cols;
-            bool fp8 = recipe == TR_F8_TENSORWISE && P->kind == TR_P_LIN;
+            int64_t chunk = ceil_div(P->rows, world);
             e->params += 4 * chunk * P->cols;
             e->optimizer += 8 * chunk * P->cols;
-            full += 4 * n;
-            count += chunk * P->cols;
-            wire += chunk * P->cols * (fp8 ? 1 : 2);
+            full += 4 * P->rows * P->cols;
         }
-        int64_t rs = 4 * count * (world + 1);
         full_all += full;
-        max_rs = rs > max_rs ? rs : max_rs;
-        max_group_rs = full + rs > max_group_rs ? full + rs : max_group_rs;
-        /* groups are gathered in order and kept: while group grp is
-         * unpacked, the earlier groups' weights, its own and its wire
-         * buffers are alive at once */
-        int64_t ag = cum_full + gfull_unsh(g, recipe, grp) + wire * (world + 1);
-        max_ag = ag > max_ag ? ag : max_ag;
-        cum_full += gfull_unsh(g, recipe, grp);
+        max_full = full > max_full ? full : max_full;
     }
-    e->grads = e->params + (nloc > 1 ? full_all + max_rs : max_group_rs);
-    e->unsharded = max_ag;
+    /* grad shards + the full f32 grads being accumulated: every group's
+     * while a rank runs several micro-batches, else one group's at a time */
+    e->grads = e->params + (nloc > 1 ? full_all : max_full);
 }
 
 static void usage(FILE *f)

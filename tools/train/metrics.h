@@ -18,6 +18,11 @@ typedef struct tr_result {
     double seconds;
     /* per step (rank 0's comm statistics, last step) */
     uint64_t coll_calls[LPX_COLL_MAX], coll_bytes[LPX_COLL_MAX];
+    /* from lpx_fsdp_stats (rank 0): per step (last step), and the peak of
+     * unsharded bytes over the run */
+    uint64_t amax_allreduces, unshards;
+    int64_t peak_unsharded;
+    int peak_unsharded_groups;
     /* per rank peaks (rank 0), bytes */
     int64_t mem_peak[5];
     int64_t act_bytes;

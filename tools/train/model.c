@@ -53,7 +53,12 @@ void tr_geom_init(tr_geom *g, int vocab, int dim, int layers, int heads, int seq
         snprintf(name, sizeof name, "b%d.norm1", l);
         add_param(g, name, TR_P_NORM, l, 0, dim, 1, grp, false);
         if (wrap_linear) grp++;
-        for (int j = 0; j < TR_LIN_PER_BLOCK; j++) {
+        /* in the order the forward uses them (w1, w3, then w2), so that
+         * with --wrap linear the groups are reached in order and the
+         * prefetch of group g+1 is always the next one needed */
+        static const int order[TR_LIN_PER_BLOCK] = {TR_L_Q, TR_L_K, TR_L_V, TR_L_O, TR_L_W1, TR_L_W3, TR_L_W2};
+        for (int jj = 0; jj < TR_LIN_PER_BLOCK; jj++) {
+            int j = order[jj];
             if (j == TR_L_W1) {
                 snprintf(name, sizeof name, "b%d.norm2", l);
                 add_param(g, name, TR_P_NORM, l, 1, dim, 1, grp, false);
@@ -292,18 +297,18 @@ out:;
 
 /* ---- backward ---- */
 
-/* Adds a parameter's gradient; the last contribution to a group in the
- * step's last micro-batch reduce-scatters the group and drops its
- * unsharded weights (nothing later in the backward reads them: every
- * caller has used the weight before handing in its gradient). */
+/* Hands in a parameter's gradient of this micro-batch (gw NULL: frozen,
+ * or nf4-qlora's adapters, which recipes.c accumulates). When the last
+ * parameter of a group is done, the group is resharded (nothing later in
+ * the backward reads it: every caller has used the weight before) and, in
+ * the step's last micro-batch, its grads are reduce-scattered. */
 static lpx_status acc_param(tr_rank *R, int p, lpx_tensor *gw)
 {
-    if (R->recipe == TR_NF4_QLORA) return LPX_OK; /* frozen outside the adapters */
-    lpx_status st = tr_grad_accum(R, &R->gacc[p], gw);
+    lpx_status st = gw ? tr_grad_accum(R, &R->gacc[p], gw) : LPX_OK;
     int grp = R->g->p[p].group;
-    if (st == LPX_OK && --R->remaining[grp] == 0 && R->last_micro) {
-        st = tr_reduce_grads(R, grp);
-        if (st == LPX_OK) tr_reshard(R, grp);
+    if (st == LPX_OK && --R->remaining[grp] == 0) {
+        if (R->last_micro) st = tr_reduce_grads(R, grp);
+        tr_reshard(R, grp);
     }
     return st;
 }
@@ -312,8 +317,9 @@ static lpx_status acc_param(tr_rank *R, int p, lpx_tensor *gw)
 static lpx_status lin_bwd(tr_rank *R, int p, tr_lin_saved *s, lpx_tensor *g, lpx_tensor **gx)
 {
     lpx_tensor *gw = NULL;
-    lpx_status st = tr_linear_backward(R, p, s, g, gx, &gw);
-    if (st == LPX_OK && gw) st = acc_param(R, p, gw);
+    lpx_status st = tr_need(R, p);
+    if (st == LPX_OK) st = tr_linear_backward(R, p, s, g, gx, &gw);
+    if (st == LPX_OK) st = acc_param(R, p, gw);
     lpx_tensor_release(gw);
     return st;
 }
@@ -331,6 +337,7 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
     double att_scale = 1.0 / sqrt((double)(g->dim / g->heads));
     bool train_all = R->recipe != TR_NF4_QLORA;
     R->last_micro = last;
+    R->bwd = true;
     for (int i = 0; i < g->ngroups; i++) R->remaining[i] = 0;
     for (int i = 0; i < g->nparams; i++) R->remaining[g->p[i].group]++;
 
@@ -338,16 +345,17 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
      * that summing micro-batch grads (in a fixed order) gives the mean */
     TRY(lpx_cross_entropy_backward(f->logits, f->tgt, -100, grad_scale, &dl));
     int pnf = tr_param_index(g, TR_P_NORMF, -1, -1), phead = tr_param_index(g, TR_P_HEAD, -1, -1);
+    TRY(tr_need(R, phead));
     TRY(lpx_matmul(dl, R->full[phead], &dnf));                  /* [bt, D] */
     if (train_all) {
         TRY(lpx_t(dl, &gt));
         TRY(lpx_matmul(gt, f->nf, &dhead));                     /* [V, D] */
-        TRY(acc_param(R, phead, dhead));
         REL(gt);
-        REL(dhead);
     }
     TRY(lpx_rmsnorm_backward(dnf, f->h_last, R->full[pnf], f->rstdf, &dh, train_all ? &dnorm : NULL));
-    if (train_all) TRY(acc_param(R, pnf, dnorm));
+    TRY(acc_param(R, phead, dhead));
+    TRY(acc_param(R, pnf, dnorm));
+    REL(dhead);
     REL(dnorm);
     REL(dnf);
     REL(dl);
@@ -367,8 +375,9 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
         TRY(lin_bwd(R, pl[TR_L_W1], &S->lin[TR_L_W1], du1, &tmp));
         TRY(lpx_add_out(dn2, tmp, dn2));
         REL(tmp);
+        TRY(tr_need(R, pn2));
         TRY(lpx_rmsnorm_backward(dn2, S->h1, R->full[pn2], S->rstd2, &dx, train_all ? &dnorm : NULL));
-        if (train_all) TRY(acc_param(R, pn2, dnorm));
+        TRY(acc_param(R, pn2, dnorm));
         REL(dnorm);
         TRY(lpx_add(dh, dx, &dh1));
         REL(dx);
@@ -401,8 +410,9 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
         TRY(lin_bwd(R, pl[TR_L_Q], &S->lin[TR_L_Q], dq, &tmp));
         TRY(lpx_add_out(dn1, tmp, dn1));
         REL(tmp);
+        TRY(tr_need(R, pn1));
         TRY(lpx_rmsnorm_backward(dn1, S->h_in, R->full[pn1], S->rstd1, &dx, train_all ? &dnorm : NULL));
-        if (train_all) TRY(acc_param(R, pn1, dnorm));
+        TRY(acc_param(R, pn1, dnorm));
         REL(dnorm);
         TRY(lpx_add(dh1, dx, &dh));
         lpx_tensor *rel[] = {dx, dh1, do_, do3, vt, Pt, dP, dS, dS2, dSt, dq3, dk3, dv3, dq, dk, dv, dn1};
@@ -434,7 +444,13 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
             REL(tmp);
             TRY(acc_param(R, ppos, dpos_full));
         }
+    } else {
+        /* the embeddings are frozen: the group is done */
+        TRY(acc_param(R, ptok, NULL));
+        TRY(acc_param(R, ppos, NULL));
     }
+    tr_reshard_all(R);
+    R->bwd = false;
 out:;
     lpx_tensor *rel[] = {dl, dnf, gt, dhead, dh, dnorm, dx, dp, ds, du3, du1, dn2, tmp, dh1, do_, do3, vt, Pt,
                          dP, dS, dS2, dSt, dq3, dk3, dv3, dq, dk, dv, dn1, d3, dpos, dtok, dpos_full};

@@ -46,23 +46,26 @@ typedef struct tr_rank {
     int rank, world;
     bool sharded;                 /* false: nf4-qlora keeps a frozen replica */
 
+    /* the sharding engine (shard.c) */
+    lpx_mesh *mesh;
+    lpx_fsdp *fsdp;
+    lpx_fsdp_group *grp[TR_MAX_GROUPS];
+    int gi[TR_MAX_PARAMS];               /* index of p in its group */
+    int ai[TR_MAX_PARAMS], bi[TR_MAX_PARAMS]; /* nf4-qlora: indices of p's adapters A, B */
+    bool bwd;                            /* walking the groups backward (prefetch g-1) */
+
     /* per parameter */
     int64_t chunk[TR_MAX_PARAMS], start[TR_MAX_PARAMS], len[TR_MAX_PARAMS];
-    lpx_tensor *master[TR_MAX_PARAMS];   /* f32 shard [len, cols] (replica if !sharded) */
-    lpx_tensor *gshard[TR_MAX_PARAMS];   /* f32 grad shard */
-    lpx_tensor *m[TR_MAX_PARAMS], *v[TR_MAX_PARAMS];
+    lpx_tensor *master[TR_MAX_PARAMS];   /* f32 master shard (the engine's local, borrowed + retained) */
     lpx_tensor *full[TR_MAX_PARAMS];     /* unsharded weight in compute form */
     lpx_tensor *full_dense[TR_MAX_PARAMS]; /* mx recipes: the dense weight behind the MX one */
     lpx_tensor *gacc[TR_MAX_PARAMS];     /* full-size grad being accumulated */
-    float f8scale[TR_MAX_PARAMS];        /* replicated fp8 weight scale (float8-tensorwise) */
-    bool fp8_wire[TR_MAX_PARAMS];
-    bool unsharded[TR_MAX_GROUPS];
+    int64_t nf4_local_bytes, nf4_local_numel;
 
     /* nf4-qlora */
-    lpx_tensor *nf4[TR_MAX_PARAMS];
-    lpx_tensor *la[TR_MAX_PARAMS], *lb[TR_MAX_PARAMS];       /* adapters A [r, in], B [out, r] */
-    lpx_tensor *ga[TR_MAX_PARAMS], *gb[TR_MAX_PARAMS];
-    lpx_tensor *ma[TR_MAX_PARAMS], *va[TR_MAX_PARAMS], *mb[TR_MAX_PARAMS], *vb[TR_MAX_PARAMS];
+    lpx_tensor *nf4[TR_MAX_PARAMS];      /* unsharded NF4 base (while its group is unsharded) */
+    lpx_tensor *la[TR_MAX_PARAMS], *lb[TR_MAX_PARAMS];       /* unsharded adapters A [r, in], B [out, r] */
+    lpx_tensor *ga[TR_MAX_PARAMS], *gb[TR_MAX_PARAMS];       /* full-size adapter grads of the step */
     lpx_qlora_opts qopts;
 
     /* float8 */
@@ -74,7 +77,6 @@ typedef struct tr_rank {
     lpx_tensor *mask;                    /* [seq, seq] causal additive mask */
     tr_memtrack mem;
     int64_t act_bytes;                   /* saved activations of the last forward */
-    uint64_t adam_t;
     int remaining[TR_MAX_GROUPS];        /* params of a group still to get their grad this backward */
     bool last_micro;
 } tr_rank;
@@ -97,12 +99,14 @@ lpx_status tr_grad_accum(tr_rank *R, lpx_tensor **acc, lpx_tensor *g);
 /* init: full f32 values of every parameter (row-major, read-only) */
 lpx_status tr_shard_setup(tr_rank *R, float *const *init);
 void tr_shard_teardown(tr_rank *R);
-lpx_status tr_need(tr_rank *R, int p);         /* unshards p's group if needed */
+/* unshards p's group (resharding the groups behind it, prefetching the
+ * next one in the direction of R->bwd) */
+lpx_status tr_need(tr_rank *R, int p);
 lpx_status tr_unshard(tr_rank *R, int group);
 void tr_reshard(tr_rank *R, int group);
-lpx_status tr_reduce_grads(tr_rank *R, int group);  /* reduce-scatter a group's gacc into gshard */
-lpx_status tr_allreduce_adapters(tr_rank *R);       /* nf4-qlora: one all-reduce of adapter grads */
-lpx_status tr_precompute_scales(tr_rank *R);        /* float8-tensorwise: one all-reduce(MAX) */
+void tr_reshard_all(tr_rank *R);
+lpx_status tr_reduce_grads(tr_rank *R, int group);  /* set_grad + one reduce-scatter (avg) */
+lpx_status tr_precompute_scales(tr_rank *R);        /* float8: one amax all-reduce(MAX) */
 /* every rank: all-gather the f32 masters; rank 0 fills out[p] (may be NULL elsewhere) */
 lpx_status tr_gather_masters(tr_rank *R, float **out);
 

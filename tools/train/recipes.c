@@ -1,17 +1,19 @@
 /* One linear layer per recipe: how `out = x @ W^T` and its backward run.
  *
  *   bf16                W gathered in bf16, GEMMs with f32 activations
- *   float8-tensorwise   W gathered in fp8 (e4m3, scale precomputed from the
- *                       global amax), Float8Linear tensorwise (e5m2 grads)
- *   float8-rowwise      W gathered in bf16, Float8Linear rowwise preset
+ *   float8-tensorwise   W gathered in fp8 (float8_weight: e4m3, scale
+ *                       precomputed from the global amax), Float8Linear
+ *                       tensorwise (e5m2 grads)
+ *   float8-rowwise      W gathered in fp8 (rowwise float8_weight: one scale
+ *                       per row, no amax all-reduce), Float8Linear rowwise
  *   float8-delayed      W gathered in bf16, Float8Linear delayed scaling
  *   nf4-qlora           frozen NF4 W, trainable LoRA adapters A, B
  *   mxfp8 / mxfp4       W gathered in bf16 and quantized to an MX kind of
  *                       the lpx-mx.so plugin for the forward GEMM; the
  *                       backward uses the dense weight (straight-through)
- * Only tensorwise scaling can all-gather fp8, as in torchao: rowwise
- * scales of W^T run along the sharded dim, and a delayed scale changes
- * per cast. */
+ * A delayed scale changes per cast, so float8-delayed gathers bf16. The
+ * rowwise backward re-casts W^T column-wise from the gathered fp8 weight
+ * (Float8Linear's rule). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,27 +102,7 @@ lpx_status tr_recipe_setup(tr_rank *R)
     if (R->recipe == TR_NF4_QLORA) {
         R->qopts = lpx_qlora_opts_default();
         R->qopts.alpha = 2.0 * R->o->lora_rank;
-        for (int p = 0; p < g->nparams; p++) {
-            if (g->p[p].kind != TR_P_LIN) continue;
-            int64_t r = R->o->lora_rank, in = g->p[p].cols, outf = g->p[p].rows;
-            int64_t sa[2] = {r, in}, sb[2] = {outf, r};
-            lpx_tensor *a = NULL;
-            /* the frozen base: NF4 from the f32 replica, which is then dropped */
-            lpx_nf4_config cfg = tr_nf4_config(in * outf);
-            TRY(lpx_nf4_quantize(R->master[p], &cfg, &R->nf4[p]));
-            tr_mem_add(&R->mem, TR_MEM_PARAMS, tr_tensor_bytes(R->nf4[p]) - tr_tensor_bytes(R->master[p]));
-            REL(R->master[p]);
-            /* LoRA init: A small random, B zero, so training starts at the base */
-            TRY(lpx_randn(2, sa, R->o->seed * 7919u + (uint64_t)p, LPX_F32, lpx_cpu(), &a));
-            st = lpx_mul_scalar(a, 1.0 / sqrt((double)in), &R->la[p]);
-            lpx_tensor_release(a);
-            if (st != LPX_OK) goto out;
-            TRY(lpx_zeros(2, sb, LPX_F32, lpx_cpu(), &R->lb[p]));
-            TRY(lpx_zeros(2, sa, LPX_F32, lpx_cpu(), &R->ga[p]));
-            TRY(lpx_zeros(2, sb, LPX_F32, lpx_cpu(), &R->gb[p]));
-            tr_mem_add(&R->mem, TR_MEM_PARAMS, tr_tensor_bytes(R->la[p]) + tr_tensor_bytes(R->lb[p]));
-            tr_mem_add(&R->mem, TR_MEM_GRADS, tr_tensor_bytes(R->ga[p]) + tr_tensor_bytes(R->gb[p]));
-        }
+        /* the NF4 base and the adapters are engine params (shard.c) */
     }
 out:
     return st;
@@ -134,9 +116,6 @@ void tr_recipe_teardown(tr_rank *R)
         R->f8state = NULL;
     }
     for (int p = 0; p < R->g->nparams; p++) {
-        REL(R->nf4[p]);
-        REL(R->la[p]);
-        REL(R->lb[p]);
         REL(R->ga[p]);
         REL(R->gb[p]);
     }

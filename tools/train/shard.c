@@ -1,22 +1,27 @@
-/* Parameter sharding over lpx_comm (FSDP-style, dim-0 chunks).
+/* Parameter sharding through lpx's engine (include/lpx/fsdp.h,
+ * docs/SHARDING.md): this file is the reference for how a framework hands
+ * its parameters to lpx_fsdp_* and drives one step.
  *
- * Every parameter's f32 master is cut along dim 0 with torch.chunk
- * semantics (chunk = ceil(rows / world); trailing shards smaller or empty,
- * padded on the wire). Per shard group:
- *   unshard   cast each shard to its wire dtype (fp8 with the replicated
- *             scale for float8-tensorwise linears, bf16 otherwise), pack
- *             all of the group into one u8 buffer, ONE all-gather, unpack
- *             into the compute form (a float8 tensor, bf16, or MX)
- *   reshard   drop the unsharded weights
- *   reduce    pack the group's full f32 grads per destination rank, ONE
- *             reduce-scatter (sum, in rank order), unpack into grad shards
- *   scales    after the optimizer step: every fp8 weight's local amax in one
- *             buffer, ONE all-reduce(MAX), scale = 448 / amax, so the next
- *             unshard needs no other collective
- * The unsharded weights of a group live from its first use in the forward
- * to its last use in the backward (reshard_after_forward = false): the
- * float8 linear contexts hold the fp8 weight for the backward GEMM, so a
- * group is gathered once per step. */
+ *   setup     one lpx_fsdp over a 1-D mesh of the rank's comm; groups:
+ *             "emb" (tok/pos embeddings), one per block (--wrap block) or
+ *             one per parameter (--wrap linear), "root" (norm_f + head).
+ *             Block linears enter as float8_weight (float8 recipes: fp8 on
+ *             the wire, tensorwise or rowwise), NF4 (nf4-qlora: frozen,
+ *             with its LoRA adapters A and B in the same group) or dense
+ *             f32 with param_dtype bf16 (bf16 on the wire, f32 masters:
+ *             mixed precision). lpx_fsdp_shard cuts them all (Shard(0)).
+ *   need      lpx_fsdp_unshard of the group being computed + lpx_fsdp_prefetch
+ *             of the next one (forward: g+1, backward: g-1); groups behind
+ *             are resharded first, so at most two are unsharded
+ *             (max_unsharded 2). The unsharded tensors are turned into the
+ *             compute form the model uses (f32 for embeddings/norms/head,
+ *             the float8 tensor as is, MX from the plugin).
+ *   reduce    lpx_fsdp_set_grad of each trainable param's full f32 grad,
+ *             lpx_fsdp_reduce_scatter_grads (ONE reduce-scatter, avg)
+ *   optimizer lpx_fsdp_adamw_step per group (optim.c)
+ *   scales    lpx_fsdp_precompute_scales: ONE amax all-reduce per step
+ *             for every float8_weight of the model. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "rank.h"
@@ -36,64 +41,256 @@ int64_t tr_tensor_bytes(const lpx_tensor *t)
     return n;
 }
 
-static int wire_size(const tr_rank *R, int p) { return R->fp8_wire[p] ? 1 : 2; }
-
 static bool is_1d(const tr_param *p) { return p->kind == TR_P_NORM || p->kind == TR_P_NORMF; }
+
+static lpx_status full_tensor(const tr_param *P, const float *v, lpx_tensor **out)
+{
+    int64_t shape[2] = {P->rows, P->cols};
+    lpx_status st = lpx_empty(is_1d(P) ? 1 : 2, shape, LPX_F32, lpx_cpu(), out);
+    if (st == LPX_OK) memcpy(lpx_tensor_data(*out), v, sizeof(float) * (size_t)(P->rows * P->cols));
+    return st;
+}
 
 lpx_status tr_shard_setup(tr_rank *R, float *const *init)
 {
     lpx_status st = LPX_OK;
     const tr_geom *g = R->g;
-    R->sharded = R->recipe != TR_NF4_QLORA;
+    lpx_tensor *full = NULL, *w = NULL, *a = NULL;
+    bool qlora = R->recipe == TR_NF4_QLORA;
+    R->sharded = true;
+    /* bf16 on the wire for dense f32 params (mixed precision); nf4-qlora
+     * keeps its frozen f32 embeddings/norms/head and f32 adapters as is */
+    lpx_fsdp_config cfg = {.struct_size = sizeof cfg, .max_unsharded = 2, .param_dtype = qlora ? 0 : LPX_BF16};
+    TRY(lpx_mesh_new(R->comm, &R->mesh));
+    TRY(lpx_fsdp_new(R->mesh, &cfg, &R->fsdp));
+    for (int grp = 0; grp < g->ngroups; grp++) {
+        char name[48];
+        if (grp == 0) snprintf(name, sizeof name, "emb");
+        else if (grp == g->ngroups - 1) snprintf(name, sizeof name, "root");
+        else snprintf(name, sizeof name, "group%d", grp);
+        TRY(lpx_fsdp_group_add(R->fsdp, name, &R->grp[grp]));
+    }
     for (int p = 0; p < g->nparams; p++) {
         const tr_param *P = &g->p[p];
-        int64_t rows = P->rows, cols = P->cols;
-        if (R->sharded) {
-            R->chunk[p] = (rows + R->world - 1) / R->world;
-            int64_t s = R->chunk[p] * R->rank;
-            R->start[p] = s < rows ? s : rows;
-            R->len[p] = rows - R->start[p] < R->chunk[p] ? rows - R->start[p] : R->chunk[p];
+        lpx_fsdp_group *G = R->grp[P->group];
+        TRY(full_tensor(P, init[p], &full));
+        unsigned flags = P->decay ? 0u : LPX_FSDP_NO_DECAY;
+        if (P->kind == TR_P_LIN && (R->recipe == TR_F8_TENSORWISE || R->recipe == TR_F8_ROWWISE)) {
+            /* fp8 on the wire: the float8_weight wrapper casts the f32
+             * master shard at each unshard (tensorwise: with the scale
+             * lpx_fsdp_precompute_scales agreed on; rowwise: its own rows) */
+            lpx_float8_weight_opts wo = {.struct_size = sizeof wo, .fp8 = LPX_F8E4M3FN,
+                                         .rowwise = R->recipe == TR_F8_ROWWISE};
+            TRY(lpx_float8_weight_new(full, &wo, &w));
+            TRY(lpx_fsdp_param_add(G, P->name, w, flags, &R->gi[p]));
+            REL(w);
+        } else if (P->kind == TR_P_LIN && qlora) {
+            /* the frozen NF4 base (codes, scalers, factors go on the wire)
+             * and its trainable LoRA adapters, in the same group */
+            lpx_nf4_config nc = tr_nf4_config(P->rows * P->cols);
+            TRY(lpx_nf4_quantize(full, &nc, &w));
+            TRY(lpx_fsdp_param_add(G, P->name, w, LPX_FSDP_FROZEN, &R->gi[p]));
+            REL(w);
+            int64_t r = R->o->lora_rank, sa[2] = {r, P->cols}, sb[2] = {P->rows, r};
+            char an[48];
+            /* LoRA init: A small random, B zero, so training starts at the base */
+            TRY(lpx_randn(2, sa, R->o->seed * 7919u + (uint64_t)p, LPX_F32, lpx_cpu(), &a));
+            TRY(lpx_mul_scalar(a, 1.0 / sqrt((double)P->cols), &w));
+            REL(a);
+            snprintf(an, sizeof an, "%s.lora_a", P->name);
+            TRY(lpx_fsdp_param_add(G, an, w, LPX_FSDP_NO_DECAY, &R->ai[p]));
+            REL(w);
+            TRY(lpx_zeros(2, sb, LPX_F32, lpx_cpu(), &w));
+            snprintf(an, sizeof an, "%s.lora_b", P->name);
+            TRY(lpx_fsdp_param_add(G, an, w, LPX_FSDP_NO_DECAY, &R->bi[p]));
+            REL(w);
+            TRY(lpx_zeros(2, sa, LPX_F32, lpx_cpu(), &R->ga[p]));
+            TRY(lpx_zeros(2, sb, LPX_F32, lpx_cpu(), &R->gb[p]));
+            tr_mem_add(&R->mem, TR_MEM_GRADS, tr_tensor_bytes(R->ga[p]) + tr_tensor_bytes(R->gb[p]));
         } else {
-            R->chunk[p] = rows;
-            R->start[p] = 0;
-            R->len[p] = rows;
+            TRY(lpx_fsdp_param_add(G, P->name, full, flags | (qlora ? LPX_FSDP_FROZEN : 0u), &R->gi[p]));
         }
-        R->fp8_wire[p] = R->recipe == TR_F8_TENSORWISE && P->kind == TR_P_LIN;
-        int64_t shape[2] = {R->len[p], cols};
-        int nd = (!R->sharded && is_1d(P)) ? 1 : 2;
-        TRY(lpx_empty(nd, shape, LPX_F32, lpx_cpu(), &R->master[p]));
-        memcpy(lpx_tensor_data(R->master[p]), init[p] + R->start[p] * cols, sizeof(float) * (size_t)(R->len[p] * cols));
-        tr_mem_add(&R->mem, TR_MEM_PARAMS, tr_tensor_bytes(R->master[p]));
-        if (R->sharded) {
-            TRY(lpx_zeros(2, shape, LPX_F32, lpx_cpu(), &R->gshard[p]));
-            tr_mem_add(&R->mem, TR_MEM_GRADS, tr_tensor_bytes(R->gshard[p]));
-        } else if (P->kind != TR_P_LIN) {
-            /* a frozen replica is its own compute form */
-            lpx_tensor_retain(R->master[p]);
-            R->full[p] = R->master[p];
-        }
+        REL(full);
     }
-    if (!R->sharded)
-        for (int i = 0; i < g->ngroups; i++) R->unsharded[i] = true;
+    /* fully_shard: every param becomes a Shard(0) DTensor */
+    TRY(lpx_fsdp_shard(R->fsdp));
+
+    for (int p = 0; p < g->nparams; p++) {
+        const tr_param *P = &g->p[p];
+        lpx_fsdp_group *G = R->grp[P->group];
+        lpx_tensor *loc = lpx_fsdp_param_local(G, R->gi[p]);
+        if (qlora) {
+            int64_t nb = tr_tensor_bytes(loc);
+            tr_mem_add(&R->mem, TR_MEM_PARAMS, nb);
+            if (P->kind == TR_P_LIN) {
+                R->nf4_local_bytes += nb;
+                R->nf4_local_numel += lpx_tensor_numel(loc);
+                int idx[2] = {R->ai[p], R->bi[p]};
+                for (int k = 0; k < 2; k++) {
+                    int64_t ab = tr_tensor_bytes(lpx_fsdp_param_local(G, idx[k]));
+                    tr_mem_add(&R->mem, TR_MEM_PARAMS, ab);
+                    tr_mem_add(&R->mem, TR_MEM_GRADS, ab);  /* the engine's grad shard */
+                    tr_mem_add(&R->mem, TR_MEM_OPT, 2 * ab); /* AdamW m, v */
+                }
+            }
+            continue;
+        }
+        /* the f32 master the optimizer updates (a float8_weight's master) */
+        lpx_tensor *m = lpx_float8_weight_is(loc) ? lpx_float8_weight_master(loc) : loc;
+        lpx_tensor_retain(m);
+        R->master[p] = m;
+        int64_t b = tr_tensor_bytes(m);
+        tr_mem_add(&R->mem, TR_MEM_PARAMS, b);
+        tr_mem_add(&R->mem, TR_MEM_GRADS, b);
+        tr_mem_add(&R->mem, TR_MEM_OPT, 2 * b);
+        TRY(lpx_shard_range(P->rows, R->world, R->rank, 1, &R->chunk[p], &R->start[p], &R->len[p]));
+    }
 out:
+    lpx_tensor_release(full);
+    lpx_tensor_release(w);
+    lpx_tensor_release(a);
     return st;
+}
+
+static void drop_forms(tr_rank *R, int grp)
+{
+    for (int p = 0; p < R->g->nparams; p++) {
+        if (R->g->p[p].group != grp) continue;
+        REL(R->full[p]);
+        REL(R->full_dense[p]);
+        REL(R->nf4[p]);
+        REL(R->la[p]);
+        REL(R->lb[p]);
+    }
 }
 
 void tr_shard_teardown(tr_rank *R)
 {
     for (int p = 0; p < R->g->nparams; p++) {
         REL(R->master[p]);
-        REL(R->gshard[p]);
+        REL(R->gacc[p]);
         REL(R->full[p]);
         REL(R->full_dense[p]);
-        REL(R->gacc[p]);
+        REL(R->nf4[p]);
+        REL(R->la[p]);
+        REL(R->lb[p]);
     }
+    lpx_fsdp_free(R->fsdp);
+    R->fsdp = NULL;
+    lpx_mesh_release(R->mesh);
+    R->mesh = NULL;
+}
+
+/* The compute forms of group grp's unsharded params. */
+static lpx_status make_forms(tr_rank *R, int grp)
+{
+    lpx_status st = LPX_OK;
+    const tr_geom *g = R->g;
+    lpx_fsdp_group *G = R->grp[grp];
+    for (int p = 0; p < g->nparams; p++) {
+        const tr_param *P = &g->p[p];
+        if (P->group != grp || R->full[p] || R->nf4[p]) continue;
+        lpx_tensor *u = lpx_fsdp_param_full(G, R->gi[p]);
+        if (!u) FAIL(LPX_EINTERNAL, "train: %s is not unsharded", P->name);
+        if (P->kind == TR_P_LIN && R->recipe == TR_NF4_QLORA) {
+            lpx_tensor_retain(u);
+            R->nf4[p] = u;
+            R->la[p] = lpx_fsdp_param_full(G, R->ai[p]);
+            R->lb[p] = lpx_fsdp_param_full(G, R->bi[p]);
+            lpx_tensor_retain(R->la[p]);
+            lpx_tensor_retain(R->lb[p]);
+        } else if (P->kind == TR_P_LIN && tr_recipe_is_mx(R->recipe)) {
+            TRY(lpx_cast(u, LPX_F32, false, &R->full_dense[p]));
+            TRY(lpx_kind_from_dense(R->mx_kind, R->full_dense[p], &R->full[p]));
+        } else if (P->kind == TR_P_LIN || lpx_tensor_dtype(u) == LPX_F32) {
+            /* a float8 tensor or bf16 weight goes to the GEMMs as it is */
+            lpx_tensor_retain(u);
+            R->full[p] = u;
+        } else {
+            /* embeddings, norms and the head compute in f32 */
+            TRY(lpx_cast(u, LPX_F32, false, &R->full[p]));
+        }
+    }
+out:
+    return st;
+}
+
+lpx_status tr_unshard(tr_rank *R, int grp)
+{
+    lpx_status st = lpx_fsdp_unshard(R->grp[grp]);
+    return st == LPX_OK ? make_forms(R, grp) : st;
+}
+
+void tr_reshard(tr_rank *R, int grp)
+{
+    drop_forms(R, grp);
+    lpx_fsdp_reshard(R->grp[grp]);
+}
+
+void tr_reshard_all(tr_rank *R)
+{
+    for (int grp = 0; grp < R->g->ngroups; grp++) tr_reshard(R, grp);
 }
 
 lpx_status tr_need(tr_rank *R, int p)
 {
-    int grp = R->g->p[p].group;
-    return R->unsharded[grp] ? LPX_OK : tr_unshard(R, grp);
+    lpx_status st = LPX_OK;
+    int grp = R->g->p[p].group, G = R->g->ngroups;
+    /* the groups behind us are done: reshard them, then unshard this one
+     * and prefetch the next in the direction of travel (at most two) */
+    for (int j = 0; j < G; j++)
+        if (lpx_fsdp_is_unsharded(R->grp[j]) && (R->bwd ? j > grp : j < grp)) tr_reshard(R, j);
+    TRY(tr_unshard(R, grp));
+    /* the backward needs no embedding weights (group 0): no prefetch of it */
+    int next = R->bwd ? grp - 1 : grp + 1;
+    if (next >= (R->bwd ? 1 : 0) && next < G) {
+        TRY(lpx_fsdp_prefetch(R->grp[next]));
+        if (lpx_fsdp_is_unsharded(R->grp[next])) TRY(make_forms(R, next));
+    }
+out:
+    return st;
+}
+
+lpx_status tr_reduce_grads(tr_rank *R, int grp)
+{
+    lpx_status st = LPX_OK;
+    const tr_geom *g = R->g;
+    lpx_fsdp_group *G = R->grp[grp];
+    bool any = false;
+    for (int p = 0; p < g->nparams; p++) {
+        const tr_param *P = &g->p[p];
+        if (P->group != grp) continue;
+        if (R->recipe == TR_NF4_QLORA) {
+            if (P->kind != TR_P_LIN) continue;
+            TRY(lpx_fsdp_set_grad(G, R->ai[p], R->ga[p]));
+            TRY(lpx_fsdp_set_grad(G, R->bi[p], R->gb[p]));
+        } else {
+            if (!R->gacc[p]) FAIL(LPX_EINTERNAL, "train: no gradient for %s", P->name);
+            TRY(lpx_fsdp_set_grad(G, R->gi[p], R->gacc[p]));
+        }
+        any = true;
+    }
+    if (!any) return LPX_OK; /* nothing trainable here (nf4-qlora's emb/root) */
+    /* ONE reduce-scatter (avg) of the group's grads */
+    TRY(lpx_fsdp_reduce_scatter_grads(G));
+    for (int p = 0; p < g->nparams; p++) {
+        if (g->p[p].group != grp) continue;
+        if (R->gacc[p]) {
+            tr_mem_add(&R->mem, TR_MEM_GRADS, -tr_tensor_bytes(R->gacc[p]));
+            REL(R->gacc[p]);
+        }
+        /* nf4-qlora: the next step accumulates adapter grads from zero */
+        if (R->ga[p]) TRY(lpx_fill_(R->ga[p], 0.0));
+        if (R->gb[p]) TRY(lpx_fill_(R->gb[p], 0.0));
+    }
+out:
+    return st;
+}
+
+lpx_status tr_precompute_scales(tr_rank *R)
+{
+    /* every tensorwise float8_weight of the model, ONE all-reduce(MAX) */
+    return lpx_fsdp_precompute_scales(R->fsdp);
 }
 
 /* rows of parameter p that rank r holds */
@@ -104,213 +301,14 @@ static int64_t rows_of(const tr_rank *R, int p, int r)
     return rows - s < R->chunk[p] ? rows - s : R->chunk[p];
 }
 
-lpx_status tr_unshard(tr_rank *R, int grp)
-{
-    lpx_status st = LPX_OK;
-    const tr_geom *g = R->g;
-    uint8_t *send = NULL, *recv = NULL;
-    lpx_tensor *scale = NULL, *q = NULL, *data = NULL, *dense = NULL;
-    size_t S = 0;
-    if (R->unsharded[grp]) return LPX_OK;
-    for (int p = 0; p < g->nparams; p++)
-        if (g->p[p].group == grp) S += (size_t)(R->chunk[p] * g->p[p].cols * wire_size(R, p));
-    send = calloc(S ? S : 1, 1);
-    recv = malloc(S * (size_t)R->world + 1);
-    if (!send || !recv) FAIL(LPX_ENOMEM, "train: out of memory for the all-gather buffers");
-    tr_mem_add(&R->mem, TR_MEM_UNSHARDED, (int64_t)(S * (size_t)(R->world + 1)));
-
-    size_t off = 0;
-    for (int p = 0; p < g->nparams; p++) {
-        if (g->p[p].group != grp) continue;
-        int64_t n = R->len[p] * g->p[p].cols;
-        if (n > 0 && R->fp8_wire[p]) {
-            /* the pre-all-gather cast: fp8 with the replicated scale */
-            TRY(lpx_full(0, NULL, R->f8scale[p], LPX_F32, lpx_cpu(), &scale));
-            TRY(lpx_fp8_quantize(R->master[p], scale, LPX_F8E4M3FN, NULL, false, 0, true, &q, NULL, NULL, NULL));
-            memcpy(send + off, lpx_tensor_data(q), (size_t)n);
-            REL(q);
-            REL(scale);
-        } else if (n > 0) {
-            TRY(lpx_convert(send + off, LPX_BF16, lpx_tensor_data(R->master[p]), LPX_F32, (size_t)n, 0));
-        }
-        off += (size_t)(R->chunk[p] * g->p[p].cols * wire_size(R, p));
-    }
-
-    TRY(lpx_comm_all_gather_buf(R->comm, send, recv, S));
-
-    off = 0;
-    for (int p = 0; p < g->nparams; p++) {
-        const tr_param *P = &g->p[p];
-        if (P->group != grp) continue;
-        int ws = wire_size(R, p);
-        int64_t shape[2] = {P->rows, P->cols};
-        lpx_dtype wdt = R->fp8_wire[p] ? LPX_F8E4M3FN : LPX_BF16;
-        TRY(lpx_empty(2, shape, wdt, lpx_cpu(), &data));
-        uint8_t *dst = lpx_tensor_data(data);
-        for (int r = 0; r < R->world; r++)
-            memcpy(dst + (size_t)(r * R->chunk[p] * P->cols * ws), recv + (size_t)r * S + off,
-                   (size_t)(rows_of(R, p, r) * P->cols * ws));
-        off += (size_t)(R->chunk[p] * P->cols * ws);
-
-        if (R->fp8_wire[p]) {
-            /* post-all-gather: wrap the gathered bytes with the same scale */
-            TRY(lpx_full(0, NULL, R->f8scale[p], LPX_F32, lpx_cpu(), &scale));
-            TRY(lpx_float8_from_data(data, scale, LPX_F32, LPX_FLOAT8_ROLE_WEIGHT, LPX_FLOAT8_TENSORWISE, -1,
-                                     &R->full[p]));
-            REL(scale);
-        } else if (P->kind == TR_P_LIN && tr_recipe_is_mx(R->recipe)) {
-            TRY(lpx_cast(data, LPX_F32, false, &R->full_dense[p]));
-            TRY(lpx_kind_from_dense(R->mx_kind, R->full_dense[p], &R->full[p]));
-        } else if (P->kind == TR_P_LIN) {
-            /* bf16 weights go to the GEMMs as they are */
-            lpx_tensor_retain(data);
-            R->full[p] = data;
-        } else {
-            /* embeddings, norms and the head compute in f32 */
-            TRY(lpx_cast(data, LPX_F32, false, &dense));
-            if (is_1d(P)) {
-                int64_t d1 = P->rows;
-                TRY(lpx_view(dense, 1, &d1, &R->full[p]));
-                REL(dense);
-            } else {
-                R->full[p] = dense;
-                dense = NULL;
-            }
-        }
-        REL(data);
-        tr_mem_add(&R->mem, TR_MEM_UNSHARDED, tr_tensor_bytes(R->full[p]) + tr_tensor_bytes(R->full_dense[p]));
-    }
-    R->unsharded[grp] = true;
-out:
-    if (send) tr_mem_add(&R->mem, TR_MEM_UNSHARDED, -(int64_t)(S * (size_t)(R->world + 1)));
-    free(send);
-    free(recv);
-    lpx_tensor_release(scale);
-    lpx_tensor_release(q);
-    lpx_tensor_release(data);
-    lpx_tensor_release(dense);
-    return st;
-}
-
-void tr_reshard(tr_rank *R, int grp)
-{
-    if (!R->sharded || !R->unsharded[grp]) return;
-    for (int p = 0; p < R->g->nparams; p++) {
-        if (R->g->p[p].group != grp) continue;
-        tr_mem_add(&R->mem, TR_MEM_UNSHARDED, -(tr_tensor_bytes(R->full[p]) + tr_tensor_bytes(R->full_dense[p])));
-        REL(R->full[p]);
-        REL(R->full_dense[p]);
-    }
-    R->unsharded[grp] = false;
-}
-
-lpx_status tr_reduce_grads(tr_rank *R, int grp)
-{
-    lpx_status st = LPX_OK;
-    const tr_geom *g = R->g;
-    size_t count = 0;
-    for (int p = 0; p < g->nparams; p++)
-        if (g->p[p].group == grp) count += (size_t)(R->chunk[p] * g->p[p].cols);
-    int64_t sbytes = (int64_t)(count * (size_t)(R->world + 1) * sizeof(float));
-    float *send = calloc(count * (size_t)R->world + 1, sizeof(float)), *recv = calloc(count + 1, sizeof(float));
-    if (!send || !recv) FAIL(LPX_ENOMEM, "train: out of memory for the reduce-scatter buffers");
-    tr_mem_add(&R->mem, TR_MEM_GRADS, sbytes);
-    size_t off = 0;
-    for (int p = 0; p < g->nparams; p++) {
-        const tr_param *P = &g->p[p];
-        if (P->group != grp) continue;
-        if (!R->gacc[p]) FAIL(LPX_EINTERNAL, "train: no gradient for %s", P->name);
-        const float *src = lpx_tensor_data(R->gacc[p]);
-        for (int r = 0; r < R->world; r++)
-            memcpy(send + (size_t)r * count + off, src + R->chunk[p] * r * P->cols,
-                   sizeof(float) * (size_t)(rows_of(R, p, r) * P->cols));
-        off += (size_t)(R->chunk[p] * P->cols);
-        /* the full gradient is packed: drop it before the collective */
-        tr_mem_add(&R->mem, TR_MEM_GRADS, -tr_tensor_bytes(R->gacc[p]));
-        REL(R->gacc[p]);
-    }
-    TRY(lpx_comm_reduce_scatter_buf(R->comm, send, recv, count, LPX_F32, LPX_REDUCE_SUM));
-    off = 0;
-    for (int p = 0; p < g->nparams; p++) {
-        if (g->p[p].group != grp) continue;
-        memcpy(lpx_tensor_data(R->gshard[p]), recv + off, sizeof(float) * (size_t)(R->len[p] * g->p[p].cols));
-        off += (size_t)(R->chunk[p] * g->p[p].cols);
-    }
-out:
-    if (send && recv) tr_mem_add(&R->mem, TR_MEM_GRADS, -sbytes);
-    free(send);
-    free(recv);
-    return st;
-}
-
-lpx_status tr_allreduce_adapters(tr_rank *R)
-{
-    lpx_status st = LPX_OK;
-    size_t n = 0;
-    for (int p = 0; p < R->g->nparams; p++)
-        if (R->ga[p]) n += (size_t)(lpx_tensor_numel(R->ga[p]) + lpx_tensor_numel(R->gb[p]));
-    float *buf = malloc(sizeof(float) * (n + 1));
-    if (!buf) FAIL(LPX_ENOMEM, "train: out of memory");
-    size_t off = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        off = 0;
-        for (int p = 0; p < R->g->nparams; p++) {
-            lpx_tensor *ts[2] = {R->ga[p], R->gb[p]};
-            for (int i = 0; i < 2; i++) {
-                if (!ts[i]) continue;
-                size_t k = (size_t)lpx_tensor_numel(ts[i]);
-                if (pass == 0) memcpy(buf + off, lpx_tensor_data(ts[i]), k * sizeof(float));
-                else memcpy(lpx_tensor_data(ts[i]), buf + off, k * sizeof(float));
-                off += k;
-            }
-        }
-        /* one all-reduce for every adapter grad of the model */
-        if (pass == 0) TRY(lpx_comm_all_reduce_buf(R->comm, buf, buf, n, LPX_F32, LPX_REDUCE_SUM));
-    }
-out:
-    free(buf);
-    return st;
-}
-
-lpx_status tr_precompute_scales(tr_rank *R)
-{
-    lpx_status st = LPX_OK;
-    int n = 0, idx[TR_MAX_PARAMS];
-    float amax[TR_MAX_PARAMS];
-    for (int p = 0; p < R->g->nparams; p++) {
-        if (!R->fp8_wire[p]) continue;
-        const float *w = lpx_tensor_data(R->master[p]);
-        float m = 0;
-        for (int64_t i = 0; i < lpx_tensor_numel(R->master[p]); i++) {
-            float a = w[i] < 0 ? -w[i] : w[i];
-            if (a > m || a != a) m = a;
-        }
-        idx[n] = p;
-        amax[n++] = m;
-    }
-    if (n == 0) return LPX_OK;
-    /* the one amax all-reduce of the step, for all fp8 weights at once */
-    TRY(lpx_comm_all_reduce_buf(R->comm, amax, amax, (size_t)n, LPX_F32, LPX_REDUCE_MAX));
-    for (int i = 0; i < n; i++) {
-        double a = amax[i] > 1e-12 ? amax[i] : 1e-12;
-        R->f8scale[idx[i]] = (float)(448.0 / a);
-    }
-out:
-    return st;
-}
-
 lpx_status tr_gather_masters(tr_rank *R, float **out)
 {
     lpx_status st = LPX_OK;
     float *send = NULL, *recv = NULL;
+    if (R->recipe == TR_NF4_QLORA) return LPX_OK; /* the adapters are not a checkpoint */
     for (int p = 0; p < R->g->nparams; p++) {
         const tr_param *P = &R->g->p[p];
         size_t cnt = (size_t)(R->chunk[p] * P->cols);
-        if (!R->sharded) {
-            if (R->rank == 0 && out && out[p] && R->master[p])
-                memcpy(out[p], lpx_tensor_data(R->master[p]), sizeof(float) * (size_t)(P->rows * P->cols));
-            continue;
-        }
         send = calloc(cnt + 1, sizeof(float));
         recv = malloc(sizeof(float) * (cnt * (size_t)R->world + 1));
         if (!send || !recv) FAIL(LPX_ENOMEM, "train: out of memory");

@@ -1,11 +1,14 @@
 /* `lpx train`: the rank loop, evaluation, sampling and the summary.
  *
  * One step on each rank: for each of its micro-batches (global index
- * rank * (micro / ranks) + j), forward (unsharding groups as they are
- * reached), backward (in the last micro-batch each group is reduce-
- * scattered and resharded as soon as its grads are complete); then AdamW
- * on the local shards and, for float8-tensorwise, the one amax
- * all-reduce that fixes next step's fp8 weight scales. */
+ * rank * (micro / ranks) + j), forward (the engine unshards each group as
+ * it is reached and prefetches the next; the groups behind are
+ * resharded), backward (groups unsharded again in reverse order; in the
+ * last micro-batch each group's grads are reduce-scattered as soon as
+ * they are complete); then the engine's AdamW on the local shards and,
+ * for float8-tensorwise, lpx_fsdp_precompute_scales: the one amax
+ * all-reduce that fixes next step's fp8 weight scales. The summary's
+ * collective counts and bytes come from lpx_fsdp_stats. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
@@ -43,14 +46,17 @@ static lpx_status evaluate(tr_rank *R, tr_shared *sh, double *out)
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)(b * o->seq)), *tgt = malloc(sizeof(int32_t) * (size_t)(b * o->seq));
     tr_fwd f = {0};
     if (!idx || !tgt) FAIL(LPX_ENOMEM, "train: out of memory");
-    /* every rank gathers every group (the same collectives everywhere),
-     * then evaluates its share of the validation micro-batches */
-    for (int grp = 0; grp < R->g->ngroups; grp++) TRY(tr_unshard(R, grp));
-    for (int v = R->rank; v < o->eval_batches; v += R->world) {
-        tr_batch(sh->c, o->seed, 0, v, true, b, o->seq, idx, tgt);
+    /* every rank runs the same number of forwards (the unshards are
+     * collectives): round k evaluates micro-batch k * world + rank, and a
+     * rank past the end repeats one and drops the result */
+    int rounds = (o->eval_batches + R->world - 1) / R->world;
+    for (int k = 0; k < rounds; k++) {
+        int v = k * R->world + R->rank;
+        tr_batch(sh->c, o->seed, 0, v < o->eval_batches ? v : 0, true, b, o->seq, idx, tgt);
         TRY(tr_forward(R, &f, idx, tgt, b, o->seq, o->micro, false));
-        out[v] = f.loss;
+        if (v < o->eval_batches) out[v] = f.loss;
         tr_fwd_clear(&f, R->g->layers);
+        tr_reshard_all(R);
     }
 out:
     tr_fwd_clear(&f, R->g->layers);
@@ -59,8 +65,9 @@ out:
     return st;
 }
 
-/* Greedy-ish sampling (temperature 0.8, fixed seed) from rank 0's
- * unsharded model, continuing a prompt from the validation text. */
+/* Greedy-ish sampling (temperature 0.8, fixed seed), continuing a prompt
+ * from the validation text. Every rank runs it (each forward unshards
+ * groups: collectives) and gets the same text; rank 0 keeps it. */
 static lpx_status sample(tr_rank *R, tr_shared *sh, char *out, size_t cap)
 {
     lpx_status st = LPX_OK;
@@ -97,6 +104,7 @@ static lpx_status sample(tr_rank *R, tr_shared *sh, char *out, size_t cap)
         }
         ctx[len++] = pick;
         tr_fwd_clear(&f, R->g->layers);
+        tr_reshard_all(R);
     }
     for (int i = 0; i < len; i++) out[i] = c->char_of[ctx[i]];
     out[len] = 0;
@@ -131,14 +139,11 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     TRY(tr_model_setup(R));
     TRY(tr_adamw_setup(R));
     if (R->recipe == TR_F8_TENSORWISE) TRY(tr_precompute_scales(R));
-    if (sh->val_start) {
-        TRY(evaluate(R, sh, sh->val_start));
-        for (int grp = 0; grp < R->g->ngroups; grp++) tr_reshard(R, grp);
-    }
+    if (sh->val_start) TRY(evaluate(R, sh, sh->val_start));
 
     double t_run = now_s();
     for (int step = 0; step < sh->steps; step++) {
-        lpx_comm_stats_reset(comm);
+        lpx_fsdp_stats_reset(R->fsdp);
         double t0 = now_s();
         for (int j = 0; j < nloc; j++) {
             int gi = R->rank * nloc + j;
@@ -146,24 +151,30 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
             TRY(tr_forward(R, &f, idx, tgt, b, o->seq, gi, true));
             sh->chunk_loss[(size_t)step * (size_t)o->micro + (size_t)gi] = f.loss;
             tr_mem_add(&R->mem, TR_MEM_ACT, R->act_bytes);
-            /* d(mean over micro-batches)/d(micro-batch loss) = 1/micro */
-            TRY(tr_backward(R, &f, 1.0 / o->micro, j == nloc - 1));
+            /* the mean over this rank's micro-batches (1/nloc); the
+             * reduce-scatter averages over ranks */
+            TRY(tr_backward(R, &f, 1.0 / nloc, j == nloc - 1));
             tr_mem_add(&R->mem, TR_MEM_ACT, -R->act_bytes);
             tr_fwd_clear(&f, R->g->layers);
         }
-        if (R->recipe == TR_NF4_QLORA) TRY(tr_allreduce_adapters(R));
         TRY(tr_adamw_step(R, tr_lr_at(o, step, sh->steps)));
         if (R->recipe == TR_F8_TENSORWISE) TRY(tr_precompute_scales(R));
         double t1 = now_s();
         if (R->rank == 0) {
-            lpx_comm_stats cs = {.struct_size = sizeof cs};
-            TRY(lpx_comm_stats_get(comm, &cs));
+            lpx_fsdp_stats fs = {.struct_size = sizeof fs};
+            TRY(lpx_fsdp_stats_get(R->fsdp, &fs));
             uint64_t comm_ns = 0;
             for (int k = 0; k < LPX_COLL_COUNT; k++) {
-                comm_ns += cs.ns[k];
-                sh->res->coll_calls[k] = cs.calls[k];
-                sh->res->coll_bytes[k] = cs.bytes[k];
+                comm_ns += fs.ns[k];
+                sh->res->coll_calls[k] = fs.calls[k];
+                sh->res->coll_bytes[k] = fs.bytes[k];
             }
+            sh->res->amax_allreduces = fs.amax_allreduces;
+            sh->res->unshards = fs.unshards;
+            if ((int64_t)fs.peak_unsharded_bytes > sh->res->peak_unsharded)
+                sh->res->peak_unsharded = (int64_t)fs.peak_unsharded_bytes;
+            if (fs.peak_unsharded_groups > sh->res->peak_unsharded_groups)
+                sh->res->peak_unsharded_groups = fs.peak_unsharded_groups;
             /* every rank's losses of this step were written before the
              * step's collectives completed, which ordered them before us */
             double loss = 0;
@@ -184,19 +195,31 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     if (R->rank == 0) sh->res->seconds = now_s() - t_run;
 
     TRY(evaluate(R, sh, sh->val_loss));
-    if (R->rank == 0 && o->sample_len > 0) TRY(sample(R, sh, sh->res->sample, sizeof sh->res->sample));
+    if (o->sample_len > 0) {
+        char *buf = R->rank == 0 ? sh->res->sample : malloc(sizeof sh->res->sample);
+        if (!buf) FAIL(LPX_ENOMEM, "train: out of memory");
+        st = sample(R, sh, buf, sizeof sh->res->sample);
+        if (buf != sh->res->sample) free(buf);
+        if (st != LPX_OK) goto out;
+    }
     TRY(lpx_comm_barrier(comm));
-    for (int grp = 0; grp < R->g->ngroups; grp++) tr_reshard(R, grp);
+    tr_reshard_all(R);
     if (sh->final) TRY(tr_gather_masters(R, sh->final));
     if (R->rank == 0) {
         memcpy(sh->res->mem_peak, R->mem.peak, sizeof sh->res->mem_peak);
+        /* the engine's peak of unsharded bytes (wire form: fp8, bf16, nf4) */
+        sh->res->mem_peak[TR_MEM_UNSHARDED] = sh->res->peak_unsharded;
         for (int p = 0; p < R->g->nparams; p++) {
-            if (R->nf4[p]) {
-                sh->res->nf4_bytes += tr_tensor_bytes(R->nf4[p]);
-                sh->res->nf4_numel += lpx_tensor_numel(R->nf4[p]);
+            const tr_param *P = &R->g->p[p];
+            if (R->recipe == TR_NF4_QLORA && P->kind == TR_P_LIN) {
+                int64_t shape[2] = {P->rows, P->cols}, nb = 0;
+                lpx_nf4_config nc = tr_nf4_config(P->rows * P->cols);
+                if (lpx_nf4_bytes(2, shape, &nc, &nb) == LPX_OK) sh->res->nf4_bytes += nb;
+                sh->res->nf4_numel += P->rows * P->cols;
+                sh->res->trainable += (int64_t)o->lora_rank * (P->rows + P->cols);
+            } else if (R->recipe != TR_NF4_QLORA) {
+                sh->res->trainable += P->rows * P->cols;
             }
-            if (R->la[p]) sh->res->trainable += lpx_tensor_numel(R->la[p]) + lpx_tensor_numel(R->lb[p]);
-            else if (R->recipe != TR_NF4_QLORA) sh->res->trainable += R->g->p[p].rows * R->g->p[p].cols;
         }
     }
 out:
@@ -392,7 +415,7 @@ static void print_summary(const tr_opts *o, const tr_geom *g, const tr_result *r
                (long long)M->nf4_bytes, (long long)M->nf4_numel,
                M->nf4_numel ? 8.0 * (double)M->nf4_bytes / (double)M->nf4_numel : 0.0, (long long)M->trainable);
     }
-    printf("\ncollectives per step (rank 0, last step)\n");
+    printf("\ncollectives per step (rank 0, last step, from lpx_fsdp_stats)\n");
     printf("  %-20s %12s %12s %12s %12s\n", "recipe", "all-gather", "bytes", "reduce-scat", "bytes");
     for (int r = 0; r < nres; r++) {
         const tr_result *x = &res[r];
@@ -408,8 +431,12 @@ static void print_summary(const tr_opts *o, const tr_geom *g, const tr_result *r
         printf("  all-gather bytes %s / bf16 = %.3f\n", M->label,
                (double)M->coll_bytes[LPX_COLL_ALL_GATHER] / (double)res[base_idx].coll_bytes[LPX_COLL_ALL_GATHER]);
     if (M->recipe == TR_F8_TENSORWISE)
-        printf("  amax all-reduces per step: %llu (all fp8 weight scales in one call)\n",
-               (unsigned long long)M->coll_calls[LPX_COLL_ALL_REDUCE]);
+        printf("  amax all-reduces per step: %llu (lpx_fsdp_precompute_scales: all fp8 weight scales in one call)\n",
+               (unsigned long long)M->amax_allreduces);
+    for (int r = 0; r < nres; r++)
+        printf("  %-20s unshards per step %llu, peak unsharded %d groups / %.2f MiB (lpx_fsdp_stats)\n",
+               res[r].label, (unsigned long long)res[r].unshards, res[r].peak_unsharded_groups,
+               (double)res[r].peak_unsharded / 1048576.0);
 
     printf("\npeak memory per rank (rank 0): measured vs `lpx mem` estimate\n");
     printf("  %-20s %-12s %-12s %-12s %-12s %-12s\n", "recipe", "params", "grads", "optimizer", "unsharded",

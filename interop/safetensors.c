@@ -1,0 +1,876 @@
+/* safetensors read/write (include/lpx/safetensors.h). JSON through cJSON
+ * (Debian libcjson-dev); the file is memory-mapped and tensors are views of
+ * the mapping (from_blob with a deleter dropping a mapping reference), so
+ * the file is unmapped after the last tensor dies. Writes are atomic. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "lpx/lpx.h"
+#include "lpx/safetensors.h"
+#include "lpx/dlpack.h"
+#include "core/lpx_internal.h"
+
+#define SEP "::"
+#define MAX_EXACT_INT 9007199254740992.0 /* 2^53: integers JSON doubles hold exactly */
+
+/* ---- dtype names */
+
+static const struct { const char *st; const char *lpx; } dtype_names[] = {
+    {"F32", "f32"}, {"F16", "f16"}, {"BF16", "bf16"}, {"F8_E4M3", "f8e4m3fn"}, {"F8_E5M2", "f8e5m2"},
+    {"U8", "u8"}, {"I8", "i8"}, {"I32", "i32"}, {"I64", "i64"}, {"BOOL", "bool"},
+    {"F8_E8M0", "e8m0"}, {"F4", "f4e2m1"},
+};
+#define NDTYPE_NAMES (int)(sizeof dtype_names / sizeof dtype_names[0])
+
+const char *lpx_safetensors_dtype_name(lpx_dtype d)
+{
+    const char *n = lpx_dtype_valid(d) ? lpx_dtype_name(d) : NULL;
+    for (int i = 0; n && i < NDTYPE_NAMES; i++)
+        if (!strcmp(dtype_names[i].lpx, n)) return dtype_names[i].st;
+    return NULL;
+}
+
+static lpx_dtype dtype_from_st(const char *st)
+{
+    for (int i = 0; i < NDTYPE_NAMES; i++)
+        if (!strcmp(dtype_names[i].st, st)) return lpx_dtype_from_name(dtype_names[i].lpx);
+    return -1;
+}
+
+/* ---- the mapping, shared by the file handle and every tensor from it */
+
+typedef struct st_map {
+    atomic_int refs;
+    void *addr;
+    size_t len;
+} st_map;
+
+static void map_unref(st_map *m)
+{
+    if (!m || atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+    if (m->addr) munmap(m->addr, m->len);
+    lpx_free(m);
+}
+
+static void map_deleter(void *data, void *ctx)
+{
+    (void)data;
+    map_unref(ctx);
+}
+
+typedef struct st_raw {
+    char *name;
+    lpx_dtype dtype;
+    int ndim;
+    int64_t shape[LPX_MAX_DIMS];
+    uint64_t begin, end;
+    int group;                 /* logical entry of a kind inner tensor, or -1 */
+} st_raw;
+
+typedef struct st_entry {
+    char *name;
+    char *kind;                /* "" for dense */
+    int raw;                   /* dense: the raw entry */
+    lpx_dtype dtype;
+    int ndim;
+    int64_t shape[LPX_MAX_DIMS];
+    int ninner;
+    char inner_names[LPX_MAX_INNER][32];
+    int inner_raw[LPX_MAX_INNER];
+    size_t meta_size;
+    unsigned char meta[LPX_MAX_META];
+} st_entry;
+
+struct lpx_safetensors {
+    st_map *map;
+    const unsigned char *data;  /* byte buffer after the header */
+    uint64_t data_len;
+    int nraw, nent, nmeta;
+    st_raw *raw;
+    st_entry *ent;
+    char **mkey, **mval;
+    char *path;
+};
+
+void lpx_safetensors_close(lpx_safetensors *f)
+{
+    if (!f) return;
+    for (int i = 0; i < f->nraw; i++) lpx_free(f->raw[i].name);
+    for (int i = 0; i < f->nent; i++) {
+        lpx_free(f->ent[i].name);
+        lpx_free(f->ent[i].kind);
+    }
+    for (int i = 0; i < f->nmeta; i++) {
+        lpx_free(f->mkey[i]);
+        lpx_free(f->mval[i]);
+    }
+    lpx_free(f->raw);
+    lpx_free(f->ent);
+    lpx_free(f->mkey);
+    lpx_free(f->mval);
+    lpx_free(f->path);
+    map_unref(f->map);
+    lpx_free(f);
+}
+
+/* ---- header parsing helpers */
+
+/* A JSON integer in [0, 2^53) */
+static bool json_uint(const cJSON *j, uint64_t *v)
+{
+    if (!cJSON_IsNumber(j)) return false;
+    double d = j->valuedouble;
+    if (!(d >= 0 && d < MAX_EXACT_INT) || d != (double)(uint64_t)d) return false;
+    *v = (uint64_t)d;
+    return true;
+}
+
+static lpx_status parse_shape(const char *path, const char *name, const cJSON *js, int *ndim, int64_t *shape,
+                              int64_t *numel)
+{
+    if (!cJSON_IsArray(js))
+        return lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s': field 'shape' is missing or not an array", path, name);
+    int n = cJSON_GetArraySize(js);
+    if (n > LPX_MAX_DIMS)
+        return lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s': field 'shape' has %d dims (lpx allows %d)",
+                         path, name, n, LPX_MAX_DIMS);
+    int64_t ne = 1;
+    int i = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, js) {
+        uint64_t v;
+        if (!json_uint(d, &v))
+            return lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s': field 'shape'[%d] is not a non-negative integer",
+                             path, name, i);
+        if (v && (uint64_t)ne > (uint64_t)INT64_MAX / 64 / v)
+            return lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s': field 'shape' overflows (huge shape)", path, name);
+        ne *= (int64_t)v;
+        shape[i++] = (int64_t)v;
+    }
+    *ndim = n;
+    *numel = ne;
+    return LPX_OK;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* kind descriptor "N::kind" -> entry e */
+static lpx_status parse_kind_desc(const char *path, const char *key, const char *val, st_entry *e)
+{
+    const char *sep = strstr(key, SEP);
+    size_t nlen = (size_t)(sep - key);
+    if (!nlen || strstr(sep + 2, SEP) || !sep[2])
+        return lpx_error(LPX_EINVAL, "safetensors %s: __metadata__ key '%s' is not '<name>::<kind>'", path, key);
+    lpx_status st = LPX_OK;
+    cJSON *j = cJSON_Parse(val);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return lpx_error(LPX_EINVAL, "safetensors %s: __metadata__ '%s': value is not a JSON object", path, key);
+    }
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+    const cJSON *inner = cJSON_GetObjectItemCaseSensitive(j, "inner");
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(j, "meta");
+    int64_t numel;
+    e->name = lpx_malloc(nlen + 1);
+    e->kind = lpx_strdup(sep + 2);
+    if (!e->name || !e->kind) { st = lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path); goto done; }
+    memcpy(e->name, key, nlen);
+    e->name[nlen] = 0;
+    e->raw = -1;
+    if (!cJSON_IsString(kind) || strcmp(kind->valuestring, e->kind)) {
+        st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s': field 'kind' is missing or differs from the key", path, e->name);
+        goto done;
+    }
+    if (!cJSON_IsString(dt) || (e->dtype = lpx_dtype_from_name(dt->valuestring)) < 0) {
+        st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s': field 'dtype' is missing or unknown", path, e->name);
+        goto done;
+    }
+    if ((st = parse_shape(path, e->name, cJSON_GetObjectItemCaseSensitive(j, "shape"), &e->ndim, e->shape, &numel)))
+        goto done;
+    if (!cJSON_IsArray(inner) || cJSON_GetArraySize(inner) > LPX_MAX_INNER) {
+        st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s': field 'inner' is missing or has more than %d names",
+                       path, e->name, LPX_MAX_INNER);
+        goto done;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, inner) {
+        if (!cJSON_IsString(it) || !it->valuestring[0] || strlen(it->valuestring) >= sizeof e->inner_names[0] ||
+            strstr(it->valuestring, SEP)) {
+            st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s': field 'inner'[%d] is not a valid name",
+                           path, e->name, e->ninner);
+            goto done;
+        }
+        for (int k = 0; k < e->ninner; k++)
+            if (!strcmp(e->inner_names[k], it->valuestring)) {
+                st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s': field 'inner' names '%s' twice",
+                               path, e->name, it->valuestring);
+                goto done;
+            }
+        e->inner_raw[e->ninner] = -1;
+        snprintf(e->inner_names[e->ninner++], sizeof e->inner_names[0], "%s", it->valuestring);
+    }
+    if (!cJSON_IsString(meta) || strlen(meta->valuestring) % 2 || strlen(meta->valuestring) / 2 > LPX_MAX_META) {
+        st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s': field 'meta' is missing, odd-length or longer "
+                       "than %d bytes", path, e->name, LPX_MAX_META);
+        goto done;
+    }
+    e->meta_size = strlen(meta->valuestring) / 2;
+    for (size_t i = 0; i < e->meta_size; i++) {
+        int hi = hexval(meta->valuestring[2 * i]), lo = hexval(meta->valuestring[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s': field 'meta' is not hex", path, e->name);
+            goto done;
+        }
+        e->meta[i] = (unsigned char)(hi * 16 + lo);
+    }
+done:
+    cJSON_Delete(j);
+    return st;
+}
+
+static int cmp_raw_offset(const void *a, const void *b, void *ctx)
+{
+    const st_raw *r = ctx;
+    const st_raw *x = &r[*(const int *)a], *y = &r[*(const int *)b];
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int cmp_names(const void *a, const void *b, void *ctx)
+{
+    const st_raw *r = ctx;
+    return strcmp(r[*(const int *)a].name, r[*(const int *)b].name);
+}
+
+static lpx_status parse_header(lpx_safetensors *f, const char *hdr, size_t hlen)
+{
+    const char *path = f->path;
+    cJSON *root = cJSON_ParseWithLength(hdr, hlen);
+    if (!root) return lpx_error(LPX_EINVAL, "safetensors %s: the header is not valid JSON (near byte %zu)", path,
+                                (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - hdr : 0));
+    lpx_status st = LPX_OK;
+    int *order = NULL;
+    if (!cJSON_IsObject(root)) { st = lpx_error(LPX_EINVAL, "safetensors %s: the header is not a JSON object", path); goto done; }
+    int n = cJSON_GetArraySize(root);
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    int nm = meta ? cJSON_GetArraySize(meta) : 0;
+    f->raw = lpx_calloc((size_t)n + 1, sizeof *f->raw);
+    f->ent = lpx_calloc((size_t)n + (size_t)nm + 1, sizeof *f->ent);
+    f->mkey = lpx_calloc((size_t)nm + 1, sizeof *f->mkey);
+    f->mval = lpx_calloc((size_t)nm + 1, sizeof *f->mval);
+    order = lpx_calloc((size_t)n + 1, sizeof *order);
+    if (!f->raw || !f->ent || !f->mkey || !f->mval || !order) { st = lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path); goto done; }
+    /* __metadata__: user strings and kind descriptors */
+    if (meta) {
+        if (!cJSON_IsObject(meta)) { st = lpx_error(LPX_EINVAL, "safetensors %s: '__metadata__' is not an object", path); goto done; }
+        const cJSON *kv;
+        cJSON_ArrayForEach(kv, meta) {
+            if (!cJSON_IsString(kv)) {
+                st = lpx_error(LPX_EINVAL, "safetensors %s: __metadata__ '%s' is not a string", path, kv->string);
+                goto done;
+            }
+            for (int i = 0; i < f->nmeta; i++)
+                if (!strcmp(f->mkey[i], kv->string)) {
+                    st = lpx_error(LPX_EINVAL, "safetensors %s: __metadata__ key '%s' appears twice", path, kv->string);
+                    goto done;
+                }
+            for (int i = 0; i < f->nent; i++) {
+                char k[512];
+                snprintf(k, sizeof k, "%s" SEP "%s", f->ent[i].name, f->ent[i].kind);
+                if (!strcmp(k, kv->string)) {
+                    st = lpx_error(LPX_EINVAL, "safetensors %s: __metadata__ key '%s' appears twice", path, kv->string);
+                    goto done;
+                }
+            }
+            if (strstr(kv->string, SEP)) {
+                if ((st = parse_kind_desc(path, kv->string, kv->valuestring, &f->ent[f->nent]))) {
+                    lpx_free(f->ent[f->nent].name);
+                    lpx_free(f->ent[f->nent].kind);
+                    memset(&f->ent[f->nent], 0, sizeof f->ent[0]);
+                    goto done;
+                }
+                f->nent++;
+            } else {
+                if (!(f->mkey[f->nmeta] = lpx_strdup(kv->string)) || !(f->mval[f->nmeta] = lpx_strdup(kv->valuestring))) {
+                    lpx_free(f->mkey[f->nmeta]);
+                    f->mkey[f->nmeta] = NULL;
+                    st = lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path);
+                    goto done;
+                }
+                f->nmeta++;
+            }
+        }
+    }
+    int nkinds = f->nent;
+    /* tensors */
+    const cJSON *t;
+    cJSON_ArrayForEach(t, root) {
+        if (!strcmp(t->string, "__metadata__")) continue;
+        const char *name = t->string;
+        st_raw *r = &f->raw[f->nraw];
+        if (!name[0]) { st = lpx_error(LPX_EINVAL, "safetensors %s: a tensor has an empty name", path); goto done; }
+        if (!cJSON_IsObject(t)) { st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' is not an object", path, name); goto done; }
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+        const cJSON *off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+        if (!cJSON_IsString(dt)) { st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s': field 'dtype' is missing", path, name); goto done; }
+        if ((r->dtype = dtype_from_st(dt->valuestring)) < 0) {
+            st = lpx_error(LPX_EDTYPE, "safetensors %s: tensor '%s': field 'dtype' = '%s' is not supported", path, name,
+                           dt->valuestring);
+            goto done;
+        }
+        int64_t numel;
+        if ((st = parse_shape(path, name, cJSON_GetObjectItemCaseSensitive(t, "shape"), &r->ndim, r->shape, &numel))) goto done;
+        if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || !json_uint(cJSON_GetArrayItem(off, 0), &r->begin) ||
+            !json_uint(cJSON_GetArrayItem(off, 1), &r->end)) {
+            st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s': field 'data_offsets' is not [begin, end]", path, name);
+            goto done;
+        }
+        if (r->begin > r->end || r->end > f->data_len) {
+            st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s': field 'data_offsets' [%llu, %llu] is out of range "
+                           "(%llu data bytes)", path, name, (unsigned long long)r->begin, (unsigned long long)r->end,
+                           (unsigned long long)f->data_len);
+            goto done;
+        }
+        uint64_t want = lpx_dtype_nbytes(r->dtype, numel);
+        if (r->end - r->begin != want) {
+            st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s': field 'data_offsets' spans %llu bytes, dtype %s and "
+                           "shape need %llu", path, name, (unsigned long long)(r->end - r->begin), dt->valuestring,
+                           (unsigned long long)want);
+            goto done;
+        }
+        r->group = -1;
+        if (!(r->name = lpx_strdup(name))) { st = lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path); goto done; }
+        order[f->nraw] = f->nraw;
+        f->nraw++;
+        /* kind inner tensor "N::kind::inner" or dense */
+        const char *sep = strstr(name, SEP);
+        if (sep) {
+            int g = -1, k = -1;
+            for (int i = 0; i < nkinds && g < 0; i++) {
+                size_t nl = strlen(f->ent[i].name), kl = strlen(f->ent[i].kind);
+                if (!strncmp(name, f->ent[i].name, nl) && !strncmp(name + nl, SEP, 2) &&
+                    !strncmp(name + nl + 2, f->ent[i].kind, kl) && !strncmp(name + nl + 2 + kl, SEP, 2))
+                    for (int j = 0; j < f->ent[i].ninner; j++)
+                        if (!strcmp(name + nl + 4 + kl, f->ent[i].inner_names[j])) { g = i; k = j; break; }
+            }
+            if (g < 0) {
+                st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' looks like a kind inner tensor but no "
+                               "__metadata__ kind entry lists it", path, name);
+                goto done;
+            }
+            if (f->ent[g].inner_raw[k] >= 0) {
+                st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' appears twice", path, name);
+                goto done;
+            }
+            f->ent[g].inner_raw[k] = f->nraw - 1;
+            r->group = g;
+        } else {
+            st_entry *e = &f->ent[f->nent];
+            if (!(e->name = lpx_strdup(name)) || !(e->kind = lpx_strdup(""))) {
+                st = lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path);
+                goto done;
+            }
+            f->nent++;
+            e->raw = f->nraw - 1;
+            e->dtype = r->dtype;
+            e->ndim = r->ndim;
+            memcpy(e->shape, r->shape, sizeof e->shape);
+        }
+    }
+    for (int i = 0; i < nkinds; i++)
+        for (int j = 0; j < f->ent[i].ninner; j++)
+            if (f->ent[i].inner_raw[j] < 0) {
+                st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s' (%s): inner tensor '%s" SEP "%s" SEP "%s' is missing",
+                               path, f->ent[i].name, f->ent[i].kind, f->ent[i].name, f->ent[i].kind, f->ent[i].inner_names[j]);
+                goto done;
+            }
+    /* duplicate names (the JSON object may repeat a key), across dense and kind names */
+    qsort_r(order, (size_t)f->nraw, sizeof *order, cmp_names, f->raw);
+    for (int i = 1; i < f->nraw; i++)
+        if (!strcmp(f->raw[order[i]].name, f->raw[order[i - 1]].name)) {
+            st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' appears twice", path, f->raw[order[i]].name);
+            goto done;
+        }
+    for (int i = 0; i < f->nent; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(f->ent[i].name, f->ent[j].name)) {
+                st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' appears twice (dense and kind, or two kinds)",
+                               path, f->ent[i].name);
+                goto done;
+            }
+    /* overlapping offsets */
+    qsort_r(order, (size_t)f->nraw, sizeof *order, cmp_raw_offset, f->raw);
+    uint64_t prev_end = 0;
+    const char *prev = NULL;
+    for (int i = 0; i < f->nraw; i++) {
+        const st_raw *r = &f->raw[order[i]];
+        if (r->begin == r->end) continue;
+        if (prev && r->begin < prev_end) {
+            st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s': field 'data_offsets' overlaps tensor '%s'", path,
+                           r->name, prev);
+            goto done;
+        }
+        prev_end = r->end;
+        prev = r->name;
+    }
+done:
+    lpx_free(order);
+    cJSON_Delete(root);
+    return st;
+}
+
+lpx_status lpx_safetensors_open(const char *path, lpx_safetensors **out)
+{
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    if (!out) return lpx_error(LPX_EINVAL, "lpx_safetensors_open: out is NULL");
+    *out = NULL;
+    if (!path) return lpx_error(LPX_EINVAL, "lpx_safetensors_open: path is NULL");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return lpx_error(LPX_EIO, "safetensors %s: open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb)) {
+        int e = errno;
+        close(fd);
+        return lpx_error(LPX_EIO, "safetensors %s: fstat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return lpx_error(LPX_EIO, "safetensors %s: not a regular file", path);
+    }
+    size_t len = (size_t)sb.st_size;
+    if (len < 8) {
+        close(fd);
+        return lpx_error(LPX_EIO, "safetensors %s: truncated: %zu bytes, the header length alone takes 8", path, len);
+    }
+    st_map *m = lpx_calloc(1, sizeof *m);
+    lpx_safetensors *f = lpx_calloc(1, sizeof *f);
+    char *p = lpx_strdup(path);
+    if (!m || !f || !p) {
+        close(fd);
+        lpx_free(m);
+        lpx_free(f);
+        lpx_free(p);
+        return lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path);
+    }
+    atomic_init(&m->refs, 1);
+    f->map = m;
+    f->path = p;
+    /* private + writable: copy-on-write, tensors may be trained in place */
+    void *a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (a == MAP_FAILED) {
+        lpx_safetensors_close(f);
+        return lpx_error(LPX_EIO, "safetensors %s: mmap: %s", path, strerror(e));
+    }
+    m->addr = a;
+    m->len = len;
+    uint64_t hlen = 0;
+    const unsigned char *b = a;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
+    if (hlen > LPX_SAFETENSORS_MAX_HEADER) {
+        lpx_safetensors_close(f);
+        return lpx_error(LPX_EINVAL, "safetensors %s: header length %llu exceeds the limit of %u bytes", path,
+                         (unsigned long long)hlen, LPX_SAFETENSORS_MAX_HEADER);
+    }
+    if (hlen > len - 8) {
+        lpx_safetensors_close(f);
+        return lpx_error(LPX_EIO, "safetensors %s: truncated: header length %llu runs past the end of the file "
+                         "(%zu bytes)", path, (unsigned long long)hlen, len);
+    }
+    if (hlen < 2) {
+        lpx_safetensors_close(f);
+        return lpx_error(LPX_EINVAL, "safetensors %s: header length %llu is too short for a JSON object", path,
+                         (unsigned long long)hlen);
+    }
+    f->data = b + 8 + hlen;
+    f->data_len = len - 8 - hlen;
+    if ((st = parse_header(f, (const char *)b + 8, (size_t)hlen))) {
+        lpx_safetensors_close(f);
+        return st;
+    }
+    *out = f;
+    return LPX_OK;
+}
+
+int lpx_safetensors_count(const lpx_safetensors *f) { return f ? f->nent : 0; }
+
+const char *lpx_safetensors_name(const lpx_safetensors *f, int i)
+{
+    return f && i >= 0 && i < f->nent ? f->ent[i].name : NULL;
+}
+
+static st_entry *find_entry(const lpx_safetensors *f, const char *name)
+{
+    for (int i = 0; f && name && i < f->nent; i++)
+        if (!strcmp(f->ent[i].name, name)) return &f->ent[i];
+    return NULL;
+}
+
+const char *lpx_safetensors_kind_of(const lpx_safetensors *f, const char *name)
+{
+    st_entry *e = find_entry(f, name);
+    return e ? e->kind : NULL;
+}
+
+const char *lpx_safetensors_metadata(const lpx_safetensors *f, const char *key)
+{
+    for (int i = 0; f && key && i < f->nmeta; i++)
+        if (!strcmp(f->mkey[i], key)) return f->mval[i];
+    return NULL;
+}
+
+int lpx_safetensors_metadata_count(const lpx_safetensors *f) { return f ? f->nmeta : 0; }
+
+const char *lpx_safetensors_metadata_at(const lpx_safetensors *f, int i, const char **value)
+{
+    if (!f || i < 0 || i >= f->nmeta) {
+        if (value) *value = NULL;
+        return NULL;
+    }
+    if (value) *value = f->mval[i];
+    return f->mkey[i];
+}
+
+/* a dense tensor of raw entry r: a view of the mapping when aligned */
+static lpx_status get_raw(lpx_safetensors *f, const st_raw *r, lpx_tensor **out)
+{
+    const lpx_dtype_traits *tr = lpx_dtype_get(r->dtype);
+    size_t esize = tr->bits >= 8 ? (size_t)tr->bits / 8 : 1;
+    void *p = (void *)(f->data + r->begin);
+    size_t nb = (size_t)(r->end - r->begin);
+    if ((uintptr_t)p % esize == 0) {
+        atomic_fetch_add_explicit(&f->map->refs, 1, memory_order_relaxed);
+        lpx_status st = lpx_tensor_from_blob(nb ? p : NULL, r->dtype, r->ndim, r->shape, NULL, lpx_cpu(), map_deleter,
+                                             f->map, out);
+        if (st) map_unref(f->map);
+        return st;
+    }
+    lpx_status st = lpx_tensor_new(r->dtype, r->ndim, r->shape, lpx_cpu(), out);
+    if (st) return st;
+    if (nb) memcpy(lpx_tensor_data(*out), p, nb);
+    return LPX_OK;
+}
+
+lpx_status lpx_safetensors_get(lpx_safetensors *f, const char *name, lpx_tensor **out)
+{
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    if (!out) return lpx_error(LPX_EINVAL, "lpx_safetensors_get: out is NULL");
+    *out = NULL;
+    if (!f || !name) return lpx_error(LPX_EINVAL, "lpx_safetensors_get: file or name is NULL");
+    st_entry *e = find_entry(f, name);
+    if (!e) return lpx_error(LPX_ENOTFOUND, "safetensors %s: no tensor '%s'", f->path, name);
+    if (!e->kind[0]) return get_raw(f, &f->raw[e->raw], out);
+    const lpx_kind *k;
+    if (lpx_kind_find(e->kind, &k))
+        return lpx_error(LPX_ENOTFOUND, "safetensors %s: tensor '%s' is of kind '%s', which is not registered "
+                         "(plugin not loaded?)", f->path, name, e->kind);
+    lpx_tensor *inner[LPX_MAX_INNER] = {0};
+    for (int i = 0; i < e->ninner && !st; i++) {
+        char want[32];
+        lpx_kind_inner_name(k, i, want, sizeof want);
+        if (strcmp(want, e->inner_names[i]))
+            st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s' (%s): inner tensor %d is '%s', the kind's is '%s'",
+                           f->path, name, e->kind, i, e->inner_names[i], want);
+        else
+            st = get_raw(f, &f->raw[e->inner_raw[i]], &inner[i]);
+    }
+    if (!st) {
+        const lpx_kind_i *vt = lpx_kind_vtable(k);
+        if (vt->unflatten)
+            st = vt->unflatten(k, e->dtype, e->ndim, e->shape, inner, e->ninner, e->meta, e->meta_size, out);
+        else
+            st = lpx_tensor_new_kind(k, e->dtype, e->ndim, e->shape, lpx_cpu(), inner, e->ninner, e->meta,
+                                     e->meta_size, out);
+        if (st) {
+            char msg[700];
+            snprintf(msg, sizeof msg, "%s", lpx_last_error());
+            st = lpx_error(st, "safetensors %s: kind tensor '%s' (%s) refused: %s", f->path, name, e->kind, msg);
+        }
+    }
+    for (int i = 0; i < e->ninner; i++) lpx_tensor_release(inner[i]);
+    return st;
+}
+
+lpx_status lpx_safetensors_get_quantized(lpx_safetensors *f, const char *name, const lpx_kind *kind, lpx_tensor **out)
+{
+    if (!out) return lpx_error(LPX_EINVAL, "lpx_safetensors_get_quantized: out is NULL");
+    *out = NULL;
+    if (!kind) return lpx_error(LPX_EINVAL, "lpx_safetensors_get_quantized: kind is NULL");
+    lpx_tensor *x = NULL;
+    lpx_status st = lpx_safetensors_get(f, name, &x);
+    if (st) return st;
+    const lpx_kind *xk = lpx_tensor_kind(x);
+    if (xk == kind) { *out = x; return LPX_OK; }
+    if (xk) {
+        lpx_tensor_release(x);
+        return lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' is stored as kind '%s', not '%s'", f->path, name,
+                         lpx_kind_name(xk), lpx_kind_name(kind));
+    }
+    const lpx_dtype_traits *tr = lpx_dtype_get(lpx_tensor_dtype(x));
+    if (!tr->is_float) {
+        lpx_tensor_release(x);
+        return lpx_error(LPX_EDTYPE, "safetensors %s: tensor '%s' has dtype %s; quantizing to %s needs a float tensor",
+                         f->path, name, tr->name, lpx_kind_name(kind));
+    }
+    st = lpx_kind_from_dense(kind, x, out);
+    lpx_tensor_release(x);
+    return st;
+}
+
+/* ---- writing */
+
+typedef struct wr_item {
+    char *name;             /* full stored name */
+    lpx_tensor *t;          /* dense CPU contiguous, one reference */
+    uint64_t begin, end;
+} wr_item;
+
+static lpx_status write_all(int fd, const void *buf, size_t n, const char *tmp)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return lpx_error(LPX_EIO, "safetensors %s: write: %s", tmp, strerror(errno));
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return LPX_OK;
+}
+
+static int cmp_items(const void *a, const void *b)
+{
+    /* larger elements first, so every tensor starts aligned to its element
+     * size with no gaps (the layout the reference writer uses) */
+    const wr_item *x = a, *y = b;
+    int bx = lpx_dtype_get(lpx_tensor_dtype(x->t))->bits, by = lpx_dtype_get(lpx_tensor_dtype(y->t))->bits;
+    if (bx != by) return by - bx;
+    return strcmp(x->name, y->name);
+}
+
+static char *join3(const char *a, const char *b, const char *c)
+{
+    size_t n = strlen(a) + strlen(b) + (c ? strlen(c) + 2 : 0) + 3;
+    char *s = lpx_malloc(n);
+    if (s) {
+        if (c) snprintf(s, n, "%s" SEP "%s" SEP "%s", a, b, c);
+        else snprintf(s, n, "%s" SEP "%s", a, b);
+    }
+    return s;
+}
+
+static lpx_status add_item(wr_item *items, int *nitems, const char *name, lpx_tensor *t)
+{
+    const lpx_dtype_traits *tr = lpx_dtype_get(lpx_tensor_dtype(t));
+    if (!lpx_safetensors_dtype_name(lpx_tensor_dtype(t)))
+        return lpx_error(LPX_EDTYPE, "lpx_safetensors_save: tensor '%s' has dtype %s, which safetensors cannot name",
+                         name, tr->name);
+    if (lpx_tensor_device(t).type != LPX_DEVICE_CPU)
+        return lpx_error(LPX_EDEVICE, "lpx_safetensors_save: tensor '%s' is not on the CPU", name);
+    lpx_tensor *c = NULL;
+    lpx_status st;
+    if (lpx_tensor_is_contiguous(t)) {
+        lpx_tensor_retain(t);
+        c = t;
+    } else if ((st = lpx_contiguous(t, &c))) {
+        return st;
+    }
+    items[*nitems].name = (char *)name;
+    items[*nitems].t = c;
+    (*nitems)++;
+    return LPX_OK;
+}
+
+lpx_status lpx_safetensors_save(const char *path, int n, const char *const *names, lpx_tensor *const *tensors,
+                                int nmeta, const lpx_safetensors_kv *meta)
+{
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    if (!path || n < 0 || (n && (!names || !tensors)) || nmeta < 0 || (nmeta && !meta))
+        return lpx_error(LPX_EINVAL, "lpx_safetensors_save: NULL path/names/tensors/meta or negative count");
+    for (int i = 0; i < n; i++) {
+        if (!names[i] || !names[i][0] || !tensors[i])
+            return lpx_error(LPX_EINVAL, "lpx_safetensors_save: tensor %d has a NULL/empty name or is NULL", i);
+        if (strstr(names[i], SEP) || !strcmp(names[i], "__metadata__"))
+            return lpx_error(LPX_EINVAL, "lpx_safetensors_save: tensor name '%s' is reserved (contains '::' or is "
+                             "__metadata__)", names[i]);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(names[i], names[j]))
+                return lpx_error(LPX_EINVAL, "lpx_safetensors_save: tensor name '%s' appears twice", names[i]);
+    }
+    for (int i = 0; i < nmeta; i++) {
+        if (!meta[i].key || !meta[i].value)
+            return lpx_error(LPX_EINVAL, "lpx_safetensors_save: metadata entry %d has a NULL key or value", i);
+        if (strstr(meta[i].key, SEP))
+            return lpx_error(LPX_EINVAL, "lpx_safetensors_save: metadata key '%s' is reserved (contains '::')", meta[i].key);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(meta[i].key, meta[j].key))
+                return lpx_error(LPX_EINVAL, "lpx_safetensors_save: metadata key '%s' appears twice", meta[i].key);
+    }
+    size_t cap = (size_t)n * LPX_MAX_INNER + 1;
+    wr_item *items = lpx_calloc(cap, sizeof *items);
+    char **owned = lpx_calloc(cap, sizeof *owned);
+    int nitems = 0, nowned = 0;
+    cJSON *root = cJSON_CreateObject(), *jm = NULL;
+    char *hdr = NULL, *tmp = NULL;
+    int fd = -1;
+    if (!items || !owned || !root) { st = lpx_error(LPX_ENOMEM, "lpx_safetensors_save: out of memory"); goto fail; }
+    if (nmeta || n) jm = cJSON_AddObjectToObject(root, "__metadata__");
+    for (int i = 0; i < nmeta; i++)
+        if (!cJSON_AddStringToObject(jm, meta[i].key, meta[i].value)) { st = lpx_error(LPX_ENOMEM, "lpx_safetensors_save: out of memory"); goto fail; }
+    for (int i = 0; i < n; i++) {
+        lpx_tensor *t = tensors[i];
+        const lpx_kind *k = lpx_tensor_kind(t);
+        if (!k) {
+            if ((st = add_item(items, &nitems, names[i], t))) goto fail;
+            continue;
+        }
+        const char *kn = lpx_kind_name(k);
+        cJSON *d = cJSON_CreateObject(), *inn = NULL, *shp = NULL;
+        if (!d) { st = lpx_error(LPX_ENOMEM, "lpx_safetensors_save: out of memory"); goto fail; }
+        cJSON_AddStringToObject(d, "kind", kn);
+        cJSON_AddStringToObject(d, "dtype", lpx_dtype_name(lpx_tensor_dtype(t)));
+        shp = cJSON_AddArrayToObject(d, "shape");
+        inn = cJSON_AddArrayToObject(d, "inner");
+        for (int j = 0; shp && j < lpx_tensor_ndim(t); j++) {
+            char num[32];
+            snprintf(num, sizeof num, "%lld", (long long)lpx_tensor_shape(t)[j]);
+            cJSON_AddItemToArray(shp, cJSON_CreateRaw(num));
+        }
+        size_t ms;
+        const unsigned char *mb = lpx_tensor_meta(t, &ms);
+        char hex[2 * LPX_MAX_META + 1];
+        for (size_t j = 0; j < ms; j++) snprintf(hex + 2 * j, 3, "%02x", mb[j]);
+        hex[2 * ms] = 0;
+        cJSON_AddStringToObject(d, "meta", hex);
+        for (int j = 0; j < lpx_tensor_inner_count(t); j++) {
+            char in[32];
+            lpx_tensor *it = lpx_tensor_inner(t, j);
+            lpx_kind_inner_name(k, j, in, sizeof in);
+            cJSON_AddItemToArray(inn, cJSON_CreateString(in));
+            if (lpx_tensor_kind(it)) {
+                cJSON_Delete(d);
+                st = lpx_error(LPX_EINVAL, "lpx_safetensors_save: tensor '%s' (%s): inner tensor '%s' is itself of kind "
+                               "'%s' (nested kinds are not stored)", names[i], kn, in, lpx_kind_name(lpx_tensor_kind(it)));
+                goto fail;
+            }
+            char *full = join3(names[i], kn, in);
+            if (!full) { cJSON_Delete(d); st = lpx_error(LPX_ENOMEM, "lpx_safetensors_save: out of memory"); goto fail; }
+            owned[nowned++] = full;
+            if ((st = add_item(items, &nitems, full, it))) { cJSON_Delete(d); goto fail; }
+        }
+        char *ds = cJSON_PrintUnformatted(d);
+        cJSON_Delete(d);
+        char *key = join3(names[i], kn, NULL);
+        if (key) owned[nowned++] = key;
+        if (!ds || !key || !cJSON_AddStringToObject(jm, key, ds)) {
+            cJSON_free(ds);
+            st = lpx_error(LPX_ENOMEM, "lpx_safetensors_save: out of memory");
+            goto fail;
+        }
+        cJSON_free(ds);
+    }
+    if (jm && !cJSON_GetArraySize(jm)) cJSON_DeleteItemFromObject(root, "__metadata__");
+    qsort(items, (size_t)nitems, sizeof *items, cmp_items);
+    uint64_t off = 0;
+    for (int i = 0; i < nitems; i++) {
+        lpx_tensor *t = items[i].t;
+        items[i].begin = off;
+        off += lpx_dtype_nbytes(lpx_tensor_dtype(t), lpx_tensor_numel(t));
+        items[i].end = off;
+        cJSON *e = cJSON_CreateObject(), *shp = e ? cJSON_AddArrayToObject(e, "shape") : NULL,
+              *ofs = e ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
+        if (!e || !shp || !ofs || !cJSON_AddStringToObject(e, "dtype", lpx_safetensors_dtype_name(lpx_tensor_dtype(t)))) {
+            cJSON_Delete(e);
+            st = lpx_error(LPX_ENOMEM, "lpx_safetensors_save: out of memory");
+            goto fail;
+        }
+        char num[32];
+        for (int j = 0; j < lpx_tensor_ndim(t); j++) {
+            snprintf(num, sizeof num, "%lld", (long long)lpx_tensor_shape(t)[j]);
+            cJSON_AddItemToArray(shp, cJSON_CreateRaw(num));
+        }
+        snprintf(num, sizeof num, "%llu", (unsigned long long)items[i].begin);
+        cJSON_AddItemToArray(ofs, cJSON_CreateRaw(num));
+        snprintf(num, sizeof num, "%llu", (unsigned long long)items[i].end);
+        cJSON_AddItemToArray(ofs, cJSON_CreateRaw(num));
+        cJSON_AddItemToObject(root, items[i].name, e);
+    }
+    hdr = cJSON_PrintUnformatted(root);
+    if (!hdr) { st = lpx_error(LPX_ENOMEM, "lpx_safetensors_save: out of memory"); goto fail; }
+    size_t hl = strlen(hdr), padded = (hl + 7) & ~(size_t)7;
+    if (padded > LPX_SAFETENSORS_MAX_HEADER) {
+        st = lpx_error(LPX_EINVAL, "lpx_safetensors_save: the header would be %zu bytes, over the limit of %u",
+                       padded, LPX_SAFETENSORS_MAX_HEADER);
+        goto fail;
+    }
+    /* temporary file in the target's directory */
+    size_t pl = strlen(path);
+    tmp = lpx_malloc(pl + 16);
+    if (!tmp) { st = lpx_error(LPX_ENOMEM, "lpx_safetensors_save: out of memory"); goto fail; }
+    snprintf(tmp, pl + 16, "%s.tmp.XXXXXX", path);
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        st = lpx_error(LPX_EIO, "safetensors %s: cannot create a temporary file next to it: %s", path, strerror(errno));
+        lpx_free(tmp);
+        tmp = NULL;
+        goto fail;
+    }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    if ((st = write_all(fd, len8, 8, tmp)) || (st = write_all(fd, hdr, hl, tmp))) goto fail;
+    for (size_t i = hl; i < padded; i++)
+        if ((st = write_all(fd, " ", 1, tmp))) goto fail;
+    for (int i = 0; i < nitems; i++)
+        if ((st = write_all(fd, lpx_tensor_data(items[i].t), (size_t)(items[i].end - items[i].begin), tmp))) goto fail;
+    if (fsync(fd)) { st = lpx_error(LPX_EIO, "safetensors %s: fsync: %s", tmp, strerror(errno)); goto fail; }
+    if (fchmod(fd, 0644)) { st = lpx_error(LPX_EIO, "safetensors %s: fchmod: %s", tmp, strerror(errno)); goto fail; }
+    if (close(fd)) { fd = -1; st = lpx_error(LPX_EIO, "safetensors %s: close: %s", tmp, strerror(errno)); goto fail; }
+    fd = -1;
+    if (rename(tmp, path)) { st = lpx_error(LPX_EIO, "safetensors %s: rename: %s", path, strerror(errno)); goto fail; }
+    lpx_free(tmp);
+    tmp = NULL;
+    {
+        /* make the rename durable */
+        char *dir = lpx_strdup(path);
+        if (dir) {
+            char *slash = strrchr(dir, '/');
+            const char *dn = slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".";
+            int dfd = open(dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (dfd >= 0) {
+                if (fsync(dfd) && errno != EINVAL)
+                    st = lpx_error(LPX_EIO, "safetensors %s: fsync of the directory: %s", path, strerror(errno));
+                close(dfd);
+            }
+            lpx_free(dir);
+        }
+    }
+fail:
+    if (fd >= 0) close(fd);
+    if (tmp) {
+        unlink(tmp);
+        lpx_free(tmp);
+    }
+    cJSON_free(hdr);
+    cJSON_Delete(root);
+    for (int i = 0; items && i < nitems; i++) lpx_tensor_release(items[i].t);
+    for (int i = 0; owned && i < nowned; i++) lpx_free(owned[i]);
+    lpx_free(items);
+    lpx_free(owned);
+    return st;
+}
