@@ -221,12 +221,20 @@ static lpx_status whole_bytes(lpx_comm *c, lpx_coll k, const char *what, lpx_dty
     return LPX_OK;
 }
 
-static lpx_status same_device(lpx_comm *c, lpx_coll k, const lpx_tensor *a, const lpx_tensor *b)
+/* The checks an in -> out collective makes on its two tensors: both valid,
+ * on one device, of one dtype. */
+static lpx_status check_in_out(lpx_comm *c, lpx_coll k, const lpx_tensor *in, const lpx_tensor *out)
 {
-    lpx_device x = lpx_tensor_device(a), y = lpx_tensor_device(b);
+    lpx_status st = check_tensor(c, k, "in", in);
+    if (!st) st = check_tensor(c, k, "out", out);
+    if (st) return st;
+    lpx_device x = lpx_tensor_device(in), y = lpx_tensor_device(out);
     if (x.type != y.type || x.index != y.index)
         return bad_arg(c, k, LPX_EDEVICE, "in is on device %d:%d, out on %d:%d", x.type, x.index,
                        y.type, y.index);
+    if (lpx_tensor_dtype(out) != lpx_tensor_dtype(in))
+        return bad_arg(c, k, LPX_EDTYPE, "in is %s but out is %s", lpx_dtype_name(lpx_tensor_dtype(in)),
+                       lpx_dtype_name(lpx_tensor_dtype(out)));
     return LPX_OK;
 }
 
@@ -234,14 +242,9 @@ lpx_status lpx_comm_all_gather(lpx_comm *comm, const lpx_tensor *in, lpx_tensor 
 {
     if (!comm) return lpx_error(LPX_EINVAL, "lpx_comm_all_gather: comm is NULL");
     const lpx_coll k = LPX_COLL_ALL_GATHER;
-    lpx_status st = check_tensor(comm, k, "in", in);
-    if (!st) st = check_tensor(comm, k, "out", out);
-    if (!st) st = same_device(comm, k, in, out);
+    lpx_status st = check_in_out(comm, k, in, out);
     if (st) return st;
     lpx_dtype d = lpx_tensor_dtype(in);
-    if (lpx_tensor_dtype(out) != d)
-        return bad_arg(comm, k, LPX_EDTYPE, "in is %s but out is %s", lpx_dtype_name(d),
-                       lpx_dtype_name(lpx_tensor_dtype(out)));
     int64_t n = lpx_tensor_numel(in), m = lpx_tensor_numel(out);
     if (m / comm->size != n || m % comm->size)
         return bad_arg(comm, k, LPX_ESHAPE, "out has %" PRId64 " elements, expected %d ranks x %" PRId64
@@ -257,14 +260,9 @@ lpx_status lpx_comm_reduce_scatter(lpx_comm *comm, const lpx_tensor *in, lpx_ten
 {
     if (!comm) return lpx_error(LPX_EINVAL, "lpx_comm_reduce_scatter: comm is NULL");
     const lpx_coll k = LPX_COLL_REDUCE_SCATTER;
-    lpx_status st = check_tensor(comm, k, "in", in);
-    if (!st) st = check_tensor(comm, k, "out", out);
-    if (!st) st = same_device(comm, k, in, out);
+    lpx_status st = check_in_out(comm, k, in, out);
     if (st) return st;
     lpx_dtype d = lpx_tensor_dtype(in);
-    if (lpx_tensor_dtype(out) != d)
-        return bad_arg(comm, k, LPX_EDTYPE, "in is %s but out is %s", lpx_dtype_name(d),
-                       lpx_dtype_name(lpx_tensor_dtype(out)));
     int64_t n = lpx_tensor_numel(in), m = lpx_tensor_numel(out);
     if (n / comm->size != m || n % comm->size)
         return bad_arg(comm, k, LPX_ESHAPE, "in has %" PRId64 " elements, expected %d ranks x %" PRId64
