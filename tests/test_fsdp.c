@@ -6,8 +6,12 @@
  * precompute, one per weight without; fp8/bf16 all-gather bytes <= 0.51
  * for a 4096x4096 weight; at most two groups unsharded); a 2-layer model
  * whose loss, grads and AdamW step equal the unsharded computation bit
- * for bit; the fp8 gradient reduce-scatter; and faults. */
+ * for bit; the fp8 gradient reduce-scatter; mixed precision (param_dtype
+ * bf16: gathered == cast of the full f32, AdamW on the f32 master);
+ * LPX_FSDP_NO_DECAY against the AdamW formulas; the model-wide scale
+ * precompute (one all-reduce, the per-group scales); and faults. */
 #include <math.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
@@ -636,6 +640,410 @@ static void test_hybrid_grad_reduce(void)
     }
 }
 
+/* ---- AdamW reference at step t (the fsdp.h formulas, f32) ----------- */
+
+static void adamw_ref_t(float *p, float *m, float *v, const float *g, size_t n, const lpx_adamw_opts *o, int t)
+{
+    const float b1 = (float)o->beta1, b2 = (float)o->beta2, omb1 = (float)(1.0 - o->beta1),
+                omb2 = (float)(1.0 - o->beta2), lr = (float)o->lr, eps = (float)o->eps,
+                decay = (float)(1.0 - o->lr * o->weight_decay), bc1 = (float)(1.0 - pow(o->beta1, (double)t)),
+                bc2 = (float)(1.0 - pow(o->beta2, (double)t));
+    for (size_t i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + omb1 * g[i];
+        v[i] = b2 * v[i] + omb2 * g[i] * g[i];
+        float mh = m[i] / bc1, vh = v[i] / bc2;
+        p[i] = p[i] * decay - lr * mh / (sqrtf(vh) + eps);
+    }
+}
+
+/* a dense tensor's elements as a new f32 array (caller frees) */
+static float *to_f32_array(lpx_tensor *t)
+{
+    size_t n = (size_t)lpx_tensor_numel(t);
+    float *a = malloc((n ? n : 1) * sizeof *a);
+    lpx_tensor *c = NULL;
+    if (a && !lpx_contiguous(t, &c) && n) lpx_convert(a, LPX_F32, lpx_tensor_data(c), lpx_tensor_dtype(t), n, 0);
+    lpx_tensor_release(c);
+    return a;
+}
+
+/* ---- mixed precision: param_dtype = bf16 ---------------------------- */
+
+#define MP_N 4
+
+typedef struct mp_ctx {
+    lpx_tensor *full[MP_N];     /* f32 (0..2) and bf16 (3) params */
+    lpx_tensor *expect[MP_N];   /* full cast to bf16 (3: itself) */
+    bool keep;
+} mp_ctx;
+
+static lpx_status mp_rank(lpx_comm *comm, void *vctx)
+{
+    mp_ctx *c = vctx;
+    int r = lpx_comm_rank(comm), w = lpx_comm_size(comm);
+    lpx_fsdp_config cfg = {.struct_size = sizeof cfg, .param_dtype = LPX_BF16, .keep_storage = c->keep};
+    lpx_fsdp *f = NULL;
+    lpx_status st = new_engine(comm, &cfg, &f);
+    if (st) return st;
+    lpx_fsdp_group *g = NULL;
+    RCHECK_OK(r, lpx_fsdp_group_add(f, "mp", &g));
+    for (int i = 0; i < MP_N; i++) RCHECK_OK(r, lpx_fsdp_param_add(g, "p", c->full[i], 0, NULL));
+    RCHECK_OK(r, lpx_fsdp_shard(f));
+    lpx_fsdp_stats_reset(f);
+    /* 1. the gathered tensor == cast(full f32 -> bf16), bit for bit */
+    RCHECK_OK(r, lpx_fsdp_unshard(g));
+    uint64_t want_bytes = 0;
+    for (int i = 0; i < MP_N; i++) {
+        lpx_tensor *full = lpx_fsdp_param_full(g, i), *loc = lpx_fsdp_param_local(g, i);
+        want_bytes += (uint64_t)lpx_tensor_numel(c->expect[i]) * 2;
+        if (!full || lpx_tensor_dtype(full) != LPX_BF16) rfail(r, "param %d: unsharded tensor is not bf16", i);
+        else if (!same_bits(full, c->expect[i])) rfail(r, "param %d: gathered bf16 != cast of the full f32", i);
+        if (!loc || lpx_tensor_dtype(loc) != lpx_tensor_dtype(c->full[i]))
+            rfail(r, "param %d: local shard lost its master dtype", i);
+    }
+    lpx_fsdp_stats s = {.struct_size = sizeof s};
+    RCHECK_OK(r, lpx_fsdp_stats_get(f, &s));
+    RCHECK(r, s.calls[LPX_COLL_ALL_GATHER] == 1);
+    if (s.unsharded_bytes != want_bytes)
+        rfail(r, "unsharded bytes %llu, bf16 size %llu", (unsigned long long)s.unsharded_bytes,
+              (unsigned long long)want_bytes);
+    RCHECK_OK(r, lpx_fsdp_reshard(g));
+    /* 2. AdamW updates the f32 master shard (bf16 grads, as FSDP2 makes them) */
+    lpx_adamw_opts o = lpx_adamw_opts_default();
+    o.lr = 0.01;
+    float *ref[MP_N] = {0};
+    for (int i = 0; i < MP_N; i++) {
+        lpx_tensor *gr = NULL;
+        RCHECK_OK(r, lpx_randn(lpx_tensor_ndim(c->full[i]), lpx_tensor_shape(c->full[i]), 40 + (uint64_t)(r * 8 + i),
+                               LPX_BF16, lpx_cpu(), &gr));
+        RCHECK_OK(r, lpx_fsdp_set_grad(g, i, gr));
+        lpx_tensor_release(gr);
+        ref[i] = to_f32_array(lpx_fsdp_param_local(g, i));
+    }
+    RCHECK_OK(r, lpx_fsdp_reduce_scatter_grads(g));
+    RCHECK_OK(r, lpx_fsdp_adamw_step(g, &o));
+    for (int i = 0; i < MP_N; i++) {
+        lpx_tensor *loc = lpx_fsdp_param_local(g, i), *gd = lpx_fsdp_param_grad(g, i);
+        size_t n = (size_t)lpx_tensor_numel(loc);
+        float *gv = gd ? to_f32_array(gd) : NULL, *m = calloc(n + 1, sizeof *m), *v = calloc(n + 1, sizeof *v);
+        if (!gv || !m || !v || !ref[i] || (size_t)lpx_tensor_numel(gd) != n) {
+            rfail(r, "param %d: no grad or out of memory", i);
+        } else {
+            adamw_ref_t(ref[i], m, v, gv, n, &o, 1);
+            if (i < 3) {
+                /* the f32 master got the f32 update (not a bf16-rounded one) */
+                if (lpx_tensor_dtype(loc) != LPX_F32 || (n && memcmp(lpx_tensor_data(loc), ref[i], n * 4)))
+                    rfail(r, "param %d: f32 master after AdamW != the f32 reference", i);
+                bool low = false;
+                for (size_t k = 0; k < n; k++) {
+                    uint32_t u;
+                    memcpy(&u, &ref[i][k], 4);
+                    low |= (u & 0xffffu) != 0;
+                }
+                if (n > 4 && !low) rfail(r, "param %d: the master holds only bf16 values", i);
+            } else {
+                uint16_t *enc = malloc((n + 1) * 2);
+                if (enc) lpx_convert(enc, LPX_BF16, ref[i], LPX_F32, n, 0);
+                if (!enc || (n && memcmp(lpx_tensor_data(loc), enc, n * 2)))
+                    rfail(r, "param %d: bf16 param after AdamW != the reference", i);
+                free(enc);
+            }
+        }
+        free(gv);
+        free(m);
+        free(v);
+        free(ref[i]);
+    }
+    /* 3. the next unshard gathers cast(updated master): this rank's rows */
+    RCHECK_OK(r, lpx_fsdp_unshard(g));
+    for (int i = 0; i < MP_N; i++) {
+        lpx_tensor *full = lpx_fsdp_param_full(g, i), *rows = NULL, *cast = NULL;
+        int64_t ch, s0, len;
+        lpx_shard_range(lpx_tensor_shape(c->full[i])[0], w, r, 1, &ch, &s0, &len);
+        if (!full) {
+            rfail(r, "param %d: not unsharded after the step", i);
+            continue;
+        }
+        RCHECK_OK(r, lpx_narrow(full, 0, s0, len, &rows));
+        RCHECK_OK(r, lpx_cast(lpx_fsdp_param_local(g, i), LPX_BF16, false, &cast));
+        if (!same_bits(rows, cast)) rfail(r, "param %d: gathered rows != bf16 cast of the updated master", i);
+        lpx_tensor_release(rows);
+        lpx_tensor_release(cast);
+    }
+    RCHECK_OK(r, lpx_fsdp_reshard(g));
+    lpx_fsdp_free(f);
+    return LPX_OK;
+}
+
+static void test_mixed_precision(void)
+{
+    mp_ctx c;
+    memset(&c, 0, sizeof c);
+    /* uneven rows; 3 rows leaves ranks of larger worlds empty */
+    const int64_t s0[2] = {13, 5}, s1[1] = {7}, s2[2] = {3, 4}, s3[2] = {5, 3};
+    const int64_t *shp[MP_N] = {s0, s1, s2, s3};
+    const int nd[MP_N] = {2, 1, 2, 2};
+    for (int i = 0; i < MP_N; i++) {
+        c.full[i] = randn(nd[i], shp[i], 60 + (uint64_t)i, i == 3 ? LPX_BF16 : LPX_F32);
+        if (i == 3) {
+            c.expect[i] = c.full[i];
+            lpx_tensor_retain(c.expect[i]);
+        } else {
+            CHECK_OK(lpx_cast(c.full[i], LPX_BF16, false, &c.expect[i]));
+        }
+    }
+    /* the cast is a real rounding: not every f32 element is a bf16 value */
+    CHECK(!same_bits(c.full[0], c.expect[0]));
+    for (int keep = 0; keep < 2; keep++) {
+        c.keep = keep;
+        for (int i = 0; i < NWORLDS; i++) run_ranks(worlds[i], mp_rank, &c);
+    }
+    for (int i = 0; i < MP_N; i++) {
+        lpx_tensor_release(c.full[i]);
+        lpx_tensor_release(c.expect[i]);
+    }
+}
+
+/* ---- LPX_FSDP_NO_DECAY ---------------------------------------------- */
+
+typedef struct nd_ctx {
+    lpx_tensor *p;              /* initial value of every param */
+} nd_ctx;
+
+/* group "dec" (wd 0.1): params d (decayed) and n (NO_DECAY); group "ref"
+ * (wd 0): param z. Same init, same grads, two steps. */
+static lpx_status nd_rank(lpx_comm *comm, void *vctx)
+{
+    nd_ctx *c = vctx;
+    int r = lpx_comm_rank(comm);
+    lpx_fsdp *f = NULL;
+    lpx_status st = new_engine(comm, NULL, &f);
+    if (st) return st;
+    lpx_fsdp_group *gd = NULL, *gz = NULL;
+    RCHECK_OK(r, lpx_fsdp_group_add(f, "dec", &gd));
+    RCHECK_OK(r, lpx_fsdp_group_add(f, "ref", &gz));
+    RCHECK_OK(r, lpx_fsdp_param_add(gd, "d", c->p, 0, NULL));
+    RCHECK_OK(r, lpx_fsdp_param_add(gd, "n", c->p, LPX_FSDP_NO_DECAY, NULL));
+    RCHECK_OK(r, lpx_fsdp_param_add(gz, "z", c->p, 0, NULL));
+    RCHECK_OK(r, lpx_fsdp_shard(f));
+    lpx_adamw_opts od = lpx_adamw_opts_default(), oz;
+    od.lr = 0.01;
+    od.weight_decay = 0.1;
+    oz = od;
+    oz.weight_decay = 0;
+    float *ref_d = to_f32_array(lpx_fsdp_param_local(gd, 0)), *ref_n = to_f32_array(lpx_fsdp_param_local(gd, 0));
+    size_t n = (size_t)lpx_tensor_numel(lpx_fsdp_param_local(gd, 0));
+    float *md = calloc(n + 1, 4), *vd = calloc(n + 1, 4), *mn = calloc(n + 1, 4), *vn = calloc(n + 1, 4);
+    if (!ref_d || !ref_n || !md || !vd || !mn || !vn) rfail(r, "out of memory");
+    for (int t = 1; t <= 2 && ref_d && ref_n && md && vd && mn && vn; t++) {
+        lpx_tensor *gr = randn(lpx_tensor_ndim(c->p), lpx_tensor_shape(c->p), 70 + (uint64_t)(r * 4 + t), LPX_F32);
+        RCHECK_OK(r, lpx_fsdp_set_grad(gd, 0, gr));
+        RCHECK_OK(r, lpx_fsdp_set_grad(gd, 1, gr));
+        RCHECK_OK(r, lpx_fsdp_set_grad(gz, 0, gr));
+        lpx_tensor_release(gr);
+        RCHECK_OK(r, lpx_fsdp_reduce_scatter_grads(gd));
+        RCHECK_OK(r, lpx_fsdp_reduce_scatter_grads(gz));
+        RCHECK_OK(r, lpx_fsdp_adamw_step(gd, &od));
+        RCHECK_OK(r, lpx_fsdp_adamw_step(gz, &oz));
+        lpx_tensor *gl = lpx_fsdp_param_grad(gd, 0);
+        if (!gl || (size_t)lpx_tensor_numel(gl) != n || lpx_tensor_dtype(gl) != LPX_F32) {
+            rfail(r, "step %d: no f32 grad shard", t);
+            break;
+        }
+        const float *gv = lpx_tensor_data(gl);
+        adamw_ref_t(ref_d, md, vd, gv, n, &od, t);
+        adamw_ref_t(ref_n, mn, vn, gv, n, &oz, t);
+        const void *pd = lpx_tensor_data(lpx_fsdp_param_local(gd, 0)), *pn = lpx_tensor_data(lpx_fsdp_param_local(gd, 1)),
+                   *pz = lpx_tensor_data(lpx_fsdp_param_local(gz, 0));
+        if (n && memcmp(pn, ref_n, n * 4)) rfail(r, "step %d: NO_DECAY param != AdamW without decay", t);
+        if (n && memcmp(pn, pz, n * 4)) rfail(r, "step %d: NO_DECAY param != the engine's wd=0 step", t);
+        if (n && memcmp(pd, ref_d, n * 4)) rfail(r, "step %d: decayed param != AdamW with decay", t);
+        /* decay is real: p*(1 - lr*wd) moves every element that is not tiny */
+        size_t diff = 0;
+        for (size_t k = 0; k < n; k++) diff += ((const float *)pd)[k] != ((const float *)pn)[k];
+        if (n && diff < n / 2) rfail(r, "step %d: decay changed only %zu of %zu elements", t, diff, n);
+    }
+    free(ref_d);
+    free(ref_n);
+    free(md);
+    free(vd);
+    free(mn);
+    free(vn);
+    lpx_fsdp_free(f);
+    return LPX_OK;
+}
+
+static void test_no_decay(void)
+{
+    nd_ctx c;
+    const int64_t s[2] = {13, 6};
+    c.p = randn(2, s, 80, LPX_F32);
+    for (int i = 0; i < NWORLDS; i++) run_ranks(worlds[i], nd_rank, &c);
+    lpx_tensor_release(c.p);
+}
+
+/* ---- lpx_fsdp_precompute_scales: one all-reduce for the model ------- */
+
+#define PS_G 4
+#define PS_P 3
+
+typedef struct ps_ctx {
+    lpx_tensor *masters[PS_G][PS_P];  /* NULL: no param */
+    lpx_float8_weight_opts opts[PS_G][PS_P];
+    bool dense[PS_G][PS_P];           /* a plain dense param */
+    lpx_tensor *expect[PS_G][PS_P];   /* gather-then-cast where checked */
+} ps_ctx;
+
+static lpx_status ps_build(ps_ctx *c, lpx_comm *comm, int r, lpx_fsdp **f, lpx_fsdp_group **g)
+{
+    lpx_status st = new_engine(comm, NULL, f);
+    if (st) return st;
+    for (int j = 0; j < PS_G; j++) {
+        RCHECK_OK(r, lpx_fsdp_group_add(*f, "layer", &g[j]));
+        for (int i = 0; i < PS_P; i++) {
+            if (!c->masters[j][i]) continue;
+            lpx_tensor *p = c->masters[j][i];
+            lpx_tensor_retain(p);
+            if (!c->dense[j][i]) {
+                lpx_tensor_release(p);
+                p = NULL;
+                RCHECK_OK(r, lpx_float8_weight_new(c->masters[j][i], &c->opts[j][i], &p));
+            }
+            RCHECK_OK(r, lpx_fsdp_param_add(g[j], "w", p, 0, NULL));
+            lpx_tensor_release(p);
+        }
+    }
+    RCHECK_OK(r, lpx_fsdp_shard(*f));
+    lpx_fsdp_stats_reset(*f);
+    return LPX_OK;
+}
+
+static lpx_status ps_rank(lpx_comm *comm, void *vctx)
+{
+    ps_ctx *c = vctx;
+    int r = lpx_comm_rank(comm);
+    lpx_fsdp *fa = NULL, *fb = NULL;
+    lpx_fsdp_group *ga[PS_G] = {0}, *gb[PS_G] = {0};
+    lpx_status st = ps_build(c, comm, r, &fa, ga);
+    if (!st) st = ps_build(c, comm, r, &fb, gb);
+    if (st) {
+        lpx_fsdp_free(fa);
+        return st;
+    }
+    lpx_comm_stats c0 = {.struct_size = sizeof c0}, c1 = {.struct_size = sizeof c1};
+    /* A: model-wide, twice (one all-reduce per call) */
+    for (int call = 1; call <= 2; call++) {
+        lpx_comm_stats_get(comm, &c0);
+        RCHECK_OK(r, lpx_fsdp_precompute_scales(fa));
+        lpx_comm_stats_get(comm, &c1);
+        lpx_fsdp_stats s = {.struct_size = sizeof s};
+        RCHECK_OK(r, lpx_fsdp_stats_get(fa, &s));
+        if (s.amax_allreduces != (uint64_t)call || s.calls[LPX_COLL_ALL_REDUCE] != (uint64_t)call)
+            rfail(r, "call %d: %llu amax all-reduces, %llu all-reduces (want %d)", call,
+                  (unsigned long long)s.amax_allreduces, (unsigned long long)s.calls[LPX_COLL_ALL_REDUCE], call);
+        uint64_t total = 0;
+        for (int k = 0; k < LPX_COLL_MAX; k++) total += c1.calls[k] - c0.calls[k];
+        if (c1.calls[LPX_COLL_ALL_REDUCE] - c0.calls[LPX_COLL_ALL_REDUCE] != 1 || total != 1)
+            rfail(r, "call %d: the comm ran %llu collectives", call, (unsigned long long)total);
+    }
+    /* B: the per-group path */
+    int groups_f8 = 0;
+    for (int j = 0; j < PS_G; j++) {
+        bool any = false;
+        for (int i = 0; i < PS_P; i++) any |= c->masters[j][i] && !c->dense[j][i] && !c->opts[j][i].rowwise;
+        groups_f8 += any;
+        RCHECK_OK(r, lpx_float8_precompute_scales(gb[j]));
+    }
+    lpx_fsdp_stats sb = {.struct_size = sizeof sb};
+    RCHECK_OK(r, lpx_fsdp_stats_get(fb, &sb));
+    if (sb.amax_allreduces != (uint64_t)groups_f8)
+        rfail(r, "per-group path: %llu amax all-reduces, want %d", (unsigned long long)sb.amax_allreduces, groups_f8);
+    /* same scales bit for bit; tensorwise ones set, rowwise ones not */
+    for (int j = 0; j < PS_G; j++)
+        for (int i = 0; i < PS_P; i++) {
+            if (!c->masters[j][i] || c->dense[j][i]) continue;
+            float sa = lpx_float8_weight_scale(lpx_fsdp_param_local(ga[j], i)),
+                  sbv = lpx_float8_weight_scale(lpx_fsdp_param_local(gb[j], i));
+            if (memcmp(&sa, &sbv, sizeof sa)) rfail(r, "group %d param %d: scale %a, per-group %a", j, i, (double)sa, (double)sbv);
+            if (c->opts[j][i].rowwise ? sa != 0 : !(sa > 0))
+                rfail(r, "group %d param %d: scale %g", j, i, (double)sa);
+        }
+    /* unsharding every group after the precompute runs no all-reduce, and
+     * gathers the same bits as the per-group path (and as gather-then-cast) */
+    lpx_fsdp_stats_reset(fa);
+    for (int j = 0; j < PS_G; j++) {
+        RCHECK_OK(r, lpx_fsdp_unshard(ga[j]));
+        RCHECK_OK(r, lpx_fsdp_unshard(gb[j]));
+        for (int i = 0; i < PS_P; i++) {
+            if (!c->masters[j][i]) continue;
+            lpx_tensor *a = lpx_fsdp_param_full(ga[j], i), *b = lpx_fsdp_param_full(gb[j], i);
+            if (!same_bits(a, b)) rfail(r, "group %d param %d: unsharded tensors differ", j, i);
+            if (c->expect[j][i] && !same_bits(a, c->expect[j][i]))
+                rfail(r, "group %d param %d: != gather-then-cast", j, i);
+        }
+        RCHECK_OK(r, lpx_fsdp_reshard(ga[j]));
+        RCHECK_OK(r, lpx_fsdp_reshard(gb[j]));
+    }
+    lpx_fsdp_stats s = {.struct_size = sizeof s};
+    RCHECK_OK(r, lpx_fsdp_stats_get(fa, &s));
+    RCHECK(r, s.amax_allreduces == 0 && s.calls[LPX_COLL_ALL_REDUCE] == 0 && s.calls[LPX_COLL_ALL_GATHER] == PS_G);
+    lpx_fsdp_free(fa);
+    lpx_fsdp_free(fb);
+    /* a model without tensorwise float8 weights: no collective at all */
+    lpx_fsdp *fc = NULL;
+    lpx_fsdp_group *gc = NULL;
+    if ((st = new_engine(comm, NULL, &fc))) return st;
+    RCHECK_OK(r, lpx_fsdp_group_add(fc, "dense", &gc));
+    RCHECK_OK(r, lpx_fsdp_param_add(gc, "w", c->masters[0][0], 0, NULL));
+    lpx_tensor *rw = NULL;
+    RCHECK_OK(r, lpx_float8_weight_new(c->masters[1][0], &c->opts[1][0], &rw)); /* rowwise */
+    RCHECK_OK(r, lpx_fsdp_param_add(gc, "rw", rw, 0, NULL));
+    lpx_tensor_release(rw);
+    RCHECK_OK(r, lpx_fsdp_shard(fc));
+    lpx_fsdp_stats_reset(fc);
+    RCHECK_OK(r, lpx_fsdp_precompute_scales(fc));
+    RCHECK_OK(r, lpx_fsdp_stats_get(fc, &s));
+    RCHECK(r, s.amax_allreduces == 0 && s.calls[LPX_COLL_ALL_REDUCE] == 0);
+    lpx_fsdp_free(fc);
+    return LPX_OK;
+}
+
+static void test_model_precompute(void)
+{
+    ps_ctx c;
+    memset(&c, 0, sizeof c);
+    /* group 0: two tensorwise e4m3 (f32) + a dense param; group 1: rowwise
+     * + tensorwise e5m2 (bf16 master); group 2: dense only; group 3: a
+     * tensorwise weight with an f16 master. Uneven rows throughout. */
+    const int64_t s13[2] = {13, 16}, s7[2] = {7, 8}, s21[2] = {21, 16}, s5[2] = {5, 8}, s9[2] = {9, 4};
+    const int64_t *shp[PS_G][PS_P] = {{s13, s7, s9}, {s21, s5, NULL}, {s9, NULL, NULL}, {s5, NULL, NULL}};
+    const lpx_dtype dt[PS_G][PS_P] = {{LPX_F32, LPX_F32, LPX_F32}, {LPX_F32, LPX_BF16, 0}, {LPX_F32, 0, 0},
+                                      {LPX_F16, 0, 0}};
+    for (int j = 0; j < PS_G; j++)
+        for (int i = 0; i < PS_P; i++) {
+            if (!shp[j][i]) continue;
+            c.masters[j][i] = randn(2, shp[j][i], 90 + (uint64_t)(j * PS_P + i), dt[j][i]);
+            /* different magnitudes: each weight gets its own scale */
+            float k = (float)(1 << (j + 2 * i));
+            lpx_tensor *m = c.masters[j][i], *sc = NULL;
+            CHECK_OK(lpx_mul_scalar(m, k, &sc));
+            lpx_tensor_release(m);
+            c.masters[j][i] = sc;
+            c.opts[j][i].struct_size = sizeof c.opts[j][i];
+        }
+    c.dense[0][2] = c.dense[2][0] = true;
+    c.opts[1][0].rowwise = true;
+    c.opts[1][1].fp8 = LPX_F8E5M2;
+    lpx_float8_quant_opts o = {.struct_size = sizeof o, .role = LPX_FLOAT8_ROLE_WEIGHT};
+    for (int i = 0; i < 2; i++) CHECK_OK(lpx_float8_quantize(c.masters[0][i], &o, &c.expect[0][i], NULL));
+    for (int i = 0; i < NWORLDS; i++) run_ranks(worlds[i], ps_rank, &c);
+    for (int j = 0; j < PS_G; j++)
+        for (int i = 0; i < PS_P; i++) {
+            lpx_tensor_release(c.masters[j][i]);
+            lpx_tensor_release(c.expect[j][i]);
+        }
+}
+
 /* ---- faults -------------------------------------------------------- */
 
 typedef struct fault_ctx {
@@ -739,6 +1147,9 @@ int main(void)
     RUN(test_two_layer_step);
     RUN(test_fp8_grad_reduce);
     RUN(test_hybrid_grad_reduce);
+    RUN(test_mixed_precision);
+    RUN(test_no_decay);
+    RUN(test_model_precompute);
     RUN(test_faults);
     RUN(test_errors);
     return CHECK_DONE();
