@@ -1044,6 +1044,237 @@ static void test_model_precompute(void)
         }
 }
 
+/* ---- rowwise float8 all-gather (issue 5) ---------------------------- */
+
+/* Rowwise float8_weight params (uneven rows; rows that leave trailing
+ * ranks empty at world 8; an all-zero row; f32/bf16/f16 masters; e4m3
+ * and e5m2) in one group: unshard == rowwise quantize of the full master
+ * (codes and per-row scales), no amax all-reduce anywhere, 1 wire byte
+ * per element plus the row scales, and a rowwise Float8Linear step on the
+ * gathered weight == the unsharded one. */
+#define RW_N 5
+
+typedef struct rw_ctx {
+    lpx_tensor *masters[RW_N];
+    lpx_float8_weight_opts opts[RW_N];
+    lpx_tensor *expect[RW_N];   /* lpx_float8_quantize(full master, rowwise) */
+    bool keep;
+    /* Float8Linear with param 0 as W */
+    lpx_tensor *x, *gout;
+    lpx_tensor *ref[4];         /* out, grad_x, grad_W, grad_b with W = expect[0] (unsharded) */
+    lpx_tensor *hp[3];          /* out, grad_x, grad_W in high precision with the master */
+} rw_ctx;
+
+static size_t rw_round16(size_t n) { return (n + 15) / 16 * 16; }
+
+/* SQNR (dB) of x against ref, both dense */
+static double rw_sqnr(lpx_tensor *ref, lpx_tensor *x)
+{
+    size_t n = (size_t)lpx_tensor_numel(ref);
+    if (!x || (size_t)lpx_tensor_numel(x) != n) return -1e30;
+    float *a = malloc((n + 1) * sizeof *a), *b = malloc((n + 1) * sizeof *b);
+    lpx_tensor *ca = NULL, *cb = NULL;
+    double s = 0, e = 0;
+    if (a && b && !lpx_contiguous(ref, &ca) && !lpx_contiguous(x, &cb) &&
+        !lpx_convert(a, LPX_F32, lpx_tensor_data(ca), lpx_tensor_dtype(ca), n, 0) &&
+        !lpx_convert(b, LPX_F32, lpx_tensor_data(cb), lpx_tensor_dtype(cb), n, 0)) {
+        for (size_t i = 0; i < n; i++) {
+            s += (double)a[i] * a[i];
+            e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        }
+    } else {
+        e = s = -1;
+    }
+    lpx_tensor_release(ca);
+    lpx_tensor_release(cb);
+    free(a);
+    free(b);
+    if (s < 0) return -1e30;
+    return e == 0 ? 1e30 : 10.0 * log10(s / e);
+}
+
+/* the float8 metadata and the three inner tensors, bit for bit */
+static bool rw_same_f8(lpx_tensor *a, lpx_tensor *b)
+{
+    lpx_float8_info ia, ib;
+    if (lpx_float8_get_info(a, &ia) || lpx_float8_get_info(b, &ib)) return false;
+    return ia.fp8 == ib.fp8 && ia.logical == ib.logical && ia.role == ib.role && ia.granularity == ib.granularity &&
+           ia.axis == ib.axis && same_bits(a, b) && same_bits(lpx_float8_data(a), lpx_float8_data(b)) &&
+           same_bits(lpx_float8_scale(a), lpx_float8_scale(b)) &&
+           same_bits(lpx_float8_scale_inv(a), lpx_float8_scale_inv(b));
+}
+
+static lpx_status rw_rank(lpx_comm *comm, void *vctx)
+{
+    rw_ctx *c = vctx;
+    int r = lpx_comm_rank(comm), world = lpx_comm_size(comm);
+    lpx_fsdp_config cfg = {.struct_size = sizeof cfg, .keep_storage = c->keep};
+    lpx_comm_stats c0 = {.struct_size = sizeof c0}, c1 = {.struct_size = sizeof c1};
+    lpx_comm_stats_get(comm, &c0);
+    lpx_fsdp *f = NULL;
+    lpx_status st = new_engine(comm, &cfg, &f);
+    if (st) return st;
+    lpx_fsdp_group *g = NULL;
+    RCHECK_OK(r, lpx_fsdp_group_add(f, "rowwise", &g));
+    for (int i = 0; i < RW_N; i++) {
+        lpx_tensor *w = NULL;
+        RCHECK_OK(r, lpx_float8_weight_new(c->masters[i], &c->opts[i], &w));
+        RCHECK(r, lpx_float8_weight_rowwise(w));
+        RCHECK_OK(r, lpx_fsdp_param_add(g, "w", w, 0, NULL));
+        lpx_tensor_release(w);
+    }
+    RCHECK_OK(r, lpx_fsdp_shard(f));
+    /* (b) the precompute finds nothing to agree on */
+    RCHECK_OK(r, lpx_float8_precompute_scales(g));
+    RCHECK_OK(r, lpx_fsdp_precompute_scales(f));
+    lpx_fsdp_stats s = {.struct_size = sizeof s};
+    RCHECK_OK(r, lpx_fsdp_stats_get(f, &s));
+    if (s.amax_allreduces || s.calls[LPX_COLL_ALL_REDUCE])
+        rfail(r, "shard + precompute: %llu amax all-reduces, %llu all-reduces", (unsigned long long)s.amax_allreduces,
+              (unsigned long long)s.calls[LPX_COLL_ALL_REDUCE]);
+    for (int i = 0; i < RW_N; i++)
+        if (lpx_float8_weight_scale(lpx_fsdp_param_local(g, i)) != 0.0f) rfail(r, "param %d got a replicated scale", i);
+    /* (c) the wire: per rank, each param's block is its largest shard's
+     * fp8 codes (1 byte per element) plus its f32 scale and scale_inv per
+     * row, each piece 16-byte aligned */
+    uint64_t wire = 0, codes = 0;
+    for (int i = 0; i < RW_N; i++) {
+        int64_t rows = lpx_tensor_shape(c->masters[i])[0], chunk = 0, start = 0, len = 0;
+        int64_t cols = lpx_tensor_numel(c->masters[i]) / (rows ? rows : 1);
+        RCHECK_OK(r, lpx_shard_range(rows, world, r, 1, &chunk, &start, &len));
+        wire += rw_round16((size_t)(chunk * cols)) + 2 * rw_round16((size_t)chunk * 4);
+        codes += (uint64_t)(chunk * cols);
+    }
+    lpx_fsdp_stats_reset(f);
+    for (int step = 0; step < 2; step++) {
+        lpx_comm_stats a0 = {.struct_size = sizeof a0}, a1 = {.struct_size = sizeof a1};
+        lpx_comm_stats_get(comm, &a0);
+        RCHECK_OK(r, lpx_fsdp_unshard(g));
+        lpx_comm_stats_get(comm, &a1);
+        uint64_t total = 0;
+        for (int k = 0; k < LPX_COLL_MAX; k++) total += a1.calls[k] - a0.calls[k];
+        if (total != 1 || a1.calls[LPX_COLL_ALL_GATHER] - a0.calls[LPX_COLL_ALL_GATHER] != 1)
+            rfail(r, "step %d: the unshard ran %llu collectives, want one all-gather", step, (unsigned long long)total);
+        if (a1.bytes[LPX_COLL_ALL_GATHER] - a0.bytes[LPX_COLL_ALL_GATHER] != wire)
+            rfail(r, "step %d: %llu all-gather bytes, want %llu (%llu fp8 codes + row scales)", step,
+                  (unsigned long long)(a1.bytes[LPX_COLL_ALL_GATHER] - a0.bytes[LPX_COLL_ALL_GATHER]),
+                  (unsigned long long)wire, (unsigned long long)codes);
+        /* (a) gather-then-nothing == rowwise quantize of the full master */
+        for (int i = 0; i < RW_N; i++) {
+            lpx_tensor *full = lpx_fsdp_param_full(g, i);
+            if (!full || !lpx_float8_is(full)) {
+                rfail(r, "step %d: param %d is not a float8 tensor after unshard", step, i);
+                continue;
+            }
+            if (!rw_same_f8(full, c->expect[i]))
+                rfail(r, "step %d: param %d differs from the rowwise quantized full master", step, i);
+        }
+        /* (d) Float8Linear, rowwise preset, on the gathered weight */
+        lpx_float8_linear_recipe rc;
+        RCHECK_OK(r, lpx_float8_linear_recipe_preset("rowwise", &rc));
+        lpx_tensor *out = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
+        lpx_float8_linear_ctx *lc = NULL;
+        lpx_float8_linear_report rep;
+        memset(&rep, 0, sizeof rep);
+        RCHECK_OK(r, lpx_float8_linear_forward(&rc, NULL, c->x, lpx_fsdp_param_full(g, 0), NULL, &out, &lc, &rep));
+        if (lc) RCHECK_OK(r, lpx_float8_linear_backward(lc, c->gout, &gx, &gw, &gb, &rep));
+        lpx_float8_linear_ctx_free(lc);
+        /* fprop uses the gathered rows as they are (per-row scales are
+         * per-column scales of W^T); dgrad wants W scaled per column,
+         * which the recipe makes from it (e4m3, power-of-2 scales) */
+        RCHECK(r, rep.fprop.b.given_fp8 && !rep.fprop.b.quantized);
+        RCHECK(r, rep.dgrad.b.quantized && !rep.dgrad.b.given_fp8 && rep.dgrad.b.dtype == rc.dgrad.b.dtype);
+        if (rep.dgrad.b.quantized) {
+            int e;
+            RCHECK(r, frexp(rep.dgrad.b.stats.scale, &e) == 0.5);
+        }
+        lpx_tensor *got[4] = {out, gx, gw, gb};
+        static const char *what[4] = {"out", "grad_x", "grad_W", "grad_b"};
+        for (int k = 0; k < 4; k++)
+            if (!same_bits(got[k], c->ref[k])) rfail(r, "step %d: Float8Linear %s != unsharded", step, what[k]);
+        for (int k = 0; k < 3; k++) {
+            double db = rw_sqnr(c->hp[k], got[k]);
+            if (db < (k ? 17.0 : 18.0)) rfail(r, "step %d: Float8Linear %s SQNR %.2f dB", step, what[k], db);
+        }
+        for (int k = 0; k < 4; k++) lpx_tensor_release(got[k]);
+        RCHECK_OK(r, lpx_fsdp_reshard(g));
+    }
+    RCHECK_OK(r, lpx_fsdp_stats_get(f, &s));
+    if (s.amax_allreduces || s.calls[LPX_COLL_ALL_REDUCE] || s.calls[LPX_COLL_ALL_GATHER] != 2 ||
+        s.bytes[LPX_COLL_ALL_GATHER] != 2 * wire)
+        rfail(r, "two unshards: %llu amax all-reduces, %llu all-reduces, %llu all-gathers of %llu bytes (want 0, 0, 2, "
+                 "%llu)", (unsigned long long)s.amax_allreduces, (unsigned long long)s.calls[LPX_COLL_ALL_REDUCE],
+              (unsigned long long)s.calls[LPX_COLL_ALL_GATHER], (unsigned long long)s.bytes[LPX_COLL_ALL_GATHER],
+              (unsigned long long)(2 * wire));
+    lpx_fsdp_free(f);
+    /* the whole life of the engine, as the comm saw it: no all-reduce */
+    lpx_comm_stats_get(comm, &c1);
+    if (c1.calls[LPX_COLL_ALL_REDUCE] != c0.calls[LPX_COLL_ALL_REDUCE])
+        rfail(r, "the comm ran %llu all-reduces",
+              (unsigned long long)(c1.calls[LPX_COLL_ALL_REDUCE] - c0.calls[LPX_COLL_ALL_REDUCE]));
+    return LPX_OK;
+}
+
+static void test_rowwise_all_gather(void)
+{
+    rw_ctx c;
+    memset(&c, 0, sizeof c);
+    /* rows: 21 (uneven everywhere), 13 (rank 7 of 8 empty), 5 (ranks 5..7
+     * of 8 empty), 37 bf16 e5m2, 11 f16 */
+    const int64_t shp[RW_N][2] = {{21, 32}, {13, 16}, {5, 8}, {37, 24}, {11, 40}};
+    const lpx_dtype dt[RW_N] = {LPX_F32, LPX_F32, LPX_F32, LPX_BF16, LPX_F16};
+    for (int i = 0; i < RW_N; i++) {
+        lpx_tensor *m = randn(2, shp[i], 300 + (uint64_t)i, dt[i]), *sc = NULL;
+        CHECK_OK(lpx_mul_scalar(m, (double)(1 << (2 * i)), &sc)); /* a range of magnitudes */
+        lpx_tensor_release(m);
+        c.masters[i] = sc;
+        c.opts[i].struct_size = sizeof c.opts[i];
+        c.opts[i].rowwise = true;
+    }
+    c.opts[3].fp8 = LPX_F8E5M2;
+    /* row 2 of param 1 all zeros: its scale comes from the 1e-12 floor */
+    {
+        lpx_tensor *row = NULL;
+        CHECK_OK(lpx_narrow(c.masters[1], 0, 2, 1, &row));
+        CHECK_OK(lpx_fill_(row, 0.0));
+        lpx_tensor_release(row);
+    }
+    for (int i = 0; i < RW_N; i++) {
+        lpx_float8_quant_opts o = {.struct_size = sizeof o, .fp8 = c.opts[i].fp8, .granularity = LPX_FLOAT8_AXISWISE,
+                                   .axis = -1, .role = LPX_FLOAT8_ROLE_WEIGHT};
+        CHECK_OK(lpx_float8_quantize(c.masters[i], &o, &c.expect[i], NULL));
+    }
+    /* Float8Linear references: x [9, 32] @ W^T, W = param 0 [21, 32] */
+    const int64_t sx[2] = {9, 32}, sg[2] = {9, 21};
+    c.x = randn(2, sx, 400, LPX_F32);
+    lpx_tensor *g0 = randn(2, sg, 401, LPX_F32);
+    CHECK_OK(lpx_mul_scalar(g0, 1e-3, &c.gout));
+    lpx_tensor_release(g0);
+    lpx_float8_linear_recipe rc;
+    CHECK_OK(lpx_float8_linear_recipe_preset("rowwise", &rc));
+    lpx_float8_linear_ctx *lc = NULL;
+    CHECK_OK(lpx_float8_linear_forward(&rc, NULL, c.x, c.expect[0], NULL, &c.ref[0], &lc, NULL));
+    CHECK_OK(lpx_float8_linear_backward(lc, c.gout, &c.ref[1], &c.ref[2], &c.ref[3], NULL));
+    lpx_float8_linear_ctx_free(lc);
+    lc = NULL;
+    rc.fprop.mode = rc.dgrad.mode = rc.wgrad.mode = LPX_FLOAT8_GEMM_HIGH_PRECISION;
+    CHECK_OK(lpx_float8_linear_forward(&rc, NULL, c.x, c.masters[0], NULL, &c.hp[0], &lc, NULL));
+    CHECK_OK(lpx_float8_linear_backward(lc, c.gout, &c.hp[1], &c.hp[2], NULL, NULL));
+    lpx_float8_linear_ctx_free(lc);
+    for (int keep = 0; keep < 2; keep++) {
+        c.keep = keep;
+        for (int i = 0; i < NWORLDS; i++) run_ranks(worlds[i], rw_rank, &c);
+    }
+    for (int i = 0; i < RW_N; i++) {
+        lpx_tensor_release(c.masters[i]);
+        lpx_tensor_release(c.expect[i]);
+    }
+    for (int k = 0; k < 4; k++) lpx_tensor_release(c.ref[k]);
+    for (int k = 0; k < 3; k++) lpx_tensor_release(c.hp[k]);
+    lpx_tensor_release(c.x);
+    lpx_tensor_release(c.gout);
+}
+
 /* ---- faults -------------------------------------------------------- */
 
 typedef struct fault_ctx {
@@ -1150,6 +1381,7 @@ int main(void)
     RUN(test_mixed_precision);
     RUN(test_no_decay);
     RUN(test_model_precompute);
+    RUN(test_rowwise_all_gather);
     RUN(test_faults);
     RUN(test_errors);
     return CHECK_DONE();
