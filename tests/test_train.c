@@ -1,7 +1,9 @@
 /* `lpx train` and `lpx mem` end to end: runs the built lpx executable
  * (LPX_TEST_LPX_EXE) on tiny models (seconds each) and checks exit codes,
  * losses, rank-count invariance, the files it writes and nf4-qlora's
- * frozen base. */
+ * frozen base. With the argument `mpi`: `mpirun -np 2 lpx train --comm
+ * mpi` against `--ranks 2` on the local comm (LPX_TEST_MPIRUN,
+ * LPX_TEST_MPI_PLUGIN; skipped, 77, without either). */
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -251,6 +253,70 @@ static void test_nf4_qlora(void)
     CHECK(run(args, out, sizeof out) == 1 && strstr(out, "has vocab"));
 }
 
+/* mpirun -np 2 lpx train --comm mpi: one rank per process, losses reduced
+ * through the comm; the MPI backend reduces bit-identically to the local
+ * one, so metrics.csv's losses equal those of --ranks 2 on threads. */
+static const char *mpirun;
+
+static bool is_open_mpi(void)
+{
+    char cmd[1024], line[256] = "";
+    snprintf(cmd, sizeof cmd, "'%s' --version 2>&1", mpirun);
+    FILE *p = popen(cmd, "r");
+    if (!p) return false;
+    bool ompi = false;
+    while (fgets(line, sizeof line, p)) ompi |= strstr(line, "Open MPI") != NULL || strstr(line, "OpenRTE") != NULL;
+    pclose(p);
+    return ompi;
+}
+
+static void test_mpi_same_losses(void)
+{
+    static char lo[65536], mo[65536];
+    char args[4096], cmd[8192];
+    /* containers run as root; 2 ranks on fewer cores need oversubscription */
+    const char *flags = is_open_mpi() ? "--allow-run-as-root --oversubscribe --bind-to none --timeout 300" : "";
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    const char *recipes[] = {"bf16", "float8-tensorwise"};
+    for (int r = 0; r < 2; r++) {
+        snprintf(args, sizeof args, "train --recipe %s --ranks 2 --micro 2 --steps 6 " TINY " --data '%s' --out '%s/l%d'",
+                 recipes[r], corpus, outdir, r);
+        CHECK(run(args, lo, sizeof lo) == 0);
+        /* the plugin is found next to the executable (build tree) */
+        snprintf(cmd, sizeof cmd, "'%s' %s -np 2 '%s' train --comm mpi --recipe %s --micro 2 --steps 6 " TINY
+                 " --data '%s' --out '%s/m%d' 2>&1", mpirun, flags, exe, recipes[r], corpus, outdir, r);
+        FILE *p = popen(cmd, "r");
+        size_t n = p ? fread(mo, 1, sizeof mo - 1, p) : 0;
+        mo[n] = 0;
+        int st = p ? pclose(p) : -1;
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s over mpi: %s", recipes[r], mo);
+        CHECKF(strstr(mo, "on 2 mpi ranks") != NULL, "%s over mpi: %s", recipes[r], mo);
+        double a[16], b[16];
+        int na = losses(lo, recipes[r], a, 16), nb = losses(mo, recipes[r], b, 16);
+        /* only rank 0 prints: one progress line per step */
+        CHECKF(na == 6 && nb == 6, "%s: %d local and %d mpi losses", recipes[r], na, nb);
+        for (int i = 0; i < na && i < nb; i++)
+            CHECKF(a[i] == b[i], "%s step %d: local %.6f mpi %.6f", recipes[r], i + 1, a[i], b[i]);
+        double vl = val_of(lo, recipes[r]), vm = val_of(mo, recipes[r]);
+        CHECKF(vl > 0 && vl == vm, "%s val: local %.4f mpi %.4f", recipes[r], vl, vm);
+        /* the CSVs (6 decimals): train and val losses of every step exactly */
+        snprintf(cmd, sizeof cmd, "cut -d, -f1-4 '%s/l%d/metrics.csv' > '%s/l%d.cut' && cut -d, -f1-4 '%s/m%d/metrics.csv' > "
+                 "'%s/m%d.cut' && cmp -s '%s/l%d.cut' '%s/m%d.cut'", outdir, r, outdir, r, outdir, r, outdir, r, outdir, r,
+                 outdir, r);
+        CHECKF(system(cmd) == 0, "%s: metrics.csv losses differ between --comm local --ranks 2 and mpi -np 2", recipes[r]);
+    }
+    /* --ranks must equal the world size */
+    snprintf(cmd, sizeof cmd, "'%s' %s -np 2 '%s' train --comm mpi --ranks 4 " TINY " --data '%s' --out '%s/mx' 2>&1",
+             mpirun, flags, exe, corpus, outdir);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(mo, 1, sizeof mo - 1, p) : 0;
+    mo[n] = 0;
+    int st = p ? pclose(p) : -1;
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) != 0, "--ranks 4 on 2 processes exited 0: %s", mo);
+    CHECKF(strstr(mo, "--ranks 4 but the MPI world has 2 processes") != NULL, "--ranks 4 on 2 processes: %s", mo);
+}
+
 static void test_mem(void)
 {
     char out[4096];
@@ -268,23 +334,36 @@ static void test_mem(void)
     if (s) CHECKF(atof(s + strlen("estimate (worst ")) <= 10.0, "estimate off: %s", s);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    bool mpi = argc > 1 && !strcmp(argv[1], "mpi");
     exe = getenv("LPX_TEST_LPX_EXE");
     const char *src = getenv("LPX_TEST_CORPUS");
     if (!exe || !src) {
         printf("LPX_TEST_LPX_EXE / LPX_TEST_CORPUS not set: skipping\n");
         return 77;
     }
+    if (mpi) {
+        mpirun = getenv("LPX_TEST_MPIRUN");
+        const char *plugin = getenv("LPX_TEST_MPI_PLUGIN");
+        if (!mpirun || !*mpirun || access(mpirun, X_OK) || !plugin || !*plugin || access(plugin, R_OK)) {
+            printf("skip: no mpirun or no lpx-mpi.so (LPX_TEST_MPIRUN, LPX_TEST_MPI_PLUGIN)\n");
+            return 77;
+        }
+    }
     snprintf(corpus, sizeof corpus, "%s", src);
-    snprintf(outdir, sizeof outdir, "/tmp/lpx-test-train.%ld", (long)getpid());
+    snprintf(outdir, sizeof outdir, "/tmp/lpx-test-train%s.%ld", mpi ? "-mpi" : "", (long)getpid());
     mkdir(outdir, 0777);
-    RUN(test_bad_options);
-    RUN(test_loss_goes_down_and_files);
-    RUN(test_engine_stats);
-    RUN(test_ranks_same_losses);
-    RUN(test_nf4_qlora);
-    RUN(test_mem);
+    if (mpi) {
+        RUN(test_mpi_same_losses);
+    } else {
+        RUN(test_bad_options);
+        RUN(test_loss_goes_down_and_files);
+        RUN(test_engine_stats);
+        RUN(test_ranks_same_losses);
+        RUN(test_nf4_qlora);
+        RUN(test_mem);
+    }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", outdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", outdir);

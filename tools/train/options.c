@@ -12,8 +12,10 @@ void tr_train_usage(FILE *f)
             "  --recipe R      bf16 | float8-tensorwise (default) | float8-rowwise | float8-delayed |\n"
             "                  nf4-qlora | mxfp8 | mxfp4 (MX recipes need the lpx-mx.so plugin)\n"
             "  --compare       also train the bf16 baseline and report the gap\n"
-            "  --ranks N       ranks (local comm: threads), default 4\n"
-            "  --comm C        local (default) | mpi | nccl\n"
+            "  --ranks N       ranks (local comm: threads), default 4; with --comm mpi the MPI\n"
+            "                  world size (given: must equal it)\n"
+            "  --comm C        local (default) | mpi (one rank per process: mpirun -np N lpx train\n"
+            "                  --comm mpi ...; needs lpx-mpi.so) | nccl\n"
             "  --device D      cpu (default) | cuda\n"
             "  --steps N       optimizer steps (default 300)\n"
             "  --batch N       sequences per step, all ranks together (default 16)\n"
@@ -59,6 +61,17 @@ static int parse_int(const char *opt, const char *v, long lo, long hi, int *out)
     return 0;
 }
 
+int tr_check_ranks(const tr_opts *o)
+{
+    if (o->micro % o->ranks) {
+        char buf[160];
+        snprintf(buf, sizeof buf, "--micro %d is not divisible by --ranks %d (each rank takes whole micro-batches)",
+                 o->micro, o->ranks);
+        return bad("%s%s", buf, "");
+    }
+    return 0;
+}
+
 int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
 {
     memset(o, 0, sizeof *o);
@@ -101,7 +114,10 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
                 return bad("unknown recipe '%s' (%s)", v,
                            "bf16, float8-tensorwise, float8-rowwise, float8-delayed, nf4-qlora, mxfp8, mxfp4");
             o->recipe = (tr_recipe)r;
-        } else if (!strcmp(a, "--ranks")) rc = parse_int(a, v, 1, 64, &o->ranks);
+        } else if (!strcmp(a, "--ranks")) {
+            rc = parse_int(a, v, 1, 64, &o->ranks);
+            o->ranks_given = true;
+        }
         else if (!strcmp(a, "--comm")) {
             if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
                 return bad("unknown comm backend '%s' (%s)", v, "local, mpi, nccl");
@@ -144,11 +160,9 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
         snprintf(buf, sizeof buf, "--dim %d is not divisible by --heads %d", o->dim, o->heads);
         return bad("%s%s", buf, "");
     }
-    if (o->micro % o->ranks) {
-        snprintf(buf, sizeof buf, "--micro %d is not divisible by --ranks %d (each rank takes whole micro-batches)",
-                 o->micro, o->ranks);
-        return bad("%s%s", buf, "");
-    }
+    /* --comm mpi without --ranks: the world size is known once MPI runs
+     * (train.c checks it then) */
+    if ((o->ranks_given || strcmp(o->comm, "mpi")) && (rc = tr_check_ranks(o))) return rc;
     if (o->batch % o->micro) {
         snprintf(buf, sizeof buf, "--batch %d is not divisible by --micro %d", o->batch, o->micro);
         return bad("%s%s", buf, "");

@@ -1,7 +1,8 @@
 /* `lpx train`: what one rank holds, and the functions that work on it.
  * A rank is one thread of the local comm backend (or one process over
  * MPI); everything here is per rank, nothing is shared but read-only
- * inputs and the result slots of tr_shared. */
+ * inputs and the result slots of tr_shared (written by rank 0, or by each
+ * rank where ranks are processes). */
 #ifndef LPX_TRAIN_RANK_H
 #define LPX_TRAIN_RANK_H
 
@@ -90,6 +91,9 @@ lpx_status tr_linear_forward(tr_rank *R, int p, int slot, lpx_tensor *x, lpx_ten
 lpx_status tr_linear_backward(tr_rank *R, int p, tr_lin_saved *s, lpx_tensor *g, lpx_tensor **gx,
                               lpx_tensor **gw);
 void tr_lin_saved_clear(tr_lin_saved *s);
+/* loads plugin `file` from the build tree (<build>/<tree_dir>/) or the
+ * install prefix (lib{,64,/<triplet>}/lpx/) of this executable; true once one loaded */
+bool tr_plugin_near_exe(const char *tree_dir, const char *file);
 /* finds (loading lpx-mx.so if needed) the MX kind of an mx recipe */
 lpx_status tr_mx_kind(tr_recipe r, const lpx_kind **out);
 /* adds grad `g` (full shape) of parameter p into R->gacc[p] */
@@ -107,7 +111,8 @@ void tr_reshard(tr_rank *R, int group);
 void tr_reshard_all(tr_rank *R);
 lpx_status tr_reduce_grads(tr_rank *R, int group);  /* set_grad + one reduce-scatter (avg) */
 lpx_status tr_precompute_scales(tr_rank *R);        /* float8: one amax all-reduce(MAX) */
-/* every rank: all-gather the f32 masters; rank 0 fills out[p] (may be NULL elsewhere) */
+/* every rank: all-gather the f32 masters; a rank that passes out fills
+ * out[p] (NULL: gather only; ranks that share out pass it on rank 0 only) */
 lpx_status tr_gather_masters(tr_rank *R, float **out);
 
 /* ---- model.c ---- */

@@ -314,7 +314,7 @@ lpx_status tr_gather_masters(tr_rank *R, float **out)
         if (!send || !recv) FAIL(LPX_ENOMEM, "train: out of memory");
         memcpy(send, lpx_tensor_data(R->master[p]), sizeof(float) * (size_t)(R->len[p] * P->cols));
         TRY(lpx_comm_all_gather_buf(R->comm, send, recv, cnt * sizeof(float)));
-        if (R->rank == 0 && out && out[p])
+        if (out && out[p])
             for (int r = 0; r < R->world; r++)
                 memcpy(out[p] + R->chunk[p] * r * P->cols, recv + (size_t)r * cnt,
                        sizeof(float) * (size_t)(rows_of(R, p, r) * P->cols));

@@ -8,7 +8,14 @@
  * they are complete); then the engine's AdamW on the local shards and,
  * for float8-tensorwise, lpx_fsdp_precompute_scales: the one amax
  * all-reduce that fixes next step's fp8 weight scales. The summary's
- * collective counts and bytes come from lpx_fsdp_stats. */
+ * collective counts and bytes come from lpx_fsdp_stats.
+ *
+ * Ranks share nothing writable but rank 0's result slots: each rank's
+ * micro-batch and validation losses reach the others through the comm
+ * (an all-gather of the f64 values, outside the engine's calls, so
+ * lpx_fsdp_stats does not count it), which is what lets one rank per MPI
+ * process (`--comm mpi`) run the same code as the local threads. Rank 0
+ * keeps the results, prints and writes the files. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
@@ -27,16 +34,21 @@ typedef struct tr_shared {
     const tr_geom *g;
     const tr_corpus *c;
     float *const *init;
-    double *chunk_loss;      /* [steps * micro] */
+    /* Written by rank 0 only, or by each rank where every rank has its
+     * own tr_shared (per_process: one rank per process, --comm mpi) */
+    bool per_process;
     double *val_loss;        /* [eval_batches] */
     double *val_start;       /* [eval_batches] */
     tr_result *res;
-    float **final;           /* rank 0 gathers the trained masters here (may be NULL) */
+    float **final;           /* the trained masters are gathered here (may be NULL) */
     bool print;
     const char *label;
 } tr_shared;
 
 static double now_s(void) { return (double)lpx_now_ns() * 1e-9; }
+
+/* this rank writes the tr_shared slots (see per_process) */
+static bool writes_shared(const tr_rank *R, const tr_shared *sh) { return sh->per_process || R->rank == 0; }
 
 static lpx_status evaluate(tr_rank *R, tr_shared *sh, double *out)
 {
@@ -44,8 +56,11 @@ static lpx_status evaluate(tr_rank *R, tr_shared *sh, double *out)
     const tr_opts *o = R->o;
     int b = o->batch / o->micro;
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)(b * o->seq)), *tgt = malloc(sizeof(int32_t) * (size_t)(b * o->seq));
+    /* this rank's losses (slots of the others stay 0), then everyone's */
+    double *mine = calloc((size_t)o->eval_batches, sizeof(double));
+    double *all = malloc(sizeof(double) * (size_t)o->eval_batches * (size_t)R->world);
     tr_fwd f = {0};
-    if (!idx || !tgt) FAIL(LPX_ENOMEM, "train: out of memory");
+    if (!idx || !tgt || !mine || !all) FAIL(LPX_ENOMEM, "train: out of memory");
     /* every rank runs the same number of forwards (the unshards are
      * collectives): round k evaluates micro-batch k * world + rank, and a
      * rank past the end repeats one and drops the result */
@@ -54,14 +69,20 @@ static lpx_status evaluate(tr_rank *R, tr_shared *sh, double *out)
         int v = k * R->world + R->rank;
         tr_batch(sh->c, o->seed, 0, v < o->eval_batches ? v : 0, true, b, o->seq, idx, tgt);
         TRY(tr_forward(R, &f, idx, tgt, b, o->seq, o->micro, false));
-        if (v < o->eval_batches) out[v] = f.loss;
+        if (v < o->eval_batches) mine[v] = f.loss;
         tr_fwd_clear(&f, R->g->layers);
         tr_reshard_all(R);
     }
+    /* loss v was computed by rank v % world */
+    TRY(lpx_comm_all_gather_buf(R->comm, mine, all, sizeof(double) * (size_t)o->eval_batches));
+    if (writes_shared(R, sh))
+        for (int v = 0; v < o->eval_batches; v++) out[v] = all[(size_t)(v % R->world) * (size_t)o->eval_batches + (size_t)v];
 out:
     tr_fwd_clear(&f, R->g->layers);
     free(idx);
     free(tgt);
+    free(mine);
+    free(all);
     return st;
 }
 
@@ -121,6 +142,7 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     lpx_status st = LPX_OK;
     tr_rank *R = calloc(1, sizeof *R);
     int32_t *idx = NULL, *tgt = NULL;
+    double *chunk_loss = NULL;   /* this step's micro-batch losses, all ranks' after the gather */
     tr_fwd f = {0};
     if (!R) return lpx_error(LPX_ENOMEM, "train: out of memory");
     R->o = o;
@@ -132,7 +154,8 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     int nloc = o->micro / R->world, b = o->batch / o->micro;
     idx = malloc(sizeof(int32_t) * (size_t)(b * o->seq));
     tgt = malloc(sizeof(int32_t) * (size_t)(b * o->seq));
-    if (!idx || !tgt) FAIL(LPX_ENOMEM, "train: out of memory");
+    chunk_loss = calloc((size_t)o->micro, sizeof(double));
+    if (!idx || !tgt || !chunk_loss) FAIL(LPX_ENOMEM, "train: out of memory");
 
     TRY(tr_shard_setup(R, sh->init));
     TRY(tr_recipe_setup(R));
@@ -149,7 +172,7 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
             int gi = R->rank * nloc + j;
             tr_batch(sh->c, o->seed, step, gi, false, b, o->seq, idx, tgt);
             TRY(tr_forward(R, &f, idx, tgt, b, o->seq, gi, true));
-            sh->chunk_loss[(size_t)step * (size_t)o->micro + (size_t)gi] = f.loss;
+            chunk_loss[gi] = f.loss;
             tr_mem_add(&R->mem, TR_MEM_ACT, R->act_bytes);
             /* the mean over this rank's micro-batches (1/nloc); the
              * reduce-scatter averages over ranks */
@@ -160,6 +183,10 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
         TRY(tr_adamw_step(R, tr_lr_at(o, step, sh->steps)));
         if (R->recipe == TR_F8_TENSORWISE) TRY(tr_precompute_scales(R));
         double t1 = now_s();
+        /* every rank's micro-batch losses (rank r's nloc values land at
+         * r * nloc: in place); not an engine call, so not in its stats */
+        TRY(lpx_comm_all_gather_buf(comm, chunk_loss + (size_t)R->rank * (size_t)nloc, chunk_loss,
+                                    sizeof(double) * (size_t)nloc));
         if (R->rank == 0) {
             lpx_fsdp_stats fs = {.struct_size = sizeof fs};
             TRY(lpx_fsdp_stats_get(R->fsdp, &fs));
@@ -175,10 +202,8 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
                 sh->res->peak_unsharded = (int64_t)fs.peak_unsharded_bytes;
             if (fs.peak_unsharded_groups > sh->res->peak_unsharded_groups)
                 sh->res->peak_unsharded_groups = fs.peak_unsharded_groups;
-            /* every rank's losses of this step were written before the
-             * step's collectives completed, which ordered them before us */
             double loss = 0;
-            for (int k = 0; k < o->micro; k++) loss += sh->chunk_loss[(size_t)step * (size_t)o->micro + (size_t)k];
+            for (int k = 0; k < o->micro; k++) loss += chunk_loss[k];
             loss /= o->micro;
             tr_step_rec *rec = &sh->res->rec[step];
             rec->loss = loss;
@@ -204,7 +229,7 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     }
     TRY(lpx_comm_barrier(comm));
     tr_reshard_all(R);
-    if (sh->final) TRY(tr_gather_masters(R, sh->final));
+    if (sh->final) TRY(tr_gather_masters(R, writes_shared(R, sh) ? sh->final : NULL));
     if (R->rank == 0) {
         memcpy(sh->res->mem_peak, R->mem.peak, sizeof sh->res->mem_peak);
         /* the engine's peak of unsharded bytes (wire form: fp8, bf16, nf4) */
@@ -231,6 +256,7 @@ out:
     free(R);
     free(idx);
     free(tgt);
+    free(chunk_loss);
     return st;
 }
 
@@ -239,17 +265,18 @@ static lpx_status run_recipe(const tr_opts *o, tr_recipe recipe, const char *lab
                              const tr_corpus *c, float *const *init, float **final, bool eval_start, tr_result *res)
 {
     lpx_status st = LPX_OK;
+    /* the local backend runs every rank as a thread of this process, on
+     * this one tr_shared; other backends host one rank per process */
     tr_shared sh = {.o = o, .recipe = recipe, .steps = steps, .g = g, .c = c, .init = init, .res = res,
-                    .final = final, .print = !o->quiet, .label = label};
+                    .final = final, .print = !o->quiet, .label = label, .per_process = strcmp(o->comm, "local") != 0};
     memset(res, 0, sizeof *res);
     res->label = label;
     res->recipe = recipe;
     res->steps = steps;
     res->rec = calloc((size_t)steps, sizeof *res->rec);
-    sh.chunk_loss = calloc((size_t)steps * (size_t)o->micro, sizeof(double));
     sh.val_loss = calloc((size_t)o->eval_batches, sizeof(double));
     if (eval_start) sh.val_start = calloc((size_t)o->eval_batches, sizeof(double));
-    if (!res->rec || !sh.chunk_loss || !sh.val_loss || (eval_start && !sh.val_start))
+    if (!res->rec || !sh.val_loss || (eval_start && !sh.val_start))
         FAIL(LPX_ENOMEM, "train: out of memory");
     if (!o->quiet) {
         printf("%s: %d steps on %d %s ranks\n", label, steps, o->ranks, o->comm);
@@ -268,7 +295,6 @@ static lpx_status run_recipe(const tr_opts *o, tr_recipe recipe, const char *lab
     for (int i = steps - k; i < steps; i++) tl += res->rec[i].loss;
     res->train_loss = tl / k;
 out:
-    free(sh.chunk_loss);
     free(sh.val_loss);
     free(sh.val_start);
     return st;
@@ -373,9 +399,11 @@ static void free_params(const tr_geom *g, float **w)
 
 static void mib(char *buf, size_t n, int64_t bytes) { snprintf(buf, n, "%.2f MiB", (double)bytes / 1048576.0); }
 
-static void print_dispatch(void)
+static void print_dispatch(const tr_opts *o)
 {
-    printf("\ndispatch counts (from the trace, main recipe)\n");
+    /* the trace counts this process's calls: every rank's with local
+     * threads, rank 0's alone with one rank per process */
+    printf("\ndispatch counts (from the trace, main recipe%s)\n", strcmp(o->comm, "local") ? ", rank 0's process" : "");
     printf("  %-26s %-10s %10s %10s\n", "op", "key", "calls", "fallbacks");
     int flagged = 0;
     for (int op = 0; op < lpx_op_count(); op++) {
@@ -495,6 +523,15 @@ static void one_blas_thread(void)
     if (set) set(1);
 }
 
+/* --comm mpi: this process's rank and the world size, before any work */
+static lpx_status probe_world(lpx_comm *comm, void *ctx)
+{
+    int *rw = ctx;
+    rw[0] = lpx_comm_rank(comm);
+    rw[1] = lpx_comm_size(comm);
+    return LPX_OK;
+}
+
 int lpx_cmd_train(int argc, char **argv)
 {
     tr_opts o;
@@ -506,23 +543,54 @@ int lpx_cmd_train(int argc, char **argv)
     }
     if (rc) return rc;
 
-    /* refuse what this build cannot do with one line and exit 2 */
+    /* refuse what this build cannot do with one line and exit 2. A comm
+     * backend's plugin (lpx-mpi.so) comes through LPX_PLUGIN_PATH or from
+     * next to this executable, as lpx-mx.so does. */
     const lpx_comm_backend_i *be = NULL;
     if (lpx_comm_backend_find(o.comm, &be) != LPX_OK) {
-        fprintf(stderr, "lpx train: --comm %s is not available in this build (load its plugin, e.g. lpx-%s.so, "
-                        "through LPX_PLUGIN_PATH)\n", o.comm, o.comm);
-        return 2;
+        char dir[64], file[64];
+        snprintf(dir, sizeof dir, "backends/%s", o.comm);
+        snprintf(file, sizeof file, "lpx-%s.so", o.comm);
+        if (!tr_plugin_near_exe(dir, file) || lpx_comm_backend_find(o.comm, &be) != LPX_OK) {
+            fprintf(stderr, "lpx train: --comm %s is not available in this build (load its plugin, e.g. lpx-%s.so, "
+                            "through LPX_PLUGIN_PATH)\n", o.comm, o.comm);
+            return 2;
+        }
+    }
+    /* lead: this process prints and writes the files (rank 0 of MPI) */
+    bool lead = true;
+    if (!strcmp(o.comm, "mpi")) {
+        /* one rank per process: --ranks is the world size (checked if given) */
+        int rw[2] = {0, 0};
+        if (lpx_comm_run(o.comm, 0, 0, probe_world, rw, NULL) != LPX_OK) {
+            fprintf(stderr, "lpx train: --comm mpi: %s\n", lpx_last_error());
+            return 2;
+        }
+        lead = rw[0] == 0;
+        if (o.ranks_given && o.ranks != rw[1]) {
+            if (lead)
+                fprintf(stderr, "lpx train: --ranks %d but the MPI world has %d processes (mpirun -np %d, or leave "
+                                "--ranks out)\n", o.ranks, rw[1], o.ranks);
+            return 2;
+        }
+        o.ranks = rw[1];
+        if (o.micro % o.ranks) {
+            if (lead) tr_check_ranks(&o);
+            return 2;
+        }
+        if (!lead) o.quiet = true;
     }
     if (!strcmp(o.device, "cuda")) {
-        fprintf(stderr, "lpx train: --device cuda: %s\n",
-                lpx_backend_for(LPX_DEVICE_CUDA) ? "lpx train runs on the CPU backend only for now"
-                                                 : "no CUDA backend is loaded (lpx-cuda.so)");
+        if (lead)
+            fprintf(stderr, "lpx train: --device cuda: %s\n",
+                    lpx_backend_for(LPX_DEVICE_CUDA) ? "lpx train runs on the CPU backend only for now"
+                                                     : "no CUDA backend is loaded (lpx-cuda.so)");
         return 2;
     }
     if (tr_recipe_is_mx(o.recipe)) {
         const lpx_kind *k;
         if (tr_mx_kind(o.recipe, &k) != LPX_OK) {
-            fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+            if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
             return 2;
         }
     }
@@ -533,11 +601,11 @@ int lpx_cmd_train(int argc, char **argv)
     else default_corpus(cpath, sizeof cpath);
     tr_corpus corpus;
     if (tr_corpus_load(cpath, &corpus) != LPX_OK) {
-        fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+        if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
         return 2;
     }
     if (corpus.n - corpus.n_train < (size_t)o.seq + 2) {
-        fprintf(stderr, "lpx train: corpus '%s' is too small for --seq %d\n", cpath, o.seq);
+        if (lead) fprintf(stderr, "lpx train: corpus '%s' is too small for --seq %d\n", cpath, o.seq);
         tr_corpus_free(&corpus);
         return 2;
     }
@@ -549,7 +617,7 @@ int lpx_cmd_train(int argc, char **argv)
     memset(res, 0, sizeof res);
     if (!g) FAIL(LPX_ENOMEM, "out of memory");
     tr_geom_init(g, corpus.vocab, o.dim, o.layers, o.heads, o.seq, o.wrap_linear);
-    if (mkdir(o.out_dir, 0777) != 0 && access(o.out_dir, W_OK) != 0)
+    if (lead && mkdir(o.out_dir, 0777) != 0 && access(o.out_dir, W_OK) != 0)
         FAIL(LPX_EIO, "cannot create --out '%s'", o.out_dir);
     if (!o.quiet)
         printf("lpx train: %s on %d %s ranks, corpus %s (%zu chars, vocab %d), %lld params, wrap %s\n",
@@ -568,7 +636,7 @@ int lpx_cmd_train(int argc, char **argv)
         } else {
             TRY(run_recipe(&o, TR_BF16, "bf16-pretrain", o.pretrain_steps, g, &corpus, init, base, false, &res[nres]));
             nres++;
-            TRY(save_ckpt(o.out_dir, g, base));
+            if (lead) TRY(save_ckpt(o.out_dir, g, base));
             if (!o.quiet) printf("  base checkpoint: %s/model.bin\n", o.out_dir);
         }
     }
@@ -586,8 +654,9 @@ int lpx_cmd_train(int argc, char **argv)
     } else if (o.recipe == TR_BF16) {
         base_idx = main_idx;
     }
+    if (!lead) goto out;    /* the other MPI ranks: rank 0 reports */
     print_summary(&o, g, res, nres, main_idx, base_idx);
-    print_dispatch();
+    print_dispatch(&o);
     TRY(tr_write_metrics(o.out_dir, res, nres));
     printf("\nwrote %s/metrics.csv and %s/loss.svg\n", o.out_dir, o.out_dir);
     if (o.sample_len > 0) printf("\nsample (%s, temperature 0.8):\n%s\n", res[main_idx].label, res[main_idx].sample);

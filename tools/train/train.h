@@ -53,6 +53,7 @@ lpx_nf4_config tr_nf4_config(int64_t numel);
 typedef struct tr_opts {
     tr_recipe recipe;
     int ranks;
+    bool ranks_given;       /* --ranks on the command line (--comm mpi: must equal the world size) */
     char comm[32];
     char device[16];
     int steps, batch, seq, dim, layers, heads, micro;
@@ -76,6 +77,8 @@ typedef struct tr_opts {
  * printing one clear line to stderr; 1 with *help set for --help. */
 int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help);
 void tr_train_usage(FILE *f);
+/* --micro divisible by --ranks: 0, or 2 after printing the line */
+int tr_check_ranks(const tr_opts *o);
 
 /* ---- data.c ---- */
 typedef struct tr_corpus {
