@@ -7,10 +7,15 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 # the tests whose point is concurrency also run under ThreadSanitizer
 TSAN_TESTS ?= dispatch comm trace dtype
+# libFuzzer targets (tests/fuzz/, clang): 5 s each in `make test`,
+# FUZZ_SECONDS each in `make fuzz`
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_TARGETS ?= safetensors dlpack schema plugin_info cli unflatten
+FUZZ_SECONDS ?= 300
 MESON_OPTS ?=
 LPX        := $(BUILD)/tools/lpx/lpx
 
-.PHONY: all deps test-deps build build-asan build-tsan demo test bench install clean
+.PHONY: all deps test-deps build build-asan build-tsan build-fuzz demo test fuzz bench install clean
 
 all: build
 
@@ -31,6 +36,10 @@ $(TSAN_BUILD)/build.ninja:
 	@meson setup $(TSAN_BUILD) -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false \
 	  $(MESON_OPTS) >/dev/null || (tail -30 $(TSAN_BUILD)/meson-logs/meson-log.txt; exit 1)
 
+$(FUZZ_BUILD)/build.ninja:
+	@CC=clang meson setup $(FUZZ_BUILD) -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
+	  -Dfuzz=true $(MESON_OPTS) >/dev/null || (tail -30 $(FUZZ_BUILD)/meson-logs/meson-log.txt; exit 1)
+
 build: deps $(BUILD)/build.ninja
 	@ninja -C $(BUILD) --quiet
 
@@ -40,23 +49,41 @@ build-asan: deps $(ASAN_BUILD)/build.ninja
 build-tsan: deps $(TSAN_BUILD)/build.ninja
 	@ninja -C $(TSAN_BUILD) --quiet $(addprefix tests/test_,$(TSAN_TESTS))
 
+build-fuzz: test-deps $(FUZZ_BUILD)/build.ninja
+	@ninja -C $(FUZZ_BUILD) --quiet tests/fuzz/lpx-mx-fuzz.so $(addprefix tests/fuzz/fuzz_,$(FUZZ_TARGETS))
+
 # The main job: float8-tensorwise training on 4 local ranks with fp8
 # all-gather, plus the bf16 baseline (tools/train/, docs/TRAIN.md).
 demo: build
 	@$(LPX) train --compare --out $(BUILD)/train-demo
 
 # The whole suite twice, a normal build and an ASan+UBSan build, plus the
-# concurrency tests under TSan. The last line is the total over all three:
-# "N passed, N failed, N skipped".
-test: test-deps build build-asan build-tsan
+# concurrency tests under TSan, plus 5 s of each fuzz target (ASan+UBSan).
+# The last line is the total over all four: "N passed, N failed, N skipped".
+test: test-deps build build-asan build-tsan build-fuzz
 	@rc=0; \
 	OPENBLAS_NUM_THREADS=1 meson test -C $(BUILD) --print-errorlogs --num-processes 2 || rc=1; \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  OPENBLAS_NUM_THREADS=1 meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes 2 --timeout-multiplier 3 || rc=1; \
 	TSAN_OPTIONS=halt_on_error=1 OPENBLAS_NUM_THREADS=1 meson test -C $(TSAN_BUILD) --no-rebuild \
 	  --print-errorlogs --timeout-multiplier 3 $(TSAN_TESTS) || rc=1; \
-	scripts/test-summary.py $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) || rc=1; \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson test -C $(FUZZ_BUILD) --no-rebuild --suite fuzz \
+	  --print-errorlogs --num-processes 3 $(addprefix fuzz_,$(FUZZ_TARGETS)) || rc=1; \
+	scripts/test-summary.py $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) || rc=1; \
 	exit $$rc
+
+# Long fuzzing runs: FUZZ_SECONDS per target (default 300), from the seeds
+# in tests/fuzz/corpus/<target>/; new inputs are kept in
+# $(FUZZ_BUILD)/fuzz-corpus/<target>/, crashes in $(FUZZ_BUILD)/fuzz-artifacts/.
+fuzz: build-fuzz
+	@for t in $(FUZZ_TARGETS); do echo "fuzz_$$t: $(FUZZ_SECONDS) s (log: $(FUZZ_BUILD)/fuzz-$$t.log)"; \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(FUZZ_BUILD)/tests/fuzz/fuzz_$$t \
+	    -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+	    -create_missing_dirs=1 -artifact_prefix=$(FUZZ_BUILD)/fuzz-artifacts/$$t- \
+	    $(FUZZ_BUILD)/fuzz-corpus/$$t tests/fuzz/corpus/$$t >$(FUZZ_BUILD)/fuzz-$$t.log 2>&1 \
+	    || { tail -60 $(FUZZ_BUILD)/fuzz-$$t.log; exit 1; }; \
+	  grep -E '^#[0-9]+.*DONE|^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' \
+	    $(FUZZ_BUILD)/fuzz-$$t.log; done
 
 bench: build
 	@for b in dispatch float8 nf4 fsdp; do $(LPX) bench $$b || exit 1; echo; done
@@ -65,4 +92,4 @@ install: build
 	meson install -C $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

@@ -30,7 +30,10 @@ void lpx_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
     int64_t s = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         strides[i] = s;
-        s *= shape[i] > 1 ? shape[i] : 1;
+        int64_t d = shape[i] > 1 ? shape[i] : 1;
+        /* past int64 only for an empty shape (a 0 dim keeps numel in range),
+         * whose strides address nothing: saturate instead of overflowing */
+        s = s > INT64_MAX / d ? INT64_MAX : s * d;
     }
 }
 
@@ -177,9 +180,9 @@ lpx_status lpx_tensor_from_blob(void *data, lpx_dtype dtype, int ndim, const int
     int64_t cstr[LPX_MAX_DIMS];
     if (!strides) { lpx_contiguous_strides(ndim, shape, cstr); strides = cstr; }
     if ((st = view_extent("lpx_tensor_from_blob", ndim, shape, strides, 0, &last))) return st;
+    if (last >= (INT64_MAX - 8) / 64)   /* before the + 1: last may be INT64_MAX */
+        return lpx_error(LPX_ERANGE, "lpx_tensor_from_blob: extent of %lld elements is too large", (long long)last);
     int64_t elems = last + 1;
-    if (elems > (INT64_MAX - 8) / 64)
-        return lpx_error(LPX_ERANGE, "lpx_tensor_from_blob: extent of %lld elements is too large", (long long)elems);
 
     lpx_storage *s = lpx_malloc(sizeof *s);
     lpx_tensor *t = tensor_alloc();
@@ -330,6 +333,7 @@ lpx_device lpx_tensor_device(const lpx_tensor *t)
 void *lpx_tensor_data(const lpx_tensor *t)
 {
     if (!t || t->kind) return NULL;
+    if (!t->storage->data) return NULL;   /* an empty tensor that wraps no memory */
     const lpx_dtype_traits *tr = lpx_dtype_get(t->dtype);
     return (char *)t->storage->data + (size_t)((t->offset * tr->bits) / 8);
 }

@@ -2,6 +2,7 @@
  * export retains the lpx tensor inside the managed struct; import wraps the
  * producer's memory with lpx_tensor_from_blob and a deleter that calls the
  * producer's deleter once, when the last view dies. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include "lpx/lpx.h"
@@ -248,8 +249,16 @@ static lpx_status import_dl(const char *op, const DLTensor *dl, lpx_deleter del,
     bool empty = false;
     for (int i = 0; i < dl->ndim; i++) empty |= dl->shape[i] == 0;
     if (!dl->data && !empty) return lpx_error(LPX_EINVAL, "%s: data is NULL", op);
-    char *base = (char *)dl->data + dl->byte_offset;
-    if ((st = lpx_tensor_from_blob(dl->data ? base : NULL, d, dl->ndim, dl->shape, dl->strides, dev, del, ctx, out)))
+    /* no pointer arithmetic on NULL or past the address space (UB) */
+    if (dl->data && dl->byte_offset > UINTPTR_MAX - (uintptr_t)dl->data)
+        return lpx_error(LPX_ERANGE, "%s: byte_offset %llu runs past the end of the address space", op,
+                         (unsigned long long)dl->byte_offset);
+    char *base = dl->data ? (char *)dl->data + dl->byte_offset : NULL;
+    /* the kernels load whole elements: a misaligned one is UB on their side */
+    if (base && tr->bits >= 16 && (uintptr_t)base % (uintptr_t)(tr->bits / 8))
+        return lpx_error(LPX_EINVAL, "%s: data + byte_offset (%p) is not aligned to the %d-byte %s element", op,
+                         (void *)base, tr->bits / 8, tr->name);
+    if ((st = lpx_tensor_from_blob(base, d, dl->ndim, dl->shape, dl->strides, dev, del, ctx, out)))
         return rewrap(st, op, "");
     if (flags & DLPACK_FLAG_BITMASK_READ_ONLY) lpx_tensor_mark_readonly(*out);
     return LPX_OK;

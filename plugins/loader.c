@@ -324,6 +324,53 @@ static lpx_status run_probe(lpx_plugin *p, lpx_plugin_probe_fn probe)
     return fail(LPX_EPLUGIN, p->path, "", reason);
 }
 
+/* Validates the info that init (which returned `ist`) left in p->info and,
+ * when it is usable, copies name, version, description and ABI into p.
+ * `reason` gets why not; `name` (LPX_PLUGIN_NAME_MAX bytes) the plugin's
+ * name whenever it is valid, for the failure message. */
+static lpx_status accept_info(lpx_plugin *p, lpx_status ist, char *reason, size_t len, char *name)
+{
+    lpx_status st = LPX_OK;
+    lpx_status vst = check_info(p, reason, len);
+    if (vst != LPX_EABI && p->info->struct_size >= LPX_PLUGIN_INFO_HEADER_SIZE &&
+        p->info->struct_size <= LPX_PLUGIN_INFO_CAPACITY && p->info->name && name_ok(p->info->name))
+        copy_str(name, LPX_PLUGIN_NAME_MAX, p->info->name);
+    if (vst == LPX_EABI) {
+        st = LPX_EABI;  /* the most specific reason, whatever init returned */
+    } else if (ist != LPX_OK) {
+        const char *msg = lpx_last_error();
+        snprintf(reason, len, "init failed: %s%s%s", lpx_status_string(ist), msg[0] ? ": " : "", msg);
+        st = LPX_EPLUGIN;
+    } else if (vst) {
+        st = vst;
+    } else if (!copy_str(p->version, sizeof p->version, p->info->version ? p->info->version : "") ||
+               (p->info->struct_size >= offsetof(lpx_plugin_info, description) + sizeof(const char *) &&
+                !copy_str(p->description, sizeof p->description, p->info->description))) {
+        snprintf(reason, len, "info.version or info.description is too long");
+        st = LPX_EPLUGIN;
+    }
+    if (!st) {
+        copy_str(p->name, sizeof p->name, p->info->name);
+        p->abi_major = p->info->abi_major;
+        p->abi_minor = p->info->abi_minor;
+    }
+    return st;
+}
+
+/* Test hook (tests/fuzz/fuzz_plugin_info.c; internal, not exported): the
+ * validation lpx_plugin_load applies to what a successful init declared,
+ * on `info` (LPX_PLUGIN_INFO_CAPACITY bytes), without dlopen. */
+lpx_status lpx__plugin_accept_info(lpx_plugin_info *info, char *reason, size_t len)
+{
+    lpx_plugin *p = lpx_calloc(1, sizeof *p);
+    if (!p) return LPX_ENOMEM;
+    char name[LPX_PLUGIN_NAME_MAX] = "";
+    p->info = info;
+    lpx_status st = accept_info(p, LPX_OK, reason, len, name);
+    lpx_free(p);
+    return st;
+}
+
 /* Runs init in a journal; on any failure rolls back and reports. */
 static lpx_status run_init(lpx_plugin *p, lpx_plugin_init_fn init)
 {
@@ -339,29 +386,7 @@ static lpx_status run_init(lpx_plugin *p, lpx_plugin_init_fn init)
     lpx_journal_close(&p->journal);
 
     char reason[1024], name[LPX_PLUGIN_NAME_MAX] = "";
-    lpx_status vst = check_info(p, reason, sizeof reason);
-    if (vst != LPX_EABI && p->info->struct_size >= LPX_PLUGIN_INFO_HEADER_SIZE &&
-        p->info->struct_size <= LPX_PLUGIN_INFO_CAPACITY && p->info->name && name_ok(p->info->name))
-        copy_str(name, sizeof name, p->info->name);
-    if (vst == LPX_EABI) {
-        st = LPX_EABI;  /* the most specific reason, whatever init returned */
-    } else if (ist != LPX_OK) {
-        const char *msg = lpx_last_error();
-        snprintf(reason, sizeof reason, "init failed: %s%s%s", lpx_status_string(ist), msg[0] ? ": " : "", msg);
-        st = LPX_EPLUGIN;
-    } else if (vst) {
-        st = vst;
-    } else if (!copy_str(p->version, sizeof p->version, p->info->version ? p->info->version : "") ||
-               (p->info->struct_size >= offsetof(lpx_plugin_info, description) + sizeof(const char *) &&
-                !copy_str(p->description, sizeof p->description, p->info->description))) {
-        snprintf(reason, sizeof reason, "info.version or info.description is too long");
-        st = LPX_EPLUGIN;
-    }
-    if (!st) {
-        copy_str(p->name, sizeof p->name, p->info->name);
-        p->abi_major = p->info->abi_major;
-        p->abi_minor = p->info->abi_minor;
-    }
+    st = accept_info(p, ist, reason, sizeof reason, name);
     p->info = NULL;   /* the buffer dies with this frame */
     if (st) {
         lpx_journal_rollback(&p->journal);

@@ -72,4 +72,8 @@ void lpx_host_init(lpx_plugin *p);
  * the info header declares this ABI major and a valid, free name. */
 lpx_status lpx_plugin_gate(void *ctx, const char *what);
 
+/* Test hook for the fuzzer: the checks lpx_plugin_load applies to the info
+ * a successful init filled (`info`: LPX_PLUGIN_INFO_CAPACITY bytes). */
+lpx_status lpx__plugin_accept_info(lpx_plugin_info *info, char *reason, size_t len);
+
 #endif

@@ -5,8 +5,9 @@
 set -e
 PKGS="gcc g++ make meson ninja-build pkg-config python3 libffi-dev uthash-dev libopenblas-dev libcjson-dev"
 # `ensure-deps.sh test`: also what the suite exercises beyond the build
-# (Open MPI, so the lpx-mpi.so plugin is built and run with mpirun).
-[ "${1:-}" = test ] && PKGS="$PKGS libopenmpi-dev openmpi-bin"
+# (Open MPI, so the lpx-mpi.so plugin is built and run with mpirun; clang
+# and its libFuzzer runtime for the fuzz targets of tests/fuzz/).
+[ "${1:-}" = test ] && PKGS="$PKGS libopenmpi-dev openmpi-bin clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

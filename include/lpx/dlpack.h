@@ -61,7 +61,8 @@ LPX_API lpx_status lpx_to_dlpack_legacy(lpx_tensor *t, bool allow_readonly, DLMa
  *  called. Honoured: byte_offset, strides (NULL = row-major), the
  *  READ_ONLY flag (the tensor refuses in-place writes). Errors: LPX_EINVAL
  *  (NULL m or data with elements, ndim outside 0..8, NULL shape, negative
- *  dim or stride, sub-byte dtype not contiguous, padded sub-byte flag),
+ *  dim or stride, data + byte_offset not aligned to the element size,
+ *  sub-byte dtype not contiguous, padded sub-byte flag),
  *  LPX_EABI (major version != 1), LPX_EDTYPE (unknown type code),
  *  LPX_EDEVICE (device type with no lpx backend, e.g. kDLCUDA without the
  *  CUDA plugin), LPX_ERANGE, LPX_ENOMEM. */

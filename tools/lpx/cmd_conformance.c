@@ -225,11 +225,14 @@ int lpx_cmd_conformance(int argc, char **argv)
     for (int i = 0; i < nk; i++)
         if (cf_cases_for_kind(kinds[i], &cases, &ncases, &capcases)) {
             fprintf(stderr, "lpx conformance: out of memory listing cases\n");
+            free(cases);
+            free(r.v);
             return 1;
         }
     if (list) {
         for (int i = 0; i < ncases; i++) printf("%s\n", cases[i].name);
         free(cases);
+        free(r.v);
         return 0;
     }
     for (int i = 0; i < ncases; i++) {
