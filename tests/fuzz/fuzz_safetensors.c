@@ -67,14 +67,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc; (void)argv;
     fz_init();
-    const char *mx = getenv("LPX_FUZZ_MX_PLUGIN");
-#ifdef LPX_FUZZ_MX_PLUGIN
-    if (!mx) mx = LPX_FUZZ_MX_PLUGIN;
-#endif
-    if (mx && mx[0] && lpx_plugin_load(mx, NULL)) {
-        fprintf(stderr, "fuzz: cannot load %s: %s\n", mx, lpx_last_error());
-        abort();
-    }
+    fz_load_mx();
     const char *dir = getenv("LPX_FUZZ_WRITE_SEEDS");
     if (dir) {
         write_seeds(dir);

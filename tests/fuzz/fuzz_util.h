@@ -61,6 +61,20 @@ static inline void fz_init(void)
     }
 }
 
+/* Loads the MX plugin (LPX_FUZZ_MX_PLUGIN from the environment, else the
+ * path the build baked in) so MX dtypes and kinds are fuzzed too. */
+static inline void fz_load_mx(void)
+{
+    const char *mx = getenv("LPX_FUZZ_MX_PLUGIN");
+#ifdef LPX_FUZZ_MX_PLUGIN
+    if (!mx) mx = LPX_FUZZ_MX_PLUGIN;
+#endif
+    if (mx && mx[0] && lpx_plugin_load(mx, NULL)) {
+        fprintf(stderr, "fuzz: cannot load %s: %s\n", mx, lpx_last_error());
+        abort();
+    }
+}
+
 /* Stops the target when an invariant the library promises is broken. */
 #define FZ_ASSERT(c) do { if (!(c)) { fprintf(stderr, "fuzz: invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); abort(); } } while (0)
 
