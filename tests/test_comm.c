@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "comm_util.h"
 
 #define MAXR 8
 static const int worlds[] = {1, 2, 3, 4, 8};
@@ -23,33 +24,6 @@ static const int worlds[] = {1, 2, 3, 4, 8};
 #define TIMEOUT_MS 200
 
 /* ---- helpers ------------------------------------------------------- */
-
-static uint64_t rng_state;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static void seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
-
-/* Random floats in [-8, 8) with full mantissas, encoded to dtype d. */
-static void fill_random(void *dst, lpx_dtype d, size_t n)
-{
-    float *f = malloc((n ? n : 1) * sizeof *f);
-    for (size_t i = 0; i < n; i++) f[i] = (float)((double)rnd() / 4294967296.0 * 16.0 - 8.0);
-    lpx_convert(dst, d, f, LPX_F32, n, 0);
-    free(f);
-}
-
-static double ms_since(uint64_t t0) { return (double)(lpx_now_ns() - t0) / 1e6; }
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* The reference reduction, written independently of lpx's: decode with
  * lpx_convert, combine in rank order in f32, encode once (fp8: saturating,
