@@ -44,6 +44,9 @@ static inline const char *cpu_op_name(const lpx_call *c) { return lpx_op_name(c-
  * (every dtype with 8+ bits per element). `arg` names it in the message. */
 lpx_status cpu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t);
 
+/* cpu_check_dense, and the dtype must be a floating-point one. */
+lpx_status cpu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t);
+
 /* Numpy broadcast of a and b shapes into shape/ndim; LPX_ESHAPE names op. */
 lpx_status cpu_broadcast_shapes(const char *op, const lpx_tensor *a, const lpx_tensor *b,
                                 int *ndim, int64_t *shape);

@@ -19,6 +19,16 @@ lpx_status cpu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor 
     return LPX_OK;
 }
 
+lpx_status cpu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t)
+{
+    lpx_status st = cpu_check_dense(c, arg, t);
+    if (st) return st;
+    if (!lpx_dtype_get(t->dtype)->is_float)
+        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; %s takes floating-point tensors", cpu_op_name(c), arg,
+                         lpx_dtype_name(t->dtype), cpu_op_name(c));
+    return LPX_OK;
+}
+
 lpx_status cpu_broadcast_shapes(const char *op, const lpx_tensor *a, const lpx_tensor *b, int *ndim, int64_t *shape)
 {
     int n = a->ndim > b->ndim ? a->ndim : b->ndim;

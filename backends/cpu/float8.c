@@ -289,16 +289,6 @@ static const float *decode_table(lpx_dtype d)
 }
 
 /* Dense CPU tensor of a floating-point dtype (byte-sized or wider). */
-static lpx_status check_float_arg(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    lpx_status st = cpu_check_dense(c, arg, t);
-    if (st) return st;
-    if (!lpx_dtype_get(t->dtype)->is_float)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; a floating-point tensor is required", cpu_op_name(c),
-                         arg, lpx_dtype_name(t->dtype));
-    return LPX_OK;
-}
-
 static lpx_status check_fp8_dtype(const lpx_call *c, const char *arg, lpx_dtype d)
 {
     if (!is_fp8(d))
@@ -443,7 +433,7 @@ static lpx_status read_static_scale(const lpx_call *c, quant_job *j, const lpx_t
                                     const int64_t *sshape)
 {
     lpx_status e;
-    if ((e = check_float_arg(c, "scale", st))) return e;
+    if ((e = cpu_check_float(c, "scale", st))) return e;
     int64_t ns = j->outer * j->inner;
     bool ok;
     if (j->outer * j->inner == 1 && j->D == j->x.numel) {
@@ -482,7 +472,7 @@ static lpx_status k_fp8_quantize(lpx_call *c)
     bool pow2 = c->args[4].u.b, sat = c->args[6].u.b;
     double scale_max = c->args[5].u.f;
     lpx_status st;
-    if ((st = check_float_arg(c, "x", x)) || (st = check_fp8_dtype(c, "fp8", fp8))) return st;
+    if ((st = cpu_check_float(c, "x", x)) || (st = check_fp8_dtype(c, "fp8", fp8))) return st;
     if (isnan(scale_max) || scale_max < 0)
         return lpx_error(LPX_EINVAL, "%s: scale_max = %g; it must be >= 0 (0: no clamp)", cpu_op_name(c), scale_max);
     quant_job j;
@@ -575,7 +565,7 @@ static lpx_status k_fp8_dequantize(lpx_call *c)
     lpx_dtype dt = c->args[2].u.d;
     lpx_status st;
     if ((st = cpu_check_dense(c, "q", q)) || (st = check_fp8_dtype(c, "q", q->dtype)) ||
-        (st = check_float_arg(c, "scale_inv", si)))
+        (st = cpu_check_float(c, "scale_inv", si)))
         return st;
     const lpx_dtype_traits *td = lpx_dtype_get(dt);
     if (!td || !td->is_float || td->bits < 8 || td->block > 1)
@@ -692,7 +682,7 @@ static bool mm_decode(const mm_operand *o, int64_t r0, int64_t nr, int64_t c0, i
 static lpx_status mm_scales(const lpx_call *c, const char *arg, const lpx_tensor *s, int64_t n, bool rows,
                             float *dst, bool *per)
 {
-    lpx_status st = check_float_arg(c, arg, s);
+    lpx_status st = cpu_check_float(c, arg, s);
     if (st) return st;
     cpu_view v;
     if (s->numel == 1) {
@@ -739,7 +729,7 @@ static lpx_status k_fp8_scaled_mm(lpx_call *c)
         return lpx_error(LPX_EDTYPE, "%s: out_dtype %s; the scaled GEMM writes f32, bf16 or f16", op,
                          lpx_dtype_name(odt));
     if (bias) {
-        if ((st = check_float_arg(c, "bias", bias))) return st;
+        if ((st = cpu_check_float(c, "bias", bias))) return st;
         if (bias->ndim != 1 || bias->shape[0] != N) {
             char s[160];
             return lpx_error(LPX_ESHAPE, "%s: bias %s must be [N] = [%lld]", op, lpx_tensor_shape_str(bias, s, sizeof s),
@@ -853,7 +843,7 @@ static lpx_status k_fp8_scale_from_amax(lpx_call *c)
     bool pow2 = c->args[2].u.b;
     double smax = c->args[3].u.f;
     lpx_status st;
-    if ((st = check_float_arg(c, "amax", am)) || (st = check_fp8_dtype(c, "fp8", fp8))) return st;
+    if ((st = cpu_check_float(c, "amax", am)) || (st = check_fp8_dtype(c, "fp8", fp8))) return st;
     if (isnan(smax) || smax < 0)
         return lpx_error(LPX_EINVAL, "%s: scale_max = %g; it must be >= 0 (0: no clamp)", cpu_op_name(c), smax);
     lpx_tensor *s = NULL, *si = NULL;

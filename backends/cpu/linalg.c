@@ -219,16 +219,6 @@ static lpx_status run_gemm(const lpx_call *c, const gemm_job *j)
 
 /* ---- argument checks and job construction ---------------------------- */
 
-static lpx_status check_float(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    lpx_status st = cpu_check_dense(c, arg, t);
-    if (st) return st;
-    if (!lpx_dtype_get(t->dtype)->is_float)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; %s takes floating-point tensors", cpu_op_name(c), arg,
-                         lpx_dtype_name(t->dtype), cpu_op_name(c));
-    return LPX_OK;
-}
-
 /* Describes the leading dims of t (all but the last) as one run of rows
  * with a single stride, if its strides allow (a contiguous or row-sliced
  * [..., M, K] does; some permuted views do not). */
@@ -328,7 +318,7 @@ static lpx_status k_matmul(lpx_call *c)
 {
     lpx_tensor *a = cpu_tensor_arg(c, 0), *b = cpu_tensor_arg(c, 1), *out = cpu_tensor_arg(c, 2);
     lpx_status st;
-    if ((st = check_float(c, "a", a)) || (st = check_float(c, "b", b))) return st;
+    if ((st = cpu_check_float(c, "a", a)) || (st = cpu_check_float(c, "b", b))) return st;
     char sa[128], sb[128];
     lpx_tensor_shape_str(a, sa, sizeof sa);
     lpx_tensor_shape_str(b, sb, sizeof sb);
@@ -376,8 +366,8 @@ static lpx_status k_linear(lpx_call *c)
 {
     lpx_tensor *x = cpu_tensor_arg(c, 0), *w = cpu_tensor_arg(c, 1), *bias = cpu_tensor_arg(c, 2);
     lpx_status st;
-    if ((st = check_float(c, "x", x)) || (st = check_float(c, "w", w))) return st;
-    if (bias && (st = check_float(c, "bias", bias))) return st;
+    if ((st = cpu_check_float(c, "x", x)) || (st = cpu_check_float(c, "w", w))) return st;
+    if (bias && (st = cpu_check_float(c, "bias", bias))) return st;
     char sx[128], sw[128];
     lpx_tensor_shape_str(x, sx, sizeof sx);
     lpx_tensor_shape_str(w, sw, sizeof sw);
@@ -409,7 +399,7 @@ static lpx_status k_addmm(lpx_call *c)
     lpx_tensor *ct = cpu_tensor_arg(c, 0), *a = cpu_tensor_arg(c, 1), *b = cpu_tensor_arg(c, 2);
     double beta = c->args[3].u.f, alpha = c->args[4].u.f;
     lpx_status st;
-    if ((st = check_float(c, "c", ct)) || (st = check_float(c, "a", a)) || (st = check_float(c, "b", b)))
+    if ((st = cpu_check_float(c, "c", ct)) || (st = cpu_check_float(c, "a", a)) || (st = cpu_check_float(c, "b", b)))
         return st;
     char sa[128], sb[128], sc[128];
     lpx_tensor_shape_str(a, sa, sizeof sa);

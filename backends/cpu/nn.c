@@ -22,16 +22,6 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static lpx_status check_float(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    lpx_status st = cpu_check_dense(c, arg, t);
-    if (st) return st;
-    if (!lpx_dtype_get(t->dtype)->is_float)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; %s takes floating-point tensors", cpu_op_name(c), arg,
-                         lpx_dtype_name(t->dtype), cpu_op_name(c));
-    return LPX_OK;
-}
-
 static lpx_status same_shape(const lpx_call *c, const char *an, const lpx_tensor *a, const char *bn,
                              const lpx_tensor *b)
 {
@@ -148,7 +138,7 @@ static lpx_status load_weight(const lpx_call *c, const lpx_tensor *x, const lpx_
     *out = NULL;
     lpx_status st;
     if (w) {
-        if ((st = check_float(c, "weight", w))) return st;
+        if ((st = cpu_check_float(c, "weight", w))) return st;
         if (w->ndim != 1 || w->shape[0] != D) {
             char sw[128], sx[128];
             return lpx_error(LPX_ESHAPE, "%s: weight %s must be [%lld] for x %s", cpu_op_name(c),
@@ -174,7 +164,7 @@ static lpx_status k_rmsnorm(lpx_call *c)
     lpx_tensor *x = cpu_tensor_arg(c, 0), *w = cpu_tensor_arg(c, 1);
     double eps = c->args[2].u.f;
     lpx_status st;
-    if ((st = check_float(c, "x", x))) return st;
+    if ((st = cpu_check_float(c, "x", x))) return st;
     if (x->ndim < 1) return lpx_error(LPX_ESHAPE, "rmsnorm: x is a scalar; it needs a last dim to normalize");
     int64_t D = x->shape[x->ndim - 1], R = 1;
     for (int d = 0; d < x->ndim - 1; d++) R *= x->shape[d];
@@ -223,7 +213,7 @@ static lpx_status k_rmsnorm_backward(lpx_call *c)
     lpx_tensor *g = cpu_tensor_arg(c, 0), *x = cpu_tensor_arg(c, 1), *w = cpu_tensor_arg(c, 2),
                *rstd = cpu_tensor_arg(c, 3);
     lpx_status st;
-    if ((st = check_float(c, "grad", g)) || (st = check_float(c, "x", x)) || (st = check_float(c, "rstd", rstd)))
+    if ((st = cpu_check_float(c, "grad", g)) || (st = cpu_check_float(c, "x", x)) || (st = cpu_check_float(c, "rstd", rstd)))
         return st;
     if ((st = same_shape(c, "grad", g, "x", x))) return st;
     if (x->ndim < 1)
@@ -308,7 +298,7 @@ static lpx_status k_softmax(lpx_call *c)
 {
     lpx_tensor *x = cpu_tensor_arg(c, 0);
     lpx_status st;
-    if ((st = check_float(c, "x", x))) return st;
+    if ((st = cpu_check_float(c, "x", x))) return st;
     int dim;
     int64_t L, count;
     if ((st = lines_of(c, x, c->args[1].u.i, &dim, &L, &count))) return st;
@@ -345,7 +335,7 @@ static lpx_status k_softmax_backward(lpx_call *c)
 {
     lpx_tensor *g = cpu_tensor_arg(c, 0), *y = cpu_tensor_arg(c, 1);
     lpx_status st;
-    if ((st = check_float(c, "grad", g)) || (st = check_float(c, "y", y))) return st;
+    if ((st = cpu_check_float(c, "grad", g)) || (st = cpu_check_float(c, "y", y))) return st;
     if ((st = same_shape(c, "grad", g, "y", y))) return st;
     int dim;
     int64_t L, count;
@@ -386,7 +376,7 @@ static lpx_status ce_prepare(const lpx_call *c, const lpx_tensor *logits, const 
 {
     const char *op = cpu_op_name(c);
     lpx_status st;
-    if ((st = check_float(c, "logits", logits))) return st;
+    if ((st = cpu_check_float(c, "logits", logits))) return st;
     if ((st = cpu_check_dense(c, "target", target))) return st;
     char sl[128], st_[128];
     lpx_tensor_shape_str(logits, sl, sizeof sl);
@@ -503,7 +493,7 @@ static lpx_status k_cross_entropy_backward(lpx_call *c)
 static lpx_status mse_check(const lpx_call *c, const lpx_tensor *a, const lpx_tensor *b)
 {
     lpx_status st;
-    if ((st = check_float(c, "a", a)) || (st = check_float(c, "b", b))) return st;
+    if ((st = cpu_check_float(c, "a", a)) || (st = cpu_check_float(c, "b", b))) return st;
     return same_shape(c, "a", a, "b", b);
 }
 
@@ -621,7 +611,7 @@ static lpx_status k_embedding_backward(lpx_call *c)
     lpx_tensor *g = cpu_tensor_arg(c, 0), *idx = cpu_tensor_arg(c, 1);
     int64_t V = c->args[2].u.i;
     lpx_status st;
-    if ((st = check_float(c, "grad", g))) return st;
+    if ((st = cpu_check_float(c, "grad", g))) return st;
     if ((st = cpu_check_dense(c, "indices", idx))) return st;
     if (idx->dtype != LPX_I32 && idx->dtype != LPX_I64)
         return lpx_error(LPX_EDTYPE, "embedding_backward: indices has dtype %s; indices must be i32 or i64",
