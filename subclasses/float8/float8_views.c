@@ -31,11 +31,14 @@ static lpx_status norm_dim(const char *op, int64_t d, int nd, int *out)
     return LPX_OK;
 }
 
-/* Builds the result from new data and scales (all three consumed). */
-static lpx_status rewrap_ret(lpx_call *c, const lpx_tensor *x, lpx_tensor *d, lpx_tensor *s, lpx_tensor *si, int axis)
+/* Builds the result from new data and scales (all three consumed, any of
+ * them may be NULL). A failed `st` from building them is passed through
+ * after the release, so every handler ends in this one call. */
+static lpx_status rewrap_ret(lpx_call *c, lpx_status st, const lpx_tensor *x, lpx_tensor *d, lpx_tensor *s,
+                             lpx_tensor *si, int axis)
 {
     lpx_tensor *r = NULL;
-    lpx_status st = f8_rewrap(x, d, s, si, axis, &r);
+    if (!st) st = f8_rewrap(x, d, s, si, axis, &r);
     lpx_tensor *tmp[3] = {d, s, si};
     f8_release_all(tmp, 3);
     return st ? st : ret_new(c, r);
@@ -62,12 +65,7 @@ static lpx_status do_transpose(lpx_call *c, lpx_tensor *x, int d0, int d1)
     } else if (!st) {
         share_scales(x, &s, &si);
     }
-    if (st) {
-        lpx_tensor *tmp[3] = {d, s, si};
-        f8_release_all(tmp, 3);
-        return st;
-    }
-    return rewrap_ret(c, x, d, s, si, axis);
+    return rewrap_ret(c, st, x, d, s, si, axis);
 }
 
 static lpx_status h_transpose(lpx_call *c)
@@ -82,7 +80,7 @@ static lpx_status h_transpose(lpx_call *c)
         lpx_tensor *s, *si, *d = f8_data(x);
         lpx_tensor_retain(d);
         share_scales(x, &s, &si);
-        return rewrap_ret(c, x, d, s, si, f8_meta_of(x)->axis);
+        return rewrap_ret(c, LPX_OK, x, d, s, si, f8_meta_of(x)->axis);
     }
     return do_transpose(c, x, d0, d1);
 }
@@ -100,7 +98,7 @@ static lpx_status h_t(lpx_call *c)
         lpx_tensor *s, *si, *d = f8_data(x);
         lpx_tensor_retain(d);
         share_scales(x, &s, &si);
-        return rewrap_ret(c, x, d, s, si, f8_meta_of(x)->axis);
+        return rewrap_ret(c, LPX_OK, x, d, s, si, f8_meta_of(x)->axis);
     }
     return do_transpose(c, x, 0, 1);
 }
@@ -129,12 +127,7 @@ static lpx_status slice_like(lpx_call *c, bool narrow)
     } else if (!st) {
         share_scales(x, &s, &si);
     }
-    if (st) {
-        lpx_tensor *tmp[3] = {nd, s, si};
-        f8_release_all(tmp, 3);
-        return st;
-    }
-    return rewrap_ret(c, x, nd, s, si, f8_meta_of(x)->axis);
+    return rewrap_ret(c, st, x, nd, s, si, f8_meta_of(x)->axis);
 }
 
 static lpx_status h_slice(lpx_call *c) { return slice_like(c, false); }
@@ -216,12 +209,7 @@ static lpx_status view_like(lpx_call *c, bool reshape)
     } else if (!st) {
         share_scales(x, &s, &si);
     }
-    if (st) {
-        lpx_tensor *tmp[3] = {d, s, si};
-        f8_release_all(tmp, 3);
-        return st;
-    }
-    return rewrap_ret(c, x, d, s, si, axis);
+    return rewrap_ret(c, st, x, d, s, si, axis);
 }
 
 static lpx_status h_view(lpx_call *c) { return view_like(c, false); }
@@ -240,7 +228,7 @@ static lpx_status h_contiguous(lpx_call *c)
     lpx_status st = lpx_contiguous(f8_data(x), &d);
     if (st) return st;
     share_scales(x, &s, &si);
-    return rewrap_ret(c, x, d, s, si, f8_meta_of(x)->axis);
+    return rewrap_ret(c, LPX_OK, x, d, s, si, f8_meta_of(x)->axis);
 }
 
 static lpx_status h_clone(lpx_call *c)
@@ -250,12 +238,7 @@ static lpx_status h_clone(lpx_call *c)
     lpx_status st = lpx_clone(f8_data(x), &d);
     if (!st) st = lpx_clone(f8_scale(x), &s);
     if (!st) st = lpx_clone(f8_scale_inv(x), &si);
-    if (st) {
-        lpx_tensor *tmp[3] = {d, s, si};
-        f8_release_all(tmp, 3);
-        return st;
-    }
-    return rewrap_ret(c, x, d, s, si, f8_meta_of(x)->axis);
+    return rewrap_ret(c, st, x, d, s, si, f8_meta_of(x)->axis);
 }
 
 static lpx_status h_detach(lpx_call *c)
@@ -263,7 +246,7 @@ static lpx_status h_detach(lpx_call *c)
     lpx_tensor *x = targ(c, 0), *d = f8_data(x), *s, *si;
     lpx_tensor_retain(d);
     share_scales(x, &s, &si);
-    return rewrap_ret(c, x, d, s, si, f8_meta_of(x)->axis);
+    return rewrap_ret(c, LPX_OK, x, d, s, si, f8_meta_of(x)->axis);
 }
 
 /* ---- cast (= dequantize) and copy_ ------------------------------------ */
