@@ -242,26 +242,9 @@ static bool view_strides(const lpx_tensor *x, int ndim, const int64_t *shape, in
 
 /* ---- kernels --------------------------------------------------------- */
 
-static lpx_status k_view(lpx_call *c)
-{
-    lpx_tensor *x = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "x", x);
-    int ndim = 0;
-    const int64_t *req = NULL;
-    if (st || (st = shape_arg(c, 1, "shape", &ndim, &req))) return st;
-    int64_t shape[LPX_MAX_DIMS], strides[LPX_MAX_DIMS];
-    if ((st = infer_shape(c, x, ndim, req, shape))) return st;
-    if (!view_strides(x, ndim, shape, strides)) {
-        char s1[160], s2[160], s3[160];
-        return lpx_error(LPX_ESHAPE,
-                         "view: a tensor of shape %s and strides %s cannot be viewed as %s without a copy (use reshape)",
-                         lpx_tensor_shape_str(x, s1, sizeof s1), fmt_ints(s2, sizeof s2, x->ndim, x->strides),
-                         fmt_ints(s3, sizeof s3, ndim, shape));
-    }
-    return ret_view(c, x, ndim, shape, strides, x->offset);
-}
-
-static lpx_status k_reshape(lpx_call *c)
+/* view and reshape: the same shape rules; only reshape may copy when the
+ * strides cannot express the new shape. */
+static lpx_status view_or_reshape(lpx_call *c, bool may_copy)
 {
     lpx_tensor *x = c->args[0].u.t;
     lpx_status st = cpu_check_dense(c, "x", x);
@@ -271,11 +254,21 @@ static lpx_status k_reshape(lpx_call *c)
     int64_t shape[LPX_MAX_DIMS], strides[LPX_MAX_DIMS];
     if ((st = infer_shape(c, x, ndim, req, shape))) return st;
     if (view_strides(x, ndim, shape, strides)) return ret_view(c, x, ndim, shape, strides, x->offset);
+    if (!may_copy) {
+        char s1[160], s2[160], s3[160];
+        return lpx_error(LPX_ESHAPE,
+                         "view: a tensor of shape %s and strides %s cannot be viewed as %s without a copy (use reshape)",
+                         lpx_tensor_shape_str(x, s1, sizeof s1), fmt_ints(s2, sizeof s2, x->ndim, x->strides),
+                         fmt_ints(s3, sizeof s3, ndim, shape));
+    }
     lpx_tensor *y;
     if ((st = copy_as(c, x, ndim, shape, &y))) return st;
     cpu_ret(c, y);
     return LPX_OK;
 }
+
+static lpx_status k_view(lpx_call *c) { return view_or_reshape(c, false); }
+static lpx_status k_reshape(lpx_call *c) { return view_or_reshape(c, true); }
 
 static lpx_status k_transpose(lpx_call *c)
 {
