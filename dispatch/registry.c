@@ -261,6 +261,23 @@ lpx_status lpx_kernel_unregister(lpx_op op, int key)
     return st;
 }
 
+lpx_status lpx_kernel_lookup(lpx_op op, int key, lpx_kernel_fn *fn, void **data)
+{
+    if (!fn) return lpx_error(LPX_EINVAL, "lpx_kernel_lookup: fn is NULL");
+    *fn = NULL;
+    if (data) *data = NULL;
+    lpx_op_row *row = row_of(op);
+    if (!row) return lpx_error(LPX_EINVAL, "lpx_kernel_lookup: op %d is not registered", (int)op);
+    if (key <= 0 || key >= LPX_NUM_KEYS) return lpx_error(LPX_EINVAL, "lpx_kernel_lookup: key %d out of range 1..63", key);
+    lpx_kernel_entry *e = atomic_load_explicit(&row->k[key], memory_order_acquire);
+    if (!e || !e->fn)
+        return lpx_error(LPX_ENOTFOUND, "lpx_kernel_lookup: op '%s' has no boxed kernel for key '%s'", row->schema.name,
+                         lpx_key_name(key));
+    *fn = e->fn;
+    if (data) *data = e->data;
+    return LPX_OK;
+}
+
 bool lpx_kernel_exists(lpx_op op, int key)
 {
     lpx_op_row *row = row_of(op);

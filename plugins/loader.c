@@ -123,6 +123,12 @@ const char *lpx_plugin_version(const lpx_plugin *p) { return p ? p->version : NU
 const char *lpx_plugin_description(const lpx_plugin *p) { return p ? p->description : NULL; }
 const char *lpx_plugin_path(const lpx_plugin *p) { return p ? p->path : NULL; }
 
+void *lpx_plugin_symbol(const lpx_plugin *p, const char *name)
+{
+    if (!p || !name || !p->handle) return NULL;
+    return dlsym(p->handle, name);
+}
+
 void lpx_plugin_abi(const lpx_plugin *p, uint32_t *major, uint32_t *minor)
 {
     if (major) *major = p ? p->abi_major : 0;

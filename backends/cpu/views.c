@@ -140,20 +140,41 @@ static lpx_status ret_view(lpx_call *c, const lpx_tensor *x, int ndim, const int
     return LPX_OK;
 }
 
+/* Copies src into the same-shaped dst: on the CPU directly, elsewhere
+ * through the copy_ kernel of the tensors' device (these kernels serve
+ * every backend that adopts them). */
+static lpx_status copy_into(const lpx_tensor *dst, const lpx_tensor *src)
+{
+    if (dst->device.type != LPX_DEVICE_CPU) return lpx_copy_((lpx_tensor *)dst, (lpx_tensor *)src);
+    cpu_view vd, vs;
+    cpu_view_of(&vd, dst);
+    cpu_view_of(&vs, src);
+    return cpu_view_copy(&vd, &vs, 0);
+}
+
 /* New contiguous tensor of (ndim, shape) holding x's elements in row-major
- * order (x->numel must equal the shape's). */
+ * order (x->numel must equal the shape's), on x's device. */
 static lpx_status copy_as(lpx_call *c, const lpx_tensor *x, int ndim, const int64_t *shape, lpx_tensor **out)
 {
-    lpx_status st = cpu_new(c, x->dtype, ndim, shape, out);
-    if (st) return st;
-    cpu_view vd, vs;
-    cpu_view_of(&vd, *out);
-    cpu_view_of(&vs, x);
-    if ((st = cpu_view_copy(&vd, &vs, 0))) {
-        lpx_tensor_release(*out);
-        *out = NULL;
+    *out = NULL;
+    lpx_tensor *y, *v;
+    lpx_status st = lpx_tensor_new(x->dtype, x->ndim, x->shape, x->device, &y);
+    if (st) return lpx_error(st, "%s: %s", cpu_op_name(c), lpx_last_error());
+    if ((st = copy_into(y, x))) {
+        lpx_tensor_release(y);
+        return st;
     }
-    return st;
+    if (ndim == x->ndim && !memcmp(shape, x->shape, (size_t)ndim * sizeof *shape)) {
+        *out = y;
+        return LPX_OK;
+    }
+    int64_t strides[LPX_MAX_DIMS];
+    lpx_contiguous_strides(ndim, shape, strides);
+    st = lpx_tensor_view_of(y, ndim, shape, strides, 0, &v);
+    lpx_tensor_release(y);
+    if (st) return lpx_error(st, "%s: %s", cpu_op_name(c), lpx_last_error());
+    *out = v;
+    return LPX_OK;
 }
 
 /* Reads an int[] argument as a shape: at most LPX_MAX_DIMS entries. */
@@ -247,7 +268,7 @@ static bool view_strides(const lpx_tensor *x, int ndim, const int64_t *shape, in
 static lpx_status view_or_reshape(lpx_call *c, bool may_copy)
 {
     lpx_tensor *x = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "x", x);
+    lpx_status st = cpu_check_dense_any_device(c, "x", x);
     int ndim = 0;
     const int64_t *req = NULL;
     if (st || (st = shape_arg(c, 1, "shape", &ndim, &req))) return st;
@@ -273,7 +294,7 @@ static lpx_status k_reshape(lpx_call *c) { return view_or_reshape(c, true); }
 static lpx_status k_transpose(lpx_call *c)
 {
     lpx_tensor *x = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "x", x);
+    lpx_status st = cpu_check_dense_any_device(c, "x", x);
     int d0, d1;
     if (st || (st = cpu_norm_dim("transpose", c->args[1].u.i, x->ndim, &d0)) ||
         (st = cpu_norm_dim("transpose", c->args[2].u.i, x->ndim, &d1)))
@@ -291,7 +312,7 @@ static lpx_status k_transpose(lpx_call *c)
 static lpx_status k_t(lpx_call *c)
 {
     lpx_tensor *x = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "x", x);
+    lpx_status st = cpu_check_dense_any_device(c, "x", x);
     if (st) return st;
     if (x->ndim > 2) {
         char s[160];
@@ -309,7 +330,7 @@ static lpx_status k_t(lpx_call *c)
 static lpx_status k_permute(lpx_call *c)
 {
     lpx_tensor *x = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "x", x);
+    lpx_status st = cpu_check_dense_any_device(c, "x", x);
     if (st) return st;
     const lpx_value *dv = &c->args[1];
     if ((int64_t)dv->len != x->ndim) {
@@ -343,7 +364,7 @@ static lpx_status real_dim(const lpx_call *c, const lpx_tensor *x, int64_t dim, 
 static lpx_status k_slice(lpx_call *c)
 {
     lpx_tensor *x = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "x", x);
+    lpx_status st = cpu_check_dense_any_device(c, "x", x);
     int d;
     if (st || (st = real_dim(c, x, c->args[1].u.i, &d))) return st;
     int64_t start = c->args[2].u.i, end = c->args[3].u.i, step = c->args[4].u.i;
@@ -367,7 +388,7 @@ static lpx_status k_slice(lpx_call *c)
 static lpx_status k_narrow(lpx_call *c)
 {
     lpx_tensor *x = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "x", x);
+    lpx_status st = cpu_check_dense_any_device(c, "x", x);
     int d;
     if (st || (st = real_dim(c, x, c->args[1].u.i, &d))) return st;
     int64_t start = c->args[2].u.i, length = c->args[3].u.i, size = x->shape[d];
@@ -385,7 +406,7 @@ static lpx_status k_narrow(lpx_call *c)
 static lpx_status k_expand(lpx_call *c)
 {
     lpx_tensor *x = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "x", x);
+    lpx_status st = cpu_check_dense_any_device(c, "x", x);
     int ndim = 0;
     const int64_t *req = NULL;
     if (st || (st = shape_arg(c, 1, "shape", &ndim, &req))) return st;
@@ -427,7 +448,7 @@ static lpx_status k_expand(lpx_call *c)
 static lpx_status k_contiguous(lpx_call *c)
 {
     lpx_tensor *x = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "x", x);
+    lpx_status st = cpu_check_dense_any_device(c, "x", x);
     if (st) return st;
     if (lpx_tensor_is_contiguous(x)) {
         lpx_tensor_retain(x);
@@ -443,7 +464,7 @@ static lpx_status k_contiguous(lpx_call *c)
 static lpx_status k_clone(lpx_call *c)
 {
     lpx_tensor *x = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "x", x);
+    lpx_status st = cpu_check_dense_any_device(c, "x", x);
     lpx_tensor *y;
     if (st || (st = copy_as(c, x, x->ndim, x->shape, &y))) return st;
     cpu_ret(c, y);
@@ -453,7 +474,7 @@ static lpx_status k_clone(lpx_call *c)
 static lpx_status k_detach(lpx_call *c)
 {
     lpx_tensor *x = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "x", x);
+    lpx_status st = cpu_check_dense_any_device(c, "x", x);
     if (st) return st;
     return ret_view(c, x, x->ndim, x->shape, x->strides, x->offset);
 }
@@ -473,7 +494,7 @@ static lpx_status k_cat(lpx_call *c)
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "xs[%d]", i);
-        if ((st = cpu_check_dense(c, name, xs[i]))) return st;
+        if ((st = cpu_check_dense_any_device(c, name, xs[i]))) return st;
         if (xs[i]->dtype != xs[0]->dtype)
             return lpx_error(LPX_EDTYPE, "cat: xs[%d] has dtype %s, xs[0] has %s", i, lpx_dtype_name(xs[i]->dtype),
                              lpx_dtype_name(xs[0]->dtype));
@@ -506,23 +527,28 @@ static lpx_status k_cat(lpx_call *c)
         shape[d] += x->shape[d];
     }
     lpx_tensor *out;
-    if ((st = cpu_new(c, ref->dtype, ref->ndim, shape, &out))) return st;
-    cpu_view vo;
-    cpu_view_of(&vo, out);
+    if ((st = lpx_tensor_new(ref->dtype, ref->ndim, shape, ref->device, &out)))
+        return lpx_error(st, "cat: %s", lpx_last_error());
     int64_t at = 0;
     for (int i = 0; i < n; i++) {
         const lpx_tensor *x = xs[i];
         if (x != ref && cat_skipped(x)) continue;
         if (x->numel == 0) continue; /* adds nothing along d either: shape[d] or another dim is 0 */
+        if (x->device.type != out->device.type || x->device.index != out->device.index) {
+            lpx_tensor_release(out);
+            return lpx_error(LPX_EDEVICE, "cat: xs[%d] is on device %d:%d, the others on %d:%d", i, (int)x->device.type,
+                             (int)x->device.index, (int)out->device.type, (int)out->device.index);
+        }
         /* the slab of out that x fills: out narrowed to [at, at + len) */
-        cpu_view dst = vo, src;
-        dst.base += at * vo.strides[d] * vo.elem_size;
-        dst.shape[d] = x->shape[d];
-        dst.numel = x->numel;
-        dst.contiguous = true;
-        for (int k = 0; k < d; k++) dst.contiguous = dst.contiguous && dst.shape[k] == 1;
-        cpu_view_of(&src, x);
-        if ((st = cpu_view_copy(&dst, &src, 0))) {
+        lpx_tensor *slab;
+        int64_t sshape[LPX_MAX_DIMS];
+        memcpy(sshape, out->shape, sizeof sshape);
+        sshape[d] = x->shape[d];
+        if (!(st = lpx_tensor_view_of(out, out->ndim, sshape, out->strides, at * out->strides[d], &slab))) {
+            st = copy_into(slab, x);
+            lpx_tensor_release(slab);
+        }
+        if (st) {
             lpx_tensor_release(out);
             return st;
         }

@@ -171,6 +171,14 @@ LPX_API lpx_status lpx_kernel_unregister(lpx_op op, int key);
 
 /** True if (op, key) has a kernel. */
 LPX_API bool lpx_kernel_exists(lpx_op op, int key);
+/** The boxed kernel registered for (op, key) and its data, so a backend
+ *  can adopt device-independent kernels of another (the CUDA plugin
+ *  registers the CPU backend's view kernels for its own key: views only
+ *  touch metadata, and their copies dispatch copy_ on the tensor's device).
+ *  The kernel stays valid for the process. Errors: LPX_EINVAL (NULL fn,
+ *  unknown op, key out of range), LPX_ENOTFOUND (no boxed kernel there;
+ *  typed kernels are not returned). */
+LPX_API lpx_status lpx_kernel_lookup(lpx_op op, int key, lpx_kernel_fn *fn, void **data);
 
 /** Registers the fallback of `key`: it runs for every op that has no kernel
  *  at that key. At most one per key (LPX_EEXIST). */

@@ -139,6 +139,11 @@ LPX_API const char *lpx_plugin_version(const lpx_plugin *p);
 LPX_API const char *lpx_plugin_description(const lpx_plugin *p);
 /** Path the plugin was loaded from. */
 LPX_API const char *lpx_plugin_path(const lpx_plugin *p);
+/** Address of the exported symbol `name` of a loaded plugin (dlsym on its
+ *  handle), or NULL (NULL arguments, no such symbol, a plugin linked into
+ *  the host). How a plugin offers extras beyond the registry, e.g.
+ *  lpx-cuda.so's memory statistics (include/lpx/cuda.h). */
+LPX_API void *lpx_plugin_symbol(const lpx_plugin *p, const char *name);
 /** ABI the plugin was built for. */
 LPX_API void lpx_plugin_abi(const lpx_plugin *p, uint32_t *major, uint32_t *minor);
 /** What the plugin registered: counts of dtypes, ops, kinds, kernels

@@ -55,6 +55,15 @@ LPX_API lpx_status lpx_tensor_from_blob(void *data, lpx_dtype dtype, int ndim,
                                         lpx_device device, lpx_deleter deleter,
                                         void *ctx, lpx_tensor **out);
 
+/** Copy of dense tensor `x` on `device` (contiguous; the same dtype and
+ *  shape), made by the device backend's copy slot; x itself (retained)
+ *  when it already lives there. Returns after the data is in place (a copy
+ *  to host memory is complete; one to a device is ordered before later work
+ *  on that device). Errors: LPX_EINVAL (NULL, kind tensor: move its inner
+ *  tensors), LPX_EDEVICE (no backend for `device`, or none copies between
+ *  the two devices), LPX_ENOMEM, and the backend's copy errors. */
+LPX_API lpx_status lpx_tensor_to(lpx_tensor *x, lpx_device device, lpx_tensor **out);
+
 /** New view of `base`'s storage with the given geometry (elements). Checked
  *  against the storage bounds: LPX_ERANGE if any element falls outside.
  *  Dense tensors only (LPX_EINVAL for kind tensors). */

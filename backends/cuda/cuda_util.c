@@ -1,0 +1,101 @@
+/* Error mapping, argument checks, geometry and registration helpers shared
+ * by the kernel groups. */
+#include <string.h>
+#include "cuda_internal.h"
+
+lpx_status cu_fail(cudaError_t e, const char *op, const char *call)
+{
+    lpx_status code = e == cudaErrorMemoryAllocation ? LPX_ENOMEM : LPX_EDEVICE;
+    return lpx_error(code, "%s: %s failed: %s (%s)", op, call, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+lpx_status cu_launched(const char *op, const char *kernel)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return LPX_OK;
+    return lpx_error(LPX_EDEVICE, "%s: launch of kernel %s failed: %s (%s)", op, kernel, cudaGetErrorName(e),
+                     cudaGetErrorString(e));
+}
+
+lpx_status cu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t)
+{
+    const char *op = cu_op(c);
+    if (!t) return lpx_error(LPX_EINVAL, "%s: tensor '%s' is NULL", op, arg);
+    if (lpx_tensor_kind(t))
+        return lpx_error(LPX_EINVAL, "%s: tensor '%s' is of kind '%s'; the cuda kernel takes dense tensors", op, arg,
+                         lpx_kind_name(lpx_tensor_kind(t)));
+    lpx_device d = lpx_tensor_device(t);
+    if (d.type != LPX_DEVICE_CUDA)
+        return lpx_error(LPX_EDEVICE, "%s: tensor '%s' is on device type %d, not a CUDA device (move it with "
+                         "lpx_tensor_to)", op, arg, (int)d.type);
+    if (d.index < 0 || d.index >= cu_device_count())
+        return lpx_error(LPX_EDEVICE, "%s: tensor '%s' is on cuda:%d; lpx-cuda serves %d devices", op, arg,
+                         (int)d.index, cu_device_count());
+    const lpx_dtype_traits *tr = lpx_dtype_get(lpx_tensor_dtype(t));
+    if (!tr || tr->bits < 8 || tr->bits % 8)
+        return lpx_error(LPX_EDTYPE, "%s: tensor '%s' has dtype %s, which the cuda kernels do not support", op, arg,
+                         lpx_dtype_name(lpx_tensor_dtype(t)));
+    return LPX_OK;
+}
+
+lpx_status cu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t)
+{
+    lpx_status st = cu_check_dense(c, arg, t);
+    if (st) return st;
+    if (!lpx_dtype_get(lpx_tensor_dtype(t))->is_float)
+        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; %s takes floating-point tensors", cu_op(c), arg,
+                         lpx_dtype_name(lpx_tensor_dtype(t)), cu_op(c));
+    return LPX_OK;
+}
+
+lpx_status cu_check_same_device(const lpx_call *c, const char *an, const lpx_tensor *a, const char *bn,
+                                const lpx_tensor *b)
+{
+    lpx_device da = lpx_tensor_device(a), db = lpx_tensor_device(b);
+    if (da.type == db.type && da.index == db.index) return LPX_OK;
+    return lpx_error(LPX_EDEVICE, "%s: %s is on device %d:%d but %s on %d:%d", cu_op(c), an, (int)da.type,
+                     (int)da.index, bn, (int)db.type, (int)db.index);
+}
+
+lpx_status cu_new(const lpx_call *c, lpx_dtype dtype, int ndim, const int64_t *shape, lpx_device dev,
+                  lpx_tensor **out)
+{
+    lpx_status st = lpx_tensor_new(dtype, ndim, shape, dev, out);
+    if (st) return lpx_error(st, "%s: %s", cu_op(c), lpx_last_error());
+    return LPX_OK;
+}
+
+lpx_status cu_reg(const lpx_host *h, lpx_op op, lpx_kernel_fn fn)
+{
+    return h->kernel_register(h, op, cu_key, fn, NULL);
+}
+
+void cu_geom_of(cu_geom *g, const lpx_tensor *t)
+{
+    cu_geom_broadcast(g, t, lpx_tensor_ndim(t), lpx_tensor_shape(t));
+}
+
+void cu_geom_broadcast(cu_geom *g, const lpx_tensor *t, int ndim, const int64_t *shape)
+{
+    int tn = lpx_tensor_ndim(t);
+    const int64_t *ts = lpx_tensor_shape(t), *tst = lpx_tensor_strides(t);
+    memset(g, 0, sizeof *g);
+    g->ndim = ndim;
+    g->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        int j = i - (ndim - tn); /* right-aligned dim of t, or < 0 */
+        g->shape[i] = shape[i];
+        g->strides[i] = (j >= 0 && ts[j] != 1) ? tst[j] : 0;
+        g->numel *= shape[i];
+    }
+}
+
+bool cu_geom_contiguous(const cu_geom *g)
+{
+    int64_t expect = 1;
+    for (int i = g->ndim - 1; i >= 0; i--) {
+        if (g->shape[i] != 1 && g->strides[i] != expect) return false;
+        expect *= g->shape[i];
+    }
+    return true;
+}

@@ -1,0 +1,71 @@
+/* lpx — what the CUDA backend plugin (lpx-cuda.so) offers beyond the
+ * registry.
+ *
+ * Loading lpx-cuda.so (lpx_plugin_load, or LPX_PLUGIN_PATH) registers the
+ * "cuda" backend for LPX_DEVICE_CUDA and its kernels; tensors are then made
+ * on lpx_cuda_device(i) and moved with lpx_tensor_to. The functions below
+ * are exported by the plugin, not by liblpx: fetch them with
+ * lpx_plugin_symbol(plugin, LPX_CUDA_SYM_MEM_STATS) and so on (the typedefs
+ * give their types), so a host that never loads the plugin never links
+ * CUDA. docs/GPU.md has the long form: streams, the allocator, errors. */
+#ifndef LPX_CUDA_H
+#define LPX_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "export.h"
+#include "status.h"
+#include "tensor.h"
+
+LPX_BEGIN_DECLS
+
+/** The CUDA device `index` as an lpx_device. */
+static inline lpx_device lpx_cuda_device(int index)
+{
+    lpx_device d;
+    d.type = LPX_DEVICE_CUDA;
+    d.index = index;
+    return d;
+}
+
+/** Statistics of the plugin's stream-ordered caching allocator on one
+ *  device (a cudaMallocAsync memory pool that keeps freed blocks). */
+typedef struct lpx_cuda_mem_stats {
+    size_t struct_size;          /* set by the caller: sizeof(lpx_cuda_mem_stats) */
+    uint64_t allocs;             /* successful allocations */
+    uint64_t frees;
+    uint64_t failed_allocs;      /* allocations refused (out of memory) */
+    uint64_t bytes_in_use;       /* requested bytes of live allocations */
+    uint64_t peak_bytes_in_use;  /* since load or the last reset */
+    uint64_t bytes_reserved;     /* held by the pool from the driver (cached included) */
+} lpx_cuda_mem_stats;
+
+/** Fills *out (up to out->struct_size bytes) for device `device`.
+ *  Errors: LPX_EINVAL (NULL, struct_size too small, bad device). */
+typedef lpx_status (*lpx_cuda_mem_stats_fn)(int device, lpx_cuda_mem_stats *out);
+/** Resets the peak to the current use. Errors: LPX_EINVAL (bad device). */
+typedef lpx_status (*lpx_cuda_mem_reset_peak_fn)(int device);
+/** Returns the pool's cached, unused blocks to the driver. Errors:
+ *  LPX_EINVAL (bad device), LPX_EDEVICE (the CUDA call failed). */
+typedef lpx_status (*lpx_cuda_mem_trim_fn)(int device);
+/** The cudaStream_t (as void *) that orders all of the plugin's work on
+ *  `device`; NULL for a bad device. A host that launches its own work on
+ *  lpx tensors orders it after lpx's with an event on this stream. */
+typedef void *(*lpx_cuda_stream_fn)(int device);
+/** Waits until all work the plugin queued on `device` is done. Errors:
+ *  LPX_EINVAL (bad device), LPX_EDEVICE (a kernel failed: the CUDA error
+ *  is named). */
+typedef lpx_status (*lpx_cuda_sync_fn)(int device);
+/** Number of CUDA devices the plugin serves. */
+typedef int (*lpx_cuda_device_count_fn)(void);
+
+#define LPX_CUDA_SYM_MEM_STATS "lpx_cuda_get_mem_stats"
+#define LPX_CUDA_SYM_MEM_RESET_PEAK "lpx_cuda_mem_reset_peak"
+#define LPX_CUDA_SYM_MEM_TRIM "lpx_cuda_mem_trim"
+#define LPX_CUDA_SYM_STREAM "lpx_cuda_stream"
+#define LPX_CUDA_SYM_SYNC "lpx_cuda_sync"
+#define LPX_CUDA_SYM_DEVICE_COUNT "lpx_cuda_device_count"
+
+LPX_END_DECLS
+
+#endif

@@ -1,0 +1,125 @@
+/* Shared set-up of the GPU suite (tests/gpu): loads lpx-cuda.so from
+ * $LPX_TEST_CUDA_PLUGIN, exits 77 (meson's "skipped") when the plugin
+ * declines because there is no GPU or driver, and moves tensors between
+ * the CPU and the GPU so every CUDA kernel is checked against the CPU
+ * backend on the same inputs. Everything is static inline. */
+#ifndef LPX_TESTS_GPU_UTIL_H
+#define LPX_TESTS_GPU_UTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <lpx/lpx.h>
+#include <lpx/plugin.h>
+#include <lpx/cuda.h>
+#include "../check.h"
+#include "../tensor_util.h"
+
+#define GPU_SKIP 77
+
+static const lpx_plugin *gpu_plugin;
+
+/* Loads the plugin; exits 77 with the reason when it declines (no GPU),
+ * exits 1 when it fails for any other reason. */
+static inline void gpu_setup(void)
+{
+    const char *path = getenv("LPX_TEST_CUDA_PLUGIN");
+    if (!path || !*path) {
+        printf("SKIP: LPX_TEST_CUDA_PLUGIN is not set (lpx-cuda.so was not built)\n");
+        exit(GPU_SKIP);
+    }
+    if (lpx_init()) {
+        printf("lpx_init failed: %s\n", lpx_last_error());
+        exit(1);
+    }
+    if (lpx_plugin_load(path, &gpu_plugin)) {
+        const char *why = lpx_last_error();
+        if (strstr(why, "declined")) {
+            printf("SKIP: %s\n", why);
+            exit(GPU_SKIP);
+        }
+        printf("loading %s failed: %s\n", path, why);
+        exit(1);
+    }
+}
+
+static inline lpx_device gpu_dev(void) { return lpx_cuda_device(0); }
+
+/* x moved to the GPU (new reference; x keeps its own). */
+static inline lpx_tensor *gpu_up(lpx_tensor *x)
+{
+    lpx_tensor *y = NULL;
+    if (lpx_tensor_to(x, gpu_dev(), &y)) printf("  lpx_tensor_to(cuda) failed: %s\n", lpx_last_error());
+    return y;
+}
+
+/* x moved to the CPU (new reference). */
+static inline lpx_tensor *gpu_down(lpx_tensor *x)
+{
+    lpx_tensor *y = NULL;
+    if (lpx_tensor_to(x, lpx_cpu(), &y)) printf("  lpx_tensor_to(cpu) failed: %s\n", lpx_last_error());
+    return y;
+}
+
+/* Random CPU tensor: normal values times `scale`, rounded to dtype. */
+static inline lpx_tensor *gpu_randn_cpu(lpx_dtype dt, int nd, const int64_t *shape, uint64_t seed, double scale)
+{
+    lpx_tensor *f = NULL, *s = NULL, *y = NULL;
+    if (lpx_randn(nd, shape, seed, LPX_F32, lpx_cpu(), &f)) return NULL;
+    if (lpx_mul_scalar(f, scale, &s)) { lpx_tensor_release(f); return NULL; }
+    lpx_tensor_release(f);
+    if (lpx_cast(s, dt, false, &y)) y = NULL;
+    lpx_tensor_release(s);
+    return y;
+}
+
+/* True when a (CPU) and b (any device) hold the same bytes in the same
+ * shape; prints the first differing element. */
+static inline bool gpu_same_bits(const char *what, lpx_tensor *a, lpx_tensor *b)
+{
+    lpx_tensor *bc = gpu_down(b), *ac = NULL;
+    if (!bc || lpx_contiguous(a, &ac)) { lpx_tensor_release(bc); return false; }
+    lpx_tensor *bcc = NULL;
+    bool ok = !lpx_contiguous(bc, &bcc) && lpx_tensor_dtype(ac) == lpx_tensor_dtype(bcc) &&
+              lpx_tensor_numel(ac) == lpx_tensor_numel(bcc);
+    if (ok) {
+        size_t es = lpx_dtype_nbytes(lpx_tensor_dtype(ac), 1);
+        const unsigned char *p = (const unsigned char *)lpx_tensor_data(ac), *q = (const unsigned char *)lpx_tensor_data(bcc);
+        for (int64_t i = 0; i < lpx_tensor_numel(ac); i++)
+            if (memcmp(p + i * es, q + i * es, es)) {
+                double va = 0, vb = 0;
+                lpx_item(ac, i, &va);
+                lpx_item(bcc, i, &vb);
+                printf("  %s: element %lld differs: cpu %.9g, cuda %.9g\n", what, (long long)i, va, vb);
+                ok = false;
+                break;
+            }
+    } else {
+        printf("  %s: dtype or size differs\n", what);
+    }
+    lpx_tensor_release(ac);
+    lpx_tensor_release(bc);
+    lpx_tensor_release(bcc);
+    return ok;
+}
+
+/* ||a - b|| / ||a|| over all elements (a on the CPU, the reference; b on
+ * any device); NaN when either holds a NaN or the shapes differ. */
+static inline double gpu_rel_err(lpx_tensor *a, lpx_tensor *b)
+{
+    lpx_tensor *bc = gpu_down(b);
+    if (!bc || lpx_tensor_numel(a) != lpx_tensor_numel(bc)) { lpx_tensor_release(bc); return NAN; }
+    double *x = rd(a), *y = rd(bc);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < lpx_tensor_numel(a); i++) {
+        num += (x[i] - y[i]) * (x[i] - y[i]);
+        den += x[i] * x[i];
+    }
+    free(x);
+    free(y);
+    lpx_tensor_release(bc);
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+#endif

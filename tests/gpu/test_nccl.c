@@ -1,0 +1,8 @@
+/* GPU suite: nccl (being written). */
+#include "gpu_util.h"
+
+int main(void)
+{
+    gpu_setup();
+    return CHECK_DONE();
+}
