@@ -1,5 +1,5 @@
 /* (kernel group copy: being written) */
-#include "cuda_internal.h"
+#include "cuda_dtype.cuh"
 
 extern "C" lpx_status cu_register_copy(const lpx_host *h)
 {

@@ -71,8 +71,9 @@ static inline void cu_ret(lpx_call *c, lpx_tensor *t) { c->rets[c->nrets++] = lp
 /* Name of the running op, for messages. */
 static inline const char *cu_op(const lpx_call *c) { return lpx_op_name(c->op); }
 
-/* Fails unless t is a dense tensor on a CUDA device with a dtype of whole
- * bytes; `arg` names it in the message. */
+/* Fails unless t is a dense tensor on a CUDA device with a built-in dtype
+ * (the kernels decode those; plugin dtypes stay on the CPU); `arg` names it
+ * in the message. */
 lpx_status cu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t);
 /* cu_check_dense and a floating-point dtype. */
 lpx_status cu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t);

@@ -32,7 +32,7 @@ lpx_status cu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *
         return lpx_error(LPX_EDEVICE, "%s: tensor '%s' is on cuda:%d; lpx-cuda serves %d devices", op, arg,
                          (int)d.index, cu_device_count());
     const lpx_dtype_traits *tr = lpx_dtype_get(lpx_tensor_dtype(t));
-    if (!tr || tr->bits < 8 || tr->bits % 8)
+    if (!tr || lpx_tensor_dtype(t) >= LPX_DTYPE_BUILTIN_COUNT)
         return lpx_error(LPX_EDTYPE, "%s: tensor '%s' has dtype %s, which the cuda kernels do not support", op, arg,
                          lpx_dtype_name(lpx_tensor_dtype(t)));
     return LPX_OK;
