@@ -1,4 +1,5 @@
-# lpx — the two commands: `make demo` and `make test` (plus `make bench`).
+# lpx — the two commands: `make demo` and `make test` (plus `make bench`,
+# and on a machine with an NVIDIA GPU `make test-gpu` and `make bench-gpu`).
 # Both install what is missing (apt-get when run as root, otherwise they
 # print the exact command and stop), configure, build and run.
 
@@ -10,12 +11,15 @@ TSAN_TESTS ?= dispatch comm trace dtype
 # libFuzzer targets (tests/fuzz/, clang): 5 s each in `make test`,
 # FUZZ_SECONDS each in `make fuzz`
 FUZZ_BUILD   ?= build-fuzz
-FUZZ_TARGETS ?= safetensors dlpack schema plugin_info cli unflatten
+FUZZ_TARGETS ?= safetensors dlpack schema plugin_info plugin_load cli unflatten
 FUZZ_SECONDS ?= 300
+# the CUDA build (docs/GPU.md): lpx-cuda.so, the GPU suite, bench_gpu
+GPU_BUILD  ?= build-gpu
 MESON_OPTS ?=
 LPX        := $(BUILD)/tools/lpx/lpx
 
-.PHONY: all deps test-deps build build-asan build-tsan build-fuzz demo test fuzz bench install clean
+.PHONY: all deps test-deps build build-asan build-tsan build-fuzz build-gpu demo test test-gpu fuzz bench \
+	bench-gpu install clean
 
 all: build
 
@@ -28,17 +32,23 @@ test-deps:
 $(BUILD)/build.ninja:
 	@meson setup $(BUILD) $(MESON_OPTS) >/dev/null || (cat $(BUILD)/meson-logs/meson-log.txt | tail -30; exit 1)
 
+# CUDA's runtime does not belong under sanitizers: the ASan, TSan and fuzz
+# builds leave the GPU plugins out (the GPU suite runs in build/ and build-gpu/).
 $(ASAN_BUILD)/build.ninja:
 	@meson setup $(ASAN_BUILD) -Dbuildtype=debug -Db_sanitize=address,undefined \
-	  -Db_lundef=false $(MESON_OPTS) >/dev/null || (tail -30 $(ASAN_BUILD)/meson-logs/meson-log.txt; exit 1)
+	  -Db_lundef=false -Dcuda=disabled -Dnccl=disabled $(MESON_OPTS) >/dev/null || (tail -30 $(ASAN_BUILD)/meson-logs/meson-log.txt; exit 1)
 
 $(TSAN_BUILD)/build.ninja:
 	@meson setup $(TSAN_BUILD) -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false \
-	  $(MESON_OPTS) >/dev/null || (tail -30 $(TSAN_BUILD)/meson-logs/meson-log.txt; exit 1)
+	  -Dcuda=disabled -Dnccl=disabled $(MESON_OPTS) >/dev/null || (tail -30 $(TSAN_BUILD)/meson-logs/meson-log.txt; exit 1)
 
 $(FUZZ_BUILD)/build.ninja:
 	@CC=clang meson setup $(FUZZ_BUILD) -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
-	  -Dfuzz=true $(MESON_OPTS) >/dev/null || (tail -30 $(FUZZ_BUILD)/meson-logs/meson-log.txt; exit 1)
+	  -Dfuzz=true -Dcuda=disabled -Dnccl=disabled $(MESON_OPTS) >/dev/null || (tail -30 $(FUZZ_BUILD)/meson-logs/meson-log.txt; exit 1)
+
+$(GPU_BUILD)/build.ninja:
+	@meson setup $(GPU_BUILD) -Dbuildtype=release -Dcuda=enabled $(MESON_OPTS) >/dev/null \
+	  || (tail -30 $(GPU_BUILD)/meson-logs/meson-log.txt; exit 1)
 
 build: deps $(BUILD)/build.ninja
 	@ninja -C $(BUILD) --quiet
@@ -50,7 +60,10 @@ build-tsan: deps $(TSAN_BUILD)/build.ninja
 	@ninja -C $(TSAN_BUILD) --quiet $(addprefix tests/test_,$(TSAN_TESTS))
 
 build-fuzz: test-deps $(FUZZ_BUILD)/build.ninja
-	@ninja -C $(FUZZ_BUILD) --quiet tests/fuzz/lpx-mx-fuzz.so $(addprefix tests/fuzz/fuzz_,$(FUZZ_TARGETS))
+	@ninja -C $(FUZZ_BUILD) --quiet tests/fuzz/lpx-mx-fuzz.so tests/fuzz/lpx-fuzz-plugin.so $(addprefix tests/fuzz/fuzz_,$(FUZZ_TARGETS))
+
+build-gpu: deps $(GPU_BUILD)/build.ninja
+	@ninja -C $(GPU_BUILD) --quiet
 
 # The main job: float8-tensorwise training on 4 local ranks with fp8
 # all-gather, plus the bf16 baseline (tools/train/, docs/TRAIN.md).
@@ -72,6 +85,16 @@ test: test-deps build build-asan build-tsan build-fuzz
 	scripts/test-summary.py $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) || rc=1; \
 	exit $$rc
 
+# The GPU suite (tests/gpu/: every CUDA kernel against the CPU backend,
+# NCCL collectives) in a release build with -Dcuda=enabled, one test at a
+# time (they share the device). Without a GPU every test is skipped, and
+# the summary line then exits 1 (no test ran).
+test-gpu: build-gpu
+	@rc=0; \
+	meson test -C $(GPU_BUILD) --no-rebuild --suite gpu --print-errorlogs --num-processes 1 || rc=1; \
+	scripts/test-summary.py $(GPU_BUILD) || rc=1; \
+	exit $$rc
+
 # Long fuzzing runs: FUZZ_SECONDS per target (default 300), from the seeds
 # in tests/fuzz/corpus/<target>/; new inputs are kept in
 # $(FUZZ_BUILD)/fuzz-corpus/<target>/, crashes in $(FUZZ_BUILD)/fuzz-artifacts/.
@@ -88,8 +111,13 @@ fuzz: build-fuzz
 bench: build
 	@for b in dispatch float8 nf4 fsdp; do $(LPX) bench $$b || exit 1; echo; done
 
+# lpx-cuda.so next to the GPU's copy bandwidth and PyTorch (bench/gpu/run.sh;
+# PYTHON= the interpreter with torch, default python3).
+bench-gpu: build-gpu
+	@bash bench/gpu/run.sh $(GPU_BUILD)
+
 install: build
 	meson install -C $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) $(GPU_BUILD)

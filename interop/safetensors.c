@@ -377,6 +377,8 @@ static lpx_status parse_header(lpx_safetensors *f, const char *hdr, size_t hlen)
         } else {
             st_entry *e = &f->ent[f->nent];
             if (!(e->name = lpx_strdup(name)) || !(e->kind = lpx_strdup(""))) {
+                lpx_free(e->name);   /* not counted in nent yet: close would not free it */
+                e->name = NULL;
                 st = lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path);
                 goto done;
             }

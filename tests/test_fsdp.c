@@ -8,7 +8,8 @@
  * whose loss, grads and AdamW step equal the unsharded computation bit
  * for bit; the fp8 gradient reduce-scatter; mixed precision (param_dtype
  * bf16: gathered == cast of the full f32, AdamW on the f32 master);
- * LPX_FSDP_NO_DECAY against the AdamW formulas; the model-wide scale
+ * LPX_FSDP_NO_DECAY against the AdamW formulas; the AdamW state out and
+ * in (checkpoints: a restored engine steps bit for bit); the model-wide scale
  * precompute (one all-reduce, the per-group scales); and faults. */
 #include <math.h>
 #include <stdlib.h>
@@ -882,6 +883,110 @@ static void test_no_decay(void)
     lpx_tensor_release(c.p);
 }
 
+/* ---- AdamW state out and in (checkpoints) ---------------------------- */
+
+typedef struct as_ctx {
+    lpx_tensor *p;
+} as_ctx;
+
+/* engine A steps twice; engine B gets A's weights and AdamW state through
+ * lpx_fsdp_param_adamw_state / set_adamw_state; one more step with the
+ * same grad gives the same bits on both */
+static lpx_status as_rank(lpx_comm *comm, void *vctx)
+{
+    as_ctx *c = vctx;
+    int r = lpx_comm_rank(comm);
+    lpx_fsdp *fa = NULL, *fb = NULL;
+    lpx_fsdp_group *ga = NULL, *gb = NULL;
+    lpx_status st = new_engine(comm, NULL, &fa);
+    if (!st) st = new_engine(comm, NULL, &fb);
+    if (st) {
+        lpx_fsdp_free(fa);
+        return st;
+    }
+    RCHECK_OK(r, lpx_fsdp_group_add(fa, "a", &ga));
+    RCHECK_OK(r, lpx_fsdp_group_add(fb, "b", &gb));
+    RCHECK_OK(r, lpx_fsdp_param_add(ga, "w", c->p, 0, NULL));
+    RCHECK_OK(r, lpx_fsdp_param_add(ga, "frozen", c->p, LPX_FSDP_FROZEN, NULL));
+    RCHECK_OK(r, lpx_fsdp_param_add(gb, "w", c->p, 0, NULL));
+    RCHECK_OK(r, lpx_fsdp_param_add(gb, "frozen", c->p, LPX_FSDP_FROZEN, NULL));
+    lpx_tensor *m = NULL, *v = NULL;
+    int64_t step = -1;
+    /* before shard: refused */
+    RCHECK(r, lpx_fsdp_param_adamw_state(ga, 0, &m, &v, &step) == LPX_EINVAL);
+    RCHECK_OK(r, lpx_fsdp_shard(fa));
+    RCHECK_OK(r, lpx_fsdp_shard(fb));
+    /* before the first step: zeros, step 0 */
+    RCHECK_OK(r, lpx_fsdp_param_adamw_state(ga, 0, &m, &v, &step));
+    size_t n = (size_t)lpx_tensor_numel(lpx_fsdp_param_local(ga, 0));
+    RCHECK(r, step == 0 && m && v && (size_t)lpx_tensor_numel(m) == n && lpx_tensor_dtype(v) == LPX_F32);
+    for (size_t k = 0; m && k < n; k++) RCHECK(r, ((const float *)lpx_tensor_data(m))[k] == 0.0f);
+    lpx_tensor_release(m);
+    lpx_tensor_release(v);
+    m = v = NULL;
+    lpx_adamw_opts o = lpx_adamw_opts_default();
+    o.lr = 0.01;
+    for (int t = 1; t <= 3; t++) {
+        lpx_tensor *gr = randn(lpx_tensor_ndim(c->p), lpx_tensor_shape(c->p), 90 + (uint64_t)(r * 4 + t), LPX_F32);
+        RCHECK_OK(r, lpx_fsdp_set_grad(ga, 0, gr));
+        RCHECK_OK(r, lpx_fsdp_reduce_scatter_grads(ga));
+        RCHECK_OK(r, lpx_fsdp_adamw_step(ga, &o));
+        if (t == 3) {
+            RCHECK_OK(r, lpx_fsdp_set_grad(gb, 0, gr));
+            RCHECK_OK(r, lpx_fsdp_reduce_scatter_grads(gb));
+            RCHECK_OK(r, lpx_fsdp_adamw_step(gb, &o));
+        }
+        lpx_tensor_release(gr);
+        if (t == 2) {
+            /* B = A: the weights (a checkpoint's model) and the state */
+            RCHECK_OK(r, lpx_fsdp_param_adamw_state(ga, 0, &m, &v, &step));
+            RCHECK(r, step == 2);
+            if (n) memcpy(lpx_tensor_data(lpx_fsdp_param_local(gb, 0)), lpx_tensor_data(lpx_fsdp_param_local(ga, 0)), n * 4);
+            RCHECK_OK(r, lpx_fsdp_param_set_adamw_state(gb, 0, m, v, step));
+            /* refusals change nothing */
+            RCHECK(r, lpx_fsdp_param_set_adamw_state(gb, 1, m, v, step) == LPX_EINVAL);  /* frozen */
+            RCHECK(r, lpx_fsdp_param_set_adamw_state(gb, 0, m, NULL, step) == LPX_EINVAL);
+            RCHECK(r, lpx_fsdp_param_set_adamw_state(gb, 0, m, v, -1) == LPX_EINVAL);
+            RCHECK(r, lpx_fsdp_param_set_adamw_state(gb, 0, NULL, NULL, 3) == LPX_EINVAL);
+            RCHECK(r, lpx_fsdp_param_set_adamw_state(gb, 2, m, v, step) == LPX_EINVAL);
+            RCHECK(r, lpx_fsdp_param_adamw_state(gb, 1, NULL, NULL, &step) == LPX_EINVAL);
+            lpx_tensor *wrong = NULL;
+            int64_t ws[1] = {(int64_t)n + 1};
+            RCHECK_OK(r, lpx_zeros(1, ws, LPX_F32, lpx_cpu(), &wrong));
+            RCHECK(r, lpx_fsdp_param_set_adamw_state(gb, 0, wrong, wrong, step) == LPX_EINVAL);
+            lpx_tensor_release(wrong);
+            lpx_tensor_release(m);
+            lpx_tensor_release(v);
+            m = v = NULL;
+        }
+    }
+    const void *pa = lpx_tensor_data(lpx_fsdp_param_local(ga, 0)), *pb = lpx_tensor_data(lpx_fsdp_param_local(gb, 0));
+    if (n && memcmp(pa, pb, n * 4)) rfail(r, "the step after restoring the AdamW state differs");
+    int64_t sa = 0, sb = 0;
+    lpx_tensor *ma = NULL, *mb = NULL;
+    RCHECK_OK(r, lpx_fsdp_param_adamw_state(ga, 0, &ma, NULL, &sa));
+    RCHECK_OK(r, lpx_fsdp_param_adamw_state(gb, 0, &mb, NULL, &sb));
+    RCHECK(r, sa == 3 && sb == 3 && ma && mb && (!n || !memcmp(lpx_tensor_data(ma), lpx_tensor_data(mb), n * 4)));
+    lpx_tensor_release(ma);
+    lpx_tensor_release(mb);
+    /* no m and v with step 0: back to no state */
+    RCHECK_OK(r, lpx_fsdp_param_set_adamw_state(gb, 0, NULL, NULL, 0));
+    RCHECK_OK(r, lpx_fsdp_param_adamw_state(gb, 0, NULL, NULL, &sb));
+    RCHECK(r, sb == 0);
+    lpx_fsdp_free(fa);
+    lpx_fsdp_free(fb);
+    return LPX_OK;
+}
+
+static void test_adamw_state(void)
+{
+    as_ctx c;
+    const int64_t s[2] = {13, 6};
+    c.p = randn(2, s, 81, LPX_F32);
+    for (int i = 0; i < NWORLDS; i++) run_ranks(worlds[i], as_rank, &c);
+    lpx_tensor_release(c.p);
+}
+
 /* ---- lpx_fsdp_precompute_scales: one all-reduce for the model ------- */
 
 #define PS_G 4
@@ -1380,6 +1485,7 @@ int main(void)
     RUN(test_hybrid_grad_reduce);
     RUN(test_mixed_precision);
     RUN(test_no_decay);
+    RUN(test_adamw_state);
     RUN(test_model_precompute);
     RUN(test_rowwise_all_gather);
     RUN(test_faults);

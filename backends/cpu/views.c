@@ -125,17 +125,22 @@ static const char *fmt_ints(char *buf, size_t len, int n, const int64_t *v)
     return buf;
 }
 
+/* The error just set, prefixed with `op` (the message is copied first:
+ * lpx_error writes into the buffer lpx_last_error returns). */
+static lpx_status prefixed(lpx_status st, const char *op)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", lpx_last_error());
+    return lpx_error(st, "%s: %s", op, msg);
+}
+
 /* Returns a view of x with the given geometry as the call's result. */
 static lpx_status ret_view(lpx_call *c, const lpx_tensor *x, int ndim, const int64_t *shape,
                            const int64_t *strides, int64_t offset)
 {
     lpx_tensor *v;
     lpx_status st = lpx_tensor_view_of(x, ndim, shape, strides, offset, &v);
-    if (st) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", lpx_last_error());
-        return lpx_error(st, "%s: %s", cpu_op_name(c), msg);
-    }
+    if (st) return prefixed(st, cpu_op_name(c));
     cpu_ret(c, v);
     return LPX_OK;
 }
@@ -159,7 +164,7 @@ static lpx_status copy_as(lpx_call *c, const lpx_tensor *x, int ndim, const int6
     *out = NULL;
     lpx_tensor *y, *v;
     lpx_status st = lpx_tensor_new(x->dtype, x->ndim, x->shape, x->device, &y);
-    if (st) return lpx_error(st, "%s: %s", cpu_op_name(c), lpx_last_error());
+    if (st) return prefixed(st, cpu_op_name(c));
     if ((st = copy_into(y, x))) {
         lpx_tensor_release(y);
         return st;
@@ -172,7 +177,7 @@ static lpx_status copy_as(lpx_call *c, const lpx_tensor *x, int ndim, const int6
     lpx_contiguous_strides(ndim, shape, strides);
     st = lpx_tensor_view_of(y, ndim, shape, strides, 0, &v);
     lpx_tensor_release(y);
-    if (st) return lpx_error(st, "%s: %s", cpu_op_name(c), lpx_last_error());
+    if (st) return prefixed(st, cpu_op_name(c));
     *out = v;
     return LPX_OK;
 }
@@ -528,7 +533,7 @@ static lpx_status k_cat(lpx_call *c)
     }
     lpx_tensor *out;
     if ((st = lpx_tensor_new(ref->dtype, ref->ndim, shape, ref->device, &out)))
-        return lpx_error(st, "cat: %s", lpx_last_error());
+        return prefixed(st, "cat");
     int64_t at = 0;
     for (int i = 0; i < n; i++) {
         const lpx_tensor *x = xs[i];

@@ -1,8 +1,264 @@
-/* (kernel group adamw: being written) */
-#include "cuda_internal.h"
+/* Fused multi-tensor AdamW (adamw_) on the GPU: ONE kernel launch per call
+ * updates every (param, grad, exp_avg, exp_avg_sq) of the list.
+ *
+ * The host builds a table of the tensors ({param, grad, m, v, numel,
+ * dtypes}) and the prefix sums of their chunk counts (AW_CHUNK elements
+ * per block); block b finds its tensor by a binary search of the prefix
+ * sums. Up to AW_MAX_PARAM tensors the table travels as a __grid_constant__
+ * kernel parameter (CUDA 12.1+ allows 32 KB of parameters on Volta and
+ * newer), so nothing outlives the launch call; longer lists copy it to a
+ * device scratch buffer from a heap buffer that a host callback frees once
+ * the stream has passed the copy.
+ *
+ * Arithmetic: exactly that of the CPU kernel (backends/cpu/optim.c) and of
+ * lpx_fsdp_adamw_step, in f32 and in the same order, with the constants
+ * computed on the host in double and rounded to f32 the same way. The
+ * plugin is compiled with --fmad=false (no contraction into FMA), and
+ * without fast math f32 division and sqrtf are correctly rounded, so the
+ * results equal the CPU's bit for bit. f32 param/grad pairs whose four
+ * pointers are 16-byte aligned are processed as float4. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_dtype.cuh"
+
+#define AW_THREADS 256
+#define AW_CHUNK 16384      /* elements per block; a multiple of 4 */
+#define AW_MAX_PARAM 600    /* tensors whose table fits the kernel parameter space */
+
+struct aw_entry {
+    void *p;
+    const void *g;
+    float *m;
+    float *v;
+    int64_t n;
+    int32_t pdt, gdt;
+};
+
+struct aw_consts {
+    float b1, omb1, b2, omb2, lr, eps, decay, bc1, bc2;
+};
+
+struct aw_small {
+    aw_consts k;
+    int32_t nt;
+    int32_t start[AW_MAX_PARAM + 1]; /* block prefix sums; start[nt] = grid size */
+    aw_entry t[AW_MAX_PARAM];
+};
+
+static_assert(sizeof(aw_small) <= 32000, "the AdamW table must fit the 32 KB kernel parameter limit");
+static_assert(AW_CHUNK % 4 == 0, "chunks must keep float4 alignment");
+
+/* The documented update of one element (ops.h, lpx_adamw_). */
+__device__ __forceinline__ void aw_update(float &p, float g, float &m, float &v, const aw_consts &k)
+{
+    m = k.b1 * m + k.omb1 * g;
+    v = k.b2 * v + k.omb2 * g * g;
+    float mh = m / k.bc1, vh = v / k.bc2;
+    p = p * k.decay - k.lr * mh / (sqrtf(vh) + k.eps);
+}
+
+__device__ __forceinline__ bool aw_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Elements [c0, min(c0 + AW_CHUNK, n)) of one tensor, by one block. */
+__device__ void aw_chunk(const aw_entry &e, int64_t c0, const aw_consts &k)
+{
+    int64_t c1 = e.n - c0 < AW_CHUNK ? e.n : c0 + AW_CHUNK;
+    int64_t i0 = c0;
+    if (e.pdt == LPX_F32 && e.gdt == LPX_F32 && aw_aligned16(e.p) && aw_aligned16(e.g) && aw_aligned16(e.m) &&
+        aw_aligned16(e.v)) {
+        float4 *P = (float4 *)e.p, *M = (float4 *)e.m, *V = (float4 *)e.v;
+        const float4 *G = (const float4 *)e.g;
+        int64_t q0 = c0 / 4, nq = (c1 - c0) / 4;
+        for (int64_t i = threadIdx.x; i < nq; i += blockDim.x) {
+            int64_t j = q0 + i;
+            float4 p = P[j], g = G[j], m = M[j], v = V[j];
+            aw_update(p.x, g.x, m.x, v.x, k);
+            aw_update(p.y, g.y, m.y, v.y, k);
+            aw_update(p.z, g.z, m.z, v.z, k);
+            aw_update(p.w, g.w, m.w, v.w, k);
+            P[j] = p;
+            M[j] = m;
+            V[j] = v;
+        }
+        i0 = c0 + nq * 4; /* the last few elements of the tensor */
+    }
+    int pes = cu_esize((lpx_dtype)e.pdt), ges = cu_esize((lpx_dtype)e.gdt);
+    for (int64_t i = i0 + threadIdx.x; i < c1; i += blockDim.x) {
+        char *pp = (char *)e.p + i * pes;
+        float p = cu_dec((lpx_dtype)e.pdt, pp), g = cu_dec((lpx_dtype)e.gdt, (const char *)e.g + i * ges);
+        float m = e.m[i], v = e.v[i];
+        aw_update(p, g, m, v, k);
+        e.m[i] = m;
+        e.v[i] = v;
+        cu_enc((lpx_dtype)e.pdt, pp, p, 0);
+    }
+}
+
+/* Index of the tensor holding block b: the largest t with start[t] <= b
+ * (tensors without elements have start[t] == start[t + 1] and are
+ * skipped). */
+__device__ __forceinline__ int aw_find(const int32_t *start, int nt, int b)
+{
+    int lo = 0, hi = nt - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (start[mid] <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+__global__ void __launch_bounds__(AW_THREADS) aw_kernel_param(const __grid_constant__ aw_small tab)
+{
+    int b = (int)blockIdx.x;
+    int t = aw_find(tab.start, tab.nt, b);
+    aw_chunk(tab.t[t], (int64_t)(b - tab.start[t]) * AW_CHUNK, tab.k);
+}
+
+__global__ void __launch_bounds__(AW_THREADS) aw_kernel_table(const aw_entry *ents, const int32_t *start, int nt,
+                                                               aw_consts k)
+{
+    int b = (int)blockIdx.x;
+    int t = aw_find(start, nt, b);
+    aw_chunk(ents[t], (int64_t)(b - start[t]) * AW_CHUNK, k);
+}
+
+/* ---- host side ------------------------------------------------------ */
+
+static lpx_status check_item(const lpx_call *c, const char *list, uint32_t i, const lpx_tensor *t, bool state,
+                             bool written, int64_t numel, const lpx_tensor *first)
+{
+    char arg[48];
+    snprintf(arg, sizeof arg, "%s[%u]", list, i);
+    lpx_status st = state ? cu_check_dense(c, arg, t) : cu_check_float(c, arg, t);
+    if (st) return st;
+    const char *op = cu_op(c);
+    if (state && lpx_tensor_dtype(t) != LPX_F32)
+        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; the optimizer state is f32", op, arg,
+                         lpx_dtype_name(lpx_tensor_dtype(t)));
+    if ((st = cu_check_same_device(c, "params[0]", first, arg, t))) return st;
+    if (!lpx_tensor_is_contiguous(t))
+        return lpx_error(LPX_EINVAL, "%s: %s is not contiguous (the step runs over flat storage)", op, arg);
+    if (written && lpx_tensor_is_readonly(t))
+        return lpx_error(LPX_EINVAL, "%s: %s is read-only (e.g. a read-only DLPack import)", op, arg);
+    if (lpx_tensor_numel(t) != numel)
+        return lpx_error(LPX_ESHAPE, "%s: %s has %lld elements, params[%u] has %lld", op, arg,
+                         (long long)lpx_tensor_numel(t), i, (long long)numel);
+    return LPX_OK;
+}
+
+static void CUDART_CB aw_free_host(void *p) { free(p); }
+
+static lpx_status k_adamw(lpx_call *c)
+{
+    const char *op = cu_op(c);
+    const lpx_value *a = c->args;
+    static const char *const names[4] = {"params", "grads", "exp_avg", "exp_avg_sq"};
+    uint32_t n = a[0].len;
+    for (int k = 1; k < 4; k++)
+        if (a[k].len != n)
+            return lpx_error(LPX_EINVAL, "%s: params has %u tensors but %s has %u", op, n, names[k], a[k].len);
+    if (n == 0) return LPX_OK;
+    double lr = a[4].u.f, beta1 = a[5].u.f, beta2 = a[6].u.f, eps = a[7].u.f, wd = a[8].u.f;
+    int64_t step = a[9].u.i;
+    if (!(lr >= 0) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(eps > 0) || !(wd >= 0) || step < 1)
+        return lpx_error(LPX_EINVAL, "%s: lr %g, betas (%g, %g), eps %g, weight_decay %g or step %lld out of range "
+                         "(lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0, step >= 1)", op, lr, beta1, beta2,
+                         eps, wd, (long long)step);
+    const lpx_tensor *first = a[0].u.ts[0];
+    lpx_status st;
+    int64_t blocks = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const lpx_tensor *p = a[0].u.ts[i];
+        int64_t numel = lpx_tensor_numel(p);
+        if ((st = check_item(c, names[0], i, p, false, true, numel, first)) ||
+            (st = check_item(c, names[1], i, a[1].u.ts[i], false, false, numel, first)) ||
+            (st = check_item(c, names[2], i, a[2].u.ts[i], true, true, numel, first)) ||
+            (st = check_item(c, names[3], i, a[3].u.ts[i], true, true, numel, first)))
+            return st;
+        blocks += (numel + AW_CHUNK - 1) / AW_CHUNK;
+    }
+    if (blocks > INT32_MAX)
+        return lpx_error(LPX_ERANGE, "%s: %lld chunks of %d elements exceed one launch", op, (long long)blocks,
+                         AW_CHUNK);
+    if (blocks == 0) return LPX_OK;
+    lpx_device dev = lpx_tensor_device(first);
+    if ((st = cu_use(op, dev))) return st;
+    cudaStream_t s = cu_stream(dev.index);
+
+    aw_consts k;
+    k.b1 = (float)beta1;
+    k.b2 = (float)beta2;
+    k.omb1 = (float)(1.0 - beta1);
+    k.omb2 = (float)(1.0 - beta2);
+    k.lr = (float)lr;
+    k.eps = (float)eps;
+    k.decay = (float)(1.0 - lr * wd);
+    k.bc1 = (float)(1.0 - pow(beta1, (double)step));
+    k.bc2 = (float)(1.0 - pow(beta2, (double)step));
+
+    /* the table: entries and block prefix sums */
+    bool small = n <= AW_MAX_PARAM;
+    size_t start_bytes = ((size_t)(n + 1) * sizeof(int32_t) + 15) & ~(size_t)15;
+    size_t table_bytes = small ? sizeof(aw_small) : start_bytes + (size_t)n * sizeof(aw_entry);
+    char *host = (char *)malloc(table_bytes);
+    if (!host) return lpx_error(LPX_ENOMEM, "%s: cannot allocate the table of %u tensors", op, n);
+    memset(host, 0, table_bytes);
+    aw_small *tab = small ? (aw_small *)host : NULL;
+    int32_t *start = small ? tab->start : (int32_t *)host;
+    aw_entry *ents = small ? tab->t : (aw_entry *)(host + start_bytes);
+    int64_t at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        lpx_tensor *p = a[0].u.ts[i];
+        aw_entry *e = &ents[i];
+        e->p = lpx_tensor_data(p);
+        e->g = lpx_tensor_data(a[1].u.ts[i]);
+        e->m = (float *)lpx_tensor_data(a[2].u.ts[i]);
+        e->v = (float *)lpx_tensor_data(a[3].u.ts[i]);
+        e->n = lpx_tensor_numel(p);
+        e->pdt = (int32_t)lpx_tensor_dtype(p);
+        e->gdt = (int32_t)lpx_tensor_dtype(a[1].u.ts[i]);
+        start[i] = (int32_t)at;
+        at += (e->n + AW_CHUNK - 1) / AW_CHUNK;
+    }
+    start[n] = (int32_t)at;
+
+    if (small) {
+        tab->k = k;
+        tab->nt = (int32_t)n;
+        aw_kernel_param<<<(unsigned)blocks, AW_THREADS, 0, s>>>(*tab);
+        free(host); /* kernel parameters are copied at launch */
+        return cu_launched(op, "aw_kernel_param");
+    }
+
+    void *dtab = cu_scratch_alloc(dev.index, table_bytes);
+    if (!dtab) {
+        free(host);
+        return lpx_error(LPX_ENOMEM, "%s: cannot allocate the %zu-byte device table of %u tensors", op, table_bytes, n);
+    }
+    cudaError_t e = cudaMemcpyAsync(dtab, host, table_bytes, cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess) {
+        free(host);
+        cu_scratch_free(dev.index, dtab, table_bytes);
+        return cu_fail(e, op, "cudaMemcpyAsync(table)");
+    }
+    /* the heap source is freed once the stream has passed the copy */
+    e = cudaLaunchHostFunc(s, aw_free_host, host);
+    if (e != cudaSuccess) {
+        cudaError_t e2 = cudaStreamSynchronize(s);
+        free(host);
+        cu_scratch_free(dev.index, dtab, table_bytes);
+        return cu_fail(e2 != cudaSuccess ? e2 : e, op, "cudaLaunchHostFunc(free table)");
+    }
+    aw_kernel_table<<<(unsigned)blocks, AW_THREADS, 0, s>>>(
+        (const aw_entry *)((char *)dtab + start_bytes), (const int32_t *)dtab, (int)n, k);
+    st = cu_launched(op, "aw_kernel_table");
+    cu_scratch_free(dev.index, dtab, table_bytes); /* stream-ordered: after the kernel */
+    return st;
+}
 
 extern "C" lpx_status cu_register_adamw(const lpx_host *h)
 {
-    (void)h;
-    return LPX_OK;
+    return cu_reg(h, LPX_OP_adamw_, k_adamw);
 }

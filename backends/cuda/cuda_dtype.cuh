@@ -49,7 +49,15 @@ __device__ __forceinline__ float cu_dec(lpx_dtype dt, const void *p)
 __device__ __forceinline__ void cu_enc(lpx_dtype dt, void *p, float v, int sat)
 {
     switch (dt) {
-    case LPX_F32: *(float *)p = sat ? (v > FLT_MAX ? FLT_MAX : v < -FLT_MAX ? -FLT_MAX : v) : v; break;
+    case LPX_F32: {
+        /* saturate: only +-inf exceed FLT_MAX; a bit test, because nvcc
+         * turns the clamp written as compares into min/max instructions
+         * that replace a NaN's bits with the canonical NaN */
+        uint32_t u = lpx_f32_bits(v);
+        if (sat && (u & 0x7FFFFFFFu) == 0x7F800000u) v = (u >> 31) ? -FLT_MAX : FLT_MAX;
+        *(float *)p = v;
+        break;
+    }
     case LPX_F16: *(uint16_t *)p = lpx_f32_to_f16(v, sat); break;
     case LPX_BF16: *(uint16_t *)p = lpx_f32_to_bf16(v, sat); break;
     case LPX_F8E4M3FN: *(uint8_t *)p = lpx_f32_to_f8e4m3fn(v, sat); break;

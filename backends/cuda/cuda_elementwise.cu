@@ -1,8 +1,445 @@
-/* (kernel group elementwise: being written) */
-#include "cuda_internal.h"
+/* Kernel group elementwise: add, sub, mul, div (numpy broadcasting,
+ * optional out), add_scalar, mul_scalar, neg, abs, sqrt, exp, relu, silu,
+ * gelu and the backward ops, with the CPU backend's semantics
+ * (backends/cpu/elementwise.c): arithmetic in f32 whatever the storage
+ * dtype, result in the first input's dtype, one RNE encode. The plugin is
+ * built with --fmad=false and IEEE division and square root, so + - * /
+ * and sqrt round like the C reference (bit-exact); expf/erff are CUDA's,
+ * within 2 ulp of glibc's.
+ *
+ * Two paths per op:
+ *  - contiguous: every operand contiguous with the result's shape (no
+ *    broadcast) and one dtype among f32, f16, bf16: a grid-stride loop over
+ *    16-byte vectors (4 f32 or 8 half values per load) when every pointer
+ *    is 16-byte aligned, then a scalar tail;
+ *  - generic: any layouts, broadcasting and dtypes, indexed through
+ *    cu_geom.
+ * An `out` that overlaps an input without having exactly its layout gets a
+ * private copy of that input first (each thread reads its elements before
+ * writing them, so out == input exactly is safe). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "cuda_dtype.cuh"
+
+#define CU_THREADS 256
+
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_RELU_BW, B_SILU_BW, B_GELU_BW };
+enum { U_NEG, U_ABS, U_SQRT, U_EXP, U_RELU, U_SILU, U_GELU, U_ADDS, U_MULS };
+
+/* argument names of the binary ops, for messages */
+static const char *const bop_arg[][2] = {
+    {"a", "b"}, {"a", "b"}, {"a", "b"}, {"a", "b"}, {"grad", "x"}, {"grad", "x"}, {"grad", "x"},
+};
+
+/* ---- scalar math (f32), as in backends/cpu/elementwise.c -------------- */
+
+#define INV_SQRT2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * INV_SQRT2)); }
+
+__device__ __forceinline__ float silu_grad(float x)
+{
+    float s = 1.0f / (1.0f + expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+}
+
+__device__ __forceinline__ float gelu_grad(float x)
+{
+    float cdf = 0.5f * (1.0f + erff(x * INV_SQRT2));
+    return cdf + x * INV_SQRT_2PI * expf(-0.5f * x * x);
+}
+
+template <int OP> __device__ __forceinline__ float bin_f(float a, float b)
+{
+    switch (OP) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    case B_RELU_BW: return b > 0.0f ? a : 0.0f;
+    case B_SILU_BW: return a * silu_grad(b);
+    default: return a * gelu_grad(b); /* B_GELU_BW */
+    }
+}
+
+template <int OP> __device__ __forceinline__ float un_f(float x, float s)
+{
+    switch (OP) {
+    case U_NEG: return -x;
+    case U_ABS: return fabsf(x);
+    case U_SQRT: return sqrtf(x);
+    case U_EXP: return expf(x);
+    case U_RELU: return x < 0.0f ? 0.0f : x; /* keeps NaN, as torch */
+    case U_SILU: return silu_f(x);
+    case U_GELU: return gelu_f(x);
+    case U_ADDS: return x + s;
+    default: return x * s; /* U_MULS */
+    }
+}
+
+/* ---- kernels ---------------------------------------------------------- */
+
+template <int DT> struct cu_half_storage { typedef uint16_t T; };
+template <> struct cu_half_storage<LPX_F32> { typedef float T; };
+
+/* o = a OP b over n contiguous elements of dtype DT (f32, f16 or bf16):
+ * nvec 16-byte vectors, then the rest one by one. o may be a or b. */
+template <int OP, int DT>
+__global__ void __launch_bounds__(CU_THREADS) k_bin_contig(const char *a, const char *b, char *o, int64_t n,
+                                                           int64_t nvec)
+{
+    typedef typename cu_half_storage<DT>::T T;
+    constexpr int VE = 16 / (int)sizeof(T);
+    union U { uint4 v; T e[VE]; };
+    const lpx_dtype dt = (lpx_dtype)DT;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int64_t k = tid; k < nvec; k += stride) {
+        U ua, ub, uo;
+        ua.v = ((const uint4 *)a)[k];
+        ub.v = ((const uint4 *)b)[k];
+#pragma unroll
+        for (int j = 0; j < VE; j++) cu_enc(dt, &uo.e[j], bin_f<OP>(cu_dec(dt, &ua.e[j]), cu_dec(dt, &ub.e[j])), 0);
+        ((uint4 *)o)[k] = uo.v;
+    }
+    const T *ea = (const T *)a, *eb = (const T *)b;
+    T *eo = (T *)o;
+    for (int64_t i = nvec * VE + tid; i < n; i += stride)
+        cu_enc(dt, &eo[i], bin_f<OP>(cu_dec(dt, &ea[i]), cu_dec(dt, &eb[i])), 0);
+}
+
+/* o = a OP b, any layouts/dtypes; ga and gb are broadcast to go's shape. */
+template <int OP>
+__global__ void k_bin_strided(const char *a, cu_geom ga, lpx_dtype da, const char *b, cu_geom gb, lpx_dtype db,
+                              char *o, cu_geom go, lpx_dtype dO)
+{
+    const int ea = cu_esize(da), eb = cu_esize(db), eo = cu_esize(dO);
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < go.numel; i += stride) {
+        float x = cu_dec(da, a + cu_offset(ga, i) * ea), y = cu_dec(db, b + cu_offset(gb, i) * eb);
+        cu_enc(dO, o + cu_offset(go, i) * eo, bin_f<OP>(x, y), 0);
+    }
+}
+
+template <int OP, int DT>
+__global__ void __launch_bounds__(CU_THREADS) k_un_contig(const char *x, char *o, float s, int64_t n, int64_t nvec)
+{
+    typedef typename cu_half_storage<DT>::T T;
+    constexpr int VE = 16 / (int)sizeof(T);
+    union U { uint4 v; T e[VE]; };
+    const lpx_dtype dt = (lpx_dtype)DT;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int64_t k = tid; k < nvec; k += stride) {
+        U ux, uo;
+        ux.v = ((const uint4 *)x)[k];
+#pragma unroll
+        for (int j = 0; j < VE; j++) cu_enc(dt, &uo.e[j], un_f<OP>(cu_dec(dt, &ux.e[j]), s), 0);
+        ((uint4 *)o)[k] = uo.v;
+    }
+    const T *ex = (const T *)x;
+    T *eo = (T *)o;
+    for (int64_t i = nvec * VE + tid; i < n; i += stride) cu_enc(dt, &eo[i], un_f<OP>(cu_dec(dt, &ex[i]), s), 0);
+}
+
+template <int OP>
+__global__ void k_un_strided(const char *x, cu_geom gx, lpx_dtype dx, char *o, cu_geom go, lpx_dtype dO, float s)
+{
+    const int ex = cu_esize(dx), eo = cu_esize(dO);
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < go.numel; i += stride)
+        cu_enc(dO, o + cu_offset(go, i) * eo, un_f<OP>(cu_dec(dx, x + cu_offset(gx, i) * ex), s), 0);
+}
+
+/* ---- launchers -------------------------------------------------------- */
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Everything one launch needs: operand pointers, geometries broadcast to
+ * the result's shape, dtypes. */
+typedef struct ew_args {
+    const char *op;
+    int dev;
+    const char *a, *b;
+    char *o;
+    cu_geom ga, gb, go;
+    lpx_dtype da, db, dO;
+    float s;
+} ew_args;
+
+/* The contiguous path applies: one dtype among f32/f16/bf16, every
+ * operand contiguous over the result's shape. Sets *nvec (0 when some
+ * pointer is not 16-byte aligned). */
+static bool contig_path(const ew_args *w, bool binary, int64_t *nvec)
+{
+    if (w->dO != LPX_F32 && w->dO != LPX_F16 && w->dO != LPX_BF16) return false;
+    if (w->da != w->dO || (binary && w->db != w->dO)) return false;
+    if (!cu_geom_contiguous(&w->ga) || !cu_geom_contiguous(&w->go) || (binary && !cu_geom_contiguous(&w->gb)))
+        return false;
+    bool al = aligned16(w->a) && aligned16(w->o) && (!binary || aligned16(w->b));
+    *nvec = al ? w->go.numel / (16 / cu_esize(w->dO)) : 0;
+    return true;
+}
+
+template <int OP> static lpx_status bin_launch(const ew_args *w)
+{
+    cudaStream_t stream = cu_stream(w->dev);
+    int64_t n = w->go.numel, nvec = 0;
+    if (contig_path(w, true, &nvec)) {
+        unsigned blocks = cu_blocks(w->dev, nvec ? nvec : n, CU_THREADS);
+        switch (w->dO) {
+        case LPX_F32: k_bin_contig<OP, LPX_F32><<<blocks, CU_THREADS, 0, stream>>>(w->a, w->b, w->o, n, nvec); break;
+        case LPX_F16: k_bin_contig<OP, LPX_F16><<<blocks, CU_THREADS, 0, stream>>>(w->a, w->b, w->o, n, nvec); break;
+        default: k_bin_contig<OP, LPX_BF16><<<blocks, CU_THREADS, 0, stream>>>(w->a, w->b, w->o, n, nvec); break;
+        }
+        return cu_launched(w->op, "k_bin_contig");
+    }
+    k_bin_strided<OP><<<cu_blocks(w->dev, n, CU_THREADS), CU_THREADS, 0, stream>>>(w->a, w->ga, w->da, w->b, w->gb,
+                                                                                 w->db, w->o, w->go, w->dO);
+    return cu_launched(w->op, "k_bin_strided");
+}
+
+template <int OP> static lpx_status un_launch(const ew_args *w)
+{
+    cudaStream_t stream = cu_stream(w->dev);
+    int64_t n = w->go.numel, nvec = 0;
+    if (contig_path(w, false, &nvec)) {
+        unsigned blocks = cu_blocks(w->dev, nvec ? nvec : n, CU_THREADS);
+        switch (w->dO) {
+        case LPX_F32: k_un_contig<OP, LPX_F32><<<blocks, CU_THREADS, 0, stream>>>(w->a, w->o, w->s, n, nvec); break;
+        case LPX_F16: k_un_contig<OP, LPX_F16><<<blocks, CU_THREADS, 0, stream>>>(w->a, w->o, w->s, n, nvec); break;
+        default: k_un_contig<OP, LPX_BF16><<<blocks, CU_THREADS, 0, stream>>>(w->a, w->o, w->s, n, nvec); break;
+        }
+        return cu_launched(w->op, "k_un_contig");
+    }
+    k_un_strided<OP><<<cu_blocks(w->dev, n, CU_THREADS), CU_THREADS, 0, stream>>>(w->a, w->ga, w->da, w->o, w->go,
+                                                                                w->dO, w->s);
+    return cu_launched(w->op, "k_un_strided");
+}
+
+static lpx_status bin_dispatch(int op, const ew_args *w)
+{
+    switch (op) {
+    case B_ADD: return bin_launch<B_ADD>(w);
+    case B_SUB: return bin_launch<B_SUB>(w);
+    case B_MUL: return bin_launch<B_MUL>(w);
+    case B_DIV: return bin_launch<B_DIV>(w);
+    case B_RELU_BW: return bin_launch<B_RELU_BW>(w);
+    case B_SILU_BW: return bin_launch<B_SILU_BW>(w);
+    default: return bin_launch<B_GELU_BW>(w);
+    }
+}
+
+static lpx_status un_dispatch(int op, const ew_args *w)
+{
+    switch (op) {
+    case U_NEG: return un_launch<U_NEG>(w);
+    case U_ABS: return un_launch<U_ABS>(w);
+    case U_SQRT: return un_launch<U_SQRT>(w);
+    case U_EXP: return un_launch<U_EXP>(w);
+    case U_RELU: return un_launch<U_RELU>(w);
+    case U_SILU: return un_launch<U_SILU>(w);
+    case U_GELU: return un_launch<U_GELU>(w);
+    case U_ADDS: return un_launch<U_ADDS>(w);
+    default: return un_launch<U_MULS>(w);
+    }
+}
+
+/* ---- argument handling ------------------------------------------------ */
+
+/* Numpy broadcast of a and b shapes (message as the CPU's). */
+static lpx_status broadcast_shapes(const char *op, const lpx_tensor *a, const lpx_tensor *b, int *ndim,
+                                   int64_t *shape)
+{
+    int an = lpx_tensor_ndim(a), bn = lpx_tensor_ndim(b);
+    int n = an > bn ? an : bn;
+    for (int i = 0; i < n; i++) {
+        int ia = an - n + i, ib = bn - n + i;
+        int64_t da = ia >= 0 ? lpx_tensor_shape(a)[ia] : 1, db = ib >= 0 ? lpx_tensor_shape(b)[ib] : 1;
+        if (da != db && da != 1 && db != 1) {
+            char sa[128], sb[128];
+            return lpx_error(LPX_ESHAPE, "%s: shapes %s and %s do not broadcast (dim %d: %lld vs %lld)", op,
+                             lpx_tensor_shape_str(a, sa, sizeof sa), lpx_tensor_shape_str(b, sb, sizeof sb), i,
+                             (long long)da, (long long)db);
+        }
+        shape[i] = da == 1 ? db : da;
+    }
+    *ndim = n;
+    return LPX_OK;
+}
+
+/* Validates a caller-provided `out` (messages as cpu_check_out's); x is
+ * the first input, whose device the result lives on. */
+static lpx_status check_out(const lpx_call *c, const char *xn, const lpx_tensor *x, const lpx_tensor *out,
+                            lpx_dtype dtype, int ndim, const int64_t *shape)
+{
+    const char *op = cu_op(c);
+    lpx_status st = cu_check_dense(c, "out", out);
+    if (st || (st = cu_check_same_device(c, xn, x, "out", out))) return st;
+    if (lpx_tensor_is_readonly(out))
+        return lpx_error(LPX_EINVAL, "%s: out is read-only (e.g. a read-only DLPack import)", op);
+    bool same = lpx_tensor_ndim(out) == ndim;
+    for (int i = 0; same && i < ndim; i++) same = lpx_tensor_shape(out)[i] == shape[i];
+    if (!same) {
+        char so[128], want[160];
+        size_t n = (size_t)snprintf(want, sizeof want, "[");
+        for (int i = 0; i < ndim && n < sizeof want; i++)
+            n += (size_t)snprintf(want + n, sizeof want - n, i ? ", %lld" : "%lld", (long long)shape[i]);
+        if (n < sizeof want) snprintf(want + n, sizeof want - n, "]");
+        return lpx_error(LPX_ESHAPE, "%s: out has shape %s, the result needs %s", op,
+                         lpx_tensor_shape_str(out, so, sizeof so), want);
+    }
+    if (lpx_tensor_dtype(out) != dtype)
+        return lpx_error(LPX_EDTYPE, "%s: out has dtype %s, the result is %s", op,
+                         lpx_dtype_name(lpx_tensor_dtype(out)), lpx_dtype_name(dtype));
+    return LPX_OK;
+}
+
+/* The result: `out` (validated, retained) or a new tensor on x's device. */
+static lpx_status result(const lpx_call *c, const char *xn, const lpx_tensor *x, lpx_tensor *out, int ndim,
+                         const int64_t *shape, lpx_tensor **res)
+{
+    lpx_dtype dt = lpx_tensor_dtype(x);
+    if (!out) return cu_new(c, dt, ndim, shape, lpx_tensor_device(x), res);
+    lpx_status st = check_out(c, xn, x, out, dt, ndim, shape);
+    if (st) return st;
+    lpx_tensor_retain(out);
+    *res = out;
+    return LPX_OK;
+}
+
+/* A private contiguous copy of x when `out` overlaps it in a way an
+ * in-place kernel cannot handle; *copy stays NULL otherwise. */
+static lpx_status unalias(const lpx_call *c, const lpx_tensor *out, const lpx_tensor *x, lpx_tensor **copy)
+{
+    *copy = NULL;
+    if (!out || !cu_may_overlap(out, x) || cu_same_layout(out, x)) return LPX_OK;
+    lpx_status st = cu_new(c, lpx_tensor_dtype(x), lpx_tensor_ndim(x), lpx_tensor_shape(x), lpx_tensor_device(x), copy);
+    if (st) return st;
+    if ((st = cu_copy_convert(c, *copy, x, false))) {
+        lpx_tensor_release(*copy);
+        *copy = NULL;
+    }
+    return st;
+}
+
+/* ---- kernels (boxed) -------------------------------------------------- */
+
+/* oi: index of the `out` argument, or -1 for ops without one. */
+static lpx_status binary(lpx_call *c, int op, int oi)
+{
+    const char *opn = cu_op(c);
+    lpx_tensor *a = cu_arg_tensor(c, 0), *b = cu_arg_tensor(c, 1);
+    lpx_tensor *o = oi >= 0 ? cu_arg_tensor(c, oi) : NULL;
+    lpx_status st;
+    if ((st = cu_check_dense(c, bop_arg[op][0], a)) || (st = cu_check_dense(c, bop_arg[op][1], b)) ||
+        (st = cu_check_same_device(c, bop_arg[op][0], a, bop_arg[op][1], b)))
+        return st;
+    int nd = 0;
+    int64_t shape[LPX_MAX_DIMS] = {0};
+    if ((st = broadcast_shapes(opn, a, b, &nd, shape))) return st;
+    lpx_tensor *res, *ca = NULL, *cb = NULL;
+    if ((st = result(c, bop_arg[op][0], a, o, nd, shape, &res))) return st;
+    if ((st = cu_use(opn, lpx_tensor_device(a))) || (st = unalias(c, o, a, &ca)) || (st = unalias(c, o, b, &cb))) {
+        lpx_tensor_release(ca);
+        lpx_tensor_release(res);
+        return st;
+    }
+    const lpx_tensor *ua = ca ? ca : a, *ub = cb ? cb : b;
+    ew_args w;
+    memset(&w, 0, sizeof w);
+    w.op = opn;
+    w.dev = lpx_tensor_device(a).index;
+    w.a = (const char *)lpx_tensor_data(ua);
+    w.b = (const char *)lpx_tensor_data(ub);
+    w.o = (char *)lpx_tensor_data(res);
+    cu_geom_broadcast(&w.ga, ua, nd, shape);
+    cu_geom_broadcast(&w.gb, ub, nd, shape);
+    cu_geom_of(&w.go, res);
+    w.da = lpx_tensor_dtype(ua);
+    w.db = lpx_tensor_dtype(ub);
+    w.dO = lpx_tensor_dtype(res);
+    if (w.go.numel) st = bin_dispatch(op, &w);
+    lpx_tensor_release(ca); /* stream-ordered frees: after the kernel */
+    lpx_tensor_release(cb);
+    if (st) {
+        lpx_tensor_release(res);
+        return st;
+    }
+    cu_ret(c, res);
+    return LPX_OK;
+}
+
+static lpx_status k_add(lpx_call *c) { return binary(c, B_ADD, 2); }
+static lpx_status k_sub(lpx_call *c) { return binary(c, B_SUB, 2); }
+static lpx_status k_mul(lpx_call *c) { return binary(c, B_MUL, 2); }
+static lpx_status k_div(lpx_call *c) { return binary(c, B_DIV, 2); }
+static lpx_status k_relu_backward(lpx_call *c) { return binary(c, B_RELU_BW, -1); }
+static lpx_status k_silu_backward(lpx_call *c) { return binary(c, B_SILU_BW, -1); }
+static lpx_status k_gelu_backward(lpx_call *c) { return binary(c, B_GELU_BW, -1); }
+
+/* scalar: the op takes (a, float s, out?), else (x, out?). */
+static lpx_status unary(lpx_call *c, int op, bool scalar)
+{
+    const char *opn = cu_op(c), *xn = scalar ? "a" : "x";
+    lpx_tensor *x = cu_arg_tensor(c, 0);
+    lpx_tensor *o = cu_arg_tensor(c, scalar ? 2 : 1);
+    float s = scalar ? (float)c->args[1].u.f : 0.0f;
+    lpx_status st = cu_check_dense(c, xn, x);
+    lpx_tensor *res, *cx = NULL;
+    if (st || (st = result(c, xn, x, o, lpx_tensor_ndim(x), lpx_tensor_shape(x), &res))) return st;
+    if ((st = cu_use(opn, lpx_tensor_device(x))) || (st = unalias(c, o, x, &cx))) {
+        lpx_tensor_release(res);
+        return st;
+    }
+    const lpx_tensor *ux = cx ? cx : x;
+    ew_args w;
+    memset(&w, 0, sizeof w);
+    w.op = opn;
+    w.dev = lpx_tensor_device(x).index;
+    w.a = (const char *)lpx_tensor_data(ux);
+    w.o = (char *)lpx_tensor_data(res);
+    cu_geom_of(&w.ga, ux);
+    cu_geom_of(&w.go, res);
+    w.da = lpx_tensor_dtype(ux);
+    w.dO = lpx_tensor_dtype(res);
+    w.s = s;
+    if (w.go.numel) st = un_dispatch(op, &w);
+    lpx_tensor_release(cx);
+    if (st) {
+        lpx_tensor_release(res);
+        return st;
+    }
+    cu_ret(c, res);
+    return LPX_OK;
+}
+
+static lpx_status k_add_scalar(lpx_call *c) { return unary(c, U_ADDS, true); }
+static lpx_status k_mul_scalar(lpx_call *c) { return unary(c, U_MULS, true); }
+static lpx_status k_neg(lpx_call *c) { return unary(c, U_NEG, false); }
+static lpx_status k_abs(lpx_call *c) { return unary(c, U_ABS, false); }
+static lpx_status k_sqrt(lpx_call *c) { return unary(c, U_SQRT, false); }
+static lpx_status k_exp(lpx_call *c) { return unary(c, U_EXP, false); }
+static lpx_status k_relu(lpx_call *c) { return unary(c, U_RELU, false); }
+static lpx_status k_silu(lpx_call *c) { return unary(c, U_SILU, false); }
+static lpx_status k_gelu(lpx_call *c) { return unary(c, U_GELU, false); }
 
 extern "C" lpx_status cu_register_elementwise(const lpx_host *h)
 {
-    (void)h;
+    static const struct { lpx_op op; lpx_kernel_fn fn; } table[] = {
+        {LPX_OP_add, k_add}, {LPX_OP_sub, k_sub}, {LPX_OP_mul, k_mul}, {LPX_OP_div, k_div},
+        {LPX_OP_add_scalar, k_add_scalar}, {LPX_OP_mul_scalar, k_mul_scalar},
+        {LPX_OP_neg, k_neg}, {LPX_OP_abs, k_abs}, {LPX_OP_sqrt, k_sqrt}, {LPX_OP_exp, k_exp},
+        {LPX_OP_relu, k_relu}, {LPX_OP_silu, k_silu}, {LPX_OP_gelu, k_gelu},
+        {LPX_OP_relu_backward, k_relu_backward}, {LPX_OP_silu_backward, k_silu_backward},
+        {LPX_OP_gelu_backward, k_gelu_backward},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
+        lpx_status st = cu_reg(h, table[i].op, table[i].fn);
+        if (st) return st;
+    }
     return LPX_OK;
 }

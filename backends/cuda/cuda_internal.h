@@ -116,6 +116,21 @@ lpx_status cu_register_float8(const lpx_host *h);     /* cuda_float8.cu */
 lpx_status cu_register_nf4(const lpx_host *h);        /* cuda_nf4.cu */
 lpx_status cu_register_adamw(const lpx_host *h);      /* cuda_adamw.cu */
 
+/* Device copies shared by the groups (cuda_copy.cu). Both take dense CUDA
+ * tensors on one device (the caller checked) and name the call's op in
+ * errors; the work is queued on the device's stream.
+ * cu_copy_convert: dst <- src, src broadcast to dst's shape, any layouts,
+ * dtypes converted like lpx_convert (`sat`: LPX_CONVERT_SATURATE); an src
+ * that overlaps dst in memory is read through a private copy first.
+ * cu_fill_bytes: every element of t set to the `esize` bytes at `pat`. */
+lpx_status cu_copy_convert(const lpx_call *c, lpx_tensor *dst, const lpx_tensor *src, bool sat);
+lpx_status cu_fill_bytes(const lpx_call *c, lpx_tensor *t, const void *pat, int esize);
+/* True if the byte ranges of dense a and b may intersect; true if they have
+ * the same dtype, address, shape and strides (size-1 dims ignored), so an
+ * elementwise kernel may read one and write the other in place. */
+bool cu_may_overlap(const lpx_tensor *a, const lpx_tensor *b);
+bool cu_same_layout(const lpx_tensor *a, const lpx_tensor *b);
+
 /* Releases what the groups cache (cuBLASLt handle and plans). */
 void cu_gemm_shutdown(void);
 

@@ -1,8 +1,603 @@
-/* (kernel group nf4: being written) */
-#include "cuda_internal.h"
+/* CUDA kernels of the dense NF4 ops (ops_nf4.def): quantize with double
+ * quantization of the block scales, dequantize of any element window, and
+ * the seeded dropout of the QLoRA adapter path; nf4_mm lives with the
+ * GEMMs (cuda_gemm.c), which dequantize through cu_nf4_dequantize_into
+ * (cuda_nf4.h). Same argument checks, shapes and bits as the CPU kernels
+ * of backends/cpu/nf4.c; the scalar numerics are core/numerics/nf4.h.
+ *
+ * Dequantize (the hot one): a thread takes units of 8 codes (one 32-bit
+ * word), four units per loop trip spread a grid-stride apart, so a warp
+ * reads 128 contiguous bytes of codes and writes 512 contiguous bytes of
+ * bf16 per unit (coalesced on both sides). Per unit one dequantized block
+ * scale (qs / f + mean, block and scaler-block indices by shifts when the
+ * sizes are powers of two), then per code a lookup in the 16-entry
+ * codebook in shared memory and one multiply. f16/bf16 results are
+ * rounded two at a time by the hardware conversion (cvt.rn.{bf16,f16}x2.f32)
+ * when the block scale is finite and not tiny (then every value is finite
+ * and normal or zero, where the conversion is the IEEE rounding the codec
+ * computes); other units use the codec. Windows that start off a unit, odd
+ * block sizes or misaligned codes take a per-element kernel.
+ *
+ * Quantize (one-off, correctness first): a warp per NF4 block (absmax of
+ * the bit patterns, codes by lpx_nf4_encode_scaled), the mean of the block
+ * scales summed in double in block order by one thread (the CPU's order,
+ * so the same bits), then a thread per scaler block for the i8 scalers and
+ * the factor. A NaN or inf in x cannot be reported without waiting for the
+ * device: its block scale, hence the mean, becomes non-finite, and every
+ * element of the payload dequantizes to NaN (the CPU fails with
+ * LPX_ENUMERIC).
+ *
+ * Dropout: Philox4x32-10 keyed by the seed at counter (i / 4, 0, 2, 0),
+ * the CPU's stream, one counter per thread; keep_i = (r >> 8) * 2^-24 >= p
+ * evaluated exactly as (r >> 8) >= ceil(p * 2^24). */
+#include <atomic>
+#include <math.h>
+#include <string.h>
+#include "cuda_dtype.cuh"
+#include "cuda_nf4.h"
+#include "nf4.h"
+
+namespace {
+
+constexpr uint32_t F32_INF = 0x7F800000u;
+
+/* ---- payload checks (backends/cpu/nf4.c) ----------------------------- */
+
+struct Payload {
+    const uint8_t *codes;
+    const int8_t *qs;
+    const float *f;
+    const float *mean;
+    int64_t block, sblock, padded;
+};
+
+lpx_status check_sizes(const lpx_call *c, int64_t block, int64_t sblock)
+{
+    if (block < LPX_NF4_BLOCK_MIN || block > LPX_NF4_BLOCK_MAX || block % 2)
+        return lpx_error(LPX_EINVAL, "%s: block = %lld must be even and in %d..%d", cu_op(c), (long long)block,
+                         LPX_NF4_BLOCK_MIN, LPX_NF4_BLOCK_MAX);
+    if (sblock < 1 || sblock > LPX_NF4_SCALER_BLOCK_MAX)
+        return lpx_error(LPX_EINVAL, "%s: scaler_block = %lld must be in 1..%d", cu_op(c), (long long)sblock,
+                         LPX_NF4_SCALER_BLOCK_MAX);
+    return LPX_OK;
+}
+
+lpx_status check_vec(const lpx_call *c, const char *arg, const lpx_tensor *t, lpx_dtype dtype)
+{
+    lpx_status st = cu_check_dense(c, arg, t);
+    if (st) return st;
+    if (lpx_tensor_dtype(t) != dtype)
+        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s, expected %s", cu_op(c), arg,
+                         lpx_dtype_name(lpx_tensor_dtype(t)), lpx_dtype_name(dtype));
+    if (lpx_tensor_ndim(t) != 1 || !lpx_tensor_is_contiguous(t)) {
+        char s[128];
+        return lpx_error(LPX_ESHAPE, "%s: %s %s must be a contiguous 1-D tensor", cu_op(c), arg,
+                         lpx_tensor_shape_str(t, s, sizeof s));
+    }
+    return LPX_OK;
+}
+
+/* Args first..first+5: codes, qscalers, factors, mean, block, scaler_block. */
+lpx_status payload_arg(const lpx_call *c, int first, Payload *p)
+{
+    const lpx_tensor *codes = cu_arg_tensor(c, first), *qs = cu_arg_tensor(c, first + 1),
+                     *f = cu_arg_tensor(c, first + 2), *mean = cu_arg_tensor(c, first + 3);
+    int64_t block = c->args[first + 4].u.i, sblock = c->args[first + 5].u.i;
+    lpx_status st;
+    if ((st = check_sizes(c, block, sblock))) return st;
+    if ((st = check_vec(c, "codes", codes, LPX_U8)) || (st = check_vec(c, "qscalers", qs, LPX_I8)) ||
+        (st = check_vec(c, "factors", f, LPX_F32)) || (st = check_vec(c, "mean", mean, LPX_F32)))
+        return st;
+    if ((st = cu_check_same_device(c, "codes", codes, "qscalers", qs)) ||
+        (st = cu_check_same_device(c, "codes", codes, "factors", f)) ||
+        (st = cu_check_same_device(c, "codes", codes, "mean", mean)))
+        return st;
+    const char *op = cu_op(c);
+    int64_t padded = lpx_tensor_shape(codes)[0] * 2, unit = block * sblock;
+    int64_t nqs = lpx_tensor_shape(qs)[0], nf = lpx_tensor_shape(f)[0];
+    if (lpx_tensor_shape(mean)[0] != 1)
+        return lpx_error(LPX_ESHAPE, "%s: mean has %lld elements, expected 1", op,
+                         (long long)lpx_tensor_shape(mean)[0]);
+    if (padded % unit)
+        return lpx_error(LPX_ESHAPE, "%s: codes cover %lld elements, not a whole number of scaler blocks of "
+                         "%lld x %lld", op, (long long)padded, (long long)block, (long long)sblock);
+    if (nqs != padded / block || nf != padded / unit)
+        return lpx_error(LPX_ESHAPE, "%s: %lld codes need %lld qscalers and %lld factors, got %lld and %lld", op,
+                         (long long)padded, (long long)(padded / block), (long long)(padded / unit), (long long)nqs,
+                         (long long)nf);
+    p->codes = (const uint8_t *)lpx_tensor_data(codes);
+    p->qs = (const int8_t *)lpx_tensor_data(qs);
+    p->f = (const float *)lpx_tensor_data(f);
+    p->mean = (const float *)lpx_tensor_data(mean);
+    p->block = block;
+    p->sblock = sblock;
+    p->padded = padded;
+    return LPX_OK;
+}
+
+bool nf4_out_dtype(lpx_dtype d) { return d == LPX_F32 || d == LPX_F16 || d == LPX_BF16; }
+
+/* ---- dequantize ------------------------------------------------------ */
+
+enum { OUT_F32 = 0, OUT_BF16 = 1, OUT_F16 = 2 };
+
+struct DqArgs {
+    const uint8_t *codes;
+    const int8_t *qs;
+    const float *f;
+    const float *mean;
+    int64_t block, sblock;
+    int bshift, sshift;       /* log2(block / 8), log2(scaler_block); -1: not a power of two */
+    int64_t start, end;       /* element window */
+    int64_t u0, u1;           /* units of 8 codes touching the window */
+    int vec_out;              /* full units store 16-byte vectors */
+    void *out;
+};
+
+/* The codebook in shared memory (constant indices: no local-memory copy
+ * of lpx_nf4_value's table). */
+__device__ __forceinline__ void cb_table(float *cb)
+{
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (unsigned k = 0; k < 16; k++) cb[k] = lpx_nf4_value(k);
+    }
+    __syncthreads();
+}
+
+/* Block scale of unit u (elements [8u, 8u + 8), one block). */
+__device__ __forceinline__ float unit_scale(const DqArgs &a, int64_t u, float mean)
+{
+    int64_t b = a.bshift >= 0 ? u >> a.bshift : u / (a.block >> 3);
+    int64_t g = a.sshift >= 0 ? b >> a.sshift : b / a.sblock;
+    return lpx_nf4_scale(a.qs[b], a.f[g], mean);
+}
+
+/* Two values rounded to bf16/f16 (v0 in the low half). hw: both finite
+ * and normal or zero, where the conversion instruction rounds like the
+ * codec. */
+template <int OUT> __device__ __forceinline__ uint32_t pack2(float v0, float v1, bool hw)
+{
+    if (hw) {
+        uint32_t r;
+        if (OUT == OUT_BF16) asm("cvt.rn.bf16x2.f32 %0, %2, %1;" : "=r"(r) : "f"(v0), "f"(v1));
+        else asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(r) : "f"(v0), "f"(v1));
+        return r;
+    }
+    if (OUT == OUT_BF16) return (uint32_t)lpx_f32_to_bf16(v0, 0) | (uint32_t)lpx_f32_to_bf16(v1, 0) << 16;
+    return (uint32_t)lpx_f32_to_f16(v0, 0) | (uint32_t)lpx_f32_to_f16(v1, 0) << 16;
+}
+
+template <int OUT> __device__ __forceinline__ void store1(void *out, int64_t i, float v)
+{
+    if (OUT == OUT_F32) ((float *)out)[i] = v;
+    else if (OUT == OUT_BF16) ((uint16_t *)out)[i] = lpx_f32_to_bf16(v, 0);
+    else ((uint16_t *)out)[i] = lpx_f32_to_f16(v, 0);
+}
+
+/* One unit: codes word w (byte k holds elements 2k (high nibble) and
+ * 2k + 1), scale s. */
+template <int OUT>
+__device__ __forceinline__ void deq_unit(const DqArgs &a, const float *cb, int64_t u, uint32_t w, float s)
+{
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        uint32_t byte = (w >> (8 * k)) & 0xFFu;
+        v[2 * k] = cb[byte >> 4] * s;
+        v[2 * k + 1] = cb[byte & 15u] * s;
+    }
+    int64_t e0 = u * 8;
+    if (a.vec_out && e0 >= a.start && e0 + 8 <= a.end) {
+        int64_t o = e0 - a.start;
+        if (OUT == OUT_F32) {
+            float4 *d = reinterpret_cast<float4 *>((float *)a.out + o);
+            d[0] = make_float4(v[0], v[1], v[2], v[3]);
+            d[1] = make_float4(v[4], v[5], v[6], v[7]);
+        } else {
+            uint32_t as = __float_as_uint(s) & 0x7FFFFFFFu;
+            /* |s| in [2^-100, FLT_MAX] or 0: every value finite, normal or zero */
+            bool hw = as == 0 || (as >= 0x0D800000u && as < F32_INF);
+            *reinterpret_cast<uint4 *>((uint16_t *)a.out + o) =
+                make_uint4(pack2<OUT>(v[0], v[1], hw), pack2<OUT>(v[2], v[3], hw), pack2<OUT>(v[4], v[5], hw),
+                           pack2<OUT>(v[6], v[7], hw));
+        }
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        int64_t e = e0 + k;
+        if (e >= a.start && e < a.end) store1<OUT>(a.out, e - a.start, v[k]);
+    }
+}
+
+/* block % 8 == 0 and 4-byte aligned codes: units of 8 codes. */
+template <int OUT> __global__ void __launch_bounds__(256) k_nf4_deq8(DqArgs a)
+{
+    __shared__ float cb[16];
+    cb_table(cb);
+    const float mean = *a.mean;
+    const uint32_t *c32 = reinterpret_cast<const uint32_t *>(a.codes);
+    int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    constexpr int U = 4;
+    for (int64_t ub = a.u0 + tid; ub < a.u1; ub += U * stride) {
+        uint32_t w[U];
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            int64_t u = ub + i * stride;
+            w[i] = u < a.u1 ? c32[u] : 0u;
+        }
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            int64_t u = ub + i * stride;
+            if (u < a.u1) deq_unit<OUT>(a, cb, u, w[i], unit_scale(a, u, mean));
+        }
+    }
+}
+
+/* Any block size and alignment: one element per step. */
+template <int OUT> __global__ void __launch_bounds__(256) k_nf4_deq1(DqArgs a)
+{
+    __shared__ float cb[16];
+    cb_table(cb);
+    const float mean = *a.mean;
+    for (int64_t e = a.start + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < a.end;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t b = e / a.block;
+        float s = lpx_nf4_scale(a.qs[b], a.f[b / a.sblock], mean);
+        uint8_t byte = a.codes[e >> 1];
+        unsigned code = (e & 1) ? lpx_nf4_lo(byte) : lpx_nf4_hi(byte);
+        store1<OUT>(a.out, e - a.start, cb[code] * s);
+    }
+}
+
+int log2_exact(int64_t v)
+{
+    if (v <= 0 || (v & (v - 1))) return -1;
+    int k = 0;
+    while ((int64_t)1 << k < v) k++;
+    return k;
+}
+
+/* Blocks of 256 threads resident at once for kernel K (grid-stride
+ * kernels sized to one wave), at most `want`. */
+template <auto K> unsigned grid_for(int dev, int64_t want)
+{
+    static std::atomic<int> per_sm{0};
+    int p = per_sm.load(std::memory_order_relaxed);
+    if (p == 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&p, K, 256, 0) != cudaSuccess || p < 1) {
+            (void)cudaGetLastError();
+            p = 1;
+        }
+        per_sm.store(p, std::memory_order_relaxed);
+    }
+    int64_t cap = (int64_t)cu_sm_count(dev) * p;
+    if (want > cap) want = cap;
+    return (unsigned)(want < 1 ? 1 : want);
+}
+
+template <int OUT> lpx_status launch_deq(const char *op, int dev, const DqArgs &a, bool units)
+{
+    cudaStream_t st = cu_stream(dev);
+    if (units) {
+        int64_t want = ((a.u1 - a.u0 + 3) / 4 + 255) / 256;
+        k_nf4_deq8<OUT><<<grid_for<k_nf4_deq8<OUT>>(dev, want), 256, 0, st>>>(a);
+        return cu_launched(op, "k_nf4_deq8");
+    }
+    int64_t want = (a.end - a.start + 255) / 256;
+    k_nf4_deq1<OUT><<<grid_for<k_nf4_deq1<OUT>>(dev, want), 256, 0, st>>>(a);
+    return cu_launched(op, "k_nf4_deq1");
+}
+
+/* ---- quantize -------------------------------------------------------- */
+
+struct QArgs {
+    const char *x;
+    lpx_dtype dt;
+    int esz, contig;
+    cu_geom g;
+    int64_t n, B, nb, S;
+    float *scales;            /* nb block absmaxes (scratch) */
+    uint8_t *codes;
+    int8_t *qs;
+    float *f, *mean;
+};
+
+__device__ __forceinline__ float q_ld(const QArgs &a, int64_t i)
+{
+    if (i >= a.n) return 0.0f; /* zero padding */
+    return cu_dec(a.dt, a.x + (a.contig ? i : cu_offset(a.g, i)) * a.esz);
+}
+
+/* A warp per block: absmax over the bit patterns, then the codes. */
+__global__ void __launch_bounds__(256) k_nf4_blocks(QArgs a)
+{
+    int lane = threadIdx.x & 31;
+    int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t b = warp; b < a.nb; b += nwarps) {
+        int64_t e0 = b * a.B;
+        uint32_t mb = 0;
+        for (int64_t j = lane; j < a.B; j += 32) {
+            uint32_t u = __float_as_uint(q_ld(a, e0 + j)) & 0x7FFFFFFFu;
+            mb = u > mb ? u : mb;
+        }
+        mb = __reduce_max_sync(0xFFFFFFFFu, mb);
+        float s = __uint_as_float(mb);   /* inf or NaN when x is not finite: poisons the mean */
+        if (lane == 0) a.scales[b] = s;
+        for (int64_t j = lane; j < a.B / 2; j += 32) {
+            unsigned c0 = lpx_nf4_encode_scaled(q_ld(a, e0 + 2 * j), s);
+            unsigned c1 = lpx_nf4_encode_scaled(q_ld(a, e0 + 2 * j + 1), s);
+            a.codes[e0 / 2 + j] = lpx_nf4_pack(c0, c1);
+        }
+    }
+}
+
+/* The mean of the block scales, summed in double in block order. */
+__global__ void k_nf4_mean(QArgs a)
+{
+    double sum = 0.0;
+    for (int64_t b = 0; b < a.nb; b++) sum += a.scales[b];
+    a.mean[0] = a.nb ? (float)(sum / (double)a.nb) : 0.0f;
+}
+
+/* A thread per scaler block: factor and i8 scalers. */
+__global__ void __launch_bounds__(256) k_nf4_scalers(QArgs a)
+{
+    const float m = a.mean[0];
+    int64_t ng = a.nb / a.S;
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < ng; g += (int64_t)gridDim.x * blockDim.x) {
+        const float *sg = a.scales + g * a.S;
+        float amax = 0.0f;
+        for (int64_t k = 0; k < a.S; k++) {
+            float v = fabsf(sg[k] - m);
+            amax = v > amax ? v : amax;
+        }
+        float fac = lpx_nf4_factor(amax);
+        a.f[g] = fac;
+        for (int64_t k = 0; k < a.S; k++) a.qs[g * a.S + k] = lpx_nf4_quantize_scaler(sg[k] - m, fac);
+    }
+}
+
+lpx_status k_nf4_quantize(lpx_call *c)
+{
+    lpx_tensor *x = cu_arg_tensor(c, 0);
+    int64_t B = c->args[1].u.i, S = c->args[2].u.i;
+    const char *op = cu_op(c);
+    lpx_status st;
+    if ((st = check_sizes(c, B, S)) || (st = cu_check_dense(c, "x", x))) return st;
+    if (!lpx_dtype_get(lpx_tensor_dtype(x))->is_float)
+        return lpx_error(LPX_EDTYPE, "%s: x has dtype %s; NF4 quantizes floating-point tensors", op,
+                         lpx_dtype_name(lpx_tensor_dtype(x)));
+    int64_t n = lpx_tensor_numel(x), unit = B * S;
+    int64_t padded = (n + unit - 1) / unit * unit, nb = padded / B;
+    int64_t shapes[4] = {padded / 2, nb, padded / unit, 1};
+    lpx_dtype dts[4] = {LPX_U8, LPX_I8, LPX_F32, LPX_F32};
+    lpx_tensor *r[4] = {NULL, NULL, NULL, NULL};
+    lpx_device dev = lpx_tensor_device(x);
+    int di = dev.index;
+    float *scales = NULL;
+    size_t sbytes = (size_t)(nb ? nb : 1) * sizeof(float);
+    for (int i = 0; i < 4; i++)
+        if ((st = cu_new(c, dts[i], 1, &shapes[i], dev, &r[i]))) goto fail;
+    if ((st = cu_use(op, dev))) goto fail;
+    scales = (float *)cu_scratch_alloc(di, sbytes);
+    if (!scales) {
+        st = lpx_error(LPX_ENOMEM, "%s: cannot allocate %lld block scales on cuda:%d", op, (long long)nb, di);
+        goto fail;
+    }
+    {
+        QArgs a;
+        memset(&a, 0, sizeof a);
+        a.x = (const char *)lpx_tensor_data(x);
+        a.dt = lpx_tensor_dtype(x);
+        a.esz = cu_esize(a.dt);
+        cu_geom_of(&a.g, x);
+        a.contig = cu_geom_contiguous(&a.g);
+        a.n = n, a.B = B, a.nb = nb, a.S = S;
+        a.scales = scales;
+        a.codes = (uint8_t *)lpx_tensor_data(r[0]);
+        a.qs = (int8_t *)lpx_tensor_data(r[1]);
+        a.f = (float *)lpx_tensor_data(r[2]);
+        a.mean = (float *)lpx_tensor_data(r[3]);
+        cudaStream_t stream = cu_stream(di);
+        if (nb > 0) {
+            k_nf4_blocks<<<grid_for<k_nf4_blocks>(di, (nb + 7) / 8), 256, 0, stream>>>(a);
+            if ((st = cu_launched(op, "k_nf4_blocks"))) goto done;
+        }
+        k_nf4_mean<<<1, 1, 0, stream>>>(a);
+        if ((st = cu_launched(op, "k_nf4_mean"))) goto done;
+        if (nb > 0) {
+            k_nf4_scalers<<<grid_for<k_nf4_scalers>(di, (nb / S + 255) / 256), 256, 0, stream>>>(a);
+            st = cu_launched(op, "k_nf4_scalers");
+        }
+    }
+done:
+    cu_scratch_free(di, scales, sbytes);
+    if (st) goto fail;
+    for (int i = 0; i < 4; i++) cu_ret(c, r[i]);
+    return LPX_OK;
+fail:
+    for (int i = 0; i < 4; i++) lpx_tensor_release(r[i]);
+    return st;
+}
+
+lpx_status k_nf4_dequantize(lpx_call *c)
+{
+    Payload p;
+    lpx_status st = payload_arg(c, 0, &p);
+    if (st) return st;
+    int64_t start = c->args[6].u.i, count = c->args[7].u.i;
+    lpx_dtype dtype = c->args[8].u.d;
+    lpx_tensor *out = cu_arg_tensor(c, 9);
+    const char *op = cu_op(c);
+    if (!nf4_out_dtype(dtype))
+        return lpx_error(LPX_EDTYPE, "%s: dtype %s: NF4 dequantizes to f32, f16 or bf16", op, lpx_dtype_name(dtype));
+    if (start < 0 || count < 0 || start > p.padded || count > p.padded - start)
+        return lpx_error(LPX_ERANGE, "%s: elements [%lld, %lld + %lld) outside the %lld the payload holds", op,
+                         (long long)start, (long long)start, (long long)count, (long long)p.padded);
+    lpx_device dev = lpx_tensor_device(cu_arg_tensor(c, 0));
+    if (out) {
+        if ((st = cu_check_dense(c, "out", out))) return st;
+        if ((st = cu_check_same_device(c, "codes", cu_arg_tensor(c, 0), "out", out))) return st;
+        if (lpx_tensor_dtype(out) != dtype || lpx_tensor_numel(out) != count || !lpx_tensor_is_contiguous(out))
+            return lpx_error(LPX_ESHAPE, "%s: out must be a contiguous %s tensor of %lld elements (is %s, %lld, %s)",
+                             op, lpx_dtype_name(dtype), (long long)count, lpx_dtype_name(lpx_tensor_dtype(out)),
+                             (long long)lpx_tensor_numel(out), lpx_tensor_is_contiguous(out) ? "contiguous" : "strided");
+        lpx_tensor_retain(out);
+    } else if ((st = cu_new(c, dtype, 1, &count, dev, &out))) {
+        return st;
+    }
+    if ((st = cu_use(op, dev)) ||
+        (st = cu_nf4_dequantize_into(op, dev.index, p.codes, p.qs, p.f, p.mean, p.block, p.sblock, start, count,
+                                     dtype, lpx_tensor_data(out)))) {
+        lpx_tensor_release(out);
+        return st;
+    }
+    cu_ret(c, out);
+    return LPX_OK;
+}
+
+/* ---- dropout of the adapter path -------------------------------------- */
+
+__device__ __forceinline__ void philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                                              uint32_t k1, uint32_t out[4])
+{
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+struct DropArgs {
+    const char *x;
+    lpx_dtype xdt, ydt;
+    int xesz, yesz, contig;
+    cu_geom g;
+    int64_t n;
+    uint32_t k0, k1;
+    uint32_t thresh;          /* keep iff (r >> 8) >= thresh */
+    float inv;
+    char *y;
+};
+
+__global__ void __launch_bounds__(256) k_qlora_dropout(DropArgs a)
+{
+    int64_t nk = (a.n + 3) >> 2;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < nk; k += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t r[4];
+        /* counter word 2 = 2: a stream apart from rand (1) and randn (0) */
+        philox4x32_10((uint32_t)k, (uint32_t)((uint64_t)k >> 32), 2u, 0u, a.k0, a.k1, r);
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            int64_t i = k * 4 + w;
+            if (i >= a.n) break;
+            float v = cu_dec(a.xdt, a.x + (a.contig ? i : cu_offset(a.g, i)) * a.xesz);
+            float y = 0.0f;
+            if ((r[w] >> 8) >= a.thresh) {
+                uint32_t u = __float_as_uint(v);
+                /* a NaN comes through quieted with its sign, as on the CPU */
+                y = (u & 0x7FFFFFFFu) > F32_INF ? __uint_as_float(u | 0x00400000u) : v * a.inv;
+            }
+            cu_enc(a.ydt, a.y + i * a.yesz, y, 0);
+        }
+    }
+}
+
+lpx_status k_qlora_dropout_op(lpx_call *c)
+{
+    lpx_tensor *x = cu_arg_tensor(c, 0);
+    double p = c->args[1].u.f;
+    uint64_t seed = (uint64_t)c->args[2].u.i;
+    lpx_dtype dtype = c->args[3].u.d;
+    lpx_status st;
+    if ((st = cu_check_dense(c, "x", x))) return st;
+    const char *op = cu_op(c);
+    if (!(p >= 0.0 && p < 1.0)) return lpx_error(LPX_EINVAL, "%s: p = %g must be in [0, 1)", op, p);
+    const lpx_dtype_traits *tr = lpx_dtype_get(dtype);
+    if (!tr || !tr->is_float || tr->bits < 8)
+        return lpx_error(LPX_EDTYPE, "%s: dtype %s is not a floating-point dtype the cpu kernels store", op,
+                         lpx_dtype_name(dtype));
+    if (dtype >= LPX_DTYPE_BUILTIN_COUNT)
+        return lpx_error(LPX_EDTYPE, "%s: dtype %s: the cuda kernels write built-in dtypes only", op,
+                         lpx_dtype_name(dtype));
+    lpx_device dev = lpx_tensor_device(x);
+    lpx_tensor *y;
+    if ((st = cu_new(c, dtype, lpx_tensor_ndim(x), lpx_tensor_shape(x), dev, &y))) return st;
+    if ((st = cu_use(op, dev))) {
+        lpx_tensor_release(y);
+        return st;
+    }
+    DropArgs a;
+    memset(&a, 0, sizeof a);
+    a.x = (const char *)lpx_tensor_data(x);
+    a.xdt = lpx_tensor_dtype(x);
+    a.ydt = dtype;
+    a.xesz = cu_esize(a.xdt);
+    a.yesz = cu_esize(dtype);
+    cu_geom_of(&a.g, x);
+    a.contig = cu_geom_contiguous(&a.g);
+    a.n = lpx_tensor_numel(x);
+    a.k0 = (uint32_t)seed;
+    a.k1 = (uint32_t)(seed >> 32);
+    /* (r >> 8) * 2^-24 >= p  <=>  (r >> 8) >= ceil(p * 2^24), exactly */
+    a.thresh = (uint32_t)ceil(p * 16777216.0);
+    a.inv = (float)(1.0 / (1.0 - p));
+    a.y = (char *)lpx_tensor_data(y);
+    if (a.n > 0) {
+        int64_t nk = (a.n + 3) / 4;
+        k_qlora_dropout<<<grid_for<k_qlora_dropout>(dev.index, (nk + 255) / 256), 256, 0, cu_stream(dev.index)>>>(a);
+        if ((st = cu_launched(op, "k_qlora_dropout"))) {
+            lpx_tensor_release(y);
+            return st;
+        }
+    }
+    cu_ret(c, y);
+    return LPX_OK;
+}
+
+} // namespace
+
+extern "C" lpx_status cu_nf4_dequantize_into(const char *op, int device, const uint8_t *codes, const int8_t *qscalers,
+                                             const float *factors, const float *mean, int64_t block,
+                                             int64_t scaler_block, int64_t start, int64_t count, lpx_dtype dtype,
+                                             void *out)
+{
+    if (!nf4_out_dtype(dtype))
+        return lpx_error(LPX_EINVAL, "%s: NF4 dequantizes to f32, f16 or bf16, not %s", op, lpx_dtype_name(dtype));
+    if (count <= 0) return LPX_OK;
+    DqArgs a;
+    memset(&a, 0, sizeof a);
+    a.codes = codes, a.qs = qscalers, a.f = factors, a.mean = mean;
+    a.block = block, a.sblock = scaler_block;
+    a.bshift = block % 8 == 0 ? log2_exact(block / 8) : -1;
+    a.sshift = log2_exact(scaler_block);
+    a.start = start, a.end = start + count;
+    a.u0 = start / 8, a.u1 = (a.end + 7) / 8;
+    a.vec_out = start % 8 == 0 && (uintptr_t)out % 16 == 0;
+    a.out = out;
+    /* units of 8 codes: one block per unit and whole 32-bit words of codes
+     * (the unit past the end of an odd window stays inside the payload:
+     * the padded size is a multiple of block, hence of 8) */
+    bool units = block % 8 == 0 && (uintptr_t)codes % 4 == 0;
+    switch (dtype) {
+    case LPX_F32: return launch_deq<OUT_F32>(op, device, a, units);
+    case LPX_BF16: return launch_deq<OUT_BF16>(op, device, a, units);
+    default: return launch_deq<OUT_F16>(op, device, a, units);
+    }
+}
 
 extern "C" lpx_status cu_register_nf4(const lpx_host *h)
 {
-    (void)h;
-    return LPX_OK;
+    lpx_status st;
+    if ((st = cu_reg(h, LPX_OP_nf4_quantize, k_nf4_quantize))) return st;
+    if ((st = cu_reg(h, LPX_OP_nf4_dequantize, k_nf4_dequantize))) return st;
+    return cu_reg(h, LPX_OP_qlora_dropout, k_qlora_dropout_op);
 }

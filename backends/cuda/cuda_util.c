@@ -1,5 +1,6 @@
 /* Error mapping, argument checks, geometry and registration helpers shared
  * by the kernel groups. */
+#include <stdio.h>
 #include <string.h>
 #include "cuda_internal.h"
 
@@ -61,7 +62,11 @@ lpx_status cu_new(const lpx_call *c, lpx_dtype dtype, int ndim, const int64_t *s
                   lpx_tensor **out)
 {
     lpx_status st = lpx_tensor_new(dtype, ndim, shape, dev, out);
-    if (st) return lpx_error(st, "%s: %s", cu_op(c), lpx_last_error());
+    if (st) {
+        char msg[512]; /* lpx_error formats into the buffer lpx_last_error returns */
+        snprintf(msg, sizeof msg, "%s", lpx_last_error());
+        return lpx_error(st, "%s: %s", cu_op(c), msg);
+    }
     return LPX_OK;
 }
 

@@ -186,6 +186,23 @@ LPX_API lpx_adamw_opts lpx_adamw_opts_default(void);
  *  Local, no collective. Errors: LPX_EINVAL (no grads), LPX_ENOMEM. */
 LPX_API lpx_status lpx_fsdp_adamw_step(lpx_fsdp_group *g, const lpx_adamw_opts *opts);
 
+/** The AdamW state of trainable parameter i of g, for checkpoints: new
+ *  f32 tensors (copies, the shape of the weight's local shard) of the
+ *  first and second moments into *m and *v (zeros before the first step),
+ *  and the number of steps taken into *step. Any output may be NULL.
+ *  Local, no collective. Errors: LPX_EINVAL (NULL g, i out of range, a
+ *  frozen param, before lpx_fsdp_shard), LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_param_adamw_state(const lpx_fsdp_group *g, int i, lpx_tensor **m, lpx_tensor **v,
+                                              int64_t *step);
+/** Restores that state (a checkpoint being resumed): m and v dense f32
+ *  with the local shard's element count (copied; any shape), step >= 0.
+ *  step 0 with m and v NULL drops the state (as before the first step).
+ *  On error nothing changes. Local, no collective. Errors: LPX_EINVAL
+ *  (NULL g, i out of range, frozen param, before shard, a count or dtype
+ *  that does not match, negative step, only one of m and v), LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_param_set_adamw_state(lpx_fsdp_group *g, int i, const lpx_tensor *m,
+                                                  const lpx_tensor *v, int64_t step);
+
 /** Computes the local amax of every float8_weight parameter of g, runs
  *  ONE all-reduce(MAX) for all of them and stores each weight's scale, so
  *  the next unshard casts with it and runs no collective besides the

@@ -147,6 +147,27 @@ LPX_API lpx_status lpx_embedding(lpx_tensor *weight, lpx_tensor *indices, lpx_te
 /** Scatter-add of grad [..., D] rows into [num_weights, D]. */
 LPX_API lpx_status lpx_embedding_backward(lpx_tensor *grad, lpx_tensor *indices, int64_t num_weights, lpx_tensor **out);
 
+/* optimizers */
+/** One fused AdamW step, in place, over n parameters: for each i, params[i]
+ *  (any float dtype), grads[i] (any float dtype), exp_avg[i] and
+ *  exp_avg_sq[i] (f32) are dense, contiguous, on one device and of equal
+ *  numel. Per element, in f32 and in this order (the arithmetic of
+ *  lpx_fsdp_adamw_step):
+ *    m = b1 * m + (1 - b1) * g
+ *    v = b2 * v + (1 - b2) * g * g
+ *    p = p * (1 - lr * wd) - lr * (m / bc1) / (sqrt(v / bc2) + eps)
+ *  with bc1 = 1 - b1^step, bc2 = 1 - b2^step and 1 - b1, 1 - b2,
+ *  1 - lr * wd computed in double and rounded to f32; p is decoded to f32
+ *  and encoded back with one round-to-nearest-even. step >= 1 is the step
+ *  being taken (1 for the first). The CUDA kernel is bit-identical and
+ *  updates the whole list in one launch. n = 0 does nothing. Errors:
+ *  LPX_EINVAL (NULL arrays, lr < 0, betas outside [0, 1), eps <= 0,
+ *  weight_decay < 0, step < 1, a read-only or non-contiguous tensor),
+ *  LPX_ESHAPE (numel mismatch), LPX_EDTYPE, LPX_EDEVICE. */
+LPX_API lpx_status lpx_adamw_(lpx_tensor *const *params, lpx_tensor *const *grads, lpx_tensor *const *exp_avg,
+                              lpx_tensor *const *exp_avg_sq, int n, double lr, double beta1, double beta2,
+                              double eps, double weight_decay, int64_t step);
+
 /** Reads element `index` (flat, logical row-major order) of a dense tensor
  *  as double. Errors: LPX_EINVAL (kind tensor), LPX_ERANGE. */
 LPX_API lpx_status lpx_item(const lpx_tensor *x, int64_t index, double *value);

@@ -6,21 +6,34 @@ liblpx.so is found through, in order: the LPX_LIBRARY environment variable
 
 Tensors are refcounted handles: a Tensor owns one lpx reference and releases
 it when garbage-collected. Errors raise LpxError(status, message) with
-lpx_last_error(). DLPack: Tensor.__dlpack__/__dlpack_device__ (legacy
-capsules, read by numpy.from_dlpack and torch.utils.dlpack.from_dlpack) and
-lpx.from_dlpack(obj) for anything exposing __dlpack__.
+lpx_last_error().
+
+DLPack: Tensor.__dlpack__ makes a versioned capsule ("dltensor_versioned",
+DLManagedTensorVersioned, read-only flag included) when the consumer passes
+max_version >= (1, 0), as NumPy >= 2.1 and PyTorch >= 2.3 do, and a legacy
+"dltensor" capsule otherwise; lpx.from_dlpack(obj) takes either from
+anything with __dlpack__, or a capsule itself. Zero-copy both ways.
+
+Low precision: float8_quantize / float8_dequantize / float8_mm and
+Float8Linear (float8.h), nf4_quantize / nf4_dequantize / nf4_linear and
+qlora_linear (nf4.h). Files: save_file / load_file / safe_open
+(safetensors.h), dense and kind tensors alike.
 """
 import ctypes as C
 import glob
 import os
 
 __all__ = ["LpxError", "Tensor", "from_numpy", "from_dlpack", "load_library", "dtype_names",
-           "add", "matmul", "cast", "float8_quantize", "float8_dequantize",
-           "nf4_quantize", "nf4_dequantize", "load_plugin"]
+           "add", "matmul", "cast", "clone",
+           "float8_quantize", "float8_dequantize", "float8_mm", "float8_info", "float8_linear", "Float8Linear",
+           "nf4_quantize", "nf4_dequantize", "nf4_info", "nf4_linear", "nf4_linear_backward",
+           "qlora_linear", "qlora_linear_backward",
+           "save_file", "load_file", "safe_open", "load_plugin"]
 
 
 class LpxError(RuntimeError):
-    """An lpx call failed: .status is the lpx_status code, str() the message."""
+    """An lpx call failed: .status is the lpx_status code, .message lpx's
+    message (lpx_last_error), str() both."""
 
     def __init__(self, status, message):
         super().__init__(f"{message} (status {status})")
@@ -41,9 +54,53 @@ def _find_library():
 
 _lib = None
 
+LPX_DEVICE_CPU = 1
+_FLOAT8_LOGICAL = -1
+_TENSORWISE, _AXISWISE = 0, 1
+_ROLES = {None: 0, "input": 1, "weight": 2, "grad_output": 3}
+
 
 class _Device(C.Structure):
     _fields_ = [("type", C.c_int32), ("index", C.c_int32)]
+
+
+class _Float8QuantOpts(C.Structure):
+    # lpx_float8_quant_opts
+    _fields_ = [("struct_size", C.c_size_t), ("fp8", C.c_int32), ("granularity", C.c_int), ("axis", C.c_int),
+                ("role", C.c_int), ("pow2_scale", C.c_bool), ("nonsaturating", C.c_bool),
+                ("scale", C.c_void_p), ("delayed", C.c_void_p)]
+
+
+class _Float8Stats(C.Structure):
+    _fields_ = [("amax", C.c_double), ("scale", C.c_double), ("scale_max", C.c_double),
+                ("underflow", C.c_double), ("saturation", C.c_double), ("nan", C.c_double), ("numel", C.c_int64)]
+
+
+class _Float8Info(C.Structure):
+    _fields_ = [("fp8", C.c_int32), ("logical", C.c_int32), ("role", C.c_int), ("granularity", C.c_int),
+                ("axis", C.c_int)]
+
+
+class _Float8LinearState(C.Structure):
+    _fields_ = [("input", C.c_void_p), ("weight", C.c_void_p), ("grad_output", C.c_void_p)]
+
+
+class _Nf4Config(C.Structure):
+    _fields_ = [("block", C.c_int64), ("scaler_block", C.c_int64), ("pad", C.c_bool)]
+
+
+class _Nf4Info(C.Structure):
+    _fields_ = [("block", C.c_int64), ("scaler_block", C.c_int64), ("numel", C.c_int64), ("padded", C.c_int64),
+                ("bytes", C.c_int64), ("bits_per_param", C.c_double), ("shard_unit_rows", C.c_int64),
+                ("transposed", C.c_bool), ("whole", C.c_bool)]
+
+
+class _QloraOpts(C.Structure):
+    _fields_ = [("alpha", C.c_double), ("dropout", C.c_double), ("seed", C.c_uint64)]
+
+
+class _KV(C.Structure):
+    _fields_ = [("key", C.c_char_p), ("value", C.c_char_p)]
 
 
 def load_library(path=None):
@@ -52,36 +109,82 @@ def load_library(path=None):
     if _lib is not None:
         return _lib
     lib = C.CDLL(path or _find_library())
-    P, I64P, VP = C.c_void_p, C.POINTER(C.c_int64), C.c_void_p
-    Dev = _Device
+    P, I64P, VP, PP = C.c_void_p, C.POINTER(C.c_int64), C.c_void_p, C.POINTER(C.c_void_p)
+    Dev, D, S = _Device, C.c_int32, C.c_int
     sig = {
         "lpx_last_error": (C.c_char_p, []),
-        "lpx_init": (C.c_int, []),
-        "lpx_tensor_new": (C.c_int, [C.c_int32, C.c_int, I64P, Dev, C.POINTER(P)]),
+        "lpx_init": (S, []),
+        "lpx_version": (C.c_char_p, []),
+        "lpx_tensor_new": (S, [D, C.c_int, I64P, Dev, PP]),
         "lpx_tensor_release": (None, [P]),
         "lpx_tensor_retain": (None, [P]),
         "lpx_tensor_ndim": (C.c_int, [P]),
         "lpx_tensor_shape": (I64P, [P]),
         "lpx_tensor_strides": (I64P, [P]),
-        "lpx_tensor_dtype": (C.c_int32, [P]),
+        "lpx_tensor_dtype": (D, [P]),
+        "lpx_tensor_device": (Dev, [P]),
+        "lpx_tensor_numel": (C.c_int64, [P]),
         "lpx_tensor_data": (VP, [P]),
         "lpx_tensor_kind": (P, [P]),
         "lpx_tensor_refcount": (C.c_int, [P]),
         "lpx_tensor_is_readonly": (C.c_bool, [P]),
+        "lpx_tensor_inner_count": (C.c_int, [P]),
+        "lpx_tensor_inner": (P, [P, C.c_int]),
+        "lpx_tensor_meta": (VP, [P, C.POINTER(C.c_size_t)]),
         "lpx_kind_name": (C.c_char_p, [P]),
-        "lpx_dtype_name": (C.c_char_p, [C.c_int32]),
-        "lpx_dtype_from_name": (C.c_int32, [C.c_char_p]),
+        "lpx_kind_find": (S, [C.c_char_p, PP]),
+        "lpx_kind_inner_name": (C.c_char_p, [P, C.c_int, C.c_char_p, C.c_size_t]),
+        "lpx_dtype_name": (C.c_char_p, [D]),
+        "lpx_dtype_from_name": (D, [C.c_char_p]),
         "lpx_dtype_count": (C.c_int, []),
-        "lpx_add": (C.c_int, [P, P, C.POINTER(P)]),
-        "lpx_matmul": (C.c_int, [P, P, C.POINTER(P)]),
-        "lpx_cast": (C.c_int, [P, C.c_int32, C.c_bool, C.POINTER(P)]),
-        "lpx_float8_quantize": (C.c_int, [P, P, C.POINTER(P), P]),
-        "lpx_float8_dequantize": (C.c_int, [P, C.c_int32, C.POINTER(P)]),
-        "lpx_nf4_quantize": (C.c_int, [P, P, C.POINTER(P)]),
-        "lpx_nf4_dequantize": (C.c_int, [P, C.c_int32, C.POINTER(P)]),
-        "lpx_to_dlpack_legacy": (C.c_int, [P, C.c_bool, C.POINTER(P)]),
-        "lpx_from_dlpack_legacy": (C.c_int, [P, C.POINTER(P)]),
-        "lpx_plugin_load": (C.c_int, [C.c_char_p, C.POINTER(P)]),
+        "lpx_dtype_nbytes": (C.c_size_t, [D, C.c_int64]),
+        "lpx_convert": (S, [VP, D, VP, D, C.c_size_t, C.c_uint]),
+        "lpx_add": (S, [P, P, PP]),
+        "lpx_matmul": (S, [P, P, PP]),
+        "lpx_cast": (S, [P, D, C.c_bool, PP]),
+        "lpx_clone": (S, [P, PP]),
+        "lpx_contiguous": (S, [P, PP]),
+        # float8
+        "lpx_float8_quantize": (S, [P, C.POINTER(_Float8QuantOpts), PP, C.POINTER(_Float8Stats)]),
+        "lpx_float8_dequantize": (S, [P, D, PP]),
+        "lpx_float8_mm": (S, [P, P, P, D, PP]),
+        "lpx_float8_get_info": (S, [P, C.POINTER(_Float8Info)]),
+        "lpx_float8_is": (C.c_bool, [P]),
+        "lpx_float8_linear_recipe_preset": (S, [C.c_char_p, VP]),
+        "lpx_float8_linear_state_init": (S, [C.POINTER(_Float8LinearState), VP]),
+        "lpx_float8_linear_state_destroy": (None, [C.POINTER(_Float8LinearState)]),
+        "lpx_float8_linear_forward": (S, [VP, C.POINTER(_Float8LinearState), P, P, P, PP, PP, VP]),
+        "lpx_float8_linear_backward": (S, [P, P, PP, PP, PP, VP]),
+        "lpx_float8_linear_ctx_free": (None, [P]),
+        # nf4
+        "lpx_nf4_config_default": (_Nf4Config, []),
+        "lpx_nf4_quantize": (S, [P, C.POINTER(_Nf4Config), PP]),
+        "lpx_nf4_dequantize": (S, [P, D, PP]),
+        "lpx_nf4_get_info": (S, [P, C.POINTER(_Nf4Info)]),
+        "lpx_nf4_is": (C.c_bool, [P]),
+        "lpx_nf4_linear": (S, [P, P, P, PP]),
+        "lpx_nf4_linear_backward": (S, [P, P, PP]),
+        "lpx_qlora_opts_default": (_QloraOpts, []),
+        "lpx_qlora_linear": (S, [P, P, P, P, P, C.POINTER(_QloraOpts), PP, PP]),
+        "lpx_qlora_linear_backward": (S, [P, P, P, P, P, P, C.POINTER(_QloraOpts), PP, PP, PP]),
+        # DLPack
+        "lpx_to_dlpack": (S, [P, PP]),
+        "lpx_to_dlpack_legacy": (S, [P, C.c_bool, PP]),
+        "lpx_from_dlpack": (S, [P, PP]),
+        "lpx_from_dlpack_legacy": (S, [P, PP]),
+        # safetensors
+        "lpx_safetensors_save": (S, [C.c_char_p, C.c_int, C.POINTER(C.c_char_p), PP, C.c_int, C.POINTER(_KV)]),
+        "lpx_safetensors_open": (S, [C.c_char_p, PP]),
+        "lpx_safetensors_close": (None, [P]),
+        "lpx_safetensors_count": (C.c_int, [P]),
+        "lpx_safetensors_name": (C.c_char_p, [P, C.c_int]),
+        "lpx_safetensors_kind_of": (C.c_char_p, [P, C.c_char_p]),
+        "lpx_safetensors_get": (S, [P, C.c_char_p, PP]),
+        "lpx_safetensors_get_quantized": (S, [P, C.c_char_p, P, PP]),
+        "lpx_safetensors_metadata_count": (C.c_int, [P]),
+        "lpx_safetensors_metadata_at": (C.c_char_p, [P, C.c_int, C.POINTER(C.c_char_p)]),
+        # plugins
+        "lpx_plugin_load": (S, [C.c_char_p, PP]),
     }
     for name, (res, args) in sig.items():
         if not hasattr(lib, name):
@@ -130,6 +233,12 @@ class Tensor:
         self._h = C.c_void_p(handle) if isinstance(handle, int) else handle
         self._keep = keep  # Python objects that own memory the tensor borrows
 
+    @classmethod
+    def _borrowed(cls, ptr, keep=None):
+        """A new reference to a tensor lpx lends (an inner tensor)."""
+        load_library().lpx_tensor_retain(C.c_void_p(ptr))
+        return cls(C.c_void_p(ptr), keep)
+
     @property
     def handle(self):
         return self._h.value
@@ -159,8 +268,17 @@ class Tensor:
         return tuple(s[i] for i in range(n))
 
     @property
+    def numel(self):
+        return _lib.lpx_tensor_numel(self._h)
+
+    @property
     def dtype(self):
         return _lib.lpx_dtype_name(_lib.lpx_tensor_dtype(self._h)).decode()
+
+    @property
+    def device(self):
+        d = _lib.lpx_tensor_device(self._h)
+        return (d.type, d.index)
 
     @property
     def kind(self):
@@ -174,6 +292,27 @@ class Tensor:
     def refcount(self):
         return _lib.lpx_tensor_refcount(self._h)
 
+    def inner(self):
+        """A kind tensor's inner tensors, {name: Tensor} in order (the names
+        of safetensors files and DLPack flattening: float8 data, scale,
+        scale_inv; nf4 codes, qscalers, factors, mean). {} for dense."""
+        k = _lib.lpx_tensor_kind(self._h)
+        out = {}
+        buf = C.create_string_buffer(64)
+        for i in range(_lib.lpx_tensor_inner_count(self._h)):
+            name = _lib.lpx_kind_inner_name(k, i, buf, 64).decode()
+            out[name] = Tensor._borrowed(_lib.lpx_tensor_inner(self._h, i), keep=self)
+        return out
+
+    def meta(self):
+        """A kind tensor's metadata blob (bytes; b"" for dense)."""
+        n = C.c_size_t(0)
+        p = _lib.lpx_tensor_meta(self._h, C.byref(n))
+        return C.string_at(p, n.value) if p and n.value else b""
+
+    def contiguous(self):
+        return _op(load_library().lpx_contiguous, self._h)
+
     def __repr__(self):
         k = f", kind={self.kind}" if self.kind else ""
         return f"lpx.Tensor(shape={self.shape}, dtype={self.dtype}{k})"
@@ -183,6 +322,8 @@ class Tensor:
     def __array_interface__(self):
         if self.kind:
             raise LpxError(-1, f"a {self.kind} tensor has no dense buffer; dequantize it first")
+        if self.device[0] != LPX_DEVICE_CPU:
+            raise LpxError(-9, f"tensor on device {self.device}: move it to the CPU first")
         import numpy as np
         typestr = _NP.get(self.dtype)
         if typestr is None:
@@ -197,16 +338,29 @@ class Tensor:
         import numpy as np
         return np.asarray(self)
 
-    # ---- DLPack (legacy capsules: what numpy 1.x and torch < 2.3 read)
+    # ---- DLPack
     def __dlpack_device__(self):
-        return (1, 0)
+        return self.device
 
-    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-        if copy:
-            raise BufferError("lpx exports without copying")
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this (dense) tensor: versioned
+        ("dltensor_versioned") when max_version >= (1, 0), else legacy
+        ("dltensor"). copy=True exports a copy; copy=False and None export
+        the tensor itself (lpx never needs to copy)."""
+        if dl_device is not None and tuple(dl_device) != self.device:
+            raise BufferError(f"lpx cannot export to device {tuple(dl_device)} (tensor is on {self.device})")
+        if self.kind:
+            raise BufferError(f"a {self.kind} tensor has no dense buffer: dequantize it, or export its inner()")
+        t = clone(self) if copy else self
         out = C.c_void_p()
-        _check(_lib.lpx_to_dlpack_legacy(self._h, False, C.byref(out)))
-        return _capsule_new(out.value)
+        if max_version is not None and tuple(max_version)[0] >= 1:
+            _check(_lib.lpx_to_dlpack(t._h, C.byref(out)))
+            return _capsule_new(out.value, _VERSIONED)
+        if t.readonly:
+            raise BufferError("a read-only tensor cannot be exported as a legacy DLPack capsule "
+                              "(pass max_version=(1, 0))")
+        _check(_lib.lpx_to_dlpack_legacy(t._h, False, C.byref(out)))
+        return _capsule_new(out.value, _LEGACY)
 
     # ---- ops
     def __add__(self, other):
@@ -227,6 +381,9 @@ _api.PyCapsule_IsValid.argtypes = [C.py_object, C.c_char_p]
 _api.PyCapsule_SetName.restype = C.c_int
 _api.PyCapsule_SetName.argtypes = [C.py_object, C.c_char_p]
 _DESTRUCTOR = C.CFUNCTYPE(None, C.c_void_p)
+_DELETER = C.CFUNCTYPE(None, C.c_void_p)
+
+_LEGACY, _VERSIONED = b"dltensor", b"dltensor_versioned"
 
 
 class _DLManagedTensor(C.Structure):
@@ -234,38 +391,69 @@ class _DLManagedTensor(C.Structure):
     _fields_ = [("data", C.c_void_p), ("device_type", C.c_int32), ("device_id", C.c_int32), ("ndim", C.c_int32),
                 ("code", C.c_uint8), ("bits", C.c_uint8), ("lanes", C.c_uint16), ("shape", C.c_void_p),
                 ("strides", C.c_void_p), ("byte_offset", C.c_uint64), ("manager_ctx", C.c_void_p),
-                ("deleter", C.CFUNCTYPE(None, C.c_void_p))]
+                ("deleter", _DELETER)]
+
+
+class _DLManagedTensorVersioned(C.Structure):
+    # version{u32 major, u32 minor}, manager_ctx, deleter, flags, DLTensor
+    _fields_ = [("major", C.c_uint32), ("minor", C.c_uint32), ("manager_ctx", C.c_void_p), ("deleter", _DELETER),
+                ("flags", C.c_uint64), ("data", C.c_void_p), ("device_type", C.c_int32), ("device_id", C.c_int32),
+                ("ndim", C.c_int32), ("code", C.c_uint8), ("bits", C.c_uint8), ("lanes", C.c_uint16),
+                ("shape", C.c_void_p), ("strides", C.c_void_p), ("byte_offset", C.c_uint64)]
 
 
 def _capsule_destructor(cap):
-    # an unconsumed "dltensor" capsule still owns its struct: call its deleter
+    # an unconsumed capsule still owns its struct: call its deleter (a
+    # consumer renames it "used_dltensor[_versioned]" and owns it instead)
     capobj = C.cast(C.c_void_p(cap), C.py_object)
-    if _api.PyCapsule_IsValid(capobj, b"dltensor"):
-        p = _api.PyCapsule_GetPointer(capobj, b"dltensor")
-        m = _DLManagedTensor.from_address(p)
-        if m.deleter:
-            m.deleter(p)
+    for name, struct in ((_LEGACY, _DLManagedTensor), (_VERSIONED, _DLManagedTensorVersioned)):
+        if _api.PyCapsule_IsValid(capobj, name):
+            p = _api.PyCapsule_GetPointer(capobj, name)
+            m = struct.from_address(p)
+            if m.deleter:
+                m.deleter(p)
 
 
 _capsule_destructor_c = _DESTRUCTOR(_capsule_destructor)
 
 
-def _capsule_new(ptr):
-    return _api.PyCapsule_New(ptr, b"dltensor", C.cast(_capsule_destructor_c, C.c_void_p))
+def _capsule_new(ptr, name):
+    return _api.PyCapsule_New(ptr, name, C.cast(_capsule_destructor_c, C.c_void_p))
+
+
+def capsule_name(cap):
+    """'dltensor_versioned', 'dltensor' (unconsumed), or None."""
+    for name in (_VERSIONED, _LEGACY):
+        if _api.PyCapsule_IsValid(cap, name):
+            return name.decode()
+    return None
 
 
 def from_dlpack(obj):
     """Imports anything with __dlpack__ (numpy arrays, torch tensors, lpx
-    tensors) as an lpx Tensor, zero-copy. The producer's memory is released
-    when the last lpx view of it dies."""
+    tensors) or an unconsumed DLPack capsule, versioned or legacy, as an lpx
+    Tensor, zero-copy. Asks producers for a versioned capsule first
+    (max_version=(1, 1)) and falls back to the legacy protocol. The
+    producer's memory is released when the last lpx view of it dies."""
     lib = load_library()
-    cap = obj.__dlpack__() if hasattr(obj, "__dlpack__") else obj
-    if not _api.PyCapsule_IsValid(cap, b"dltensor"):
-        raise LpxError(-1, "from_dlpack: not an unconsumed 'dltensor' capsule")
-    p = _api.PyCapsule_GetPointer(cap, b"dltensor")
+    if hasattr(obj, "__dlpack__"):
+        try:
+            cap = obj.__dlpack__(max_version=(1, 1))
+        except TypeError:   # a producer that predates DLPack 1.0
+            cap = obj.__dlpack__()
+    else:
+        cap = obj
     out = C.c_void_p()
-    _check(lib.lpx_from_dlpack_legacy(p, C.byref(out)))
-    _api.PyCapsule_SetName(cap, b"used_dltensor")  # lpx owns it now
+    if _api.PyCapsule_IsValid(cap, _VERSIONED):
+        p = _api.PyCapsule_GetPointer(cap, _VERSIONED)
+        _check(lib.lpx_from_dlpack(p, C.byref(out)))
+        _api.PyCapsule_SetName(cap, b"used_dltensor_versioned")  # lpx owns it now
+    elif _api.PyCapsule_IsValid(cap, _LEGACY):
+        p = _api.PyCapsule_GetPointer(cap, _LEGACY)
+        _check(lib.lpx_from_dlpack_legacy(p, C.byref(out)))
+        _api.PyCapsule_SetName(cap, b"used_dltensor")
+    else:
+        raise LpxError(-1, "from_dlpack: not an unconsumed 'dltensor' or 'dltensor_versioned' capsule")
     return Tensor(out)
 
 
@@ -296,6 +484,18 @@ def _t(x):
     return x if isinstance(x, Tensor) else from_numpy(x)
 
 
+def _opt(x):
+    """x as a Tensor, or None. Keep the result in a local for as long as
+    its handle is in use: a temporary Tensor releases its lpx reference
+    when it is collected."""
+    return None if x is None else _t(x)
+
+
+def _h(t):
+    """The handle of an optional Tensor (already converted with _opt)."""
+    return None if t is None else t._h
+
+
 def _op(fn, *args):
     out = C.c_void_p()
     _check(fn(*args, C.byref(out)))
@@ -317,27 +517,274 @@ def cast(x, dtype, saturate=False):
     return _op(load_library().lpx_cast, x._h, _dtype(dtype), bool(saturate))
 
 
-def float8_quantize(x):
-    """Float8 (e4m3fn, dynamic tensorwise scaling) tensor of x."""
+def clone(x):
+    """A contiguous copy with its own storage."""
     x = _t(x)
+    return _op(load_library().lpx_clone, x._h)
+
+
+# ---- float8 ------------------------------------------------------------------
+
+def float8_quantize(x, fp8="f8e4m3fn", rowwise=False, axis=None, pow2_scale=False, nonsaturating=False,
+                    role=None, scale=None, return_stats=False):
+    """Float8 tensor of dense x (f32/bf16/f16: the logical dtype). Dynamic
+    tensorwise scaling by default; rowwise=True (or axis=d) for one scale
+    per row (per slice along d); scale= a static f32 scale; role one of
+    'input', 'weight', 'grad_output'. With return_stats, also returns a dict
+    of the cast's statistics (amax, scale, underflow, saturation, nan)."""
     lib = load_library()
-    out = C.c_void_p()
-    _check(lib.lpx_float8_quantize(x._h, None, C.byref(out), None))
-    return Tensor(out)
-
-
-def float8_dequantize(t, dtype="f32"):
-    return _op(load_library().lpx_float8_dequantize, t._h, _dtype(dtype))
-
-
-def nf4_quantize(x):
-    """NF4 tensor of x with the default config (block 64, scaler block 256)."""
     x = _t(x)
-    return _op(load_library().lpx_nf4_quantize, x._h, None)
+    o = _Float8QuantOpts()
+    o.struct_size = C.sizeof(_Float8QuantOpts)
+    o.fp8 = _dtype(fp8)
+    if rowwise or axis is not None:
+        o.granularity = _AXISWISE
+        o.axis = -1 if axis is None else int(axis)
+    o.role = _ROLES[role]
+    o.pow2_scale = bool(pow2_scale)
+    o.nonsaturating = bool(nonsaturating)
+    s = _t(scale) if scale is not None else None
+    o.scale = s._h.value if s is not None else None
+    st = _Float8Stats()
+    out = C.c_void_p()
+    _check(lib.lpx_float8_quantize(x._h, C.byref(o), C.byref(out), C.byref(st)))
+    t = Tensor(out)
+    if return_stats:
+        return t, {f: getattr(st, f) for f, _ in _Float8Stats._fields_}
+    return t
 
 
-def nf4_dequantize(t, dtype="f32"):
-    return _op(load_library().lpx_nf4_dequantize, t._h, _dtype(dtype))
+def float8_dequantize(t, dtype=None):
+    """Dense copy of a float8 tensor in `dtype` (default: its logical dtype):
+    decode(q) * scale_inv in f32, rounded once."""
+    t = _t(t)
+    return _op(load_library().lpx_float8_dequantize, t._h, _FLOAT8_LOGICAL if dtype is None else _dtype(dtype))
+
+
+def float8_info(t):
+    """{'fp8', 'logical', 'role', 'granularity', 'axis'} of a float8 tensor."""
+    i = _Float8Info()
+    _check(load_library().lpx_float8_get_info(t._h, C.byref(i)))
+    roles = {v: k for k, v in _ROLES.items()}
+    return {"fp8": _lib.lpx_dtype_name(i.fp8).decode(), "logical": _lib.lpx_dtype_name(i.logical).decode(),
+            "role": roles.get(i.role), "granularity": "axiswise" if i.granularity == _AXISWISE else "tensorwise",
+            "axis": i.axis}
+
+
+def float8_mm(a, b, bias=None, out_dtype=None):
+    """Scaled fp8 GEMM of float8 tensors a [M, K] and b [K, N]."""
+    bias = _opt(bias)
+    return _op(load_library().lpx_float8_mm, a._h, b._h, _h(bias),
+               _FLOAT8_LOGICAL if out_dtype is None else _dtype(out_dtype))
+
+
+class Float8Linear:
+    """A linear layer out = x @ W^T (+ b) through lpx's Float8Linear with a
+    recipe preset ('tensorwise', 'rowwise', 'rowwise_with_gw_hp',
+    'delayed'). forward(x) keeps what backward(grad_out) needs; backward
+    returns (grad_x, grad_w, grad_b). W and b are dense (or float8) tensors
+    or arrays."""
+
+    _RECIPE_BYTES = 1024   # room for lpx_float8_linear_recipe (filled by the preset)
+
+    def __init__(self, weight, bias=None, recipe="tensorwise"):
+        lib = load_library()
+        self.weight = _t(weight)
+        self.bias = None if bias is None else _t(bias)
+        self._recipe = C.create_string_buffer(self._RECIPE_BYTES)
+        _check(lib.lpx_float8_linear_recipe_preset(recipe.encode(), self._recipe))
+        self._state = _Float8LinearState()
+        _check(lib.lpx_float8_linear_state_init(C.byref(self._state), self._recipe))
+        self._ctx = C.c_void_p()
+
+    def _free_ctx(self):
+        if self._ctx and self._ctx.value and _lib is not None:
+            _lib.lpx_float8_linear_ctx_free(self._ctx)
+        self._ctx = C.c_void_p()
+
+    def forward(self, x):
+        self._free_ctx()
+        x = _t(x)
+        out = C.c_void_p()
+        _check(_lib.lpx_float8_linear_forward(self._recipe, C.byref(self._state), x._h, self.weight._h,
+                                              _h(self.bias), C.byref(out), C.byref(self._ctx), None))
+        return Tensor(out)
+
+    __call__ = forward
+
+    def backward(self, grad_out):
+        if not self._ctx.value:
+            raise LpxError(-1, "Float8Linear.backward before forward")
+        g = _t(grad_out)
+        gx, gw, gb = C.c_void_p(), C.c_void_p(), C.c_void_p()
+        _check(_lib.lpx_float8_linear_backward(self._ctx, g._h, C.byref(gx), C.byref(gw),
+                                               C.byref(gb) if self.bias is not None else None, None))
+        return Tensor(gx), Tensor(gw), (Tensor(gb) if gb.value else None)
+
+    def close(self):
+        self._free_ctx()
+        if _lib is not None:
+            _lib.lpx_float8_linear_state_destroy(C.byref(self._state))
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def float8_linear(x, w, bias=None, recipe="tensorwise"):
+    """One Float8Linear forward (no backward context kept)."""
+    layer = Float8Linear(w, bias, recipe)
+    try:
+        x = _t(x)
+        out = C.c_void_p()
+        _check(_lib.lpx_float8_linear_forward(layer._recipe, C.byref(layer._state), x._h, layer.weight._h,
+                                              _h(layer.bias), C.byref(out), None, None))
+        return Tensor(out)
+    finally:
+        layer.close()
+
+
+# ---- nf4 / QLoRA ---------------------------------------------------------------
+
+def nf4_quantize(x, block=64, scaler_block=256, pad=True):
+    """NF4 tensor of dense x (f32/f16/bf16: the logical dtype), with double
+    quantized block scales (block 64, scaler block 256 by default)."""
+    cfg = _Nf4Config(int(block), int(scaler_block), bool(pad))
+    x = _t(x)
+    return _op(load_library().lpx_nf4_quantize, x._h, C.byref(cfg))
+
+
+def nf4_dequantize(t, dtype=None):
+    """Dense copy of an nf4 tensor in `dtype` (default: its logical dtype)."""
+    return _op(load_library().lpx_nf4_dequantize, t._h, -1 if dtype is None else _dtype(dtype))
+
+
+def nf4_info(t):
+    i = _Nf4Info()
+    _check(load_library().lpx_nf4_get_info(t._h, C.byref(i)))
+    return {f: getattr(i, f) for f, _ in _Nf4Info._fields_}
+
+
+def nf4_linear(x, w, bias=None):
+    """x @ W^T (+ bias) with an nf4 weight W (dequantized in tiles)."""
+    x, bias = _t(x), _opt(bias)
+    return _op(load_library().lpx_nf4_linear, x._h, w._h, _h(bias))
+
+
+def nf4_linear_backward(grad, w):
+    """grad_x = grad @ W for an nf4 weight (frozen: no grad_W)."""
+    grad = _t(grad)
+    return _op(load_library().lpx_nf4_linear_backward, grad._h, w._h)
+
+
+def _qlora_opts(alpha, dropout, seed):
+    return _QloraOpts(float(alpha), float(dropout), int(seed))
+
+
+def qlora_linear(x, w, a, b, bias=None, alpha=16.0, dropout=0.0, seed=0, return_xa=False):
+    """QLoRA forward: x @ W^T + bias + (alpha / r) * (drop(x) @ A^T) @ B^T,
+    W nf4 [out, in] (frozen), A [r, in], B [out, r]. With return_xa, also
+    returns drop(x) @ A^T for the backward."""
+    lib = load_library()
+    o = _qlora_opts(alpha, dropout, seed)
+    x, a, b, bias = _t(x), _t(a), _t(b), _opt(bias)
+    out, xa = C.c_void_p(), C.c_void_p()
+    _check(lib.lpx_qlora_linear(x._h, w._h, _h(bias), a._h, b._h, C.byref(o), C.byref(out),
+                                C.byref(xa) if return_xa else None))
+    return (Tensor(out), Tensor(xa)) if return_xa else Tensor(out)
+
+
+def qlora_linear_backward(grad, x, w, a, b, xa=None, alpha=16.0, dropout=0.0, seed=0):
+    """(grad_x, grad_a, grad_b) of qlora_linear (same alpha/dropout/seed)."""
+    lib = load_library()
+    o = _qlora_opts(alpha, dropout, seed)
+    grad, x, a, b, xa = _t(grad), _t(x), _t(a), _t(b), _opt(xa)
+    gx, ga, gb = C.c_void_p(), C.c_void_p(), C.c_void_p()
+    _check(lib.lpx_qlora_linear_backward(grad._h, x._h, w._h, a._h, b._h, _h(xa), C.byref(o),
+                                         C.byref(gx), C.byref(ga), C.byref(gb)))
+    return Tensor(gx), Tensor(ga), Tensor(gb)
+
+
+# ---- safetensors -----------------------------------------------------------------
+
+def save_file(tensors, path, metadata=None):
+    """Writes {name: Tensor or array} to `path` atomically (safetensors;
+    kind tensors as their inner tensors plus a __metadata__ entry), with
+    user `metadata` {str: str}."""
+    lib = load_library()
+    items = [(str(k), _t(v)) for k, v in tensors.items()]
+    n = len(items)
+    names = (C.c_char_p * max(n, 1))(*[k.encode() for k, _ in items])
+    handles = (C.c_void_p * max(n, 1))(*[t._h.value for _, t in items])
+    meta = list((metadata or {}).items())
+    kvs = (_KV * max(len(meta), 1))(*[_KV(str(k).encode(), str(v).encode()) for k, v in meta])
+    _check(lib.lpx_safetensors_save(os.fsencode(path), n, names, handles, len(meta), kvs))
+
+
+class safe_open:
+    """An open safetensors file (memory-mapped): keys(), get_tensor(name,
+    quantize=None), kind_of(name), metadata(). Tensors read from it are
+    zero-copy where aligned and outlive the handle. A context manager."""
+
+    def __init__(self, path):
+        lib = load_library()
+        self._f = C.c_void_p()
+        _check(lib.lpx_safetensors_open(os.fsencode(path), C.byref(self._f)))
+
+    def keys(self):
+        return [_lib.lpx_safetensors_name(self._f, i).decode() for i in range(_lib.lpx_safetensors_count(self._f))]
+
+    def kind_of(self, name):
+        k = _lib.lpx_safetensors_kind_of(self._f, name.encode())
+        if k is None:
+            raise KeyError(name)
+        return k.decode() or None
+
+    def get_tensor(self, name, quantize=None):
+        """Entry `name`; quantize='nf4' / 'float8' / a plugin kind reads a
+        dense entry quantized on load."""
+        out = C.c_void_p()
+        if quantize is None:
+            _check(_lib.lpx_safetensors_get(self._f, name.encode(), C.byref(out)))
+        else:
+            k = C.c_void_p()
+            _check(_lib.lpx_kind_find(str(quantize).encode(), C.byref(k)))
+            _check(_lib.lpx_safetensors_get_quantized(self._f, name.encode(), k, C.byref(out)))
+        return Tensor(out)
+
+    def metadata(self):
+        out = {}
+        for i in range(_lib.lpx_safetensors_metadata_count(self._f)):
+            v = C.c_char_p()
+            k = _lib.lpx_safetensors_metadata_at(self._f, i, C.byref(v))
+            out[k.decode()] = v.value.decode()
+        return out
+
+    def close(self):
+        if self._f and self._f.value and _lib is not None:
+            _lib.lpx_safetensors_close(self._f)
+        self._f = C.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def load_file(path):
+    """{name: Tensor} of every entry of a safetensors file (kind tensors
+    rebuilt: nf4, float8, plugin kinds when their plugin is loaded)."""
+    with safe_open(path) as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
 
 
 def load_plugin(path):

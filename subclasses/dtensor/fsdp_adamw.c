@@ -89,3 +89,93 @@ lpx_status lpx_fsdp_adamw_step(lpx_fsdp_group *g, const lpx_adamw_opts *opts)
     }
     return LPX_OK;
 }
+
+/* The trainable parameter i of g whose AdamW state a checkpoint reads or
+ * writes, with its dense weight (the local shard, or a float8_weight's
+ * master). */
+static lpx_status state_param(const lpx_fsdp_group *g, int i, const char *op, fsdp_param **p, lpx_tensor **w)
+{
+    if (!g) return lpx_error(LPX_EINVAL, "%s: g is NULL", op);
+    if (i < 0 || i >= g->n) return lpx_error(LPX_EINVAL, "%s(%s): param %d out of range (0..%d)", op, g->name, i, g->n - 1);
+    if (!g->f->sharded) return lpx_error(LPX_EINVAL, "%s(%s): before lpx_fsdp_shard", op, g->name);
+    *p = &g->p[i];
+    if ((*p)->flags & LPX_FSDP_FROZEN)
+        return lpx_error(LPX_EINVAL, "%s(%s): param '%s' is frozen (no optimizer state)", op, g->name, (*p)->name);
+    *w = weight_of(fsdp_local(*p));
+    if (!*w)
+        return lpx_error(LPX_EINVAL, "%s(%s): param '%s' has no dense weight (kind %s)", op, g->name, (*p)->name,
+                         lpx_kind_name(lpx_tensor_kind(fsdp_local(*p))));
+    return LPX_OK;
+}
+
+lpx_status lpx_fsdp_param_adamw_state(const lpx_fsdp_group *g, int i, lpx_tensor **m, lpx_tensor **v, int64_t *step)
+{
+    const char *op = "lpx_fsdp_param_adamw_state";
+    fsdp_param *p = NULL;
+    lpx_tensor *w = NULL, *t[2] = {NULL, NULL};
+    if (m) *m = NULL;
+    if (v) *v = NULL;
+    lpx_status st = state_param(g, i, op, &p, &w);
+    if (st) return st;
+    lpx_tensor **outs[2] = {m, v};
+    const float *src[2] = {p->m, p->v};
+    size_t n = (size_t)lpx_tensor_numel(w);
+    for (int k = 0; k < 2; k++) {
+        if (!outs[k]) continue;
+        st = lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), LPX_F32, lpx_cpu(), &t[k]);
+        if (st) {
+            lpx_tensor_release(t[0]);
+            return dt_prefix(st, "%s(%s)", op, g->name);
+        }
+        if (src[k] && n) memcpy(lpx_tensor_data(t[k]), src[k], n * sizeof(float));
+    }
+    if (m) *m = t[0];
+    if (v) *v = t[1];
+    if (step) *step = p->step;
+    return LPX_OK;
+}
+
+lpx_status lpx_fsdp_param_set_adamw_state(lpx_fsdp_group *g, int i, const lpx_tensor *m, const lpx_tensor *v,
+                                          int64_t step)
+{
+    const char *op = "lpx_fsdp_param_set_adamw_state";
+    fsdp_param *p = NULL;
+    lpx_tensor *w = NULL;
+    lpx_status st = state_param(g, i, op, &p, &w);
+    if (st) return st;
+    if (step < 0) return lpx_error(LPX_EINVAL, "%s(%s): param '%s': step %lld is negative", op, g->name, p->name, (long long)step);
+    if (!m != !v) return lpx_error(LPX_EINVAL, "%s(%s): param '%s': give both m and v, or neither", op, g->name, p->name);
+    if (!m) {
+        if (step) return lpx_error(LPX_EINVAL, "%s(%s): param '%s': step %lld without m and v", op, g->name, p->name,
+                                   (long long)step);
+        lpx_free(p->m);
+        lpx_free(p->v);
+        p->m = p->v = NULL;
+        p->step = 0;
+        return LPX_OK;
+    }
+    size_t n = (size_t)lpx_tensor_numel(w);
+    const lpx_tensor *in[2] = {m, v};
+    for (int k = 0; k < 2; k++)
+        if (lpx_tensor_kind(in[k]) || lpx_tensor_dtype(in[k]) != LPX_F32 || !lpx_tensor_is_contiguous(in[k]) ||
+            (size_t)lpx_tensor_numel(in[k]) != n || lpx_tensor_device(in[k]).type != LPX_DEVICE_CPU)
+            return lpx_error(LPX_EINVAL, "%s(%s): param '%s': %s must be a contiguous CPU f32 tensor of %zu elements "
+                             "(the local shard), got %lld elements of %s", op, g->name, p->name, k ? "v" : "m", n,
+                             (long long)lpx_tensor_numel(in[k]), lpx_dtype_name(lpx_tensor_dtype(in[k])));
+    float *nm = n ? lpx_calloc(n, sizeof(float)) : NULL, *nv = n ? lpx_calloc(n, sizeof(float)) : NULL;
+    if (n && (!nm || !nv)) {
+        lpx_free(nm);
+        lpx_free(nv);
+        return lpx_error(LPX_ENOMEM, "%s(%s): optimizer state of '%s'", op, g->name, p->name);
+    }
+    if (n) {
+        memcpy(nm, lpx_tensor_data(m), n * sizeof(float));
+        memcpy(nv, lpx_tensor_data(v), n * sizeof(float));
+    }
+    lpx_free(p->m);
+    lpx_free(p->v);
+    p->m = nm;
+    p->v = nv;
+    p->step = step;
+    return LPX_OK;
+}

@@ -164,5 +164,342 @@ def test_torch_dlpack():
     assert float(y.sum()) == 66.0  # torch's reference keeps lpx memory alive
 
 
+
+# ---- DLPack: versioned and legacy capsules ------------------------------------
+
+
+def _np_version():
+    return tuple(int(p) for p in np.__version__.split(".")[:2])
+
+
+@case
+def test_dlpack_capsule_versions():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = lpx.from_numpy(a)
+    ptr = t.__array_interface__["data"][0]
+    v = t.__dlpack__(max_version=(1, 0))
+    assert lpx.capsule_name(v) == "dltensor_versioned", lpx.capsule_name(v)
+    assert lpx.capsule_name(t.__dlpack__(max_version=(1, 3))) == "dltensor_versioned"
+    old = t.__dlpack__()
+    assert lpx.capsule_name(old) == "dltensor"
+    assert lpx.capsule_name(t.__dlpack__(max_version=(0, 8))) == "dltensor"
+    # lpx imports both, zero-copy, and marks them consumed
+    for cap, name in ((v, "dltensor_versioned"), (old, "dltensor")):
+        u = lpx.from_dlpack(cap)
+        assert lpx.capsule_name(cap) is None, f"{name} not marked used"
+        assert u.__array_interface__["data"][0] == ptr and u.shape == (3, 4)
+        del u
+    gc.collect()
+    base = t.refcount()
+    unused = t.__dlpack__(max_version=(1, 0))
+    assert t.refcount() == base + 1
+    del unused   # an unconsumed versioned capsule gives its reference back
+    gc.collect()
+    assert t.refcount() == base
+    # copy=True exports a copy
+    c = lpx.from_dlpack(t.__dlpack__(max_version=(1, 0), copy=True))
+    assert c.__array_interface__["data"][0] != ptr and (c.numpy() == a).all()
+    try:
+        t.__dlpack__(dl_device=(2, 0))
+        raise AssertionError("exported to a CUDA device")
+    except BufferError:
+        pass
+
+
+class _Spy:
+    """Forwards __dlpack__ and records the consumer's keywords."""
+
+    def __init__(self, t):
+        self.t, self.kw = t, None
+
+    def __dlpack__(self, **kw):
+        self.kw = kw
+        return self.t.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+@case
+def test_numpy_consumes_versioned():
+    if not hasattr(np, "from_dlpack"):
+        print("  (numpy has no from_dlpack)")
+        return
+    t = lpx.from_numpy(np.arange(6, dtype=np.float32) + 1)
+    spy = _Spy(t)
+    v = np.from_dlpack(spy)
+    assert v.__array_interface__["data"][0] == t.__array_interface__["data"][0], "copied"
+    assert (v == np.arange(6) + 1).all()
+    mv = (spy.kw or {}).get("max_version")
+    if _np_version() >= (2, 1):
+        assert mv is not None and tuple(mv) >= (1, 0), spy.kw
+        print(f"  numpy {np.__version__} asked for max_version={tuple(mv)}: versioned capsule")
+    else:
+        print(f"  numpy {np.__version__} asked for {spy.kw}: legacy capsule")
+
+
+@case
+def test_from_dlpack_numpy_both_protocols():
+    a = np.arange(20, dtype=np.int64).reshape(4, 5)[:, 1:4]   # strided
+    t = lpx.from_dlpack(a)   # versioned when numpy >= 2.1 produces it, else legacy
+    assert t.shape == (4, 3) and t.strides == (5, 1)
+    assert t.__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    a[0, 0] = -7
+    assert t.numpy()[0, 0] == -7
+    if _np_version() >= (2, 1):
+        cap = a.__dlpack__(max_version=(1, 0))
+        assert lpx.capsule_name(cap) == "dltensor_versioned"
+        assert lpx.from_dlpack(cap).shape == (4, 3)
+        # a read-only array crosses as a read-only tensor, and back
+        r = np.arange(4, dtype=np.float32)
+        r.flags.writeable = False
+        tr = lpx.from_numpy(r)
+        assert tr.readonly and tr.__array_interface__["data"][0] == r.__array_interface__["data"][0]
+        back = np.from_dlpack(tr)
+        assert not back.flags.writeable
+        try:
+            tr.__dlpack__()
+            raise AssertionError("a read-only tensor left as a legacy capsule")
+        except BufferError:
+            pass
+    legacy = a.__dlpack__()
+    assert lpx.capsule_name(legacy) == "dltensor"
+    assert lpx.from_dlpack(legacy).shape == (4, 3)
+
+
+# ---- Float8 -------------------------------------------------------------------------
+
+
+def _e4m3fn_table():
+    """float32 value of every f8e4m3fn code, from the OCP spec (bias 7)."""
+    out = np.empty(256, np.float32)
+    for c in range(256):
+        s, e, m = c >> 7, (c >> 3) & 15, c & 7
+        if e == 15 and m == 7:
+            v = np.nan
+        elif e == 0:
+            v = m / 8 * 2.0 ** -6
+        else:
+            v = (1 + m / 8) * 2.0 ** (e - 7)
+        out[c] = -v if s else v
+    return out
+
+
+@case
+def test_float8_roundtrip():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((64, 96)) * 3).astype(np.float32)
+    q, stats = lpx.float8_quantize(x, return_stats=True)
+    info = lpx.float8_info(q)
+    assert q.kind == "float8" and info["fp8"] == "f8e4m3fn" and info["granularity"] == "tensorwise"
+    inner = q.inner()
+    assert list(inner) == ["data", "scale", "scale_inv"], list(inner)
+    amax = float(np.abs(x).max())
+    assert stats["amax"] == amax
+    scale = inner["scale"].numpy()
+    assert scale.shape == () and scale == np.float32(448.0 / amax)
+    sinv = inner["scale_inv"].numpy()
+    assert sinv == np.float32(1.0 / float(scale))
+    codes = inner["data"].numpy().view(np.uint8)
+    ref = _e4m3fn_table()[codes] * sinv   # decode(q) * scale_inv in f32
+    d = lpx.float8_dequantize(q).numpy()
+    assert d.dtype == np.float32 and np.array_equal(d.view(np.uint32), ref.view(np.uint32)), "not bit-exact"
+    # the codes are what lpx's own cast of x * scale gives
+    xs = lpx.from_numpy(x * scale)
+    assert np.array_equal(lpx.cast(xs, "f8e4m3fn", True).numpy().view(np.uint8), codes)
+    assert np.abs(d - x).max() <= amax * 2 ** -4
+    # rowwise, power-of-2 scales
+    qr = lpx.float8_quantize(x, rowwise=True, pow2_scale=True, role="weight")
+    assert lpx.float8_info(qr)["granularity"] == "axiswise" and lpx.float8_info(qr)["role"] == "weight"
+    sr = qr.inner()["scale"].numpy()
+    assert sr.shape == (64, 1) and np.all(np.log2(sr) == np.round(np.log2(sr)))
+    dr = lpx.float8_dequantize(qr).numpy()
+    ref = _e4m3fn_table()[qr.inner()["data"].numpy().view(np.uint8)] * qr.inner()["scale_inv"].numpy()
+    assert np.array_equal(dr, ref)
+    # f16 in, bf16 logical through cast; dequantize to another dtype
+    h = lpx.float8_quantize(x.astype(np.float16))
+    assert h.dtype == "f16" and lpx.float8_dequantize(h).dtype == "f16"
+    assert lpx.float8_dequantize(h, "f32").dtype == "f32"
+
+
+@case
+def test_float8_linear():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    w = rng.standard_normal((48, 64)).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
+    g = rng.standard_normal((32, 48)).astype(np.float32)
+    for recipe in ("tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed"):
+        layer = lpx.Float8Linear(w, b, recipe)
+        out = layer(x).numpy()
+        gx, gw, gb = (t.numpy() for t in layer.backward(g))
+        layer.close()
+        ref = x @ w.T + b
+
+        def sqnr(a, r):
+            return 10 * np.log10((r ** 2).sum() / ((a - r) ** 2).sum())
+        if recipe != "delayed":   # delayed starts from scale 1: the first step is coarse by design
+            assert sqnr(out, ref) >= 18, (recipe, sqnr(out, ref))
+            assert sqnr(gx, g @ w) >= 17 and sqnr(gw, g.T @ x) >= 17, recipe
+        assert out.shape == (32, 48) and gx.shape == (32, 64) and gw.shape == (48, 64)
+        np.testing.assert_allclose(gb, g.sum(0), rtol=1e-5, atol=1e-4)
+    # the fp8 GEMM itself against its dequantized operands
+    qx = lpx.float8_quantize(x, role="input")
+    qw = lpx.float8_quantize(w, role="weight")
+    out = lpx.float8_linear(qx, qw).numpy()
+    ref = lpx.float8_dequantize(qx).numpy() @ lpx.float8_dequantize(qw).numpy().T
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4)
+
+
+# ---- NF4 / QLoRA ------------------------------------------------------------------
+
+
+@case
+def test_nf4_linear_and_qlora():
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((128, 64)).astype(np.float32)
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    q = lpx.nf4_quantize(w)
+    info = lpx.nf4_info(q)
+    assert info["block"] == 64 and info["scaler_block"] == 256 and info["numel"] == 128 * 64 and info["whole"]
+    wd = lpx.nf4_dequantize(q).numpy()
+    np.testing.assert_allclose(lpx.nf4_linear(x, q).numpy(), x @ wd.T, rtol=1e-4, atol=1e-4)
+    g = rng.standard_normal((5, 128)).astype(np.float32)
+    np.testing.assert_allclose(lpx.nf4_linear_backward(g, q).numpy(), g @ wd, rtol=1e-4, atol=1e-4)
+    a = (rng.standard_normal((8, 64)) * 0.1).astype(np.float32)
+    bb = (rng.standard_normal((128, 8)) * 0.1).astype(np.float32)
+    bias = rng.standard_normal(128).astype(np.float32)
+    out, xa = lpx.qlora_linear(x, q, a, bb, bias=bias, alpha=16, return_xa=True)
+    ref = x @ wd.T + bias + 2.0 * (x @ a.T) @ bb.T
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
+    gx, ga, gb = lpx.qlora_linear_backward(g, x, q, a, bb, xa=xa, alpha=16)
+    np.testing.assert_allclose(gb.numpy(), 2.0 * g.T @ (x @ a.T), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ga.numpy(), (2.0 * g @ bb).T @ x, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gx.numpy(), g @ wd + (2.0 * g @ bb) @ a, rtol=1e-4, atol=1e-4)
+
+
+def _bytes(t):
+    return np.ascontiguousarray(t.numpy()).tobytes()
+
+
+def _same_tensor(a, b):
+    assert a.kind == b.kind and a.dtype == b.dtype and a.shape == b.shape, (a, b)
+    if a.kind:
+        assert a.meta() == b.meta()
+        ia, ib = a.inner(), b.inner()
+        assert list(ia) == list(ib)
+        for k in ia:
+            _same_tensor(ia[k], ib[k])
+    else:
+        assert _bytes(a) == _bytes(b)
+
+
+@case
+def test_nf4_model_save_load_bitexact():
+    import tempfile
+    rng = np.random.default_rng(6)
+    model = {
+        "layers.0.w": lpx.nf4_quantize(lpx.cast(lpx.from_numpy(rng.standard_normal((128, 64)).astype(np.float32)),
+                                                "bf16")),
+        "layers.1.w": lpx.nf4_quantize(rng.standard_normal((64, 200)).astype(np.float32), block=32, scaler_block=8),
+        "layers.1.f8": lpx.float8_quantize(rng.standard_normal((16, 32)).astype(np.float32), rowwise=True),
+        "norm": lpx.from_numpy(rng.standard_normal(64).astype(np.float32)),
+        "ids": lpx.from_numpy(np.arange(7, dtype=np.int64)),
+    }
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.safetensors")
+        lpx.save_file(model, path, metadata={"step": "42"})
+        back = lpx.load_file(path)
+        assert set(back) == set(model)
+        for k in model:
+            _same_tensor(model[k], back[k])
+        for k in ("layers.0.w", "layers.1.w"):
+            assert _bytes(lpx.nf4_dequantize(model[k])) == _bytes(lpx.nf4_dequantize(back[k]))
+        with lpx.safe_open(path) as f:
+            assert f.metadata() == {"step": "42"}
+            assert f.kind_of("layers.0.w") == "nf4" and f.kind_of("norm") is None
+            q = f.get_tensor("norm", quantize="float8")
+            assert q.kind == "float8"
+        try:
+            lpx.safe_open(os.path.join(d, "missing.safetensors"))
+            raise AssertionError("opened a missing file")
+        except lpx.LpxError as e:
+            assert "missing.safetensors" in e.message and e.status == -14, str(e)
+
+
+@case
+def test_safetensors_python_package_interop():
+    try:
+        import safetensors
+        from safetensors.numpy import load_file as st_load, save_file as st_save
+    except ImportError:
+        print("  skip: the `safetensors` package is not importable by", sys.executable,
+              "(pip install safetensors)")
+        return
+    import tempfile
+    rng = np.random.default_rng(7)
+    arrays = {
+        "f32": rng.standard_normal((3, 5)).astype(np.float32),
+        "f16": rng.standard_normal((4,)).astype(np.float16),
+        "i64": np.arange(-3, 9, dtype=np.int64).reshape(3, 4),
+        "i32": np.arange(6, dtype=np.int32),
+        "u8": np.arange(256, dtype=np.uint8),
+        "i8": np.arange(-5, 5, dtype=np.int8),
+        "scalar": np.array(2.5, dtype=np.float32),
+        "empty": np.zeros((0, 3), np.float32),
+    }
+    with tempfile.TemporaryDirectory() as d:
+        # written by the safetensors package, read by lpx
+        p1 = os.path.join(d, "from_st.safetensors")
+        st_save(arrays, p1, metadata={"format": "np", "who": "safetensors " + safetensors.__version__})
+        got = lpx.load_file(p1)
+        assert set(got) == set(arrays)
+        for k, a in arrays.items():
+            t = got[k]
+            assert t.shape == a.shape and t.numpy().dtype == a.dtype, (k, t, a.dtype)
+            assert t.numpy().tobytes() == a.tobytes(), k
+        with lpx.safe_open(p1) as f:
+            assert f.metadata()["format"] == "np"
+        # written by lpx (a strided input is written contiguous), read by the package
+        p2 = os.path.join(d, "from_lpx.safetensors")
+        tensors = {k: lpx.from_numpy(a) for k, a in arrays.items()}
+        tensors["strided"] = lpx.from_numpy(np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2])
+        lpx.save_file(tensors, p2, metadata={"format": "pt"})
+        back = st_load(p2)
+        assert set(back) == set(tensors)
+        for k, a in arrays.items():
+            assert back[k].dtype == a.dtype and back[k].shape == a.shape and back[k].tobytes() == a.tobytes(), k
+        assert (back["strided"] == np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2]).all()
+        with safetensors.safe_open(p2, framework="np") as f:
+            assert f.metadata() == {"format": "pt"}
+        # an nf4 model is a valid file for the package too: inner tensors as U8/I8/F32
+        p3 = os.path.join(d, "nf4.safetensors")
+        lpx.save_file({"w": lpx.nf4_quantize(arrays["f32"].repeat(64, 0))}, p3)
+        inner = st_load(p3)
+        assert sorted(inner) == ["w::nf4::codes", "w::nf4::factors", "w::nf4::mean", "w::nf4::qscalers"], sorted(inner)
+        assert inner["w::nf4::codes"].dtype == np.uint8 and inner["w::nf4::qscalers"].dtype == np.int8
+
+
+@case
+def test_errors_carry_lpx_message():
+    x = np.ones((4, 64), np.float32)
+    x[2, 5] = np.nan
+    try:
+        lpx.nf4_quantize(x)
+        raise AssertionError("quantized a NaN")
+    except lpx.LpxError as e:
+        assert e.status == -16 and e.message and "nf4" in e.message.lower(), str(e)
+    try:
+        lpx.float8_quantize(x)
+        raise AssertionError("dynamic scaling of a NaN")
+    except lpx.LpxError as e:
+        assert e.status == -16 and e.message, str(e)
+    try:
+        lpx.float8_quantize(np.ones((2, 2), np.float32), fp8="nosuch")
+        raise AssertionError("no error")
+    except lpx.LpxError as e:
+        assert "nosuch" in e.message
+
+
 print(f"{failures} failed")
 sys.exit(1 if failures else 0)

@@ -82,3 +82,28 @@ void tr_batch(const tr_corpus *c, uint64_t seed, int step, int chunk, bool val, 
         }
     }
 }
+
+uint64_t tr_rng_seed(uint64_t seed, int step, int chunk, int param)
+{
+    return mix(seed ^ mix(0xD2B74407B1CE6E93ull ^ mix((uint64_t)step * 1000003u + (uint64_t)chunk * 7919u +
+                                                      ((uint64_t)param << 32))));
+}
+
+lpx_status tr_file_fnv(const char *path, uint64_t *hash, uint64_t *bytes)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return lpx_error(LPX_EIO, "cannot open '%s'", path);
+    uint64_t h = 0xCBF29CE484222325ull, n = 0;
+    unsigned char buf[1 << 16];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (size_t i = 0; i < k; i++) h = (h ^ buf[i]) * 0x100000001B3ull;
+        n += k;
+    }
+    bool bad = ferror(f) != 0;
+    fclose(f);
+    if (bad) return lpx_error(LPX_EIO, "cannot read '%s'", path);
+    *hash = h;
+    *bytes = n;
+    return LPX_OK;
+}

@@ -28,6 +28,8 @@ typedef struct tr_result {
     int64_t act_bytes;
     int64_t nf4_bytes, nf4_numel;   /* frozen NF4 base weights (rank 0) */
     int64_t trainable;              /* parameters that get grads */
+    int start;                      /* first step this process ran (a resumed run: the checkpoint's) */
+    int skipped;                    /* optimizer steps skipped for non-finite grads (--skip-nonfinite) */
     char sample[1024];
 } tr_result;
 

@@ -35,7 +35,22 @@ void tr_train_usage(FILE *f)
             "  --log-every N   progress line every N steps (default 25)\n"
             "  --eval N        validation micro-batches (default 8)\n"
             "  --sample N      characters of generated text (default 240; 0: none)\n"
-            "  --quiet         no progress lines\n");
+            "  --quiet         no progress lines\n"
+            "  --lora-dropout P  nf4-qlora: dropout on the adapter path, 0 <= P < 1 (default 0)\n"
+            "checkpoints (docs/TRAIN.md):\n"
+            "  --save DIR      write a checkpoint to DIR at the end (atomically: DIR is replaced\n"
+            "                  only by a complete one)\n"
+            "  --save-every N  also every N steps\n"
+            "  --resume DIR    continue from checkpoint DIR (options not given come from it;\n"
+            "                  a float8/bf16/mx checkpoint resumes under another of those recipes)\n"
+            "  --stop-after N  stop after step N (the schedule still spans --steps), e.g. to resume\n"
+            "numerics:\n"
+            "  --skip-nonfinite  skip the optimizer step on NaN/inf gradients (default: stop, exit 1)\n"
+            "  --log-exact     progress lines also print the loss in hex (%%a), exactly\n"
+            "testing:\n"
+            "  --inject-nan STEP[:PARAM]     NaN and inf into PARAM's gradient (default the first\n"
+            "                                linear; 'loss': the loss) at STEP\n"
+            "  --inject-comm-fault STEP:RANK RANK aborts the comm at STEP\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b)
@@ -72,6 +87,48 @@ int tr_check_ranks(const tr_opts *o)
     return 0;
 }
 
+int tr_check_opts(const tr_opts *o)
+{
+    char buf[160];
+    int rc;
+    if (o->dim % 32) {
+        snprintf(buf, sizeof buf, "--dim %d is not a multiple of 32", o->dim);
+        return bad("%s%s", buf, "");
+    }
+    if (o->dim % o->heads) {
+        snprintf(buf, sizeof buf, "--dim %d is not divisible by --heads %d", o->dim, o->heads);
+        return bad("%s%s", buf, "");
+    }
+    /* --comm mpi without --ranks: the world size is known once MPI runs
+     * (train.c checks it then) */
+    if ((o->ranks_given || strcmp(o->comm, "mpi")) && (rc = tr_check_ranks(o))) return rc;
+    if (o->batch % o->micro) {
+        snprintf(buf, sizeof buf, "--batch %d is not divisible by --micro %d", o->batch, o->micro);
+        return bad("%s%s", buf, "");
+    }
+    if (o->stop_after > o->steps) {
+        snprintf(buf, sizeof buf, "--stop-after %d is beyond --steps %d", o->stop_after, o->steps);
+        return bad("%s%s", buf, "");
+    }
+    return 0;
+}
+
+/* STEP or STEP:REST: the step (>= 1) and REST (NULL when absent) */
+static int parse_step_arg(const char *opt, const char *v, int *step, const char **rest)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || x < 1 || x > 1000000 || (*end && *end != ':')) {
+        fprintf(stderr, "lpx train: %s '%s': expected STEP%s (STEP >= 1)\n", opt, v,
+                !strcmp(opt, "--inject-nan") ? "[:PARAM]" : ":RANK");
+        return 2;
+    }
+    *step = (int)x;
+    *rest = *end == ':' ? end + 1 : NULL;
+    return 0;
+}
+
 int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
 {
     memset(o, 0, sizeof *o);
@@ -105,6 +162,8 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
         }
         if (!strcmp(a, "--compare")) { o->compare = true; continue; }
         if (!strcmp(a, "--quiet")) { o->quiet = true; continue; }
+        if (!strcmp(a, "--skip-nonfinite")) { o->skip_nonfinite = true; continue; }
+        if (!strcmp(a, "--log-exact")) { o->log_exact = true; continue; }
         if (strncmp(a, "--", 2) != 0) return bad("unexpected argument '%s'%s", a, "");
         if (i + 1 >= argc) return bad("option %s needs a value%s", a, "");
         const char *v = argv[++i];
@@ -114,9 +173,11 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
                 return bad("unknown recipe '%s' (%s)", v,
                            "bf16, float8-tensorwise, float8-rowwise, float8-delayed, nf4-qlora, mxfp8, mxfp4");
             o->recipe = (tr_recipe)r;
+            o->given |= TR_GIVEN_RECIPE;
         } else if (!strcmp(a, "--ranks")) {
             rc = parse_int(a, v, 1, 64, &o->ranks);
             o->ranks_given = true;
+            o->given |= TR_GIVEN_RANKS;
         }
         else if (!strcmp(a, "--comm")) {
             if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
@@ -125,48 +186,67 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
         } else if (!strcmp(a, "--device")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda")) return bad("unknown device '%s' (%s)", v, "cpu, cuda");
             snprintf(o->device, sizeof o->device, "%s", v);
-        } else if (!strcmp(a, "--steps")) rc = parse_int(a, v, 1, 1000000, &o->steps);
-        else if (!strcmp(a, "--batch")) rc = parse_int(a, v, 1, 65536, &o->batch);
-        else if (!strcmp(a, "--micro")) rc = parse_int(a, v, 1, 4096, &o->micro);
-        else if (!strcmp(a, "--seq")) rc = parse_int(a, v, 2, 4096, &o->seq);
-        else if (!strcmp(a, "--dim")) rc = parse_int(a, v, 32, 8192, &o->dim);
-        else if (!strcmp(a, "--layers")) rc = parse_int(a, v, 1, 32, &o->layers);
-        else if (!strcmp(a, "--heads")) rc = parse_int(a, v, 1, 256, &o->heads);
-        else if (!strcmp(a, "--lora-rank")) rc = parse_int(a, v, 1, 1024, &o->lora_rank);
+        } else if (!strcmp(a, "--steps")) { rc = parse_int(a, v, 1, 1000000, &o->steps); o->given |= TR_GIVEN_STEPS; }
+        else if (!strcmp(a, "--batch")) { rc = parse_int(a, v, 1, 65536, &o->batch); o->given |= TR_GIVEN_BATCH; }
+        else if (!strcmp(a, "--micro")) { rc = parse_int(a, v, 1, 4096, &o->micro); o->given |= TR_GIVEN_MICRO; }
+        else if (!strcmp(a, "--seq")) { rc = parse_int(a, v, 2, 4096, &o->seq); o->given |= TR_GIVEN_SEQ; }
+        else if (!strcmp(a, "--dim")) { rc = parse_int(a, v, 32, 8192, &o->dim); o->given |= TR_GIVEN_DIM; }
+        else if (!strcmp(a, "--layers")) { rc = parse_int(a, v, 1, 32, &o->layers); o->given |= TR_GIVEN_LAYERS; }
+        else if (!strcmp(a, "--heads")) { rc = parse_int(a, v, 1, 256, &o->heads); o->given |= TR_GIVEN_HEADS; }
+        else if (!strcmp(a, "--lora-rank")) { rc = parse_int(a, v, 1, 1024, &o->lora_rank); o->given |= TR_GIVEN_LORA_RANK; }
         else if (!strcmp(a, "--pretrain")) rc = parse_int(a, v, 1, 1000000, &o->pretrain_steps);
         else if (!strcmp(a, "--log-every")) rc = parse_int(a, v, 1, 1000000, &o->log_every);
-        else if (!strcmp(a, "--eval")) rc = parse_int(a, v, 1, 100000, &o->eval_batches);
+        else if (!strcmp(a, "--eval")) { rc = parse_int(a, v, 1, 100000, &o->eval_batches); o->given |= TR_GIVEN_EVAL; }
         else if (!strcmp(a, "--sample")) rc = parse_int(a, v, 0, 100000, &o->sample_len);
-        else if (!strcmp(a, "--seed")) { rc = parse_int(a, v, 0, 2147483647, &seed); o->seed = (uint64_t)seed; }
+        else if (!strcmp(a, "--seed")) {
+            rc = parse_int(a, v, 0, 2147483647, &seed);
+            o->seed = (uint64_t)seed;
+            o->given |= TR_GIVEN_SEED;
+        } else if (!strcmp(a, "--save-every")) rc = parse_int(a, v, 1, 1000000, &o->save_every);
+        else if (!strcmp(a, "--stop-after")) rc = parse_int(a, v, 1, 1000000, &o->stop_after);
+        else if (!strcmp(a, "--save")) o->save_dir = v;
+        else if (!strcmp(a, "--resume")) o->resume_dir = v;
+        else if (!strcmp(a, "--lora-dropout")) {
+            char *end;
+            o->lora_dropout = strtod(v, &end);
+            if (*end || end == v || !(o->lora_dropout >= 0 && o->lora_dropout < 1))
+                return bad("--lora-dropout '%s': expected a number in [0, 1)%s", v, "");
+            o->given |= TR_GIVEN_LORA_DROPOUT;
+        } else if (!strcmp(a, "--inject-nan")) {
+            const char *rest;
+            if ((rc = parse_step_arg(a, v, &o->inject_nan_step, &rest))) return rc;
+            if (rest && (!*rest || strlen(rest) >= sizeof o->inject_nan_param))
+                return bad("--inject-nan '%s': PARAM must be 1..%s characters", v, "47");
+            snprintf(o->inject_nan_param, sizeof o->inject_nan_param, "%s", rest ? rest : "");
+        } else if (!strcmp(a, "--inject-comm-fault")) {
+            const char *rest;
+            if ((rc = parse_step_arg(a, v, &o->inject_comm_step, &rest))) return rc;
+            if (!rest || parse_int(a, rest, 0, 63, &o->inject_comm_rank)) return bad("--inject-comm-fault '%s': expected STEP:RANK%s", v, "");
+        }
         else if (!strcmp(a, "--lr")) {
             char *end;
             o->lr = strtod(v, &end);
             if (*end || end == v || !(o->lr > 0 && o->lr < 10)) return bad("--lr '%s': expected a number in (0, 10)%s", v, "");
+            o->given |= TR_GIVEN_LR;
         } else if (!strcmp(a, "--wrap")) {
             if (strcmp(v, "block") && strcmp(v, "linear")) return bad("unknown --wrap '%s' (%s)", v, "block, linear");
             o->wrap_linear = !strcmp(v, "linear");
+            o->given |= TR_GIVEN_WRAP;
         } else if (!strcmp(a, "--init")) o->init_path = v;
-        else if (!strcmp(a, "--data")) o->data_path = v;
+        else if (!strcmp(a, "--data")) {
+            o->data_path = v;
+            o->given |= TR_GIVEN_DATA;
+        }
         else if (!strcmp(a, "--out")) o->out_dir = v;
         else return bad("unknown option '%s'%s (lpx train --help lists them)", a, "");
     }
     if (rc) return rc;
-    char buf[160];
-    if (o->dim % 32) {
-        snprintf(buf, sizeof buf, "--dim %d is not a multiple of 32", o->dim);
-        return bad("%s%s", buf, "");
-    }
-    if (o->dim % o->heads) {
-        snprintf(buf, sizeof buf, "--dim %d is not divisible by --heads %d", o->dim, o->heads);
-        return bad("%s%s", buf, "");
-    }
-    /* --comm mpi without --ranks: the world size is known once MPI runs
-     * (train.c checks it then) */
-    if ((o->ranks_given || strcmp(o->comm, "mpi")) && (rc = tr_check_ranks(o))) return rc;
-    if (o->batch % o->micro) {
-        snprintf(buf, sizeof buf, "--batch %d is not divisible by --micro %d", o->batch, o->micro);
-        return bad("%s%s", buf, "");
-    }
+    /* --resume: checked once the manifest filled in the options not given */
+    if (!o->resume_dir && (rc = tr_check_opts(o))) return rc;
     if (o->init_path && o->recipe != TR_NF4_QLORA) return bad("--init is for --recipe nf4-qlora%s%s", "", "");
+    if (o->save_every && !o->save_dir) return bad("--save-every needs --save DIR%s%s", "", "");
+    if (o->resume_dir && o->init_path) return bad("--resume and --init exclude each other (the checkpoint holds the base)%s%s", "", "");
+    if (o->compare && (o->resume_dir || o->save_dir))
+        return bad("--compare runs two recipes; --save and --resume checkpoint one (leave --compare out)%s%s", "", "");
     return 0;
 }

@@ -7,6 +7,7 @@
 #define LPX_TRAIN_RANK_H
 
 #include "train.h"
+#include "metrics.h"
 
 #define REL(t) do { lpx_tensor_release(t); (t) = NULL; } while (0)
 
@@ -23,6 +24,7 @@ typedef struct tr_lin_saved {
     lpx_float8_linear_ctx *ctx;   /* float8 recipes */
     lpx_tensor *x;                /* the input (other recipes) */
     lpx_tensor *xa;               /* nf4-qlora: drop(x) @ A^T */
+    lpx_qlora_opts q;             /* nf4-qlora: the forward's dropout and seed, for the backward */
 } tr_lin_saved;
 
 typedef struct tr_block_saved {
@@ -80,6 +82,12 @@ typedef struct tr_rank {
     int64_t act_bytes;                   /* saved activations of the last forward */
     int remaining[TR_MAX_GROUPS];        /* params of a group still to get their grad this backward */
     bool last_micro;
+
+    /* where the run is: random streams and fault injection key on these */
+    int step;                            /* optimizer step being computed (0-based) */
+    int cur_chunk;                       /* global micro-batch index being computed */
+    bool training;                       /* a training forward/backward (dropout on) */
+    bool inject;                         /* the main run: --inject-nan applies */
 } tr_rank;
 
 /* ---- recipes.c ---- */
@@ -91,6 +99,10 @@ lpx_status tr_linear_forward(tr_rank *R, int p, int slot, lpx_tensor *x, lpx_ten
 lpx_status tr_linear_backward(tr_rank *R, int p, tr_lin_saved *s, lpx_tensor *g, lpx_tensor **gx,
                               lpx_tensor **gw);
 void tr_lin_saved_clear(tr_lin_saved *s);
+/* float8-delayed: fresh delayed-scaling states for the evaluation slot, so
+ * that evaluation and sampling are functions of the weights alone (they
+ * neither read nor change the training state a checkpoint holds) */
+lpx_status tr_recipe_reset_eval(tr_rank *R);
 /* loads plugin `file` from the build tree (<build>/<tree_dir>/) or the
  * install prefix (lib{,64,/<triplet>}/lpx/) of this executable; true once one loaded */
 bool tr_plugin_near_exe(const char *tree_dir, const char *file);
@@ -114,6 +126,62 @@ lpx_status tr_precompute_scales(tr_rank *R);        /* float8: one amax all-redu
 /* every rank: all-gather the f32 masters; a rank that passes out fills
  * out[p] (NULL: gather only; ranks that share out pass it on rank 0 only) */
 lpx_status tr_gather_masters(tr_rank *R, float **out);
+/* every rank: all-gathers the Shard(0) pieces (`local_rows` rows of `cols`
+ * f32 at `local`) of a [rows, cols] tensor; a rank that passes out gets
+ * the full tensor there */
+lpx_status tr_gather_rows(tr_rank *R, const float *local, int64_t local_rows, int64_t rows, int64_t cols,
+                          float *out);
+/* this rank's Shard(0) rows of a [rows, x] tensor: [*start, *start + *len) */
+void tr_shard_rows(const tr_rank *R, int64_t rows, int64_t *start, int64_t *len);
+
+/* ---- ckpt.c ---- */
+/* A checkpoint opened for --resume: the manifest, checked against the
+ * files' sizes and checksums. */
+typedef struct tr_ckpt {
+    char dir[1024];
+    int step;                 /* optimizer steps done */
+    tr_opts cfg;              /* the run configuration it records */
+    int vocab;
+    int skipped;              /* steps skipped for non-finite grads so far */
+    double val_start;         /* validation loss before the first step (NaN: none) */
+    int nhist;
+    tr_step_rec *hist;        /* [nhist]: each step's loss, tok/s, compute and comm ms */
+    bool has_recipe_state;    /* recipe.safetensors (float8-delayed histories) */
+    char data_path[1024];
+    uint64_t data_fnv, data_bytes;
+} tr_ckpt;
+
+/* Reads DIR/manifest.json and checks every file it lists (size and
+ * FNV-1a 64). Errors name DIR and the file: LPX_ENOTFOUND (no manifest:
+ * not a complete checkpoint), LPX_EINVAL (malformed manifest, a file
+ * whose size or checksum does not match), LPX_EIO. */
+lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck);
+void tr_ckpt_free(tr_ckpt *ck);
+/* Options not given on the command line take the checkpoint's values;
+ * 0, or 2 after printing one line (a recipe change it cannot follow) */
+int tr_ckpt_apply(const tr_ckpt *ck, tr_opts *o);
+/* The model's full f32 weights (init / nf4-qlora's frozen base) after
+ * checking every parameter's name and shape against g (and nf4-qlora's
+ * adapters against o->lora_rank). */
+lpx_status tr_ckpt_load_weights(const tr_ckpt *ck, const tr_geom *g, const tr_opts *o, float **w);
+/* Per rank, after setup: adapters (nf4-qlora), AdamW state and the
+ * float8-delayed histories. */
+lpx_status tr_ckpt_load_rank(tr_rank *R, const tr_ckpt *ck);
+
+/* What a save writes besides the rank's state. */
+typedef struct tr_ckpt_info {
+    const char *dir;
+    int step;                 /* optimizer steps done */
+    int vocab;
+    int skipped;
+    double val_start;
+    const tr_step_rec *hist;  /* [step] (rank 0) */
+    const char *data_path;
+    float *const *weights;    /* nf4-qlora: the frozen base (full f32) */
+} tr_ckpt_info;
+/* Every rank (collective): gathers the state; rank 0 writes DIR
+ * atomically. Every rank returns rank 0's result. */
+lpx_status tr_ckpt_save(tr_rank *R, const tr_ckpt_info *info);
 
 /* ---- model.c ---- */
 lpx_status tr_model_setup(tr_rank *R);

@@ -116,6 +116,20 @@ out:
     return st;
 }
 
+lpx_status tr_recipe_reset_eval(tr_rank *R)
+{
+    lpx_status st = LPX_OK;
+    if (!R->f8state) return LPX_OK;
+    for (int p = 0; p < R->g->nparams; p++) {
+        if (R->g->p[p].kind != TR_P_LIN) continue;
+        lpx_float8_linear_state *s = &R->f8state[p * R->f8slots + R->f8slots - 1];
+        lpx_float8_linear_state_destroy(s);
+        TRY(lpx_float8_linear_state_init(s, &R->f8r));
+    }
+out:
+    return st;
+}
+
 void tr_recipe_teardown(tr_rank *R)
 {
     if (R->f8state) {
@@ -150,9 +164,17 @@ lpx_status tr_linear_forward(tr_rank *R, int p, int slot, lpx_tensor *x, lpx_ten
         TRY(lpx_float8_linear_forward(&R->f8r, state, x, R->full[p], NULL, y, s ? &s->ctx : NULL, NULL));
         break;
     }
-    case TR_NF4_QLORA:
-        TRY(lpx_qlora_linear(x, R->nf4[p], NULL, R->la[p], R->lb[p], &R->qopts, y, s ? &s->xa : NULL));
+    case TR_NF4_QLORA: {
+        /* dropout only in training, with a mask that depends on (seed,
+         * step, micro-batch, parameter) alone: counter-based, so the
+         * random state of a run is its step (checkpoints need no more) */
+        lpx_qlora_opts q = R->qopts;
+        q.dropout = R->training ? R->o->lora_dropout : 0.0;
+        q.seed = tr_rng_seed(R->o->seed, R->step, R->cur_chunk, p);
+        if (s) s->q = q;
+        TRY(lpx_qlora_linear(x, R->nf4[p], NULL, R->la[p], R->lb[p], &q, y, s ? &s->xa : NULL));
         break;
+    }
     default: /* bf16, mx: the weight's kind decides the GEMM */
         TRY(lpx_linear(x, R->full[p], NULL, y));
         break;
@@ -200,7 +222,7 @@ lpx_status tr_linear_backward(tr_rank *R, int p, tr_lin_saved *s, lpx_tensor *g,
         TRY(lpx_float8_linear_backward(s->ctx, g, gx, gw, NULL, NULL));
         break;
     case TR_NF4_QLORA:
-        TRY(lpx_qlora_linear_backward(g, s->x, R->nf4[p], R->la[p], R->lb[p], s->xa, &R->qopts, gx, &ga, &gb));
+        TRY(lpx_qlora_linear_backward(g, s->x, R->nf4[p], R->la[p], R->lb[p], s->xa, &s->q, gx, &ga, &gb));
         TRY(lpx_add_out(R->ga[p], ga, R->ga[p]));
         TRY(lpx_add_out(R->gb[p], gb, R->gb[p]));
         break;

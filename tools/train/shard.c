@@ -251,6 +251,26 @@ out:
     return st;
 }
 
+/* --inject-nan STEP[:PARAM] (tests of the numerics guards): rank 0 puts a
+ * NaN and an inf into the first elements of PARAM's full gradient (default
+ * the first block's wq; under nf4-qlora its LoRA A) before the
+ * reduce-scatter, so they land in rank 0's shard */
+static void inject_nan(tr_rank *R, int p, int which, lpx_tensor *grad)
+{
+    const tr_opts *o = R->o;
+    const tr_param *P = &R->g->p[p];
+    if (!R->inject || o->inject_nan_step != R->step + 1 || R->rank != 0 || !grad) return;
+    const char *want = o->inject_nan_param;
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", P->name, which == 1 ? ".lora_a" : which == 2 ? ".lora_b" : "");
+    bool hit = want[0] ? !strcmp(want, name) || (which == 1 && !strcmp(want, P->name))
+                       : P->kind == TR_P_LIN && P->layer == 0 && P->lin == TR_L_Q && which <= 1;
+    if (!hit || lpx_tensor_dtype(grad) != LPX_F32 || lpx_tensor_numel(grad) < 2) return;
+    float *d = lpx_tensor_data(grad);
+    d[0] = NAN;
+    d[1] = INFINITY;
+}
+
 lpx_status tr_reduce_grads(tr_rank *R, int grp)
 {
     lpx_status st = LPX_OK;
@@ -262,10 +282,13 @@ lpx_status tr_reduce_grads(tr_rank *R, int grp)
         if (P->group != grp) continue;
         if (R->recipe == TR_NF4_QLORA) {
             if (P->kind != TR_P_LIN) continue;
+            inject_nan(R, p, 1, R->ga[p]);
+            inject_nan(R, p, 2, R->gb[p]);
             TRY(lpx_fsdp_set_grad(G, R->ai[p], R->ga[p]));
             TRY(lpx_fsdp_set_grad(G, R->bi[p], R->gb[p]));
         } else {
             if (!R->gacc[p]) FAIL(LPX_EINTERNAL, "train: no gradient for %s", P->name);
+            inject_nan(R, p, 0, R->gacc[p]);
             TRY(lpx_fsdp_set_grad(G, R->gi[p], R->gacc[p]));
         }
         any = true;
@@ -293,37 +316,49 @@ lpx_status tr_precompute_scales(tr_rank *R)
     return lpx_fsdp_precompute_scales(R->fsdp);
 }
 
-/* rows of parameter p that rank r holds */
-static int64_t rows_of(const tr_rank *R, int p, int r)
+void tr_shard_rows(const tr_rank *R, int64_t rows, int64_t *start, int64_t *len)
 {
-    int64_t s = R->chunk[p] * r, rows = R->g->p[p].rows;
-    if (s >= rows) return 0;
-    return rows - s < R->chunk[p] ? rows - s : R->chunk[p];
+    int64_t chunk;
+    if (lpx_shard_range(rows, R->world, R->rank, 1, &chunk, start, len) != LPX_OK) *start = *len = 0;
+}
+
+lpx_status tr_gather_rows(tr_rank *R, const float *local, int64_t local_rows, int64_t rows, int64_t cols, float *out)
+{
+    lpx_status st = LPX_OK;
+    int64_t chunk, start, len;
+    TRY(lpx_shard_range(rows, R->world, R->rank, 1, &chunk, &start, &len));
+    if (len != local_rows)
+        FAIL(LPX_EINTERNAL, "train: a local shard of %lld rows where Shard(0) of %lld rows over %d ranks gives %lld",
+             (long long)local_rows, (long long)rows, R->world, (long long)len);
+    /* every rank sends a padded chunk (the comm wants equal sizes) */
+    size_t cnt = (size_t)(chunk * cols);
+    float *send = calloc(cnt + 1, sizeof(float)), *recv = malloc(sizeof(float) * (cnt * (size_t)R->world + 1));
+    if (!send || !recv) {
+        free(send);
+        free(recv);
+        FAIL(LPX_ENOMEM, "train: out of memory");
+    }
+    if (len) memcpy(send, local, sizeof(float) * (size_t)(len * cols));
+    st = lpx_comm_all_gather_buf(R->comm, send, recv, cnt * sizeof(float));
+    if (st == LPX_OK && out)
+        for (int r = 0; r < R->world; r++) {
+            int64_t s0 = chunk * r, n = s0 >= rows ? 0 : (rows - s0 < chunk ? rows - s0 : chunk);
+            if (n) memcpy(out + s0 * cols, recv + (size_t)r * cnt, sizeof(float) * (size_t)(n * cols));
+        }
+    free(send);
+    free(recv);
+out:
+    return st;
 }
 
 lpx_status tr_gather_masters(tr_rank *R, float **out)
 {
     lpx_status st = LPX_OK;
-    float *send = NULL, *recv = NULL;
     if (R->recipe == TR_NF4_QLORA) return LPX_OK; /* the adapters are not a checkpoint */
     for (int p = 0; p < R->g->nparams; p++) {
         const tr_param *P = &R->g->p[p];
-        size_t cnt = (size_t)(R->chunk[p] * P->cols);
-        send = calloc(cnt + 1, sizeof(float));
-        recv = malloc(sizeof(float) * (cnt * (size_t)R->world + 1));
-        if (!send || !recv) FAIL(LPX_ENOMEM, "train: out of memory");
-        memcpy(send, lpx_tensor_data(R->master[p]), sizeof(float) * (size_t)(R->len[p] * P->cols));
-        TRY(lpx_comm_all_gather_buf(R->comm, send, recv, cnt * sizeof(float)));
-        if (out && out[p])
-            for (int r = 0; r < R->world; r++)
-                memcpy(out[p] + R->chunk[p] * r * P->cols, recv + (size_t)r * cnt,
-                       sizeof(float) * (size_t)(rows_of(R, p, r) * P->cols));
-        free(send);
-        free(recv);
-        send = recv = NULL;
+        TRY(tr_gather_rows(R, lpx_tensor_data(R->master[p]), R->len[p], P->rows, P->cols, out ? out[p] : NULL));
     }
 out:
-    free(send);
-    free(recv);
     return st;
 }

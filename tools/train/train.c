@@ -15,7 +15,14 @@
  * (an all-gather of the f64 values, outside the engine's calls, so
  * lpx_fsdp_stats does not count it), which is what lets one rank per MPI
  * process (`--comm mpi`) run the same code as the local threads. Rank 0
- * keeps the results, prints and writes the files. */
+ * keeps the results, prints and writes the files.
+ *
+ * Guards: the all-gather of the losses also carries each rank's count of
+ * NaN/inf in its gradient shards, so every rank stops (or, with
+ * --skip-nonfinite, skips the optimizer step) together; the weights are
+ * checked after the optimizer. An error inside a step is reported with
+ * the step and the rank ("step 7, rank 0: all_gather #41 ...: rank 2
+ * aborted: ..."). Checkpoints (--save, --resume): ckpt.c. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
@@ -43,6 +50,13 @@ typedef struct tr_shared {
     float **final;           /* the trained masters are gathered here (may be NULL) */
     bool print;
     const char *label;
+    /* steps [start, end) run here, of a schedule of `steps`; `main`: the
+     * run that --save, --resume and the fault injections apply to */
+    int start, end;
+    bool main;
+    const tr_ckpt *ck;       /* --resume */
+    double val_start_mean;   /* recorded in checkpoints (NaN: none) */
+    char (*err)[1024];       /* [o->ranks]: each rank's error message, to report the first */
 } tr_shared;
 
 static double now_s(void) { return (double)lpx_now_ns() * 1e-9; }
@@ -61,6 +75,7 @@ static lpx_status evaluate(tr_rank *R, tr_shared *sh, double *out)
     double *all = malloc(sizeof(double) * (size_t)o->eval_batches * (size_t)R->world);
     tr_fwd f = {0};
     if (!idx || !tgt || !mine || !all) FAIL(LPX_ENOMEM, "train: out of memory");
+    TRY(tr_recipe_reset_eval(R));
     /* every rank runs the same number of forwards (the unshards are
      * collectives): round k evaluates micro-batch k * world + rank, and a
      * rank past the end repeats one and drops the result */
@@ -99,6 +114,7 @@ static lpx_status sample(tr_rank *R, tr_shared *sh, char *out, size_t cap)
     int32_t *ctx = malloc(sizeof(int32_t) * (size_t)(n + plen));
     tr_fwd f = {0};
     if (!ctx) FAIL(LPX_ENOMEM, "train: out of memory");
+    TRY(tr_recipe_reset_eval(R));
     /* the prompt: a line start in the validation text */
     size_t at = c->n_train;
     while (at + 1 < c->n && c->char_of[c->tok[at]] != '\n') at++;
@@ -135,6 +151,160 @@ out:
     return st;
 }
 
+/* the name of trainable (p, which): which 1 / 2 are p's LoRA A / B */
+static void tparam_name(const tr_geom *g, int p, int which, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s%s", g->p[p].name, which == 1 ? ".lora_a" : which == 2 ? ".lora_b" : "");
+}
+
+/* NaN and inf in t (dense; any float dtype) */
+static lpx_status count_nonfinite(lpx_tensor *t, int64_t *nan, int64_t *inf)
+{
+    lpx_tensor *c = NULL;
+    *nan = *inf = 0;
+    if (!t) return LPX_OK;
+    if (lpx_tensor_dtype(t) != LPX_F32 || !lpx_tensor_is_contiguous(t)) {
+        lpx_status st = lpx_cast(t, LPX_F32, false, &c);
+        if (st != LPX_OK) return st;
+        t = c;
+    }
+    const float *d = lpx_tensor_data(t);
+    for (int64_t i = 0, n = lpx_tensor_numel(t); i < n; i++) {
+        if (isnan(d[i])) ++*nan;
+        else if (isinf(d[i])) ++*inf;
+    }
+    lpx_tensor_release(c);
+    return LPX_OK;
+}
+
+/* The first trainable tensor of this rank with NaN/inf: q = {p, which,
+ * nan, inf} (p -1: none). grads: the reduce-scattered grad shards, else
+ * the weights (the f32 masters, nf4-qlora's adapters). */
+static lpx_status scan_local(tr_rank *R, bool grads, int64_t q[4])
+{
+    const tr_geom *g = R->g;
+    q[0] = q[1] = -1;
+    q[2] = q[3] = 0;
+    for (int p = 0; p < g->nparams; p++) {
+        bool qlora = R->recipe == TR_NF4_QLORA;
+        if (qlora && g->p[p].kind != TR_P_LIN) continue;
+        lpx_fsdp_group *G = R->grp[g->p[p].group];
+        for (int which = qlora ? 1 : 0; which <= (qlora ? 2 : 0); which++) {
+            int i = which == 0 ? R->gi[p] : which == 1 ? R->ai[p] : R->bi[p];
+            lpx_tensor *t = grads ? lpx_fsdp_param_grad(G, i) : which == 0 ? R->master[p] : lpx_fsdp_param_local(G, i);
+            int64_t nan, inf;
+            lpx_status st = count_nonfinite(t, &nan, &inf);
+            if (st != LPX_OK) return st;
+            if (nan + inf) {
+                q[0] = p;
+                q[1] = which;
+                q[2] = nan;
+                q[3] = inf;
+                return LPX_OK;
+            }
+        }
+    }
+    return LPX_OK;
+}
+
+/* After the backward, before the optimizer: every rank's micro-batch
+ * losses and the NaN/inf count of its gradient shards travel in ONE
+ * all-gather (the losses land in chunk_loss), so every rank takes the same
+ * decision: go on, skip the optimizer step (--skip-nonfinite) or stop with
+ * the step, the parameter and the rank in the message. */
+static lpx_status check_step(tr_rank *R, tr_shared *sh, double *chunk_loss, int nloc, bool *skip)
+{
+    lpx_status st = LPX_OK;
+    const tr_opts *o = R->o;
+    size_t block = sizeof(double) * (size_t)nloc + 4 * sizeof(int64_t);
+    unsigned char *send = malloc(block), *all = malloc(block * (size_t)R->world);
+    char msg[512] = "";
+    int64_t q[4];
+    *skip = false;
+    if (!send || !all) FAIL(LPX_ENOMEM, "train: out of memory");
+    TRY(scan_local(R, true, q));
+    memcpy(send, chunk_loss + (size_t)R->rank * (size_t)nloc, sizeof(double) * (size_t)nloc);
+    memcpy(send + sizeof(double) * (size_t)nloc, q, sizeof q);
+    TRY(lpx_comm_all_gather_buf(R->comm, send, all, block));
+    for (int r = 0; r < R->world; r++)
+        memcpy(chunk_loss + (size_t)r * (size_t)nloc, all + (size_t)r * block, sizeof(double) * (size_t)nloc);
+    for (int k = 0; k < o->micro && !msg[0]; k++)
+        if (!isfinite(chunk_loss[k]))
+            snprintf(msg, sizeof msg, "step %d: non-finite loss (%g) in micro-batch %d (rank %d)", R->step + 1,
+                     chunk_loss[k], k, k / nloc);
+    for (int r = 0; r < R->world && !msg[0]; r++) {
+        memcpy(q, all + (size_t)r * block + sizeof(double) * (size_t)nloc, sizeof q);
+        if (q[0] < 0) continue;
+        char name[64];
+        tparam_name(R->g, (int)q[0], (int)q[1], name, sizeof name);
+        snprintf(msg, sizeof msg, "step %d: non-finite gradient in parameter %s (rank %d): %lld NaN, %lld inf",
+                 R->step + 1, name, r, (long long)q[2], (long long)q[3]);
+    }
+    if (msg[0]) {
+        if (!o->skip_nonfinite) FAIL(LPX_ENUMERIC, "%s; stopping (--skip-nonfinite skips such steps)", msg);
+        *skip = true;
+        if (writes_shared(R, sh)) sh->res->skipped++;
+        if (R->rank == 0) {
+            fflush(stdout);
+            fprintf(stderr, "lpx train: %s; optimizer step skipped (--skip-nonfinite)\n", msg);
+        }
+    }
+out:
+    free(send);
+    free(all);
+    return st;
+}
+
+/* After the optimizer step: no NaN/inf in any weight (one all-gather of
+ * each rank's count), else stop with the step, parameter and rank. */
+static lpx_status check_weights(tr_rank *R)
+{
+    lpx_status st = LPX_OK;
+    int64_t q[4], *all = malloc(sizeof q * (size_t)R->world);
+    if (!all) FAIL(LPX_ENOMEM, "train: out of memory");
+    TRY(scan_local(R, false, q));
+    TRY(lpx_comm_all_gather_buf(R->comm, q, all, sizeof q));
+    for (int r = 0; r < R->world; r++) {
+        int64_t *x = all + 4 * r;
+        if (x[0] < 0) continue;
+        char name[64];
+        tparam_name(R->g, (int)x[0], (int)x[1], name, sizeof name);
+        FAIL(LPX_ENUMERIC, "step %d: non-finite weight in parameter %s (rank %d) after the optimizer step: %lld NaN, "
+             "%lld inf", R->step + 1, name, r, (long long)x[2], (long long)x[3]);
+    }
+out:
+    free(all);
+    return st;
+}
+
+/* --save: every rank gathers, rank 0 writes (ckpt.c) */
+static lpx_status save_now(tr_rank *R, tr_shared *sh, int done)
+{
+    tr_ckpt_info info = {.dir = R->o->save_dir, .step = done, .vocab = sh->c->vocab, .skipped = sh->res->skipped,
+                         .val_start = sh->val_start_mean, .hist = sh->res->rec, .data_path = sh->c->path,
+                         .weights = sh->init};
+    lpx_status st = tr_ckpt_save(R, &info);
+    if (st == LPX_OK && R->rank == 0 && sh->print) {
+        printf("  checkpoint %s: step %d\n", R->o->save_dir, done);
+        fflush(stdout);
+    }
+    return st;
+}
+
+/* Keeps this rank's error for run_recipe to report; an error inside a
+ * step (a failed collective, most often) is prefixed with the step and
+ * the rank that saw it. */
+static void record_error(const tr_rank *R, tr_shared *sh, lpx_status st, int step)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", lpx_last_error()[0] ? lpx_last_error() : lpx_status_string(st));
+    if (step >= 0 && strncmp(msg, "step ", 5)) {
+        lpx_error(st, "step %d, rank %d: %s", step + 1, R->rank, msg);
+        snprintf(msg, sizeof msg, "%s", lpx_last_error());
+    }
+    if (sh->err && R->rank >= 0 && R->rank < sh->o->ranks) snprintf(sh->err[R->rank], sizeof sh->err[0], "%s", msg);
+}
+
 static lpx_status rank_main(lpx_comm *comm, void *arg)
 {
     tr_shared *sh = arg;
@@ -144,6 +314,7 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     int32_t *idx = NULL, *tgt = NULL;
     double *chunk_loss = NULL;   /* this step's micro-batch losses, all ranks' after the gather */
     tr_fwd f = {0};
+    int cur = -1;                /* the step being run, for error messages */
     if (!R) return lpx_error(LPX_ENOMEM, "train: out of memory");
     R->o = o;
     R->g = sh->g;
@@ -151,6 +322,7 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     R->comm = comm;
     R->rank = lpx_comm_rank(comm);
     R->world = lpx_comm_size(comm);
+    R->inject = sh->main;
     int nloc = o->micro / R->world, b = o->batch / o->micro;
     idx = malloc(sizeof(int32_t) * (size_t)(b * o->seq));
     tgt = malloc(sizeof(int32_t) * (size_t)(b * o->seq));
@@ -161,18 +333,39 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     TRY(tr_recipe_setup(R));
     TRY(tr_model_setup(R));
     TRY(tr_adamw_setup(R));
+    /* --resume: the optimizer and recipe state (the weights came as init) */
+    if (sh->ck) TRY(tr_ckpt_load_rank(R, sh->ck));
     if (R->recipe == TR_F8_TENSORWISE) TRY(tr_precompute_scales(R));
-    if (sh->val_start) TRY(evaluate(R, sh, sh->val_start));
+    if (sh->val_start) {
+        TRY(evaluate(R, sh, sh->val_start));
+        if (writes_shared(R, sh)) {
+            double v0 = 0;
+            for (int i = 0; i < o->eval_batches; i++) v0 += sh->val_start[i];
+            sh->val_start_mean = v0 / o->eval_batches;
+        }
+    }
 
     double t_run = now_s();
-    for (int step = 0; step < sh->steps; step++) {
+    for (int step = sh->start; step < sh->end; step++) {
+        cur = step;
+        R->step = step;
         lpx_fsdp_stats_reset(R->fsdp);
         double t0 = now_s();
+        if (sh->main && o->inject_comm_step == step + 1 && o->inject_comm_rank == R->rank) {
+            /* a failing rank: every pending and later collective fails */
+            char why[128];
+            snprintf(why, sizeof why, "injected fault (--inject-comm-fault %d:%d)", step + 1, R->rank);
+            lpx_comm_abort(comm, why);
+        }
+        R->training = true;
         for (int j = 0; j < nloc; j++) {
             int gi = R->rank * nloc + j;
+            R->cur_chunk = gi;
             tr_batch(sh->c, o->seed, step, gi, false, b, o->seq, idx, tgt);
             TRY(tr_forward(R, &f, idx, tgt, b, o->seq, gi, true));
             chunk_loss[gi] = f.loss;
+            if (sh->main && o->inject_nan_step == step + 1 && gi == 0 && !strcmp(o->inject_nan_param, "loss"))
+                chunk_loss[gi] = NAN;
             tr_mem_add(&R->mem, TR_MEM_ACT, R->act_bytes);
             /* the mean over this rank's micro-batches (1/nloc); the
              * reduce-scatter averages over ranks */
@@ -180,13 +373,15 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
             tr_mem_add(&R->mem, TR_MEM_ACT, -R->act_bytes);
             tr_fwd_clear(&f, R->g->layers);
         }
-        TRY(tr_adamw_step(R, tr_lr_at(o, step, sh->steps)));
+        R->training = false;
+        /* every rank's losses and non-finite grad counts (one all-gather,
+         * outside the engine's calls, so not in its stats) */
+        bool skip = false;
+        TRY(check_step(R, sh, chunk_loss, nloc, &skip));
+        if (!skip) TRY(tr_adamw_step(R, tr_lr_at(o, step, sh->steps)));
         if (R->recipe == TR_F8_TENSORWISE) TRY(tr_precompute_scales(R));
+        if (!skip) TRY(check_weights(R));
         double t1 = now_s();
-        /* every rank's micro-batch losses (rank r's nloc values land at
-         * r * nloc: in place); not an engine call, so not in its stats */
-        TRY(lpx_comm_all_gather_buf(comm, chunk_loss + (size_t)R->rank * (size_t)nloc, chunk_loss,
-                                    sizeof(double) * (size_t)nloc));
         if (R->rank == 0) {
             lpx_fsdp_stats fs = {.struct_size = sizeof fs};
             TRY(lpx_fsdp_stats_get(R->fsdp, &fs));
@@ -210,14 +405,21 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
             rec->tok_s = (double)o->batch * o->seq / (t1 - t0);
             rec->comm_ms = (double)comm_ns * 1e-6;
             rec->compute_ms = (t1 - t0) * 1e3 - rec->comm_ms;
-            if (sh->print && (step == 0 || (step + 1) % o->log_every == 0 || step + 1 == sh->steps)) {
-                printf("  %-18s step %4d/%d  loss %.4f  %7.0f tok/s  compute %6.1f ms  collectives %5.1f ms\n",
-                       sh->label, step + 1, sh->steps, loss, rec->tok_s, rec->compute_ms, rec->comm_ms);
+            if (sh->print && (step == sh->start || (step + 1) % o->log_every == 0 || step + 1 == sh->end)) {
+                char exact[48] = "";
+                if (o->log_exact) snprintf(exact, sizeof exact, " [%a]", loss);
+                printf("  %-18s step %4d/%d  loss %.4f%s  %7.0f tok/s  compute %6.1f ms  collectives %5.1f ms%s\n",
+                       sh->label, step + 1, sh->steps, loss, exact, rec->tok_s, rec->compute_ms, rec->comm_ms,
+                       skip ? "  (skipped)" : "");
                 fflush(stdout);
             }
         }
+        if (sh->main && o->save_dir && o->save_every && (step + 1) % o->save_every == 0 && step + 1 < sh->end)
+            TRY(save_now(R, sh, step + 1));
     }
+    cur = -1;
     if (R->rank == 0) sh->res->seconds = now_s() - t_run;
+    if (sh->main && o->save_dir) TRY(save_now(R, sh, sh->end));
 
     TRY(evaluate(R, sh, sh->val_loss));
     if (o->sample_len > 0) {
@@ -248,6 +450,7 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
         }
     }
 out:
+    if (st != LPX_OK) record_error(R, sh, st, cur);
     tr_fwd_clear(&f, R->g ? R->g->layers : 0);
     tr_adamw_teardown(R);
     tr_model_teardown(R);
@@ -260,43 +463,71 @@ out:
     return st;
 }
 
-/* Runs one recipe for `steps` steps from `init` on o->ranks ranks. */
-static lpx_status run_recipe(const tr_opts *o, tr_recipe recipe, const char *label, int steps, const tr_geom *g,
-                             const tr_corpus *c, float *const *init, float **final, bool eval_start, tr_result *res)
+/* Which steps a run covers, and whether it is the main one. */
+typedef struct tr_span {
+    int start, end;          /* steps [start, end) of a schedule of `steps` */
+    bool main;
+    const tr_ckpt *ck;
+} tr_span;
+
+/* Runs one recipe over steps [span->start, span->end) of a `steps`-step
+ * schedule from `init` on o->ranks ranks. */
+static lpx_status run_recipe(const tr_opts *o, tr_recipe recipe, const char *label, int steps, const tr_span *span,
+                             const tr_geom *g, const tr_corpus *c, float *const *init, float **final, bool eval_start,
+                             tr_result *res)
 {
     lpx_status st = LPX_OK;
     /* the local backend runs every rank as a thread of this process, on
      * this one tr_shared; other backends host one rank per process */
     tr_shared sh = {.o = o, .recipe = recipe, .steps = steps, .g = g, .c = c, .init = init, .res = res,
-                    .final = final, .print = !o->quiet, .label = label, .per_process = strcmp(o->comm, "local") != 0};
+                    .final = final, .print = !o->quiet, .label = label, .per_process = strcmp(o->comm, "local") != 0,
+                    .start = span->start, .end = span->end, .main = span->main, .ck = span->ck,
+                    .val_start_mean = NAN};
     memset(res, 0, sizeof *res);
     res->label = label;
     res->recipe = recipe;
-    res->steps = steps;
-    res->rec = calloc((size_t)steps, sizeof *res->rec);
+    res->steps = span->end;
+    res->start = span->start;
+    res->rec = calloc((size_t)span->end, sizeof *res->rec);
     sh.val_loss = calloc((size_t)o->eval_batches, sizeof(double));
-    if (eval_start) sh.val_start = calloc((size_t)o->eval_batches, sizeof(double));
-    if (!res->rec || !sh.val_loss || (eval_start && !sh.val_start))
+    sh.err = calloc((size_t)o->ranks, sizeof *sh.err);
+    /* a resumed run takes the validation loss before training from the checkpoint */
+    if (eval_start && !span->ck) sh.val_start = calloc((size_t)o->eval_batches, sizeof(double));
+    if (!res->rec || !sh.val_loss || !sh.err || (eval_start && !span->ck && !sh.val_start))
         FAIL(LPX_ENOMEM, "train: out of memory");
+    if (span->ck) {
+        for (int s = 0; s < span->start && s < span->ck->nhist; s++) res->rec[s] = span->ck->hist[s];
+        res->skipped = span->ck->skipped;
+        sh.val_start_mean = span->ck->val_start;
+    }
     if (!o->quiet) {
-        printf("%s: %d steps on %d %s ranks\n", label, steps, o->ranks, o->comm);
+        if (span->start) printf("%s: steps %d..%d of %d on %d %s ranks\n", label, span->start + 1, span->end, steps,
+                                o->ranks, o->comm);
+        else printf("%s: %d steps on %d %s ranks\n", label, span->end, o->ranks, o->comm);
         fflush(stdout);
     }
-    TRY(lpx_comm_run(o->comm, o->ranks, 0, rank_main, &sh, NULL));
-    double v = 0, v0 = 0;
-    for (int i = 0; i < o->eval_batches; i++) {
-        v += sh.val_loss[i];
-        if (sh.val_start) v0 += sh.val_start[i];
+    st = lpx_comm_run(o->comm, o->ranks, 0, rank_main, &sh, NULL);
+    if (st != LPX_OK) {
+        /* the first failing rank's message, without the runner's prefix */
+        for (int r = 0; r < o->ranks; r++)
+            if (sh.err[r][0]) {
+                st = lpx_error(st, "%s", sh.err[r]);
+                break;
+            }
+        goto out;
     }
+    double v = 0;
+    for (int i = 0; i < o->eval_batches; i++) v += sh.val_loss[i];
     res->val_loss = v / o->eval_batches;
-    res->val_loss_start = sh.val_start ? v0 / o->eval_batches : NAN;
+    res->val_loss_start = sh.val_start_mean;
     double tl = 0;
-    int k = steps < 10 ? steps : 10;
-    for (int i = steps - k; i < steps; i++) tl += res->rec[i].loss;
+    int k = span->end < 10 ? span->end : 10;
+    for (int i = span->end - k; i < span->end; i++) tl += res->rec[i].loss;
     res->train_loss = tl / k;
 out:
     free(sh.val_loss);
     free(sh.val_start);
+    free(sh.err);
     return st;
 }
 
@@ -436,6 +667,9 @@ static void print_summary(const tr_opts *o, const tr_geom *g, const tr_result *r
         printf("  %-20s %10.4f %10.4f %10s %9.0f %7.1fs\n", x->label, x->train_loss, x->val_loss, gap,
                toks / x->steps, x->seconds);
     }
+    if (M->skipped || o->skip_nonfinite)
+        printf("  optimizer steps skipped for non-finite gradients (--skip-nonfinite): %d\n", M->skipped);
+    if (M->start) printf("  %s resumed at step %d (steps 1..%d from the checkpoint)\n", M->label, M->start, M->start);
     if (M->recipe == TR_NF4_QLORA) {
         printf("  nf4-qlora: val loss of the pre-trained base %.4f -> %.4f after adapter training\n",
                M->val_loss_start, M->val_loss);
@@ -532,6 +766,25 @@ static lpx_status probe_world(lpx_comm *comm, void *ctx)
     return LPX_OK;
 }
 
+/* --inject-nan's PARAM: "loss", or a parameter with a gradient */
+static bool inject_target_ok(const tr_opts *o, const tr_geom *g)
+{
+    const char *w = o->inject_nan_param;
+    if (!w[0] || !strcmp(w, "loss")) return true;
+    for (int p = 0; p < g->nparams; p++) {
+        const tr_param *P = &g->p[p];
+        char a[64], b[64];
+        snprintf(a, sizeof a, "%s.lora_a", P->name);
+        snprintf(b, sizeof b, "%s.lora_b", P->name);
+        if (o->recipe == TR_NF4_QLORA ? P->kind == TR_P_LIN && (!strcmp(w, P->name) || !strcmp(w, a) || !strcmp(w, b))
+                                      : !strcmp(w, P->name))
+            return true;
+    }
+    return false;
+}
+
+static int train_run(tr_opts *op, const tr_ckpt *ck);
+
 int lpx_cmd_train(int argc, char **argv)
 {
     tr_opts o;
@@ -542,6 +795,28 @@ int lpx_cmd_train(int argc, char **argv)
         return 0;
     }
     if (rc) return rc;
+    tr_ckpt ck;
+    memset(&ck, 0, sizeof ck);
+    if (o.resume_dir) {
+        /* the manifest and every file's checksum first; then the options
+         * not given on the command line come from it */
+        if (tr_ckpt_open(o.resume_dir, &ck) != LPX_OK) {
+            fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+            return 2;
+        }
+        if ((rc = tr_ckpt_apply(&ck, &o))) {
+            tr_ckpt_free(&ck);
+            return rc;
+        }
+    }
+    rc = train_run(&o, o.resume_dir ? &ck : NULL);
+    tr_ckpt_free(&ck);
+    return rc;
+}
+
+static int train_run(tr_opts *op, const tr_ckpt *ck)
+{
+    tr_opts o = *op;
 
     /* refuse what this build cannot do with one line and exit 2. A comm
      * backend's plugin (lpx-mpi.so) comes through LPX_PLUGIN_PATH or from
@@ -580,6 +855,11 @@ int lpx_cmd_train(int argc, char **argv)
         }
         if (!lead) o.quiet = true;
     }
+    if (o.inject_comm_step && o.inject_comm_rank >= o.ranks) {
+        if (lead) fprintf(stderr, "lpx train: --inject-comm-fault %d:%d: there are %d ranks\n", o.inject_comm_step,
+                          o.inject_comm_rank, o.ranks);
+        return 2;
+    }
     if (!strcmp(o.device, "cuda")) {
         if (lead)
             fprintf(stderr, "lpx train: --device cuda: %s\n",
@@ -611,12 +891,24 @@ int lpx_cmd_train(int argc, char **argv)
     }
     tr_geom *g = malloc(sizeof *g);
     tr_result res[3];
-    int nres = 0, main_idx = 0, base_idx = -1;
+    int nres = 0, main_idx = 0, base_idx = -1, rc = 1;
     float **init = NULL, **base = NULL;
     lpx_status st = LPX_OK;
     memset(res, 0, sizeof res);
     if (!g) FAIL(LPX_ENOMEM, "out of memory");
     tr_geom_init(g, corpus.vocab, o.dim, o.layers, o.heads, o.seq, o.wrap_linear);
+    if (!inject_target_ok(&o, g)) {
+        if (lead) fprintf(stderr, "lpx train: --inject-nan: no parameter '%s' with a gradient (e.g. b0.wq%s, or loss)\n",
+                          o.inject_nan_param, o.recipe == TR_NF4_QLORA ? ".lora_a" : "");
+        rc = 2;
+        goto out;
+    }
+    if (ck && ck->data_bytes && lead) {
+        uint64_t h = 0, n = 0;
+        if (tr_file_fnv(cpath, &h, &n) != LPX_OK || h != ck->data_fnv || n != ck->data_bytes)
+            fprintf(stderr, "lpx train: warning: --resume: corpus '%s' is not the checkpoint's ('%s'); its batches "
+                            "continue at step %d of this one\n", cpath, ck->data_path, ck->step + 1);
+    }
     if (lead && mkdir(o.out_dir, 0777) != 0 && access(o.out_dir, W_OK) != 0)
         FAIL(LPX_EIO, "cannot create --out '%s'", o.out_dir);
     if (!o.quiet)
@@ -625,31 +917,56 @@ int lpx_cmd_train(int argc, char **argv)
                (long long)tr_geom_numel(g), o.wrap_linear ? "linear" : "block");
     init = alloc_params(g);
     if (!init) FAIL(LPX_ENOMEM, "out of memory");
-    TRY(init_params(g, o.seed, init));
+    if (ck) {
+        /* the checkpoint's weights, every name and shape checked: a
+         * mismatch is refused like a bad option (exit 2) */
+        if (tr_ckpt_load_weights(ck, g, &o, init) != LPX_OK) {
+            if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+            rc = 2;
+            goto out;
+        }
+        if (!o.quiet) {
+            printf("  resuming %s at step %d (checkpoint: %s on %d ranks; now %s on %d)\n", ck->dir, ck->step,
+                   tr_recipe_name(ck->cfg.recipe), ck->cfg.ranks, tr_recipe_name(o.recipe), o.ranks);
+            if (o.recipe == TR_F8_DELAYED && !ck->has_recipe_state)
+                printf("  the checkpoint holds no float8-delayed amax histories (recipe %s): they start empty\n",
+                       tr_recipe_name(ck->cfg.recipe));
+        }
+    } else {
+        TRY(init_params(g, o.seed, init));
+    }
 
-    if (o.recipe == TR_NF4_QLORA) {
+    if (o.recipe == TR_NF4_QLORA && ck) {
+        /* the checkpoint's weights are the frozen base */
+        base = init;
+        init = NULL;
+    } else if (o.recipe == TR_NF4_QLORA) {
         /* the base: --init, or a short bf16 pre-training run saved as DIR/model.bin */
         base = alloc_params(g);
         if (!base) FAIL(LPX_ENOMEM, "out of memory");
         if (o.init_path) {
             TRY(load_ckpt(o.init_path, g, base));
         } else {
-            TRY(run_recipe(&o, TR_BF16, "bf16-pretrain", o.pretrain_steps, g, &corpus, init, base, false, &res[nres]));
+            tr_span pre = {.start = 0, .end = o.pretrain_steps};
+            TRY(run_recipe(&o, TR_BF16, "bf16-pretrain", o.pretrain_steps, &pre, g, &corpus, init, base, false,
+                           &res[nres]));
             nres++;
             if (lead) TRY(save_ckpt(o.out_dir, g, base));
             if (!o.quiet) printf("  base checkpoint: %s/model.bin\n", o.out_dir);
         }
     }
     float *const *start = base ? base : init;
+    tr_span span = {.start = ck ? ck->step : 0, .end = o.stop_after ? o.stop_after : o.steps, .main = true, .ck = ck};
     TRY(lpx_trace_start(NULL));
     main_idx = nres;
-    st = run_recipe(&o, o.recipe, tr_recipe_name(o.recipe), o.steps, g, &corpus, start, NULL, true, &res[nres]);
+    st = run_recipe(&o, o.recipe, tr_recipe_name(o.recipe), o.steps, &span, g, &corpus, start, NULL, true, &res[nres]);
     lpx_trace_stop();
     if (st != LPX_OK) goto out;
     nres++;
     if (o.compare && o.recipe != TR_BF16) {
         base_idx = nres;
-        TRY(run_recipe(&o, TR_BF16, "bf16", o.steps, g, &corpus, start, NULL, true, &res[nres]));
+        tr_span all = {.start = 0, .end = o.steps};
+        TRY(run_recipe(&o, TR_BF16, "bf16", o.steps, &all, g, &corpus, start, NULL, true, &res[nres]));
         nres++;
     } else if (o.recipe == TR_BF16) {
         base_idx = main_idx;
@@ -669,5 +986,5 @@ out:
     }
     free(g);
     tr_corpus_free(&corpus);
-    return st == LPX_OK ? 0 : 1;
+    return st != LPX_OK ? 1 : rc == 2 ? 2 : 0;
 }

@@ -12,6 +12,8 @@
  *   shard.c    parameter sharding: unshard / reshard / reduce-scatter / scales
  *   optim.c    AdamW on local shards
  *   metrics.c  metrics.csv and loss.svg, written atomically
+ *   ckpt.c     checkpoints: --save / --save-every / --resume (atomic
+ *              directories with a checksummed manifest)
  *   mem.c      the per-rank memory model behind `lpx mem`
  *   train.c    the rank loop, evaluation, sampling and the summary */
 #ifndef LPX_TRAIN_H
@@ -50,6 +52,16 @@ bool tr_recipe_is_mx(tr_recipe r);
  * weights are not padded to 16384 elements (~4.13 bits/param at any size) */
 lpx_nf4_config tr_nf4_config(int64_t numel);
 
+/* Options a checkpoint's manifest restores on --resume unless they were
+ * given on the command line (tr_opts.given). */
+enum {
+    TR_GIVEN_RECIPE = 1u << 0, TR_GIVEN_RANKS = 1u << 1, TR_GIVEN_MICRO = 1u << 2, TR_GIVEN_BATCH = 1u << 3,
+    TR_GIVEN_SEQ = 1u << 4, TR_GIVEN_DIM = 1u << 5, TR_GIVEN_LAYERS = 1u << 6, TR_GIVEN_HEADS = 1u << 7,
+    TR_GIVEN_LR = 1u << 8, TR_GIVEN_SEED = 1u << 9, TR_GIVEN_STEPS = 1u << 10, TR_GIVEN_WRAP = 1u << 11,
+    TR_GIVEN_LORA_RANK = 1u << 12, TR_GIVEN_LORA_DROPOUT = 1u << 13, TR_GIVEN_DATA = 1u << 14,
+    TR_GIVEN_EVAL = 1u << 15
+};
+
 typedef struct tr_opts {
     tr_recipe recipe;
     int ranks;
@@ -70,6 +82,22 @@ typedef struct tr_opts {
     const char *out_dir;
     const char *init_path;
     const char *data_path;
+    double lora_dropout;    /* nf4-qlora: dropout on the adapter path (counter-based masks) */
+    unsigned given;         /* TR_GIVEN_*: options given on the command line */
+
+    /* checkpoints (ckpt.c) */
+    const char *save_dir;   /* --save DIR: at the end (and every --save-every steps) */
+    int save_every;
+    const char *resume_dir; /* --resume DIR */
+    int stop_after;         /* --stop-after N: stop after step N (the schedule still spans --steps); 0: none */
+
+    /* numerics guards and fault injection (tests) */
+    bool skip_nonfinite;    /* skip the optimizer step on non-finite grads instead of stopping */
+    bool log_exact;         /* progress lines also print the loss in hex (%a) */
+    int inject_nan_step;    /* --inject-nan STEP[:PARAM]: NaN and inf into a grad at STEP (1-based; 0: none) */
+    char inject_nan_param[48];
+    int inject_comm_step;   /* --inject-comm-fault STEP:RANK: RANK aborts the comm at STEP */
+    int inject_comm_rank;
 } tr_opts;
 
 /* ---- options.c ---- */
@@ -79,6 +107,9 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help);
 void tr_train_usage(FILE *f);
 /* --micro divisible by --ranks: 0, or 2 after printing the line */
 int tr_check_ranks(const tr_opts *o);
+/* the checks between options (dims, divisibility): 0, or 2 after printing
+ * the line; again after --resume filled options in from a manifest */
+int tr_check_opts(const tr_opts *o);
 
 /* ---- data.c ---- */
 typedef struct tr_corpus {
@@ -97,6 +128,13 @@ void tr_corpus_free(tr_corpus *c);
  * chunk), never on the rank count. */
 void tr_batch(const tr_corpus *c, uint64_t seed, int step, int chunk, bool val, int b, int seq, int32_t *idx,
               int32_t *tgt);
+/* The seed of a counter-based random stream (nf4-qlora's dropout masks):
+ * a hash of (seed, step, micro-batch, parameter), so the run's random
+ * state is (seed, step) and a resumed run draws the same numbers. */
+uint64_t tr_rng_seed(uint64_t seed, int step, int chunk, int param);
+/* FNV-1a 64 of a file's bytes (checkpoint manifests, corpus identity);
+ * *bytes receives its size. Errors: LPX_EIO. */
+lpx_status tr_file_fnv(const char *path, uint64_t *hash, uint64_t *bytes);
 
 /* ---- model geometry (model.c) ---- */
 enum { TR_L_Q = 0, TR_L_K, TR_L_V, TR_L_O, TR_L_W1, TR_L_W2, TR_L_W3, TR_LIN_PER_BLOCK };
