@@ -193,6 +193,26 @@ LPX_PLUGIN_EXPORT lpx_status lpx_cuda_mem_reset_peak(int device)
     return LPX_OK;
 }
 
+LPX_PLUGIN_EXPORT lpx_status lpx_cuda_host_alloc(size_t nbytes, void **out)
+{
+    const char *op = "lpx_cuda_host_alloc";
+    if (!out) return lpx_error(LPX_EINVAL, "%s: out is NULL", op);
+    *out = NULL;
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cu_fail(e, op, "cudaHostAlloc");
+    }
+    *out = p;
+    return LPX_OK;
+}
+
+LPX_PLUGIN_EXPORT void lpx_cuda_host_free(void *ptr)
+{
+    if (ptr) (void)cudaFreeHost(ptr);
+}
+
 LPX_PLUGIN_EXPORT lpx_status lpx_cuda_mem_trim(int device)
 {
     const char *op = "lpx_cuda_mem_trim";

@@ -270,6 +270,14 @@ template <int IN> __device__ __forceinline__ float ld1(const Src &s, int64_t i)
     return src_ld(s, i);
 }
 
+/* Element k of contiguous typed data at p. */
+template <int IN> __device__ __forceinline__ float ldt(const char *p, int k)
+{
+    if (IN == IN_F32) return reinterpret_cast<const float *>(p)[k];
+    if (IN == IN_BF16) return lpx_bf16_to_f32(reinterpret_cast<const uint16_t *>(p)[k]);
+    return lpx_f16_to_f32(reinterpret_cast<const uint16_t *>(p)[k]);
+}
+
 /* Raw words of 8 consecutive elements (one 16-byte vector, two for f32). */
 template <int IN> struct V8 {
     static constexpr int W = IN == IN_F32 ? 2 : 1;
@@ -337,8 +345,10 @@ template <bool E5> __device__ __forceinline__ uint32_t f8_enc_full(float x, floa
     return f8_codec<E5>(y, f.sat);
 }
 
-/* Codes of two values known to be normal and in range, y0 in the low
- * byte of the result. */
+/* Codes of two values that cannot overflow (sm_89+: the hardware
+ * conversion; its satfinite clamp and NaN cases never arise) or, before
+ * sm_89, that are normal and in range (the codec with that range
+ * assumed); y0 in the low byte of the result. */
 template <bool E5> __device__ __forceinline__ uint32_t f8_fast2(float y0, float y1)
 {
 #if CU_F8_HW_CVT && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -355,41 +365,59 @@ template <bool E5> __device__ __forceinline__ uint32_t f8_fast2(float y0, float 
 #endif
 }
 
-/* Elements [8u, 8u + 8) of contiguous x -> codes q[8u ..]: the fast path
- * when every scaled value is normal and in range (one 8-byte store),
- * else element by element through the full codec, x read again (from L1)
- * so that the rare path keeps no registers live. track: fold |x| into
- * c.amax (the dynamic cast has it already). */
+/* Elements [8u, 8u + 8) of contiguous x -> codes q[8u ..] (one 8-byte
+ * store), statistics in c. track: fold |x| into c.amax (the dynamic cast
+ * has it already).
+ * sm_89+: every vector whose scaled values are all <= max (so none
+ * overflows, none is NaN) is converted by the hardware, which rounds
+ * normal, subnormal and zero results exactly as the codec does; nonzero
+ * and underflow counts are kept per element only when some value is below
+ * the normal range. Elsewhere the fast path is the normal range only.
+ * Other vectors go element by element through the full codec, x read
+ * again (from L1) so that the rare path keeps no registers live. */
 template <int IN, bool E5>
-__device__ __forceinline__ void f8_vec8(const V8<IN> &v, const Src &src, int64_t u, float s, const F8Fmt &f,
-                                        F8Cnt &c, bool track, uint8_t *q)
+__device__ __forceinline__ void f8_vec8(const V8<IN> &v, const char *xv, uint8_t *qv, float s, const F8Fmt &f,
+                                        F8Cnt &c, bool track)
 {
     constexpr uint32_t lo = E5 ? E5_LO : E4_LO, hi = E5 ? E5_HI : E4_HI;
     float x[8];
     v8_decode<IN>(v, x);
     float y[8];
-    bool ok = true;
+    bool ok_hi = true, ok_lo = true;
 #pragma unroll
     for (int k = 0; k < 8; k++) {
         uint32_t ab = __float_as_uint(x[k]) & 0x7FFFFFFFu;
         if (track) c.amax = ab > c.amax ? ab : c.amax;
         y[k] = x[k] * s;
-        ok &= (__float_as_uint(y[k]) & 0x7FFFFFFFu) - lo <= hi - lo;
+        uint32_t a = __float_as_uint(y[k]) & 0x7FFFFFFFu;
+        ok_hi &= a <= hi;
+        ok_lo &= a >= lo;
     }
-    if (ok) {
-        c.nz += 8;
+#if CU_F8_HW_CVT && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    const bool fast = ok_hi;
+#else
+    const bool fast = ok_hi && ok_lo;
+#endif
+    if (fast) {
+        if (ok_lo) {
+            c.nz += 8;
+        } else {
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                uint32_t ab = __float_as_uint(x[k]) & 0x7FFFFFFFu, a = __float_as_uint(y[k]) & 0x7FFFFFFFu;
+                c.nz += ab != 0;
+                c.un += ab != 0 && a <= f.zero;
+            }
+        }
         uint2 out;
         out.x = f8_fast2<E5>(y[0], y[1]) | f8_fast2<E5>(y[2], y[3]) << 16;
         out.y = f8_fast2<E5>(y[4], y[5]) | f8_fast2<E5>(y[6], y[7]) << 16;
-        reinterpret_cast<uint2 *>(q)[u] = out;
+        *reinterpret_cast<uint2 *>(qv) = out;
         return;
     }
     uint32_t am = c.amax;
 #pragma unroll 1
-    for (int k = 0; k < 8; k++) {
-        int64_t e = u * 8 + k;
-        q[e] = (uint8_t)f8_enc_full<E5>(ld1<IN>(src, e), s, f, c);
-    }
+    for (int k = 0; k < 8; k++) qv[k] = (uint8_t)f8_enc_full<E5>(ldt<IN>(xv, k), s, f, c);
     if (!track) c.amax = am;
 }
 
@@ -525,8 +553,9 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_tw_cast(TwAr
         bool two = v + stride < a.nvec;
         v8_load<IN>(r0, a.x.base, v);
         if (two) v8_load<IN>(r1, a.x.base, v + stride);
-        f8_vec8<IN, E5>(r0, a.x, v, s, a.fmt, c, track, a.q);
-        if (two) f8_vec8<IN, E5>(r1, a.x, v + stride, s, a.fmt, c, track, a.q);
+        constexpr int VB = 8 * (IN == IN_F32 ? 4 : 2); /* bytes of x per vector */
+        f8_vec8<IN, E5>(r0, a.x.base + v * VB, a.q + v * 8, s, a.fmt, c, track);
+        if (two) f8_vec8<IN, E5>(r1, a.x.base + (v + stride) * VB, a.q + (v + stride) * 8, s, a.fmt, c, track);
     }
     for (int64_t i = a.nvec * 8 + tid; i < a.n; i += stride) {
         uint32_t am = c.amax;
@@ -542,7 +571,8 @@ struct RowArgs {
     Src x;
     int64_t G, D;             /* rows, elements per row */
     int vec;                  /* x contiguous, 16-byte aligned, IN its dtype */
-    int team;                 /* threads per row: 32, 64, 128 or 256 */
+    int team;                 /* threads per row: 8 .. 256, a power of two */
+    int nv;                   /* k_rows_staged: vectors per lane (<= 4, f32 <= 2) */
     uint8_t *q;
     int dynamic;
     /* static scales: group g's scale is element g of (sp, sdt, sg) */
@@ -562,10 +592,17 @@ __device__ __forceinline__ float static_scale(const RowArgs &a, int64_t g)
     return f8_checked_scale(cu_dec(a.sdt, (const char *)a.sp + off * a.sesz));
 }
 
-/* Max over the team (threads [team_id * T, +T) of the block); every
- * thread of the block calls it. */
+/* Max over the team (threads [team_id * T, +T) of the block; T = 8 ..
+ * 256); every thread of the block calls it. */
 __device__ __forceinline__ uint32_t team_max(uint32_t m, int T, unsigned int *red)
 {
+    if (T < 32) {
+        for (int o = T >> 1; o > 0; o >>= 1) {
+            uint32_t v = __shfl_xor_sync(0xFFFFFFFFu, m, o);
+            m = v > m ? v : m;
+        }
+        return m;
+    }
     m = __reduce_max_sync(0xFFFFFFFFu, m);
     if (T == 32) return m;
     int warp = threadIdx.x >> 5, w0 = (int)(threadIdx.x / T) * (T >> 5);
@@ -576,70 +613,137 @@ __device__ __forceinline__ uint32_t team_max(uint32_t m, int T, unsigned int *re
     return m;
 }
 
-/* NV > 0: each thread keeps up to NV vectors of its row in registers
- * (the host picks NV so that a row fits); NV == 0: the cast reads the
- * row again. */
-template <int IN, bool E5, int NV> __global__ void __launch_bounds__(256) k_rows(RowArgs a)
+/* Max |x| bits over 8 decoded elements. */
+template <int IN> __device__ __forceinline__ uint32_t v8_amax(const V8<IN> &v, uint32_t m)
 {
+    float x[8];
+    v8_decode<IN>(v, x);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        uint32_t ab = __float_as_uint(x[j]) & 0x7FFFFFFFu;
+        m = ab > m ? ab : m;
+    }
+    return m;
+}
+
+/* Rows streamed (NV == 0) go 4 vectors per lane per step, loads first. */
+constexpr int ROW_STREAM = 4;
+
+/* Row g as the kernels walk it (D < 2^31): nu vectors at xv / qv (x
+ * 16-byte aligned there), nh scalar elements before them and nt after
+ * (from e0 and from e0 + nh + 8 nu); everything is scalar (nh = D) when x
+ * is not vectorized, and empty past the last row. */
+struct RowSpan {
+    const char *xv;
+    int64_t e0;
+    int nu, nh, nt;
+};
+
+template <int IN> __device__ __forceinline__ RowSpan row_span(const RowArgs &a, int64_t g)
+{
+    RowSpan r;
+    r.e0 = g * a.D;
+    r.xv = NULL;
+    r.nu = r.nh = r.nt = 0;
+    if (g >= a.G) return r;
+    if (IN != IN_ANY && a.vec) {
+        int64_t ub = (r.e0 + 7) / 8, ue = (r.e0 + a.D) / 8;
+        if (ue < ub) ue = ub;
+        int64_t he = ub * 8 < r.e0 + a.D ? ub * 8 : r.e0 + a.D;
+        r.nu = (int)(ue - ub);
+        r.nh = (int)(he - r.e0);
+        r.nt = (int)(a.D - r.nh - 8 * (int64_t)r.nu);
+        r.xv = a.x.base + ub * 8 * (IN == IN_F32 ? 4 : 2);
+    } else {
+        r.nh = (int)a.D;
+    }
+    return r;
+}
+
+/* cp.async (sm_80+): 16-byte global -> shared copies that hold no
+ * registers while in flight. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
+{
+    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* Stage slots per thread and buffer, in 16-byte words: 4 vectors of
+ * bf16/f16 or 2 of f32. Slot (k, w) of thread t is word (k W + w) 256 + t,
+ * so a warp reads consecutive words (no bank conflicts). */
+constexpr int STAGE_WORDS = 4;
+
+template <int IN> __device__ __forceinline__ void stage_issue(uint4 *st, const RowSpan &r, int lane, int T, int nv)
+{
+    constexpr int W = V8<IN>::W;
+    for (int k = 0; k < nv; k++) {
+        int j = lane + k * T;
+        if (j < r.nu) {
+            const uint4 *src = reinterpret_cast<const uint4 *>(r.xv) + (int64_t)j * W;
+#pragma unroll
+            for (int w = 0; w < W; w++) cp_async16(&st[(k * W + w) * 256 + threadIdx.x], src + w);
+        }
+    }
+    cp_async_commit();
+}
+
+template <int IN> __device__ __forceinline__ void stage_read(V8<IN> &v, const uint4 *st, int k)
+{
+    constexpr int W = V8<IN>::W;
+#pragma unroll
+    for (int w = 0; w < W; w++) v.r[w] = st[(k * W + w) * 256 + threadIdx.x];
+}
+
+/* Rows that fit the stage: a team of T = 8 .. 256 threads per row (up to a
+ * warp: no block barrier), R = 256 / T rows per block at a time, each
+ * lane nv <= 4 (f32: 2) vectors of the row. The row is read once, by
+ * cp.async into shared memory (each thread reads back only its own
+ * slots, so cp.async.wait_group is the only synchronization), double
+ * buffered: the next row's copies are issued before the current row's
+ * amax and cast, so loads stay in flight while the team computes and no
+ * registers hold them. */
+template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows_staged(RowArgs a)
+{
+    constexpr int VB = 8 * (IN == IN_F32 ? 4 : 2); /* bytes of x per vector */
+    __shared__ uint4 stage[2][STAGE_WORDS * 256];
     __shared__ unsigned int red[8];
-    const int T = a.team, R = blockDim.x / T;
+    const int T = a.team, R = blockDim.x / T, nv = a.nv;
     const int lane = (int)(threadIdx.x % T), team_id = (int)(threadIdx.x / T);
+    const int64_t step = (int64_t)gridDim.x * R;
     F8Cnt c = {0, 0, 0, 0, 0};
-    for (int64_t g0 = (int64_t)blockIdx.x * R; g0 < a.G; g0 += (int64_t)gridDim.x * R) {
+    int64_t g0 = (int64_t)blockIdx.x * R;
+    RowSpan r = row_span<IN>(a, g0 + team_id);
+    stage_issue<IN>(stage[0], r, lane, T, nv);
+    int buf = 0;
+    for (; g0 < a.G; g0 += step) {
         int64_t g = g0 + team_id;
         bool active = g < a.G;
-        int64_t e0 = g * a.D, e1 = e0 + a.D;
-        /* vectors [ub, ue); scalar head [e0, he) and tail [tb, e1) */
-        int64_t ub, ue, he, tb;
-        if (a.vec && active) {
-            ub = (e0 + 7) / 8, ue = e1 / 8;
-            if (ue < ub) ue = ub;
-            he = ub * 8 < e1 ? ub * 8 : e1;
-            tb = ue * 8 > he ? ue * 8 : he;
-        } else {
-            ub = ue = 0;
-            he = active ? e1 : e0;
-            tb = e1;
-            if (!active) tb = e1 = e0;
-        }
-        V8<IN> cache[NV > 0 ? NV : 1];
+        RowSpan rn = row_span<IN>(a, g + step);
+        stage_issue<IN>(stage[buf ^ 1], rn, lane, T, nv);
+        cp_async_wait<1>(); /* this row's copies (all but the newest group) */
+        const uint4 *st = stage[buf];
+        uint8_t *qv = a.q + r.e0 + r.nh;
+        int64_t t0 = r.e0 + r.nh + 8 * (int64_t)r.nu;
         float s;
         if (a.dynamic) {
             uint32_t m = 0;
-            if (NV > 0) {
-#pragma unroll
-                for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
-                    int64_t u = ub + lane + (int64_t)k * T;
-                    if (u < ue) {
-                        v8_load<IN>(cache[k], a.x.base, u);
-                        float x[8];
-                        v8_decode<IN>(cache[k], x);
-#pragma unroll
-                        for (int j = 0; j < 8; j++) {
-                            uint32_t ab = __float_as_uint(x[j]) & 0x7FFFFFFFu;
-                            m = ab > m ? ab : m;
-                        }
-                    }
+            for (int k = 0; k < nv; k++)
+                if (lane + k * T < r.nu) {
+                    V8<IN> v;
+                    stage_read<IN>(v, st, k);
+                    m = v8_amax<IN>(v, m);
                 }
-            } else {
-                for (int64_t u = ub + lane; u < ue; u += T) {
-                    V8<IN> r;
-                    v8_load<IN>(r, a.x.base, u);
-                    float x[8];
-                    v8_decode<IN>(r, x);
-#pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        uint32_t ab = __float_as_uint(x[j]) & 0x7FFFFFFFu;
-                        m = ab > m ? ab : m;
-                    }
-                }
-            }
-            for (int64_t e = e0 + lane; e < he; e += T) {
-                uint32_t ab = __float_as_uint(ld1<IN>(a.x, e)) & 0x7FFFFFFFu;
+            for (int j = lane; j < r.nh; j += T) {
+                uint32_t ab = __float_as_uint(ld1<IN>(a.x, r.e0 + j)) & 0x7FFFFFFFu;
                 m = ab > m ? ab : m;
             }
-            for (int64_t e = tb + lane; e < e1; e += T) {
-                uint32_t ab = __float_as_uint(ld1<IN>(a.x, e)) & 0x7FFFFFFFu;
+            for (int j = lane; j < r.nt; j += T) {
+                uint32_t ab = __float_as_uint(ld1<IN>(a.x, t0 + j)) & 0x7FFFFFFFu;
                 m = ab > m ? ab : m;
             }
             m = team_max(m, T, red);
@@ -652,35 +756,105 @@ template <int IN, bool E5, int NV> __global__ void __launch_bounds__(256) k_rows
             }
         } else {
             s = active ? static_scale(a, g) : 1.0f;
-            if (NV > 0) {
-#pragma unroll
-                for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
-                    int64_t u = ub + lane + (int64_t)k * T;
-                    if (u < ue) v8_load<IN>(cache[k], a.x.base, u);
-                }
-            }
             if (active && lane == 0) {
                 if (a.write_scale) a.scale_out[g] = s;
                 a.scale_inv_out[g] = f8_inv(s);
             }
         }
         bool track = !a.dynamic;
-        if (NV > 0) {
-#pragma unroll
-            for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
-                int64_t u = ub + lane + (int64_t)k * T;
-                if (u < ue) f8_vec8<IN, E5>(cache[k], a.x, u, s, a.fmt, c, track, a.q);
-            }
-        } else {
-            for (int64_t u = ub + lane; u < ue; u += T) {
-                V8<IN> r;
-                v8_load<IN>(r, a.x.base, u);
-                f8_vec8<IN, E5>(r, a.x, u, s, a.fmt, c, track, a.q);
+        for (int k = 0; k < nv; k++) {
+            int j = lane + k * T;
+            if (j < r.nu) {
+                V8<IN> v;
+                stage_read<IN>(v, st, k);
+                f8_vec8<IN, E5>(v, r.xv + (int64_t)j * VB, qv + 8 * j, s, a.fmt, c, track);
             }
         }
         uint32_t am = c.amax;
-        for (int64_t e = e0 + lane; e < he; e += T) a.q[e] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, e), s, a.fmt, c);
-        for (int64_t e = tb + lane; e < e1; e += T) a.q[e] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, e), s, a.fmt, c);
+        for (int j = lane; j < r.nh; j += T)
+            a.q[r.e0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, r.e0 + j), s, a.fmt, c);
+        for (int j = lane; j < r.nt; j += T)
+            a.q[t0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, t0 + j), s, a.fmt, c);
+        if (!track) c.amax = am;
+        r = rn;
+        buf ^= 1;
+    }
+    cp_async_wait<0>();
+    f8_finish(c, a.ws, a.stats, a.G * a.D);
+}
+
+/* Longer rows (and IN_ANY: any dtype or layout): a team of T threads per
+ * row reads it twice, the second time from L2, ROW_STREAM vectors per
+ * lane per step. */
+template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows(RowArgs a)
+{
+    constexpr int VB = 8 * (IN == IN_F32 ? 4 : 2); /* bytes of x per vector */
+    __shared__ unsigned int red[8];
+    const int T = a.team, R = blockDim.x / T;
+    const int lane = (int)(threadIdx.x % T), team_id = (int)(threadIdx.x / T);
+    F8Cnt c = {0, 0, 0, 0, 0};
+    for (int64_t g0 = (int64_t)blockIdx.x * R; g0 < a.G; g0 += (int64_t)gridDim.x * R) {
+        int64_t g = g0 + team_id;
+        bool active = g < a.G;
+        RowSpan r = row_span<IN>(a, g);
+        uint8_t *qv = a.q + r.e0 + r.nh;
+        int64_t t0 = r.e0 + r.nh + 8 * (int64_t)r.nu;
+        float s;
+        if (a.dynamic) {
+            uint32_t m = 0;
+            if constexpr (IN != IN_ANY) {
+                for (int j = lane; j < r.nu; j += ROW_STREAM * T) {
+                    V8<IN> t[ROW_STREAM];
+#pragma unroll
+                    for (int i = 0; i < ROW_STREAM; i++)
+                        if (j + i * T < r.nu) v8_load<IN>(t[i], r.xv, j + i * T);
+#pragma unroll
+                    for (int i = 0; i < ROW_STREAM; i++)
+                        if (j + i * T < r.nu) m = v8_amax<IN>(t[i], m);
+                }
+            }
+            for (int j = lane; j < r.nh; j += T) {
+                uint32_t ab = __float_as_uint(ld1<IN>(a.x, r.e0 + j)) & 0x7FFFFFFFu;
+                m = ab > m ? ab : m;
+            }
+            for (int j = lane; j < r.nt; j += T) {
+                uint32_t ab = __float_as_uint(ld1<IN>(a.x, t0 + j)) & 0x7FFFFFFFu;
+                m = ab > m ? ab : m;
+            }
+            m = team_max(m, T, red);
+            c.amax = m > c.amax ? m : c.amax;
+            float si;
+            f8_group_scale(m, a.sp8, &s, &si);
+            if (active && lane == 0) {
+                a.scale_out[g] = s;
+                a.scale_inv_out[g] = si;
+            }
+        } else {
+            s = active ? static_scale(a, g) : 1.0f;
+            if (active && lane == 0) {
+                if (a.write_scale) a.scale_out[g] = s;
+                a.scale_inv_out[g] = f8_inv(s);
+            }
+        }
+        bool track = !a.dynamic;
+        if constexpr (IN != IN_ANY) {
+            for (int j = lane; j < r.nu; j += ROW_STREAM * T) {
+                V8<IN> t[ROW_STREAM];
+#pragma unroll
+                for (int i = 0; i < ROW_STREAM; i++)
+                    if (j + i * T < r.nu) v8_load<IN>(t[i], r.xv, j + i * T);
+#pragma unroll
+                for (int i = 0; i < ROW_STREAM; i++) {
+                    int jj = j + i * T;
+                    if (jj < r.nu) f8_vec8<IN, E5>(t[i], r.xv + (int64_t)jj * VB, qv + 8 * jj, s, a.fmt, c, track);
+                }
+            }
+        }
+        uint32_t am = c.amax;
+        for (int j = lane; j < r.nh; j += T)
+            a.q[r.e0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, r.e0 + j), s, a.fmt, c);
+        for (int j = lane; j < r.nt; j += T)
+            a.q[t0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, t0 + j), s, a.fmt, c);
         if (!track) c.amax = am;
     }
     f8_finish(c, a.ws, a.stats, a.G * a.D);
@@ -789,17 +963,14 @@ template <int IN, bool E5> lpx_status launch_rows_nv(const char *op, int dev, Ro
 {
     cudaStream_t st = cu_stream(dev);
     int64_t want = (a.G + 256 / a.team - 1) / (256 / a.team);
-    if constexpr (IN == IN_ANY) {
-        (void)nv;
-        k_rows<IN, E5, 0><<<grid_for<k_rows<IN, E5, 0>>(dev, want), 256, 0, st>>>(a);
-    } else {
-        switch (nv) {
-        case 1: k_rows<IN, E5, 1><<<grid_for<k_rows<IN, E5, 1>>(dev, want), 256, 0, st>>>(a); break;
-        case 2: k_rows<IN, E5, 2><<<grid_for<k_rows<IN, E5, 2>>(dev, want), 256, 0, st>>>(a); break;
-        case 4: k_rows<IN, E5, 4><<<grid_for<k_rows<IN, E5, 4>>(dev, want), 256, 0, st>>>(a); break;
-        default: k_rows<IN, E5, 0><<<grid_for<k_rows<IN, E5, 0>>(dev, want), 256, 0, st>>>(a); break;
+    if constexpr (IN != IN_ANY) {
+        if (nv > 0) {
+            a.nv = nv;
+            k_rows_staged<IN, E5><<<grid_for<k_rows_staged<IN, E5>>(dev, want), 256, 0, st>>>(a);
+            return cu_launched(op, "k_rows_staged");
         }
     }
+    k_rows<IN, E5><<<grid_for<k_rows<IN, E5>>(dev, want), 256, 0, st>>>(a);
     return cu_launched(op, "k_rows");
 }
 
@@ -970,27 +1141,26 @@ lpx_status k_fp8_quantize(lpx_call *c)
                 cu_geom_of(&sg, sarg);
                 scontig = cu_geom_contiguous(&sg);
             }
-            if (inner == 1) {
+            if (inner == 1 && D < ((int64_t)1 << 31)) {
                 RowArgs a;
                 memset(&a, 0, sizeof a);
                 a.x = src;
                 a.G = G, a.D = D;
                 a.vec = vec;
-                /* vectors per row (at most); teams of 32..256 threads
-                 * holding 1, 2 or 4 vectors each, or re-reading longer rows */
-                int64_t units = D / 8 + 1;
-                int nv, team = 32;
-                if (!vec) {
-                    nv = 0;
-                    while (team < 256 && team < D) team *= 2;
-                } else if (units <= 32) {
+                /* at most D / 8 vectors per row: the smallest team of 8 ..
+                 * 256 threads whose lanes hold the row in the shared-memory
+                 * stage (4 vectors each, 2 for f32); longer rows (and
+                 * unvectorized x) are streamed twice */
+                int64_t units = D / 8;
+                int nv_max = ik == IN_F32 ? 2 : 4;
+                int nv = 0, team = 32;
+                if (vec && units <= 256 * nv_max) {
+                    team = 8;
+                    while (team < 256 && units > (int64_t)team * nv_max) team *= 2;
                     nv = 1;
-                } else if (units <= 512) {
-                    nv = 2;
-                    while (team < 256 && 2 * team < units) team *= 2;
+                    while ((int64_t)team * nv < units) nv++;
                 } else {
-                    nv = units <= 1024 ? 4 : 0;
-                    team = 256;
+                    while (team < 256 && team < (vec ? units : D)) team *= 2;
                 }
                 a.team = team;
                 a.q = (uint8_t *)lpx_tensor_data(q);
@@ -1094,33 +1264,48 @@ template <int OUT> __global__ void __launch_bounds__(256) k_deq(DeqArgs a)
     deq_table(tab, a.qdt);
     int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
     if constexpr (OUT < 3) {
-        /* contiguous q, one scale: 16 codes per vector */
+        /* contiguous q, one scale: a thread writes 16 contiguous bytes per
+         * vector (4 codes to f32, 8 to bf16/f16), so a warp's stores are
+         * whole lines; U vectors per step, loads first */
+        constexpr int CPV = OUT == 0 ? 4 : 8, U = 4;
         float s = a.smode == 0 ? a.sval : deq_scale(a, 0);
-        const uint4 *q16 = reinterpret_cast<const uint4 *>(a.q);
-        for (int64_t v = tid; v < a.nvec; v += stride) {
-            uint4 r = q16[v];
-            const uint32_t w[4] = {r.x, r.y, r.z, r.w};
-            float o[16];
+        for (int64_t v0 = tid; v0 < a.nvec; v0 += U * stride) {
+            uint32_t w[U][CPV / 4];
 #pragma unroll
-            for (int k = 0; k < 16; k++) o[k] = f8_mul(tab[(w[k >> 2] >> (8 * (k & 3))) & 0xFFu], s);
-            if (OUT == 0) {
-                float4 *d = reinterpret_cast<float4 *>(a.y) + v * 4;
-#pragma unroll
-                for (int k = 0; k < 4; k++) d[k] = make_float4(o[4 * k], o[4 * k + 1], o[4 * k + 2], o[4 * k + 3]);
-            } else {
-                uint32_t h[8];
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    uint32_t lo = OUT == 1 ? lpx_f32_to_bf16(o[2 * k], 0) : lpx_f32_to_f16(o[2 * k], 0);
-                    uint32_t hi = OUT == 1 ? lpx_f32_to_bf16(o[2 * k + 1], 0) : lpx_f32_to_f16(o[2 * k + 1], 0);
-                    h[k] = lo | hi << 16;
+            for (int j = 0; j < U; j++) {
+                int64_t v = v0 + j * stride;
+                if (v >= a.nvec) break;
+                if (CPV == 4) {
+                    w[j][0] = reinterpret_cast<const uint32_t *>(a.q)[v];
+                } else {
+                    uint2 r = reinterpret_cast<const uint2 *>(a.q)[v];
+                    w[j][0] = r.x;
+                    w[j][CPV / 4 - 1] = r.y;
                 }
-                uint4 *d = reinterpret_cast<uint4 *>(a.y) + v * 2;
-                d[0] = make_uint4(h[0], h[1], h[2], h[3]);
-                d[1] = make_uint4(h[4], h[5], h[6], h[7]);
+            }
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                int64_t v = v0 + j * stride;
+                if (v >= a.nvec) break;
+                float o[CPV];
+#pragma unroll
+                for (int k = 0; k < CPV; k++) o[k] = f8_mul(tab[(w[j][k >> 2] >> (8 * (k & 3))) & 0xFFu], s);
+                if (OUT == 0) {
+                    reinterpret_cast<float4 *>(a.y)[v] = make_float4(o[0], o[1], o[2], o[3 % CPV]);
+                } else {
+                    uint32_t h[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        uint32_t lo = OUT == 1 ? lpx_f32_to_bf16(o[(2 * k) % CPV], 0) : lpx_f32_to_f16(o[(2 * k) % CPV], 0);
+                        uint32_t hi = OUT == 1 ? lpx_f32_to_bf16(o[(2 * k + 1) % CPV], 0)
+                                               : lpx_f32_to_f16(o[(2 * k + 1) % CPV], 0);
+                        h[k] = lo | hi << 16;
+                    }
+                    reinterpret_cast<uint4 *>(a.y)[v] = make_uint4(h[0], h[1], h[2], h[3]);
+                }
             }
         }
-        for (int64_t i = a.nvec * 16 + tid; i < a.n; i += stride) deq_store1<OUT>(a, i, f8_mul(tab[a.q[i]], s));
+        for (int64_t i = a.nvec * CPV + tid; i < a.n; i += stride) deq_store1<OUT>(a, i, f8_mul(tab[a.q[i]], s));
     } else {
         for (int64_t i = tid; i < a.n; i += stride) {
             uint8_t code = a.q[a.qcontig ? i : cu_offset(a.qg, i)];
@@ -1207,10 +1392,11 @@ lpx_status k_fp8_dequantize(lpx_call *c)
     }
     int out = dt == LPX_F32 ? 0 : dt == LPX_BF16 ? 1 : dt == LPX_F16 ? 2 : 3;
     if (!a.qcontig || a.smode == 2) out = 3;
-    a.nvec = out < 3 && ((uintptr_t)a.q % 16) == 0 ? a.n / 16 : 0;
+    int cpv = out == 0 ? 4 : 8; /* codes per 16-byte output vector */
+    a.nvec = out < 3 && ((uintptr_t)a.q % cpv) == 0 ? a.n / cpv : 0;
     int di = dev.index;
     cudaStream_t stream = cu_stream(di);
-    int64_t want = ((out < 3 ? a.nvec + a.n % 16 : a.n) + 255) / 256;
+    int64_t want = ((out < 3 ? (a.nvec + 3) / 4 + a.n % cpv : a.n) + 255) / 256;
     switch (out) {
     case 0: k_deq<0><<<grid_for<k_deq<0>>(di, want), 256, 0, stream>>>(a); break;
     case 1: k_deq<1><<<grid_for<k_deq<1>>(di, want), 256, 0, stream>>>(a); break;

@@ -127,9 +127,9 @@ struct DqArgs {
     const float *f;
     const float *mean;
     int64_t block, sblock;
-    int bshift, sshift;       /* log2(block / 8), log2(scaler_block); -1: not a power of two */
+    int bshift, sshift;       /* log2(block / EPU), log2(scaler_block); -1: not a power of two */
     int64_t start, end;       /* element window */
-    int64_t u0, u1;           /* units of 8 codes touching the window */
+    int64_t u0, u1;           /* units of EPU codes touching the window */
     int vec_out;              /* full units store 16-byte vectors */
     void *out;
 };
@@ -145,10 +145,17 @@ __device__ __forceinline__ void cb_table(float *cb)
     __syncthreads();
 }
 
-/* Block scale of unit u (elements [8u, 8u + 8), one block). */
-__device__ __forceinline__ float unit_scale(const DqArgs &a, int64_t u, float mean)
+/* Codes per unit: the elements of one 16-byte output vector (4 f32 or 8
+ * bf16/f16), so that a warp stores whole lines. */
+template <int OUT> struct Epu {
+    static constexpr int n = OUT == OUT_F32 ? 4 : 8;
+};
+
+/* Block scale of unit u (elements [EPU u, EPU (u + 1)), one block). */
+template <int OUT> __device__ __forceinline__ float unit_scale(const DqArgs &a, int64_t u, float mean)
 {
-    int64_t b = a.bshift >= 0 ? u >> a.bshift : u / (a.block >> 3);
+    constexpr int EPU = Epu<OUT>::n;
+    int64_t b = a.bshift >= 0 ? u >> a.bshift : u / (a.block / EPU);
     int64_t g = a.sshift >= 0 ? b >> a.sshift : b / a.sblock;
     return lpx_nf4_scale(a.qs[b], a.f[g], mean);
 }
@@ -175,62 +182,62 @@ template <int OUT> __device__ __forceinline__ void store1(void *out, int64_t i, 
     else ((uint16_t *)out)[i] = lpx_f32_to_f16(v, 0);
 }
 
-/* One unit: codes word w (byte k holds elements 2k (high nibble) and
+/* One unit: code bytes in w (byte k holds elements 2k (high nibble) and
  * 2k + 1), scale s. */
 template <int OUT>
 __device__ __forceinline__ void deq_unit(const DqArgs &a, const float *cb, int64_t u, uint32_t w, float s)
 {
-    float v[8];
+    constexpr int EPU = Epu<OUT>::n;
+    float v[EPU];
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < EPU / 2; k++) {
         uint32_t byte = (w >> (8 * k)) & 0xFFu;
         v[2 * k] = cb[byte >> 4] * s;
         v[2 * k + 1] = cb[byte & 15u] * s;
     }
-    int64_t e0 = u * 8;
-    if (a.vec_out && e0 >= a.start && e0 + 8 <= a.end) {
+    int64_t e0 = u * EPU;
+    if (a.vec_out && e0 >= a.start && e0 + EPU <= a.end) {
         int64_t o = e0 - a.start;
         if (OUT == OUT_F32) {
-            float4 *d = reinterpret_cast<float4 *>((float *)a.out + o);
-            d[0] = make_float4(v[0], v[1], v[2], v[3]);
-            d[1] = make_float4(v[4], v[5], v[6], v[7]);
+            *reinterpret_cast<float4 *>((float *)a.out + o) = make_float4(v[0], v[1], v[2], v[3]);
         } else {
             uint32_t as = __float_as_uint(s) & 0x7FFFFFFFu;
             /* |s| in [2^-100, FLT_MAX] or 0: every value finite, normal or zero */
             bool hw = as == 0 || (as >= 0x0D800000u && as < F32_INF);
             *reinterpret_cast<uint4 *>((uint16_t *)a.out + o) =
-                make_uint4(pack2<OUT>(v[0], v[1], hw), pack2<OUT>(v[2], v[3], hw), pack2<OUT>(v[4], v[5], hw),
-                           pack2<OUT>(v[6], v[7], hw));
+                make_uint4(pack2<OUT>(v[0], v[1], hw), pack2<OUT>(v[2], v[3], hw),
+                           pack2<OUT>(v[4 % EPU], v[5 % EPU], hw), pack2<OUT>(v[6 % EPU], v[7 % EPU], hw));
         }
         return;
     }
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < EPU; k++) {
         int64_t e = e0 + k;
         if (e >= a.start && e < a.end) store1<OUT>(a.out, e - a.start, v[k]);
     }
 }
 
-/* block % 8 == 0 and 4-byte aligned codes: units of 8 codes. */
+/* block % EPU == 0 and codes aligned to EPU / 2 bytes: units of EPU
+ * codes, U per thread per step (loads first). */
 template <int OUT> __global__ void __launch_bounds__(256) k_nf4_deq8(DqArgs a)
 {
+    constexpr int EPU = Epu<OUT>::n, U = 4;
     __shared__ float cb[16];
     cb_table(cb);
     const float mean = *a.mean;
-    const uint32_t *c32 = reinterpret_cast<const uint32_t *>(a.codes);
     int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
-    constexpr int U = 4;
     for (int64_t ub = a.u0 + tid; ub < a.u1; ub += U * stride) {
         uint32_t w[U];
 #pragma unroll
         for (int i = 0; i < U; i++) {
             int64_t u = ub + i * stride;
-            w[i] = u < a.u1 ? c32[u] : 0u;
+            if (EPU == 8) w[i] = u < a.u1 ? reinterpret_cast<const uint32_t *>(a.codes)[u] : 0u;
+            else w[i] = u < a.u1 ? reinterpret_cast<const uint16_t *>(a.codes)[u] : 0u;
         }
 #pragma unroll
         for (int i = 0; i < U; i++) {
             int64_t u = ub + i * stride;
-            if (u < a.u1) deq_unit<OUT>(a, cb, u, w[i], unit_scale(a, u, mean));
+            if (u < a.u1) deq_unit<OUT>(a, cb, u, w[i], unit_scale<OUT>(a, u, mean));
         }
     }
 }
@@ -577,16 +584,17 @@ extern "C" lpx_status cu_nf4_dequantize_into(const char *op, int device, const u
     memset(&a, 0, sizeof a);
     a.codes = codes, a.qs = qscalers, a.f = factors, a.mean = mean;
     a.block = block, a.sblock = scaler_block;
-    a.bshift = block % 8 == 0 ? log2_exact(block / 8) : -1;
+    int epu = dtype == LPX_F32 ? 4 : 8; /* codes per unit: 16 bytes of output */
+    a.bshift = block % epu == 0 ? log2_exact(block / epu) : -1;
     a.sshift = log2_exact(scaler_block);
     a.start = start, a.end = start + count;
-    a.u0 = start / 8, a.u1 = (a.end + 7) / 8;
-    a.vec_out = start % 8 == 0 && (uintptr_t)out % 16 == 0;
+    a.u0 = start / epu, a.u1 = (a.end + epu - 1) / epu;
+    a.vec_out = start % epu == 0 && (uintptr_t)out % 16 == 0;
     a.out = out;
-    /* units of 8 codes: one block per unit and whole 32-bit words of codes
-     * (the unit past the end of an odd window stays inside the payload:
-     * the padded size is a multiple of block, hence of 8) */
-    bool units = block % 8 == 0 && (uintptr_t)codes % 4 == 0;
+    /* units: one block per unit and whole aligned words of codes (the unit
+     * past the end of an odd window stays inside the payload: the padded
+     * size is a multiple of block, hence of the unit) */
+    bool units = block % epu == 0 && (uintptr_t)codes % (epu / 2) == 0;
     switch (dtype) {
     case LPX_F32: return launch_deq<OUT_F32>(op, device, a, units);
     case LPX_BF16: return launch_deq<OUT_BF16>(op, device, a, units);

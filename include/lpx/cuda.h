@@ -58,6 +58,15 @@ typedef void *(*lpx_cuda_stream_fn)(int device);
 typedef lpx_status (*lpx_cuda_sync_fn)(int device);
 /** Number of CUDA devices the plugin serves. */
 typedef int (*lpx_cuda_device_count_fn)(void);
+/** Page-locked (pinned) host memory of nbytes (0 gives a 1-byte block),
+ *  usable by copies to and from every device (cudaHostAlloc, portable):
+ *  host<->device copies from it run at full DMA speed. Slow to allocate:
+ *  keep and reuse it (the sharding engine's offload staging does). Errors:
+ *  LPX_EINVAL (out NULL), LPX_ENOMEM (no pinned memory left), LPX_EDEVICE. */
+typedef lpx_status (*lpx_cuda_host_alloc_fn)(size_t nbytes, void **out);
+/** Frees memory from lpx_cuda_host_alloc (NULL is ignored); waits for
+ *  nothing: the caller's copies from it have completed. */
+typedef void (*lpx_cuda_host_free_fn)(void *ptr);
 
 #define LPX_CUDA_SYM_MEM_STATS "lpx_cuda_get_mem_stats"
 #define LPX_CUDA_SYM_MEM_RESET_PEAK "lpx_cuda_mem_reset_peak"
@@ -65,6 +74,8 @@ typedef int (*lpx_cuda_device_count_fn)(void);
 #define LPX_CUDA_SYM_STREAM "lpx_cuda_stream"
 #define LPX_CUDA_SYM_SYNC "lpx_cuda_sync"
 #define LPX_CUDA_SYM_DEVICE_COUNT "lpx_cuda_device_count"
+#define LPX_CUDA_SYM_HOST_ALLOC "lpx_cuda_host_alloc"
+#define LPX_CUDA_SYM_HOST_FREE "lpx_cuda_host_free"
 
 LPX_END_DECLS
 

@@ -19,6 +19,12 @@
  *     lpx_fsdp_adamw_step(g)  one fused pass over the group's local shards
  *     lpx_float8_precompute_scales(g)   one all-reduce(MAX) of the amaxes
  *
+ * CPU offload (lpx_fsdp_config.compute_device = a CUDA device, NCCL
+ * comms): the same calls; shards, grad shards and AdamW state stay in
+ * host memory, the unsharded params and the grads handed in live on the
+ * device, with one host->device copy per unshard and one device->host
+ * copy per grad dtype per reduce-scatter.
+ *
  * Every function that runs collectives must be called by every rank in
  * the same order. A rank that fails before a collective aborts the comm,
  * so its peers return LPX_ECOMM instead of hanging; the engine is then
@@ -56,6 +62,19 @@ typedef struct lpx_fsdp_config {
                                     f32 params are cast to this dtype (bf16/f16) before the
                                     all-gather, so the wire and the unsharded tensor use it while
                                     the optimizer updates the f32 shard [0: as is] */
+    /* fields after this line are read only when struct_size covers them (older callers get
+       the defaults) */
+    lpx_device compute_device;   /* where the unsharded params and the grads live [zero or lpx_cpu():
+                                    the CPU, everything as above]. A CUDA device turns on CPU
+                                    offload (docs/SHARDING.md, "CPU offload"): shards, grad shards
+                                    and AdamW state stay in host memory and the optimizer steps
+                                    on the CPU; each unshard copies the packed wire buffer to the
+                                    device once, all-gathers there and rebuilds the params on the
+                                    device (lpx_fsdp_param_full returns device tensors); grads are
+                                    handed in on the device, reduce-scattered there and copied to
+                                    the host once per grad dtype. Needs lpx-cuda.so and the mesh's
+                                    comms on NCCL over that device (LPX_EDEVICE otherwise); not
+                                    with fp8_grad_reduce (NCCL does not reduce fp8: LPX_EINVAL) */
 } lpx_fsdp_config;
 
 /** The context the engine passes to a kind's pre_all_gather as `ctx`
@@ -66,6 +85,10 @@ typedef struct lpx_fsdp_hook_ctx {
     size_t struct_size;          /* sizeof(lpx_fsdp_hook_ctx) */
     lpx_comm *comm;              /* the shard group's comm */
     uint64_t amax_allreduces;    /* incremented by hooks that all-reduce an amax */
+    lpx_device device;           /* where `comm` wants collective buffers: the CPU (zero counts as
+                                    the CPU) or, with an offloading engine, its compute device: a
+                                    hook stages its collective's host values through device memory
+                                    there (read only when struct_size covers it) */
 } lpx_fsdp_hook_ctx;
 
 /** Per-step statistics (since lpx_fsdp_stats_reset). Collective indices
@@ -83,11 +106,22 @@ typedef struct lpx_fsdp_stats {
     uint64_t peak_unsharded_bytes;       /* the most alive at once */
     int peak_unsharded_groups;           /* the most groups unsharded at once */
     uint64_t pack_ns, unpack_ns;         /* time copying into / out of wire buffers */
+    /* CPU offload (compute_device not the CPU; all 0 otherwise); filled only when
+       struct_size covers them */
+    uint64_t h2d_copies, h2d_bytes;      /* host -> device copies the engine made (one per
+                                            unshard, plus staged descriptors and amaxes) */
+    uint64_t d2h_copies, d2h_bytes;      /* device -> host (one per grad dtype per reduce-scatter,
+                                            plus staged descriptors and amaxes) */
+    uint64_t copy_ns;                    /* wall time inside those copies */
+    uint64_t pinned_bytes;               /* page-locked host staging held now (0: pageable) */
 } lpx_fsdp_stats;
 
 /** Creates an engine over `mesh` (retained): a 1-D mesh shards over its
  *  comm; a 2-D mesh (hybrid) shards over mesh dim 1 and averages grads
- *  over both. cfg may be NULL. Errors: LPX_EINVAL, LPX_ENOMEM. */
+ *  over both. cfg may be NULL; cfg->struct_size may be that of an older
+ *  lpx_fsdp_config (up to param_dtype): later fields take their defaults.
+ *  Errors: LPX_EINVAL, LPX_EDTYPE, LPX_EDEVICE (a compute_device without
+ *  a backend, or whose comms are not NCCL comms on it), LPX_ENOMEM. */
 LPX_API lpx_status lpx_fsdp_new(lpx_mesh *mesh, const lpx_fsdp_config *cfg, lpx_fsdp **out);
 /** Frees the engine, its groups, shards, unsharded tensors, grads and
  *  optimizer state; releases the mesh. NULL is ignored. */
@@ -157,8 +191,10 @@ LPX_API lpx_tensor *lpx_fsdp_param_dtensor(const lpx_fsdp_group *g, int i);
 LPX_API lpx_tensor *lpx_fsdp_param_local(const lpx_fsdp_group *g, int i);
 
 /** Hands the full (unsharded-shape, dense f32/bf16/f16) gradient of
- *  parameter i to the engine (retained until the reduce-scatter).
- *  Errors: LPX_EINVAL (frozen param, shape mismatch, kind tensor). */
+ *  parameter i to the engine (retained until the reduce-scatter). It must
+ *  live on the engine's compute device (the CPU unless offloading).
+ *  Errors: LPX_EINVAL (frozen param), LPX_EDTYPE (kind tensor or dtype),
+ *  LPX_ESHAPE, LPX_EDEVICE (another device). */
 LPX_API lpx_status lpx_fsdp_set_grad(lpx_fsdp_group *g, int i, lpx_tensor *grad);
 /** Reduce-scatters the grads handed to g: grads of one dtype are packed
  *  into one buffer (each rank's block padded to its chunk) and reduced in
@@ -215,8 +251,9 @@ LPX_API lpx_status lpx_float8_precompute_scales(lpx_fsdp_group *g);
  *  Collective. Errors: as lpx_float8_precompute_scales. */
 LPX_API lpx_status lpx_fsdp_precompute_scales(lpx_fsdp *f);
 
-/** Copies the statistics into *out (struct_size set by the caller).
- *  Errors: LPX_EINVAL. */
+/** Copies the statistics into *out (struct_size set by the caller: the
+ *  fields it covers are filled, the offload counters need the full size;
+ *  at least up to unpack_ns). Errors: LPX_EINVAL. */
 LPX_API lpx_status lpx_fsdp_stats_get(const lpx_fsdp *f, lpx_fsdp_stats *out);
 /** Zeroes the counters (keeps unsharded_bytes; the peak restarts from it). */
 LPX_API void lpx_fsdp_stats_reset(lpx_fsdp *f);

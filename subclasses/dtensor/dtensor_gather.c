@@ -85,6 +85,20 @@ void dt_pack(const dt_wire_desc *desc, lpx_tensor *const *inputs, unsigned char 
 lpx_status dt_unpack(const char *op, const unsigned char *recv, size_t stride, size_t offset,
                      const dt_wire_desc *descs, int world, lpx_tensor **outputs)
 {
+    return dt_unpack_on(op, recv, stride, offset, descs, world, lpx_cpu(), outputs);
+}
+
+lpx_status dt_unpack_on(const char *op, const unsigned char *recv, size_t stride, size_t offset,
+                        const dt_wire_desc *descs, int world, lpx_device dev, lpx_tensor **outputs)
+{
+    /* host memory: memcpy; a device: its backend's copy (device to device,
+     * queued on the device's stream, so no host round trip) */
+    const lpx_backend_i *be = NULL;
+    if (dev.type != LPX_DEVICE_CPU) {
+        be = lpx_backend_for(dev.type);
+        if (!be || !be->copy)
+            return lpx_error(LPX_EDEVICE, "%s: no backend copies on device type %d", op, (int)dev.type);
+    }
     const dt_wire_desc *d0 = &descs[0];
     for (int r = 1; r < world; r++) {
         const dt_wire_desc *d = &descs[r];
@@ -102,12 +116,13 @@ lpx_status dt_unpack(const char *op, const unsigned char *recv, size_t stride, s
         for (int r = 0; r < world; r++) shape[0] += descs[r].shape[i][0];
         lpx_tensor *o = outputs[i];
         bool reuse = o && lpx_tensor_dtype(o) == d0->dtype[i] && lpx_tensor_ndim(o) == d0->ndim[i] &&
-                     lpx_tensor_is_contiguous(o) &&
+                     lpx_tensor_is_contiguous(o) && lpx_tensor_device(o).type == dev.type &&
+                     lpx_tensor_device(o).index == dev.index &&
                      !memcmp(lpx_tensor_shape(o), shape, (size_t)d0->ndim[i] * sizeof(int64_t));
         if (!reuse) {
             lpx_tensor_release(o);
             outputs[i] = NULL;
-            lpx_status st = lpx_tensor_new(d0->dtype[i], d0->ndim[i], shape, lpx_cpu(), &outputs[i]);
+            lpx_status st = lpx_tensor_new(d0->dtype[i], d0->ndim[i], shape, dev, &outputs[i]);
             if (st) return st;
         }
         unsigned char *dst = lpx_tensor_data(outputs[i]);
@@ -117,7 +132,12 @@ lpx_status dt_unpack(const char *op, const unsigned char *recv, size_t stride, s
             int64_t n = 1;
             for (int k = 0; k < descs[r].ndim[i]; k++) n *= descs[r].shape[i][k];
             size_t nb = lpx_dtype_nbytes(d0->dtype[i], n);
-            if (nb) memcpy(dst, recv + (size_t)r * stride + offset + in_off, nb);
+            const unsigned char *src = recv + (size_t)r * stride + offset + in_off;
+            if (nb && !be) memcpy(dst, src, nb);
+            if (nb && be) {
+                lpx_status st = be->copy(be->self, dst, dev, src, dev, nb);
+                if (st) return st;
+            }
             dst += nb;
         }
     }
@@ -171,7 +191,7 @@ lpx_status dt_gather_dim0(const char *op, lpx_comm *comm, const lpx_tensor *shar
     unsigned char *send = NULL, *recv = NULL;
     /* hooks that need a collective of their own (float8_weight without a
      * precomputed scale) find the comm here */
-    lpx_fsdp_hook_ctx hctx = {sizeof hctx, comm, 0};
+    lpx_fsdp_hook_ctx hctx = {sizeof hctx, comm, 0, lpx_cpu()};
     lpx_status st = dt_pre_gather(op, shard, &hctx, inputs, &n, meta, &meta_size, &mine);
     if (st) return dt_abort(comm, st);
     descs = lpx_malloc((size_t)world * sizeof *descs);

@@ -85,6 +85,10 @@ void dt_pack(const dt_wire_desc *desc, lpx_tensor *const *inputs, unsigned char 
  * is given and has the right size it is refilled instead of allocated. */
 lpx_status dt_unpack(const char *op, const unsigned char *recv, size_t stride, size_t offset,
                      const dt_wire_desc *descs, int world, lpx_tensor **outputs);
+/* dt_unpack with recv in the memory of `dev` and the outputs made there
+ * (a device: the pieces move with its backend's device-to-device copy). */
+lpx_status dt_unpack_on(const char *op, const unsigned char *recv, size_t stride, size_t offset,
+                        const dt_wire_desc *descs, int world, lpx_device dev, lpx_tensor **outputs);
 
 /* The post_all_gather step: dense params take outputs[0] as the result
  * (retained); kind tensors call their hook (with `prev` as out when

@@ -10,6 +10,7 @@
  * all-gather of wire descriptors): param p's inputs sit at offset off_p,
  * padded to the largest rank's size (torch.chunk leaves trailing shards
  * smaller or empty), and are unpadded by the sender's descriptor. */
+#include <stddef.h>
 #include <string.h>
 #include "fsdp_internal.h"
 
@@ -54,12 +55,19 @@ lpx_status lpx_fsdp_new(lpx_mesh *mesh, const lpx_fsdp_config *cfg, lpx_fsdp **o
     lpx_status st = lpx_ensure_init();
     if (st) return st;
     if (!mesh || lpx_mesh_ndim(mesh) < 1) return lpx_error(LPX_EINVAL, "lpx_fsdp_new: mesh is NULL");
-    if (cfg && cfg->struct_size && cfg->struct_size < sizeof *cfg)
-        return lpx_error(LPX_EINVAL, "lpx_fsdp_new: cfg->struct_size %zu < %zu", cfg->struct_size, sizeof *cfg);
+    /* an older caller's struct ends at param_dtype: later fields keep their defaults */
+    const size_t v1 = offsetof(lpx_fsdp_config, param_dtype) + sizeof(lpx_dtype);
+    size_t known = sizeof *cfg;
+    if (cfg && cfg->struct_size) {
+        if (cfg->struct_size < v1)
+            return lpx_error(LPX_EINVAL, "lpx_fsdp_new: cfg->struct_size %zu < %zu", cfg->struct_size, v1);
+        if (cfg->struct_size < known) known = cfg->struct_size;
+    }
     lpx_fsdp *f = lpx_calloc(1, sizeof *f);
     if (!f) return lpx_error(LPX_ENOMEM, "lpx_fsdp_new: cannot allocate the engine");
-    if (cfg) f->cfg = *cfg;
+    if (cfg) memcpy(&f->cfg, cfg, known);
     f->cfg.struct_size = sizeof f->cfg;
+    if (f->cfg.compute_device.type == 0) f->cfg.compute_device = lpx_cpu();
     if (f->cfg.max_unsharded <= 0) f->cfg.max_unsharded = 2;
     if (!f->cfg.fp8_grad_dtype) f->cfg.fp8_grad_dtype = LPX_F8E5M2;
     if (f->cfg.param_dtype && f->cfg.param_dtype != LPX_BF16 && f->cfg.param_dtype != LPX_F16 &&
@@ -81,6 +89,11 @@ lpx_status lpx_fsdp_new(lpx_mesh *mesh, const lpx_fsdp_config *cfg, lpx_fsdp **o
     f->world = lpx_comm_size(f->comm);
     f->rank = lpx_comm_rank(f->comm);
     f->st.struct_size = sizeof f->st;
+    if (f->cfg.compute_device.type != LPX_DEVICE_CPU && (st = fsdp_offload_init(f))) {
+        lpx_mesh_release(mesh);
+        lpx_free(f);
+        return st;
+    }
     *out = f;
     return LPX_OK;
 }
@@ -117,6 +130,7 @@ void lpx_fsdp_free(lpx_fsdp *f)
         lpx_free(g);
     }
     lpx_free(f->g);
+    fsdp_offload_free(f);
     lpx_mesh_release(f->mesh);
     lpx_free(f);
 }
@@ -211,7 +225,7 @@ static lpx_status shard_param(lpx_fsdp *f, fsdp_param *p, dt_wire_desc *mine)
     unsigned char meta[LPX_MAX_META];
     size_t ms;
     int n = 0;
-    lpx_fsdp_hook_ctx h = {sizeof h, f->comm, 0};
+    lpx_fsdp_hook_ctx h = {sizeof h, f->comm, 0, f->cfg.compute_device};
     lpx_tensor *src = NULL;
     if ((st = wire_src(f, p, &src))) return st;
     st = dt_pre_gather(op, src, &h, in, &n, meta, &ms, mine);
@@ -240,7 +254,7 @@ lpx_status lpx_fsdp_shard(lpx_fsdp *f)
         for (int i = 0; i < f->g[gi]->n && !st; i++, k++)
             if ((st = shard_param(f, &f->g[gi]->p[i], &mine[k]))) st = dt_abort(f->comm, st);
     /* one all-gather: every rank learns every other rank's wire layout */
-    if (!st) st = lpx_comm_all_gather_buf(f->comm, mine, all, (size_t)total * sizeof *mine);
+    if (!st) st = fsdp_all_gather_host(f, f->comm, mine, all, (size_t)total * sizeof *mine);
     k = 0;
     for (int gi = 0; gi < f->ng && !st; gi++) {
         lpx_fsdp_group *g = f->g[gi];
@@ -297,7 +311,8 @@ static void note_unsharded(lpx_fsdp *f, int64_t delta)
     if (f->st.unsharded_bytes > f->st.peak_unsharded_bytes) f->st.peak_unsharded_bytes = f->st.unsharded_bytes;
 }
 
-/* Splits the gathered buffer and rebuilds every param of g. */
+/* Splits the gathered buffer (memory of the compute device) and rebuilds
+ * every param of g there. */
 static lpx_status rebuild(lpx_fsdp_group *g, const unsigned char *recv, lpx_tensor **inputs, int *nin,
                           unsigned char *metas, size_t *msz, uint64_t *bytes)
 {
@@ -305,7 +320,8 @@ static lpx_status rebuild(lpx_fsdp_group *g, const unsigned char *recv, lpx_tens
     lpx_fsdp *f = g->f;
     for (int i = 0; i < g->n; i++) {
         fsdp_param *p = &g->p[i];
-        lpx_status st = dt_unpack(op, recv, g->slot, p->off, p->descs, f->world, p->outputs);
+        lpx_status st = dt_unpack_on(op, recv, g->slot, p->off, p->descs, f->world, f->cfg.compute_device,
+                                     p->outputs);
         lpx_tensor *prev = g->kept ? p->full : NULL, *full = NULL;
         if (!st)
             st = dt_post_gather(op, lpx_tensor_kind(fsdp_local(p)), p->outputs, nin[i], metas + (size_t)i * LPX_MAX_META,
@@ -345,15 +361,31 @@ lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
     int *nin = lpx_calloc((size_t)(n ? n : 1), sizeof *nin);
     size_t *msz = lpx_calloc((size_t)(n ? n : 1), sizeof *msz);
     unsigned char *metas = lpx_malloc((size_t)(n ? n : 1) * LPX_MAX_META);
-    unsigned char *send = lpx_calloc(1, g->slot ? g->slot : 1);
-    unsigned char *recv = lpx_malloc((g->slot ? g->slot : 1) * (size_t)f->world);
-    if (!inputs || !nin || !msz || !metas || !send || !recv) {
-        st = dt_abort(f->comm, lpx_error(LPX_ENOMEM, "%s(%s): cannot allocate %zu wire bytes", op, g->name,
-                                         g->slot * (size_t)f->world));
+    /* send/recv: host buffers; offloading: send is the engine's staging
+     * buffer (not owned here) and recv the device tensor drecv */
+    unsigned char *send = NULL, *recv = NULL;
+    lpx_tensor *drecv = NULL;
+    if (f->offload) {
+        if (inputs && nin && msz && metas && !(st = fsdp_stage(f, g->slot, &send)))
+            st = fsdp_dev_bytes(f, g->slot * (size_t)f->world, false, &drecv);
+        if (!st && !drecv) st = lpx_error(LPX_ENOMEM, "%s(%s): out of memory", op, g->name);
+        if (!st) {
+            memset(send, 0, g->slot);
+            recv = lpx_tensor_data(drecv);
+        }
+    } else {
+        send = lpx_calloc(1, g->slot ? g->slot : 1);
+        recv = lpx_malloc((g->slot ? g->slot : 1) * (size_t)f->world);
+    }
+    if (st || !inputs || !nin || !msz || !metas || !send || !recv) {
+        if (!st)
+            st = lpx_error(LPX_ENOMEM, "%s(%s): cannot allocate %zu wire bytes", op, g->name,
+                           g->slot * (size_t)f->world);
+        st = dt_abort(f->comm, st);
         goto done;
     }
     /* 1. each param says what goes on the wire; 2. pack into one buffer */
-    lpx_fsdp_hook_ctx h = {sizeof h, f->comm, 0};
+    lpx_fsdp_hook_ctx h = {sizeof h, f->comm, 0, f->cfg.compute_device};
     uint64_t t0 = lpx_now_ns();
     for (int i = 0; i < n && !st; i++) {
         fsdp_param *p = &g->p[i];
@@ -373,10 +405,21 @@ lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
     f->st.amax_allreduces += h.amax_allreduces;
     f->st.pack_ns += lpx_now_ns() - t0;
     if (st) goto done;
-    /* 3. one all-gather for the whole group */
-    if ((st = lpx_comm_all_gather_buf(f->comm, send, recv, g->slot))) goto done;
-    lpx_free(send);
-    send = NULL;
+    /* 3. one all-gather for the whole group (offloading: ONE copy of this
+     * rank's block to its place in the device buffer, then in place) */
+    if (f->offload) {
+        unsigned char *mine = recv + (size_t)f->rank * g->slot;
+        if ((st = fsdp_h2d(f, mine, send, g->slot))) {
+            st = dt_abort(f->comm, st);
+            goto done;
+        }
+        if ((st = lpx_comm_all_gather_buf(f->comm, mine, recv, g->slot))) goto done;
+        send = NULL;
+    } else {
+        if ((st = lpx_comm_all_gather_buf(f->comm, send, recv, g->slot))) goto done;
+        lpx_free(send);
+        send = NULL;
+    }
     /* 4. split, unpad, post_all_gather */
     t0 = lpx_now_ns();
     uint64_t bytes = 0;
@@ -403,8 +446,12 @@ done:
     lpx_free(nin);
     lpx_free(msz);
     lpx_free(metas);
-    lpx_free(send);
-    lpx_free(recv);
+    if (f->offload) {
+        lpx_tensor_release(drecv);
+    } else {
+        lpx_free(send);
+        lpx_free(recv);
+    }
     return st;
 }
 
@@ -437,19 +484,23 @@ lpx_status lpx_fsdp_reshard(lpx_fsdp_group *g)
 
 lpx_status lpx_fsdp_stats_get(const lpx_fsdp *f, lpx_fsdp_stats *out)
 {
-    if (!f || !out || out->struct_size < sizeof *out)
+    /* an older caller's struct ends at unpack_ns: copy what it covers */
+    const size_t v1 = offsetof(lpx_fsdp_stats, unpack_ns) + sizeof(uint64_t);
+    if (!f || !out || out->struct_size < v1)
         return lpx_error(LPX_EINVAL, "lpx_fsdp_stats_get: NULL argument or struct_size too small");
-    *out = f->st;
-    out->struct_size = sizeof *out;
+    size_t n = out->struct_size < sizeof *out ? out->struct_size : sizeof *out;
+    memcpy(out, &f->st, n);
+    out->struct_size = n;
     return LPX_OK;
 }
 
 void lpx_fsdp_stats_reset(lpx_fsdp *f)
 {
     if (!f) return;
-    uint64_t live = f->st.unsharded_bytes;
+    uint64_t live = f->st.unsharded_bytes, pinned = f->st.pinned_bytes;
     memset(&f->st, 0, sizeof f->st);
     f->st.struct_size = sizeof f->st;
     f->st.unsharded_bytes = f->st.peak_unsharded_bytes = live;
+    f->st.pinned_bytes = pinned;
     f->st.peak_unsharded_groups = f->nunsharded;
 }

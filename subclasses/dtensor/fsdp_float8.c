@@ -42,7 +42,7 @@ static lpx_status precompute(lpx_fsdp *f, lpx_fsdp_group *const *gs, int ng)
             amax[k++] = (float)v;
             if (st) st = dt_abort(f->comm, st);
         }
-    if (!st) st = lpx_comm_all_reduce_buf(f->comm, amax, amax, (size_t)n, LPX_F32, LPX_REDUCE_MAX);
+    if (!st) st = fsdp_all_reduce_host(f, f->comm, amax, (size_t)n, LPX_F32, LPX_REDUCE_MAX);
     if (!st) f->st.amax_allreduces++;
     k = 0;
     for (int j = 0; j < ng; j++)

@@ -37,6 +37,11 @@ lpx_status lpx_fsdp_set_grad(lpx_fsdp_group *g, int i, lpx_tensor *grad)
     if (lpx_tensor_ndim(grad) != p->ndim ||
         memcmp(lpx_tensor_shape(grad), p->shape, (size_t)p->ndim * sizeof(int64_t)))
         return lpx_error(LPX_ESHAPE, "%s: grad of '%s' does not have the parameter's full shape", op, p->name);
+    lpx_device gd = lpx_tensor_device(grad), want = g->f->cfg.compute_device;
+    if (gd.type != want.type || gd.index != want.index)
+        return lpx_error(LPX_EDEVICE, "%s: grad of '%s' is on device %d:%d; this engine takes grads on its compute "
+                         "device %d:%d (lpx_fsdp_config.compute_device)", op, p->name, (int)gd.type, (int)gd.index,
+                         (int)want.type, (int)want.index);
     lpx_tensor *c = NULL;
     lpx_status st = lpx_contiguous(grad, &c);
     if (st) return st;
@@ -124,6 +129,58 @@ static lpx_status unpack(lpx_fsdp_group *g, lpx_dtype d, lpx_dtype w, float unsc
     return LPX_OK;
 }
 
+/* Offload: rows of every grad of dtype d (on the device) into the device
+ * send buffer, the same layout as pack's plain mode, device to device. */
+static lpx_status pack_dev(lpx_fsdp_group *g, lpx_dtype d, unsigned char *send, int64_t block)
+{
+    lpx_fsdp *f = g->f;
+    size_t es = lpx_dtype_nbytes(d, 1);
+    int64_t at = 0;
+    for (int i = 0; i < g->n; i++) {
+        fsdp_param *p = &g->p[i];
+        if (!p->grad_full || lpx_tensor_dtype(p->grad_full) != d) continue;
+        int64_t row = fsdp_row_elems(p);
+        for (int q = 0; q < f->world; q++) {
+            int64_t c, s, l;
+            lpx_shard_range(p->shape[0], f->world, q, p->unit, &c, &s, &l);
+            unsigned char *dst = send + ((size_t)q * (size_t)block + (size_t)at) * es;
+            const unsigned char *src = (const unsigned char *)lpx_tensor_data(p->grad_full) + lpx_dtype_nbytes(d, s * row);
+            lpx_status st = fsdp_d2d(f, dst, src, (size_t)(l * row) * es);
+            if (st) return st;
+        }
+        at += p->chunk * row;
+    }
+    return LPX_OK;
+}
+
+/* Offload: the reduce-scatter of dtype d on the device (zero padding, one
+ * collective, the replicate average on a 2-D mesh), ONE copy of this
+ * rank's block to the host staging buffer, then unpack into the host grad
+ * shards as without offload. */
+static lpx_status rs_dtype_dev(lpx_fsdp_group *g, lpx_dtype d, int64_t block)
+{
+    lpx_fsdp *f = g->f;
+    size_t es = lpx_dtype_nbytes(d, 1), rb = (size_t)block * es;
+    lpx_tensor *send = NULL, *recv = NULL;
+    unsigned char *host = NULL;
+    lpx_status st = fsdp_dev_bytes(f, rb * (size_t)f->world, true, &send);
+    if (!st) st = fsdp_dev_bytes(f, rb, false, &recv);
+    if (!st) st = fsdp_stage(f, rb, &host);
+    if (!st) st = pack_dev(g, d, lpx_tensor_data(send), block);
+    if (st) st = dt_abort(f->comm, st);
+    if (!st)
+        st = lpx_comm_reduce_scatter_buf(f->comm, lpx_tensor_data(send), lpx_tensor_data(recv), (size_t)block, d,
+                                         LPX_REDUCE_AVG);
+    if (!st && f->rep)
+        st = lpx_comm_all_reduce_buf(f->rep, lpx_tensor_data(recv), lpx_tensor_data(recv), (size_t)block, d,
+                                     LPX_REDUCE_AVG);
+    lpx_tensor_release(send);
+    if (!st) st = fsdp_d2h(f, host, lpx_tensor_data(recv), rb);
+    lpx_tensor_release(recv);
+    if (!st) st = unpack(g, d, d, 1.0f, host);
+    return st;
+}
+
 /* One reduce-scatter of every grad of dtype d (-1: all grads, fp8 mode). */
 static lpx_status rs_dtype(lpx_fsdp_group *g, lpx_dtype d, lpx_dtype w, float scale, float unscale, lpx_reduce_op rop)
 {
@@ -132,6 +189,7 @@ static lpx_status rs_dtype(lpx_fsdp_group *g, lpx_dtype d, lpx_dtype w, float sc
     for (int i = 0; i < g->n; i++)
         if (g->p[i].grad_full && (d < 0 || lpx_tensor_dtype(g->p[i].grad_full) == d))
             block += g->p[i].chunk * fsdp_row_elems(&g->p[i]);
+    if (f->offload) return rs_dtype_dev(g, d, block); /* plain mode only: fp8 is refused at lpx_fsdp_new */
     size_t es = lpx_dtype_nbytes(w, 1);
     unsigned char *send = lpx_calloc((size_t)(block * f->world) + 1, es);
     unsigned char *recv = lpx_malloc(((size_t)block + 1) * es);

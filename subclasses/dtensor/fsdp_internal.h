@@ -3,6 +3,7 @@
 #define LPX_FSDP_INTERNAL_H
 
 #include "dtensor_internal.h"
+#include "lpx/cuda.h"
 
 typedef struct fsdp_param {
     char *name;
@@ -49,6 +50,14 @@ struct lpx_fsdp {
     bool sharded;
     int nunsharded;
     lpx_fsdp_stats st;
+    /* CPU offload (cfg.compute_device not the CPU; fsdp_offload.c) */
+    bool offload;
+    const lpx_backend_i *dev_be;        /* the compute device's backend: its copy slot */
+    lpx_cuda_host_alloc_fn host_alloc;  /* lpx-cuda's pinned allocator, or NULL */
+    lpx_cuda_host_free_fn host_free;
+    unsigned char *stage;               /* host staging buffer (pinned when host_alloc gave it) */
+    size_t stage_cap;
+    bool stage_pinned;
 };
 
 /* Adds the comm statistics accumulated since *before to the engine's. */
@@ -68,6 +77,38 @@ static inline int64_t fsdp_row_elems(const fsdp_param *p)
 
 /* The local shard of a param (borrowed). */
 static inline lpx_tensor *fsdp_local(const fsdp_param *p) { return lpx_dtensor_local(p->dt); }
+
+/* ---- CPU offload (fsdp_offload.c) ----------------------------------- *
+ * With cfg.compute_device a CUDA device the shards, grad shards and AdamW
+ * state stay on the host; collectives run on device buffers (the comm is
+ * NCCL, which refuses host memory). In CPU mode none of these copy: the
+ * host helpers call the comm directly. */
+
+/* Checks an offloading configuration (comms, backend, fp8) and looks up
+ * lpx-cuda's pinned allocator. Called by lpx_fsdp_new; nothing to undo. */
+lpx_status fsdp_offload_init(lpx_fsdp *f);
+/* Frees the staging buffer. */
+void fsdp_offload_free(lpx_fsdp *f);
+/* The engine's host staging buffer, at least n bytes (grown; pinned when
+ * lpx-cuda exports its allocator, else lpx_malloc). Valid until the next
+ * call. */
+lpx_status fsdp_stage(lpx_fsdp *f, size_t n, unsigned char **out);
+/* New u8 tensor of n bytes (at least 1) on the compute device, zeroed when
+ * asked. */
+lpx_status fsdp_dev_bytes(lpx_fsdp *f, size_t n, bool zero, lpx_tensor **out);
+/* Counted copies between host memory and the compute device (complete on
+ * return: the backend waits for copies that touch the host), and an
+ * uncounted device-to-device copy (queued on the device's stream). n == 0
+ * copies nothing. */
+lpx_status fsdp_h2d(lpx_fsdp *f, void *dst, const void *src, size_t n);
+lpx_status fsdp_d2h(lpx_fsdp *f, void *dst, const void *src, size_t n);
+lpx_status fsdp_d2d(lpx_fsdp *f, void *dst, const void *src, size_t n);
+/* Collectives over host buffers: the comm directly on the CPU, staged
+ * through a device buffer when offloading (h2d, in-place collective, d2h).
+ * A staging failure before the collective aborts the comm. */
+lpx_status fsdp_all_gather_host(lpx_fsdp *f, lpx_comm *c, const void *send, void *recv, size_t nbytes);
+lpx_status fsdp_all_reduce_host(lpx_fsdp *f, lpx_comm *c, void *buf, size_t count, lpx_dtype dtype,
+                                lpx_reduce_op op);
 
 /* Decodes / encodes n elements between dtype d and f32. */
 lpx_status fsdp_to_f32(lpx_dtype d, const void *src, float *dst, size_t n);

@@ -26,6 +26,7 @@
  * any other op runs on the master (a fallback that unwraps and
  * redispatches), so a float8_weight behaves as its master elsewhere. */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include "float8_internal.h"
 #include "lpx/fsdp.h"
@@ -113,6 +114,26 @@ lpx_status lpx_float8_weight_new(lpx_tensor *master, const lpx_float8_weight_opt
 
 /* ---- all-gather hooks -------------------------------------------- */
 
+/* All-reduce MAX of one amax over comm. `dev` is where the comm wants
+ * its buffers (lpx_fsdp_hook_ctx.device): host memory for the CPU (or
+ * zero), else the value makes a round trip through a one-element tensor
+ * on that device (an NCCL comm refuses host memory). */
+static lpx_status amax_all_reduce(lpx_comm *comm, lpx_device dev, float *amax)
+{
+    if (dev.type == 0 || dev.type == LPX_DEVICE_CPU)
+        return lpx_comm_all_reduce_buf(comm, amax, amax, 1, LPX_F32, LPX_REDUCE_MAX);
+    lpx_tensor *h = NULL, *d = NULL, *back = NULL;
+    lpx_status st = lpx_full(0, NULL, *amax, LPX_F32, lpx_cpu(), &h);
+    if (!st) st = lpx_tensor_to(h, dev, &d);
+    if (!st) st = lpx_comm_all_reduce_buf(comm, lpx_tensor_data(d), lpx_tensor_data(d), 1, LPX_F32, LPX_REDUCE_MAX);
+    if (!st) st = lpx_tensor_to(d, lpx_cpu(), &back);
+    if (!st) *amax = *(const float *)lpx_tensor_data(back);
+    lpx_tensor_release(h);
+    lpx_tensor_release(d);
+    lpx_tensor_release(back);
+    return st;
+}
+
 /* The replicated tensorwise scale of this shard (precomputed, or one
  * all-reduce MAX of the amax over ctx's comm). */
 static lpx_status shard_scale(const lpx_tensor *shard, void *ctx, lpx_tensor **scale)
@@ -132,8 +153,12 @@ static lpx_status shard_scale(const lpx_tensor *shard, void *ctx, lpx_tensor **s
         amax = (float)v;
     }
     lpx_fsdp_hook_ctx *h = ctx;
-    if (h && h->struct_size >= sizeof *h && h->comm) {
-        if ((st = lpx_comm_all_reduce_buf(h->comm, &amax, &amax, 1, LPX_F32, LPX_REDUCE_MAX))) return st;
+    /* the fields a caller's struct_size covers: comm and the counter since
+     * the first version, the device since offload */
+    if (h && h->struct_size >= offsetof(lpx_fsdp_hook_ctx, amax_allreduces) + sizeof h->amax_allreduces && h->comm) {
+        lpx_device dev = lpx_cpu();
+        if (h->struct_size >= offsetof(lpx_fsdp_hook_ctx, device) + sizeof h->device) dev = h->device;
+        if ((st = amax_all_reduce(h->comm, dev, &amax))) return st;
         h->amax_allreduces++;
     }
     lpx_tensor *at = NULL;

@@ -108,19 +108,32 @@ lpx_status nf4_post_all_gather(const lpx_kind *kind, lpx_tensor *const *outputs,
     if (world < 1 || lpx_tensor_shape(outputs[4])[0] != world)
         return lpx_error(LPX_EINVAL, "%s: %lld row counts and %lld means gathered; expected one of each per rank", op,
                          (long long)world, (long long)lpx_tensor_shape(outputs[4])[0]);
+    /* the row counts and means are read on the host: gathered on a device
+     * (the engine's offload), they are copied down first (a few bytes;
+     * on the CPU lpx_tensor_to just retains them) */
+    lpx_tensor *hrows = NULL, *hmeans = NULL;
+    if ((st = lpx_tensor_to(outputs[3], lpx_cpu(), &hrows)) || (st = lpx_tensor_to(outputs[4], lpx_cpu(), &hmeans))) {
+        lpx_tensor_release(hrows);
+        return st;
+    }
     int64_t rows = 0;
     double mean0 = 0.0;
-    for (int64_t r = 0; r < world; r++) {
+    for (int64_t r = 0; r < world && !st; r++) {
         double v, mv;
-        if ((st = lpx_item(outputs[3], r, &v)) || (st = lpx_item(outputs[4], r, &mv))) return st;
-        if (!(v >= 0 && v <= 0x1p62) || (int64_t)v > INT64_MAX / 2 - rows)
-            return lpx_error(LPX_EINVAL, "%s: rank %lld sent %g rows", op, (long long)r, v);
+        if ((st = lpx_item(hrows, r, &v)) || (st = lpx_item(hmeans, r, &mv))) break;
+        if (!(v >= 0 && v <= 0x1p62) || (int64_t)v > INT64_MAX / 2 - rows) {
+            st = lpx_error(LPX_EINVAL, "%s: rank %lld sent %g rows", op, (long long)r, v);
+            break;
+        }
         rows += (int64_t)v;
         if (r == 0) mean0 = mv;
         else if (mv != mean0)
-            return lpx_error(LPX_EINVAL, "%s: rank %lld has mean %.9g, rank 0 %.9g: the shards were quantized "
-                             "separately; all-gather needs dim-0 slices of one nf4 tensor", op, (long long)r, mv, mean0);
+            st = lpx_error(LPX_EINVAL, "%s: rank %lld has mean %.9g, rank 0 %.9g: the shards were quantized "
+                           "separately; all-gather needs dim-0 slices of one nf4 tensor", op, (long long)r, mv, mean0);
     }
+    lpx_tensor_release(hrows);
+    lpx_tensor_release(hmeans);
+    if (st) return st;
     lpx_dtype dtype = param_dtype >= 0 ? param_dtype : m.dtype;
     if (!nf4_logical_dtype_ok(dtype))
         return lpx_error(LPX_EDTYPE, "%s: param dtype %s: nf4 tensors are f32, f16 or bf16", op, lpx_dtype_name(dtype));

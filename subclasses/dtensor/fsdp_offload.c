@@ -1,0 +1,208 @@
+/* CPU offload of the sharding engine (cfg.compute_device a CUDA device).
+ *
+ * What lives where: the local shards, the grad shards and the AdamW state
+ * stay in host memory, so the optimizer steps on the CPU exactly as
+ * without offload; the unsharded params and the full grads live on the
+ * compute device. Per step and group (docs/SHARDING.md, "CPU offload"):
+ *   unshard         pre_all_gather + pack on the host (into the staging
+ *                   buffer), ONE host->device copy of this rank's block,
+ *                   ONE all-gather on device memory, split on the device
+ *                   (device-to-device copies), post_all_gather on device
+ *                   tensors;
+ *   reduce-scatter  per grad dtype: pack on the device, ONE reduce-scatter
+ *                   there, ONE device->host copy of this rank's block,
+ *                   split into the host grad shards.
+ * The comms must be NCCL comms on the compute device: NCCL refuses host
+ * memory, so the engine's small host-side collectives (the wire
+ * descriptors at shard, the amaxes of the float8 precompute) are staged
+ * through device memory as well, and hooks learn the device from their
+ * lpx_fsdp_hook_ctx.
+ *
+ * The staging buffer is the engine's, kept between calls and grown to the
+ * largest group; it is page-locked (cudaHostAlloc) when lpx-cuda.so exports
+ * lpx_cuda_host_alloc, so the copies run at DMA speed. Every copy that
+ * touches host memory completes before it returns (the cuda backend waits
+ * on its stream), so the buffer can be reused at once. */
+#include <string.h>
+#include "fsdp_internal.h"
+
+typedef int (*nccl_comm_device_fn)(const lpx_comm *comm); /* backends/nccl/lpx_nccl.h */
+
+/* A plugin export as a function pointer (object -> function pointer
+ * conversion through memcpy, which ISO C permits). */
+static void *plugin_fn(const char *plugin, const char *sym)
+{
+    const lpx_plugin *p = NULL;
+    if (lpx_plugin_find(plugin, &p)) {
+        lpx_clear_error(); /* an absent plugin is not an error here */
+        return NULL;
+    }
+    return lpx_plugin_symbol(p, sym);
+}
+
+static lpx_status check_comm(const lpx_fsdp *f, lpx_comm *c, const char *which)
+{
+    const char *op = "lpx_fsdp_new";
+    lpx_device d = f->cfg.compute_device;
+    const char *be = lpx_comm_backend_name(c);
+    if (!be || strcmp(be, "nccl"))
+        return lpx_error(LPX_EDEVICE, "%s: compute_device cuda:%d runs the collectives on device memory, so the %s "
+                         "comm must be an NCCL comm on that device (lpx-nccl.so); it is a '%s' comm", op,
+                         (int)d.index, which, be ? be : "(unnamed)");
+    void *sym = plugin_fn("nccl", "lpx_nccl_comm_device");
+    if (sym) {
+        nccl_comm_device_fn dev_of;
+        memcpy(&dev_of, &sym, sizeof sym);
+        int cd = dev_of(c);
+        if (cd != d.index)
+            return lpx_error(LPX_EDEVICE, "%s: compute_device is cuda:%d but the %s NCCL comm runs on cuda:%d", op,
+                             (int)d.index, which, cd);
+    }
+    return LPX_OK;
+}
+
+lpx_status fsdp_offload_init(lpx_fsdp *f)
+{
+    const char *op = "lpx_fsdp_new";
+    lpx_device d = f->cfg.compute_device;
+    if (d.type != LPX_DEVICE_CUDA)
+        return lpx_error(LPX_EDEVICE, "%s: compute_device type %d: offload supports CUDA devices only (or the CPU)",
+                         op, (int)d.type);
+    if (d.index < 0) return lpx_error(LPX_EDEVICE, "%s: compute_device cuda:%d is not a device", op, (int)d.index);
+    if (f->cfg.fp8_grad_reduce)
+        return lpx_error(LPX_EINVAL, "%s: fp8_grad_reduce is not available with compute_device cuda:%d: the grads "
+                         "are reduce-scattered by NCCL, which does not reduce fp8 (reduce them in bf16 or f32)", op,
+                         (int)d.index);
+    lpx_status st = check_comm(f, f->comm, "shard");
+    if (!st && f->rep) st = check_comm(f, f->rep, "replicate");
+    if (st) return st;
+    f->dev_be = lpx_backend_for(d.type);
+    if (!f->dev_be || !f->dev_be->copy)
+        return lpx_error(LPX_EDEVICE, "%s: compute_device cuda:%d has no backend (load lpx-cuda.so first)", op,
+                         (int)d.index);
+    void *a = plugin_fn("cuda", LPX_CUDA_SYM_HOST_ALLOC), *fr = plugin_fn("cuda", LPX_CUDA_SYM_HOST_FREE);
+    if (a && fr) {
+        memcpy(&f->host_alloc, &a, sizeof a);
+        memcpy(&f->host_free, &fr, sizeof fr);
+    }
+    f->offload = true;
+    return LPX_OK;
+}
+
+static void stage_drop(lpx_fsdp *f)
+{
+    if (!f->stage) return;
+    if (f->stage_pinned) f->host_free(f->stage);
+    else lpx_free(f->stage);
+    f->stage = NULL;
+    f->stage_cap = 0;
+    f->stage_pinned = false;
+    f->st.pinned_bytes = 0;
+}
+
+void fsdp_offload_free(lpx_fsdp *f) { stage_drop(f); }
+
+lpx_status fsdp_stage(lpx_fsdp *f, size_t n, unsigned char **out)
+{
+    *out = NULL;
+    if (f->stage && n <= f->stage_cap) {
+        *out = f->stage;
+        return LPX_OK;
+    }
+    stage_drop(f);
+    size_t cap = n ? n : 1;
+    void *p = NULL;
+    if (f->host_alloc && !f->host_alloc(cap, &p) && p) {
+        f->stage_pinned = true;
+        f->st.pinned_bytes = cap;
+    } else {
+        /* no pinned allocator, or no pinned memory left: pageable memory
+         * works too, the copies are only slower */
+        if (f->host_alloc) lpx_clear_error();
+        if (!(p = lpx_malloc(cap)))
+            return lpx_error(LPX_ENOMEM, "sharding engine: cannot allocate %zu bytes of host staging", cap);
+    }
+    f->stage = p;
+    f->stage_cap = cap;
+    *out = f->stage;
+    return LPX_OK;
+}
+
+lpx_status fsdp_dev_bytes(lpx_fsdp *f, size_t n, bool zero, lpx_tensor **out)
+{
+    int64_t len = (int64_t)(n ? n : 1);
+    return zero ? lpx_zeros(1, &len, LPX_U8, f->cfg.compute_device, out)
+                : lpx_tensor_new(LPX_U8, 1, &len, f->cfg.compute_device, out);
+}
+
+static lpx_status copy(lpx_fsdp *f, void *dst, lpx_device dd, const void *src, lpx_device sd, size_t n)
+{
+    return f->dev_be->copy(f->dev_be->self, dst, dd, src, sd, n);
+}
+
+lpx_status fsdp_h2d(lpx_fsdp *f, void *dst, const void *src, size_t n)
+{
+    if (!n) return LPX_OK;
+    uint64_t t0 = lpx_now_ns();
+    lpx_status st = copy(f, dst, f->cfg.compute_device, src, lpx_cpu(), n);
+    f->st.copy_ns += lpx_now_ns() - t0;
+    if (st) return st;
+    f->st.h2d_copies++;
+    f->st.h2d_bytes += n;
+    return LPX_OK;
+}
+
+lpx_status fsdp_d2h(lpx_fsdp *f, void *dst, const void *src, size_t n)
+{
+    if (!n) return LPX_OK;
+    uint64_t t0 = lpx_now_ns();
+    lpx_status st = copy(f, dst, lpx_cpu(), src, f->cfg.compute_device, n);
+    f->st.copy_ns += lpx_now_ns() - t0;
+    if (st) return st;
+    f->st.d2h_copies++;
+    f->st.d2h_bytes += n;
+    return LPX_OK;
+}
+
+lpx_status fsdp_d2d(lpx_fsdp *f, void *dst, const void *src, size_t n)
+{
+    if (!n) return LPX_OK;
+    return copy(f, dst, f->cfg.compute_device, src, f->cfg.compute_device, n);
+}
+
+lpx_status fsdp_all_gather_host(lpx_fsdp *f, lpx_comm *c, const void *send, void *recv, size_t nbytes)
+{
+    if (!f->offload) return lpx_comm_all_gather_buf(c, send, recv, nbytes);
+    int world = lpx_comm_size(c), rank = lpx_comm_rank(c);
+    lpx_tensor *d = NULL;
+    lpx_status st = fsdp_dev_bytes(f, nbytes * (size_t)world, false, &d);
+    unsigned char *base = d ? lpx_tensor_data(d) : NULL, *mine = base ? base + (size_t)rank * nbytes : NULL;
+    if (!st) st = fsdp_h2d(f, mine, send, nbytes);
+    if (st) {
+        lpx_tensor_release(d);
+        return dt_abort(c, st);
+    }
+    /* in place: this rank's block already sits at its offset */
+    st = lpx_comm_all_gather_buf(c, mine, base, nbytes);
+    if (!st) st = fsdp_d2h(f, recv, base, nbytes * (size_t)world);
+    lpx_tensor_release(d);
+    return st;
+}
+
+lpx_status fsdp_all_reduce_host(lpx_fsdp *f, lpx_comm *c, void *buf, size_t count, lpx_dtype dtype,
+                                lpx_reduce_op op)
+{
+    if (!f->offload) return lpx_comm_all_reduce_buf(c, buf, buf, count, dtype, op);
+    size_t nb = lpx_dtype_nbytes(dtype, (int64_t)count);
+    lpx_tensor *d = NULL;
+    lpx_status st = fsdp_dev_bytes(f, nb, false, &d);
+    if (!st) st = fsdp_h2d(f, lpx_tensor_data(d), buf, nb);
+    if (st) {
+        lpx_tensor_release(d);
+        return dt_abort(c, st);
+    }
+    st = lpx_comm_all_reduce_buf(c, lpx_tensor_data(d), lpx_tensor_data(d), count, dtype, op);
+    if (!st) st = fsdp_d2h(f, buf, lpx_tensor_data(d), nb);
+    lpx_tensor_release(d);
+    return st;
+}
