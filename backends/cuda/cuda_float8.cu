@@ -1,7 +1,8 @@
 /* CUDA kernels of the dense float8 ops (ops_float8.def): fused quantize,
  * dequantize and the scale formula; fp8_scaled_mm lives with the GEMMs
  * (cuda_gemm.c). Same argument checks, output shapes and bits as the CPU
- * kernels of backends/cpu/float8.c, which are the reference.
+ * kernels of backends/cpu/float8.c, which are the reference
+ * (tests/gpu/test_cuda_lowp.c compares every result bit for bit).
  *
  * Quantize. Every path reads x in 16-byte vectors where it can (8 elements
  * of bf16/f16, or two vectors of f32), scales, encodes and writes 8 fp8
@@ -11,32 +12,46 @@
  * counter. The last block to finish (ticket counter, __threadfence) turns
  * the counters into the stats output and zeroes the workspace for the next
  * call. Nothing is copied back to the host: a quantize is a few kernels
- * queued on the device's stream.
- *  - tensorwise, static scale: one pass (k_tw_cast);
+ * queued on the device's stream, and allocates its four outputs only.
+ *  - tensorwise, static scale: one pass (k_tw_cast), 2 vectors per thread
+ *    per step, grid = one wave of resident blocks;
  *  - tensorwise, dynamic: k_tw_amax (vector reads, block max, one atomicMax
  *    per block; its last block computes scale and scale_inv on the device),
  *    then k_tw_cast, which reads the scale from the scale output;
- *  - rowwise (the reduced dim is the last non-trivial one, x contiguous):
- *    k_rows, a team of 32..256 threads per row (several rows per block for
- *    short rows): row amax, scale, cast. Rows of up to 8192 elements stay
- *    in registers between the two steps (one read of x); longer rows are
- *    read again (from L2);
- *  - columns (inner dims after the reduced one) and odd layouts: k_groups,
- *    one thread per scale group, coalesced across the inner dim.
+ *  - rowwise (x contiguous, the reduced dim the last non-trivial one):
+ *    k_rows_staged, a team of 8..256 threads per row (several rows per
+ *    block for short rows; up to a warp needs no block barrier): the row
+ *    goes once from memory into shared memory by cp.async, double buffered
+ *    (the next row is in flight while the team takes the amax, the scale
+ *    and the cast of the current one), for rows up to 8192 elements (4096
+ *    f32); longer rows: k_rows, which reads them again (from L2);
+ *  - columns (inner dims after the reduced one), x contiguous, inner a
+ *    multiple of 8: k_cols_amax (tiles of 32 vectors x 256 rows, a block
+ *    reduction, one atomicMax per column), k_cols_scale, k_cols_cast;
+ *  - anything else (strided x, other dtypes, odd widths): k_rows with any
+ *    layout, or k_groups, one thread per scale group.
  * The amax is an unsigned max over the f32 bits with the sign cleared:
  * for non-negative floats the integer order is the float order and NaN
  * sorts above inf, exactly as on the CPU.
  *
- * Encoding. Per 8-element vector, when every scaled value lies in the
- * format's normal range [2^-6, 448] (e4m3fn) / [2^-14, 57344] (e5m2) the
- * vector takes the fast path: on sm_89+ the hardware conversion
- * (cvt.rn.satfinite.e4m3x2.f32, two values per instruction; for normal
- * in-range values it is the IEEE round-to-nearest-even the codec computes,
- * none of its saturate/NaN/subnormal cases can arise), elsewhere the codec
- * of core/numerics/float8.h with that range assumed. Any other vector
- * (zeros, tiny, huge, inf, NaN) goes element by element through the full
- * codec and the exact statistics of the CPU kernel, whose overflow and
- * underflow thresholds are found at registration by the same bisection.
+ * Encoding. A vector whose 8 scaled values cannot overflow (all <= the
+ * format's max, hence none NaN) takes the fast path: on sm_89+ the
+ * hardware conversion (cvt.rn.satfinite.e4m3x2/e5m2x2.f32, two values per
+ * instruction: round to nearest even on the format's grid, subnormals and
+ * signed zeros included, which is what the codec computes there; its
+ * satfinite and NaN cases cannot arise), with the nonzero/underflow counts
+ * taken per element only when some value is below the normal range; before
+ * sm_89 the codec of core/numerics/float8.h with the normal range assumed
+ * (vectors with smaller values take the slow path there). Every other
+ * vector goes element by element through the full codec and the exact
+ * statistics of the CPU kernel, whose overflow and underflow thresholds
+ * are found at registration by the same bisection.
+ *
+ * Scales. The kernels compute dynamic scales in f32 arithmetic that gives
+ * the bits of the CPU's double formula (f8_group_scale: proof sketch
+ * there, checked exhaustively over all f32 amaxes for the formats, pow2 and
+ * several clamps, and by the GPU suite); fp8_scale_from_amax runs the
+ * double formula itself.
  *
  * Errors that depend on the data cannot be returned without waiting for
  * the device, so the CUDA kernels poison instead of failing: a dynamic
@@ -365,9 +380,9 @@ template <bool E5> __device__ __forceinline__ uint32_t f8_fast2(float y0, float 
 #endif
 }
 
-/* Elements [8u, 8u + 8) of contiguous x -> codes q[8u ..] (one 8-byte
- * store), statistics in c. track: fold |x| into c.amax (the dynamic cast
- * has it already).
+/* 8 contiguous elements of x (v, read from xv) -> 8 codes at qv (one
+ * 8-byte store), statistics in c; scale s, or sv[k] for element k when
+ * PER. track: fold |x| into c.amax (the dynamic cast has it already).
  * sm_89+: every vector whose scaled values are all <= max (so none
  * overflows, none is NaN) is converted by the hardware, which rounds
  * normal, subnormal and zero results exactly as the codec does; nonzero
@@ -375,9 +390,9 @@ template <bool E5> __device__ __forceinline__ uint32_t f8_fast2(float y0, float 
  * the normal range. Elsewhere the fast path is the normal range only.
  * Other vectors go element by element through the full codec, x read
  * again (from L1) so that the rare path keeps no registers live. */
-template <int IN, bool E5>
+template <int IN, bool E5, bool PER = false>
 __device__ __forceinline__ void f8_vec8(const V8<IN> &v, const char *xv, uint8_t *qv, float s, const F8Fmt &f,
-                                        F8Cnt &c, bool track)
+                                        F8Cnt &c, bool track, const float *sv = nullptr)
 {
     constexpr uint32_t lo = E5 ? E5_LO : E4_LO, hi = E5 ? E5_HI : E4_HI;
     float x[8];
@@ -388,7 +403,7 @@ __device__ __forceinline__ void f8_vec8(const V8<IN> &v, const char *xv, uint8_t
     for (int k = 0; k < 8; k++) {
         uint32_t ab = __float_as_uint(x[k]) & 0x7FFFFFFFu;
         if (track) c.amax = ab > c.amax ? ab : c.amax;
-        y[k] = x[k] * s;
+        y[k] = x[k] * (PER ? sv[k] : s);
         uint32_t a = __float_as_uint(y[k]) & 0x7FFFFFFFu;
         ok_hi &= a <= hi;
         ok_lo &= a >= lo;
@@ -416,8 +431,13 @@ __device__ __forceinline__ void f8_vec8(const V8<IN> &v, const char *xv, uint8_t
         return;
     }
     uint32_t am = c.amax;
+    if constexpr (PER) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) qv[k] = (uint8_t)f8_enc_full<E5>(ldt<IN>(xv, k), sv[k], f, c);
+    } else {
 #pragma unroll 1
-    for (int k = 0; k < 8; k++) qv[k] = (uint8_t)f8_enc_full<E5>(ldt<IN>(xv, k), s, f, c);
+        for (int k = 0; k < 8; k++) qv[k] = (uint8_t)f8_enc_full<E5>(ldt<IN>(xv, k), s, f, c);
+    }
     if (!track) c.amax = am;
 }
 
@@ -425,8 +445,8 @@ __device__ __forceinline__ void f8_vec8(const V8<IN> &v, const char *xv, uint8_t
 
 /* Reduces the threads' statistics (all threads of the block call it),
  * adds them to the workspace, and lets the last block of the grid write
- * stats[4] and zero the workspace. amax_in_ws: the amax kernel already
- * put the amax into ws (the dynamic tensorwise cast does not track it). */
+ * stats[4] and zero the workspace. (A dynamic cast has c.amax = 0: its
+ * amax kernel put the amax into the workspace already.) */
 __device__ void f8_finish(F8Cnt c, F8Work *ws, float *stats, int64_t n)
 {
     __shared__ unsigned long long sh[32][4];
@@ -909,6 +929,140 @@ template <bool E5> __global__ void __launch_bounds__(256) k_groups(GroupArgs a)
     f8_finish(c, a.ws, a.stats, G * a.D);
 }
 
+/* ---- columns of contiguous x: tiles of 8 warps x 32 vectors ------------ */
+
+/* x contiguous, 16-byte aligned, seen as [outer, D, inner] with inner % 8
+ * == 0; groups are columns (o, i). A tile is 32 vectors of 8 columns (a
+ * warp reads 512 contiguous bytes of bf16 per row) by COL_RPB rows, its 8
+ * warps taking every 8th row. Dynamic scaling: k_cols_amax (column
+ * maxima: per tile a block reduction, then one atomicMax per column into
+ * the scale output, zeroed first, as bits), k_cols_scale (bits -> scale,
+ * scale_inv in place), k_cols_cast; static: k_cols_scale from the given
+ * scales, then k_cols_cast. x is read twice when dynamic (the column
+ * amax needs every row first), once when static. */
+constexpr int COL_RPB = 256;
+
+struct ColArgs {
+    const char *x;
+    int64_t outer, D, inner;
+    int64_t cvec, ctiles, chunks, ntiles; /* vectors per row, tiles per row, row chunks, tiles */
+    uint8_t *q;
+    int dynamic;
+    const void *sp;
+    lpx_dtype sdt;
+    int sesz, scontig, write_scale;
+    cu_geom sg;
+    float *scale_out, *scale_inv_out, *stats;
+    F8Work *ws;
+    F8Fmt fmt;
+    F8ScaleP sp8;
+};
+
+struct ColTile {
+    int64_t o, cv, r0, r1;
+    bool valid;
+};
+
+__device__ __forceinline__ ColTile col_tile(const ColArgs &a, int64_t t)
+{
+    ColTile ct;
+    int64_t chunk = t % a.chunks, rest = t / a.chunks;
+    ct.o = rest / a.ctiles;
+    ct.cv = (rest % a.ctiles) * 32 + (threadIdx.x & 31);
+    ct.valid = ct.cv < a.cvec;
+    ct.r0 = chunk * COL_RPB;
+    ct.r1 = ct.r0 + COL_RPB < a.D ? ct.r0 + COL_RPB : a.D;
+    return ct;
+}
+
+template <int IN> __global__ void __launch_bounds__(256) k_cols_amax(ColArgs a)
+{
+    constexpr int ES = IN == IN_F32 ? 4 : 2;
+    __shared__ unsigned int red[8][8][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    unsigned int *bits = reinterpret_cast<unsigned int *>(a.scale_out);
+    uint32_t bmax = 0;
+    for (int64_t t = blockIdx.x; t < a.ntiles; t += gridDim.x) {
+        ColTile ct = col_tile(a, t);
+        uint32_t m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (ct.valid) {
+#pragma unroll 4
+            for (int64_t r = ct.r0 + warp; r < ct.r1; r += 8) {
+                V8<IN> v;
+                v8_load<IN>(v, a.x + ((ct.o * a.D + r) * a.inner) * ES, ct.cv);
+                float x[8];
+                v8_decode<IN>(v, x);
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    uint32_t ab = __float_as_uint(x[k]) & 0x7FFFFFFFu;
+                    m[k] = ab > m[k] ? ab : m[k];
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) red[warp][k][lane] = m[k];
+        __syncthreads();
+        if (warp == 0 && ct.valid) {
+            for (int w = 1; w < 8; w++)
+#pragma unroll
+                for (int k = 0; k < 8; k++) m[k] = red[w][k][lane] > m[k] ? red[w][k][lane] : m[k];
+            int64_t col = ct.o * a.inner + ct.cv * 8;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                if (m[k]) atomicMax(&bits[col + k], m[k]);
+                bmax = m[k] > bmax ? m[k] : bmax;
+            }
+        }
+        __syncthreads();
+    }
+    bmax = __reduce_max_sync(0xFFFFFFFFu, bmax);
+    if (threadIdx.x == 0 && bmax) atomicMax(&a.ws->amax, bmax);
+}
+
+/* One thread per column: the scale and its inverse, from the amax bits in
+ * the scale output (dynamic) or from the given scales (static). */
+__global__ void __launch_bounds__(256) k_cols_scale(ColArgs a)
+{
+    int64_t G = a.outer * a.inner;
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < G; g += (int64_t)gridDim.x * blockDim.x) {
+        if (a.dynamic) {
+            float s, si;
+            f8_group_scale(reinterpret_cast<const unsigned int *>(a.scale_out)[g], a.sp8, &s, &si);
+            a.scale_out[g] = s;
+            a.scale_inv_out[g] = si;
+        } else {
+            int64_t off = a.scontig ? g : cu_offset(a.sg, g);
+            float s = f8_checked_scale(cu_dec(a.sdt, (const char *)a.sp + off * a.sesz));
+            if (a.write_scale) a.scale_out[g] = s;
+            a.scale_inv_out[g] = f8_inv(s);
+        }
+    }
+}
+
+template <int IN, bool E5> __global__ void __launch_bounds__(256) k_cols_cast(ColArgs a)
+{
+    constexpr int ES = IN == IN_F32 ? 4 : 2;
+    const int warp = threadIdx.x >> 5;
+    const bool track = !a.dynamic;
+    F8Cnt c = {0, 0, 0, 0, 0};
+    for (int64_t t = blockIdx.x; t < a.ntiles; t += gridDim.x) {
+        ColTile ct = col_tile(a, t);
+        if (!ct.valid) continue;
+        int64_t col = ct.o * a.inner + ct.cv * 8;
+        const float4 *sp4 = reinterpret_cast<const float4 *>(a.scale_out + col);
+        float4 s0 = sp4[0], s1 = sp4[1];
+        const float sv[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll 4
+        for (int64_t r = ct.r0 + warp; r < ct.r1; r += 8) {
+            int64_t e = (ct.o * a.D + r) * a.inner + ct.cv * 8;
+            V8<IN> v;
+            v8_load<IN>(v, a.x + e * ES, 0);
+            f8_vec8<IN, E5, true>(v, a.x + e * ES, a.q + e, 0.0f, a.fmt, c, track, sv);
+        }
+    }
+    f8_finish(c, a.ws, a.stats, a.outer * a.D * a.inner);
+}
+
 /* ---- launch helpers ---------------------------------------------------- */
 
 /* Blocks of 256 threads that fit on the device at once for kernel K
@@ -977,6 +1131,32 @@ template <int IN, bool E5> lpx_status launch_rows_nv(const char *op, int dev, Ro
 template <int IN> lpx_status launch_rows(const char *op, int dev, RowArgs &a, bool e5, int nv)
 {
     return e5 ? launch_rows_nv<IN, true>(op, dev, a, nv) : launch_rows_nv<IN, false>(op, dev, a, nv);
+}
+
+template <int IN> lpx_status launch_cols_in(const char *op, int dev, ColArgs &a, bool e5)
+{
+    cudaStream_t st = cu_stream(dev);
+    int64_t G = a.outer * a.inner;
+    lpx_status s;
+    if (a.dynamic) {
+        CU_CHECK(op, cudaMemsetAsync(a.scale_out, 0, (size_t)G * sizeof(float), st));
+        k_cols_amax<IN><<<grid_for<k_cols_amax<IN>>(dev, a.ntiles), 256, 0, st>>>(a);
+        if ((s = cu_launched(op, "k_cols_amax"))) return s;
+    }
+    if (G > 0) {
+        k_cols_scale<<<grid_for<k_cols_scale>(dev, (G + 255) / 256), 256, 0, st>>>(a);
+        if ((s = cu_launched(op, "k_cols_scale"))) return s;
+    }
+    if (e5) k_cols_cast<IN, true><<<grid_for<k_cols_cast<IN, true>>(dev, a.ntiles), 256, 0, st>>>(a);
+    else k_cols_cast<IN, false><<<grid_for<k_cols_cast<IN, false>>(dev, a.ntiles), 256, 0, st>>>(a);
+    return cu_launched(op, "k_cols_cast");
+}
+
+lpx_status launch_cols(const char *op, int dev, ColArgs &a, int ik, bool e5)
+{
+    return ik == IN_BF16 ? launch_cols_in<IN_BF16>(op, dev, a, e5)
+         : ik == IN_F16  ? launch_cols_in<IN_F16>(op, dev, a, e5)
+                         : launch_cols_in<IN_F32>(op, dev, a, e5);
 }
 
 /* ---- fp8_quantize ---------------------------------------------------- */
@@ -1175,6 +1355,25 @@ lpx_status k_fp8_quantize(lpx_call *c)
                    : ik == IN_F16  ? launch_rows<IN_F16>(op, di, a, e5, nv)
                    : ik == IN_F32  ? launch_rows<IN_F32>(op, di, a, e5, nv)
                                    : launch_rows<IN_ANY>(op, di, a, e5, nv);
+            } else if (vec && inner % 8 == 0 && ik != IN_ANY) {
+                ColArgs a;
+                memset(&a, 0, sizeof a);
+                a.x = src.base;
+                a.outer = outer, a.D = D, a.inner = inner;
+                a.cvec = inner / 8;
+                a.ctiles = (a.cvec + 31) / 32;
+                a.chunks = (D + COL_RPB - 1) / COL_RPB;
+                if (a.chunks < 1) a.chunks = 1;
+                a.ntiles = outer * a.ctiles * a.chunks;
+                a.q = (uint8_t *)lpx_tensor_data(q);
+                a.dynamic = dynamic;
+                a.sp = sp, a.sdt = sdt, a.sesz = cu_esize(sdt), a.scontig = scontig, a.sg = sg;
+                a.write_scale = !host_scale;
+                a.scale_out = ps, a.scale_inv_out = psi, a.stats = pstats;
+                a.ws = ws;
+                a.fmt = fmt;
+                a.sp8 = sp8;
+                st = launch_cols(op, di, a, ik, e5);
             } else {
                 GroupArgs a;
                 memset(&a, 0, sizeof a);
@@ -1221,7 +1420,7 @@ struct DeqArgs {
     const uint8_t *q;
     cu_geom qg;
     int qcontig;
-    int64_t n, nvec;          /* elements; 16-code vectors read vectorized */
+    int64_t n, nvec;          /* elements; 16-byte output vectors written vectorized */
     lpx_dtype qdt, dt;
     /* scale_inv: by value (smode 0), numel-1 device tensor (1), or
      * broadcast to q's shape (2) */

@@ -5,27 +5,30 @@
  * (cuda_nf4.h). Same argument checks, shapes and bits as the CPU kernels
  * of backends/cpu/nf4.c; the scalar numerics are core/numerics/nf4.h.
  *
- * Dequantize (the hot one): a thread takes units of 8 codes (one 32-bit
- * word), four units per loop trip spread a grid-stride apart, so a warp
- * reads 128 contiguous bytes of codes and writes 512 contiguous bytes of
- * bf16 per unit (coalesced on both sides). Per unit one dequantized block
- * scale (qs / f + mean, block and scaler-block indices by shifts when the
- * sizes are powers of two), then per code a lookup in the 16-entry
- * codebook in shared memory and one multiply. f16/bf16 results are
- * rounded two at a time by the hardware conversion (cvt.rn.{bf16,f16}x2.f32)
- * when the block scale is finite and not tiny (then every value is finite
- * and normal or zero, where the conversion is the IEEE rounding the codec
- * computes); other units use the codec. Windows that start off a unit, odd
- * block sizes or misaligned codes take a per-element kernel.
+ * Dequantize (the hot one): a thread takes units of the codes of one
+ * 16-byte output vector (8 codes, one 32-bit word, for bf16/f16; 4 codes
+ * for f32), four units per loop trip spread a grid-stride apart (loads
+ * first), so a warp reads contiguous codes and writes whole lines. Per unit
+ * one dequantized block scale (qs / f + mean, block and scaler-block
+ * indices by shifts when the sizes are powers of two), then per code a
+ * lookup in the 16-entry codebook in shared memory and one multiply.
+ * f16/bf16 results are rounded two at a time by the hardware conversion
+ * (cvt.rn.{bf16,f16}x2.f32) when the block scale is finite and not tiny
+ * (then every value is finite and normal or zero, where the conversion is
+ * the IEEE rounding the codec computes); other units use the codec.
+ * Windows that start off a unit, block sizes that are not a multiple of
+ * the unit, and misaligned codes take a per-element kernel.
  *
  * Quantize (one-off, correctness first): a warp per NF4 block (absmax of
  * the bit patterns, codes by lpx_nf4_encode_scaled), the mean of the block
  * scales summed in double in block order by one thread (the CPU's order,
- * so the same bits), then a thread per scaler block for the i8 scalers and
- * the factor. A NaN or inf in x cannot be reported without waiting for the
- * device: its block scale, hence the mean, becomes non-finite, and every
- * element of the payload dequantizes to NaN (the CPU fails with
- * LPX_ENUMERIC).
+ * so the same bits; staged through shared memory), then a thread per
+ * scaler block for the i8 scalers and the factor. A NaN or inf in x
+ * cannot be reported without waiting for the device: its block scale,
+ * hence the mean, becomes non-finite, and every element of the payload
+ * dequantizes to NaN (the CPU fails with LPX_ENUMERIC). NaN values of a
+ * corrupt payload (NaN mean or factors) dequantize to NaN, whose sign and
+ * payload bits may differ from the CPU's.
  *
  * Dropout: Philox4x32-10 keyed by the seed at counter (i / 4, 0, 2, 0),
  * the CPU's stream, one counter per thread; keep_i = (r >> 8) * 2^-24 >= p
@@ -219,7 +222,7 @@ __device__ __forceinline__ void deq_unit(const DqArgs &a, const float *cb, int64
 
 /* block % EPU == 0 and codes aligned to EPU / 2 bytes: units of EPU
  * codes, U per thread per step (loads first). */
-template <int OUT> __global__ void __launch_bounds__(256) k_nf4_deq8(DqArgs a)
+template <int OUT> __global__ void __launch_bounds__(256) k_nf4_deq_units(DqArgs a)
 {
     constexpr int EPU = Epu<OUT>::n, U = 4;
     __shared__ float cb[16];
@@ -289,8 +292,8 @@ template <int OUT> lpx_status launch_deq(const char *op, int dev, const DqArgs &
     cudaStream_t st = cu_stream(dev);
     if (units) {
         int64_t want = ((a.u1 - a.u0 + 3) / 4 + 255) / 256;
-        k_nf4_deq8<OUT><<<grid_for<k_nf4_deq8<OUT>>(dev, want), 256, 0, st>>>(a);
-        return cu_launched(op, "k_nf4_deq8");
+        k_nf4_deq_units<OUT><<<grid_for<k_nf4_deq_units<OUT>>(dev, want), 256, 0, st>>>(a);
+        return cu_launched(op, "k_nf4_deq_units");
     }
     int64_t want = (a.end - a.start + 255) / 256;
     k_nf4_deq1<OUT><<<grid_for<k_nf4_deq1<OUT>>(dev, want), 256, 0, st>>>(a);
@@ -341,12 +344,32 @@ __global__ void __launch_bounds__(256) k_nf4_blocks(QArgs a)
     }
 }
 
-/* The mean of the block scales, summed in double in block order. */
-__global__ void k_nf4_mean(QArgs a)
+/* The mean of the block scales, summed in double in block order (the
+ * CPU's order, so the same bits): the block stages MEAN_CHUNK scales at a
+ * time in shared memory (coalesced loads, the next chunk loading while
+ * thread 0 adds the current one), thread 0 adds them one by one. */
+constexpr int MEAN_CHUNK = 2048;
+
+__global__ void __launch_bounds__(256) k_nf4_mean(QArgs a)
 {
+    __shared__ float buf[2][MEAN_CHUNK];
     double sum = 0.0;
-    for (int64_t b = 0; b < a.nb; b++) sum += a.scales[b];
-    a.mean[0] = a.nb ? (float)(sum / (double)a.nb) : 0.0f;
+    int cur = 0;
+    for (int64_t i = threadIdx.x; i < MEAN_CHUNK && i < a.nb; i += blockDim.x) buf[0][i] = a.scales[i];
+    __syncthreads();
+    for (int64_t c0 = 0; c0 < a.nb; c0 += MEAN_CHUNK) {
+        int64_t c1 = c0 + MEAN_CHUNK;
+        for (int64_t i = c1 + threadIdx.x; i < c1 + MEAN_CHUNK && i < a.nb; i += blockDim.x)
+            buf[cur ^ 1][i - c1] = a.scales[i];
+        if (threadIdx.x == 0) {
+            int n = (int)(a.nb - c0 < MEAN_CHUNK ? a.nb - c0 : MEAN_CHUNK);
+            const float *b = buf[cur];
+            for (int k = 0; k < n; k++) sum += b[k];
+        }
+        __syncthreads();
+        cur ^= 1;
+    }
+    if (threadIdx.x == 0) a.mean[0] = a.nb ? (float)(sum / (double)a.nb) : 0.0f;
 }
 
 /* A thread per scaler block: factor and i8 scalers. */
@@ -413,7 +436,7 @@ lpx_status k_nf4_quantize(lpx_call *c)
             k_nf4_blocks<<<grid_for<k_nf4_blocks>(di, (nb + 7) / 8), 256, 0, stream>>>(a);
             if ((st = cu_launched(op, "k_nf4_blocks"))) goto done;
         }
-        k_nf4_mean<<<1, 1, 0, stream>>>(a);
+        k_nf4_mean<<<1, 256, 0, stream>>>(a);
         if ((st = cu_launched(op, "k_nf4_mean"))) goto done;
         if (nb > 0) {
             k_nf4_scalers<<<grid_for<k_nf4_scalers>(di, (nb / S + 255) / 256), 256, 0, stream>>>(a);

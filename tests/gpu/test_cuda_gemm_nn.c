@@ -12,6 +12,12 @@
 
 static double tol_of(lpx_dtype dt) { return dt == LPX_BF16 ? 1e-2 : dt == LPX_F16 ? 5e-3 : 1e-5; }
 
+/* f32-output fp8 GEMMs vs the CPU's exact f32 sums: Hopper's fp8 tensor
+ * cores add partial products with fewer than f32's 24 significant bits
+ * before cuBLASLt promotes them (measured on an H100, 2026-11-22: relative
+ * error 1.2e-4 to 1.3e-4 at k = 128, against ~1e-7 for the f32 path). */
+#define FP8_MMA_TOL 5e-4
+
 /* Checks rel_err(cpu, gpu) <= tol, printing what and the error. */
 static void close_to(const char *what, lpx_tensor *cpu, lpx_tensor *gpu, double tol)
 {
@@ -252,26 +258,26 @@ static void test_fp8_scaled_mm(void)
     const lpx_dtype E4 = LPX_F8E4M3FN, E5 = LPX_F8E5M2;
     /* aligned, TN as is (no packing) */
     fp8_case("tensorwise bf16", 64, 128, 96, E4, E4, false, true, LPX_BF16, -1, 1e-2);
-    fp8_case("tensorwise f32", 64, 128, 96, E4, E4, false, true, LPX_F32, -1, 1e-4);
+    fp8_case("tensorwise f32", 64, 128, 96, E4, E4, false, true, LPX_F32, -1, FP8_MMA_TOL);
     fp8_case("tensorwise bf16 + bf16 bias", 64, 128, 96, E4, E4, false, true, LPX_BF16, LPX_BF16, 1e-2);
-    fp8_case("tensorwise f32 + f32 bias", 64, 128, 96, E4, E4, false, true, LPX_F32, LPX_F32, 1e-4);
+    fp8_case("tensorwise f32 + f32 bias", 64, 128, 96, E4, E4, false, true, LPX_F32, LPX_F32, FP8_MMA_TOL);
     fp8_case("tensorwise bf16 + f32 bias", 64, 128, 96, E4, E4, false, true, LPX_BF16, LPX_F32, 1e-2);
     fp8_case("rowwise bf16", 64, 128, 96, E4, E4, true, true, LPX_BF16, -1, 1e-2);
-    fp8_case("rowwise f32", 64, 128, 96, E4, E4, true, true, LPX_F32, -1, 1e-4);
+    fp8_case("rowwise f32", 64, 128, 96, E4, E4, true, true, LPX_F32, -1, FP8_MMA_TOL);
     fp8_case("rowwise bf16 + bias", 64, 128, 96, E4, E4, true, true, LPX_BF16, LPX_BF16, 1e-2);
-    fp8_case("rowwise f32 + bias", 64, 128, 96, E4, E4, true, true, LPX_F32, LPX_F32, 1e-4);
+    fp8_case("rowwise f32 + bias", 64, 128, 96, E4, E4, true, true, LPX_F32, LPX_F32, FP8_MMA_TOL);
     fp8_case("e4m3 x e5m2", 64, 128, 96, E4, E5, false, true, LPX_BF16, -1, 1e-2);
     fp8_case("e5m2 x e4m3", 64, 128, 96, E5, E4, false, true, LPX_BF16, -1, 1e-2);
     fp8_case("e4m3 x e5m2 rowwise", 64, 128, 96, E4, E5, true, true, LPX_BF16, LPX_BF16, 1e-2);
     fp8_case("f16 out", 64, 128, 96, E4, E4, false, true, LPX_F16, LPX_F16, 5e-3);
     /* b row-major: packed to K-major */
     fp8_case("row-major b", 64, 128, 96, E4, E4, false, false, LPX_BF16, -1, 1e-2);
-    fp8_case("row-major b rowwise", 64, 128, 96, E4, E4, true, false, LPX_F32, LPX_F32, 1e-4);
+    fp8_case("row-major b rowwise", 64, 128, 96, E4, E4, true, false, LPX_F32, LPX_F32, FP8_MMA_TOL);
     /* odd shapes: K and N padded to 16 */
     fp8_case("17x33x65 tensorwise", 17, 33, 65, E4, E4, false, true, LPX_BF16, LPX_BF16, 1e-2);
-    fp8_case("17x33x65 rowwise f32", 17, 33, 65, E4, E4, true, true, LPX_F32, LPX_F32, 1e-4);
+    fp8_case("17x33x65 rowwise f32", 17, 33, 65, E4, E4, true, true, LPX_F32, LPX_F32, FP8_MMA_TOL);
     fp8_case("17x33x65 rowwise bf16", 17, 33, 65, E4, E5, true, false, LPX_BF16, LPX_BF16, 1e-2);
-    fp8_case("1x16x1", 1, 16, 1, E4, E4, false, true, LPX_F32, -1, 1e-4);
+    fp8_case("1x16x1", 1, 16, 1, E4, E4, false, true, LPX_F32, -1, FP8_MMA_TOL);
     fp8_case("5x7x3", 5, 7, 3, E4, E4, true, true, LPX_BF16, LPX_F32, 1e-2);
     /* e5m2 x e5m2 is refused like on the CPU */
     const int64_t s[2] = {16, 16};

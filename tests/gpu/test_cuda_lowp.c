@@ -344,6 +344,31 @@ static void test_quantize_axes_and_views(void)
         lpx_tensor_release(bc);
         lpx_tensor_release(bg);
     }
+    /* columns of 8-aligned widths (the tiled column kernels): a partial
+     * tile of vectors, several row chunks, a middle dim, static scales on
+     * either device, zero columns */
+    const int64_t cshapes[3][3] = {{1, 37, 72}, {1, 300, 4104}, {3, 600, 16}};
+    for (int k = 0; k < 3; k++)
+        for (int h = 0; h < 3; h++) {
+            const int64_t *sh = cshapes[k];
+            lpx_tensor *xc = gen(HP[h], 3, sh, 650 + k * 3 + h, 2.0, SP_FINITE, 0), *xg = gpu_up(xc);
+            int64_t d1 = 1, ssh[3] = {sh[0], 1, sh[2]};
+            lpx_tensor *sc = gen_pos(3, ssh, 21 + k, 0.1, 60.0), *sg = gpu_up(sc);
+            for (int f = 0; f < 2; f++)
+                for (int sat = 0; sat < 2; sat++) {
+                    char lab[256];
+                    label_of(lab, sizeof lab, "tiled columns dynamic", HP[h], xc, FP8[f], sat, 0, sat);
+                    quant_same(lab, xc, xg, NULL, NULL, FP8[f], &d1, sat != 0, 0.0, sat);
+                    label_of(lab, sizeof lab, "tiled columns static (gpu scale)", HP[h], xc, FP8[f], 0, 0, sat);
+                    quant_same(lab, xc, xg, sc, sg, FP8[f], &d1, false, 0.0, sat);
+                    label_of(lab, sizeof lab, "tiled columns static (cpu scale)", HP[h], xc, FP8[f], 0, 0, sat);
+                    quant_same(lab, xc, xg, sc, sc, FP8[f], &d1, false, 0.0, sat);
+                }
+            lpx_tensor_release(sc);
+            lpx_tensor_release(sg);
+            lpx_tensor_release(xc);
+            lpx_tensor_release(xg);
+        }
     /* an fp8 input (any float dtype is accepted) */
     int64_t n = 999;
     lpx_tensor *xc = gen(LPX_F8E5M2, 1, &n, 801, 10.0, SP_NONE, -1), *xg = gpu_up(xc);
