@@ -371,6 +371,7 @@ lpx_status lpx__plugin_accept_info(lpx_plugin_info *info, char *reason, size_t l
     lpx_plugin *p = lpx_calloc(1, sizeof *p);
     if (!p) return LPX_ENOMEM;
     char name[LPX_PLUGIN_NAME_MAX] = "";
+    p->path = p->real = "(fuzz)";
     p->info = info;
     lpx_status st = accept_info(p, LPX_OK, reason, len, name);
     lpx_free(p);
@@ -411,9 +412,8 @@ lpx_status lpx_plugin_load(const char *path, const lpx_plugin **out)
     if (!path || !path[0]) return lpx_error(LPX_EINVAL, "lpx_plugin_load: path is %s", path ? "empty" : "NULL");
     lpx_status st = lpx_ensure_init();
     if (st) return st;
-    if (strlen(path) >= sizeof ((lpx_plugin *)0)->path)
-        return lpx_error(LPX_EINVAL, "lpx_plugin_load: path is longer than %zu bytes",
-                         sizeof ((lpx_plugin *)0)->path - 1);
+    if (strlen(path) > LPX_PLUGIN_PATH_MAX)
+        return lpx_error(LPX_EINVAL, "lpx_plugin_load: path is longer than %d bytes", LPX_PLUGIN_PATH_MAX);
     if (lpx_journal_active())
         return lpx_error(LPX_EPLUGIN, "lpx_plugin_load(%s): called from inside a plugin's init or probe", path);
 
@@ -427,13 +427,16 @@ lpx_status lpx_plugin_load(const char *path, const lpx_plugin **out)
         if (out) *out = same;
         return LPX_OK;
     }
-    lpx_plugin *p = lpx_calloc(1, sizeof *p);
+    size_t lp = strlen(path) + 1, lk = strlen(key) + 1;
+    lpx_plugin *p = lpx_calloc(1, sizeof *p + lp + lk);
     if (!p) {
         pthread_mutex_unlock(&load_lock);
         return lpx_error(LPX_ENOMEM, "lpx_plugin_load(%s): cannot allocate the plugin record", path);
     }
-    snprintf(p->path, sizeof p->path, "%s", path);
-    snprintf(p->real, sizeof p->real, "%s", key);
+    memcpy(p->strs, path, lp);
+    memcpy(p->strs + lp, key, lk);
+    p->path = p->strs;
+    p->real = p->strs + lp;
     atomic_init(&p->state, PLUGIN_LOADING);
     lpx_host_init(p);
 

@@ -51,8 +51,8 @@ struct lpx_plugin {
     char name[LPX_PLUGIN_NAME_MAX];
     char version[LPX_PLUGIN_NAME_MAX];
     char description[256];
-    char path[4096];               /* as given */
-    char real[4096];               /* realpath, or the path as given */
+    const char *path;              /* as given (in strs) */
+    const char *real;              /* realpath, or the path as given (in strs) */
     uint32_t abi_major, abi_minor;
     void *handle;                  /* dlopen handle */
     lpx_host host;                 /* the table handed to this plugin */
@@ -60,7 +60,12 @@ struct lpx_plugin {
     lpx_journal journal;           /* open while init runs */
     int counts[LPX_REG_BACKEND + 1];
     struct lpx_plugin *failed_next;  /* failed loads stay reachable */
+    char strs[];                   /* path and real, sized to fit: failed loads whose
+                                      code ran are kept, so a record stays small */
 };
+
+/* Longest plugin path lpx_plugin_load accepts (bytes, without the NUL). */
+#define LPX_PLUGIN_PATH_MAX 4095
 
 /* Adds (path, reason) to the skipped list (plugins/loader.c). */
 void lpx_plugin_add_skipped(const char *path, const char *reason);

@@ -8,7 +8,7 @@
 # BUILD: a meson build with -Dcuda=enabled (default build-gpu, else build);
 # DIR: the stage (default gpu-stage/, listed in .git/info/exclude). The
 # stage holds liblpx.so.0, lpx-cuda.so, lpx-nccl.so (when built), lpx-mx.so,
-# the GPU test programs (tests/), bench_gpu, the lpx tool, libcjson.so.1
+# lpx-mx-cuda.so, the GPU test programs (tests/), bench_gpu, the lpx tool, libcjson.so.1
 # (the target machine lacks it) and the bench scripts (bench/), binaries
 # stripped, plus run-gpu.sh, which sets LD_LIBRARY_PATH to the stage (it
 # is searched before the binaries' RUNPATH, which points into this build
@@ -47,6 +47,7 @@ cp -L "$build/liblpx.so.0" "$stage/liblpx.so.0"
 cp "$cuda" "$stage/"
 [ -f "$build/backends/nccl/lpx-nccl.so" ] && cp "$build/backends/nccl/lpx-nccl.so" "$stage/"
 cp "$build/plugins/mx/lpx-mx.so" "$stage/"
+[ -f "$build/plugins/mx/cuda/lpx-mx-cuda.so" ] && cp "$build/plugins/mx/cuda/lpx-mx-cuda.so" "$stage/"
 cp "$build/tools/lpx/lpx" "$stage/"
 [ -f "$build/bench/gpu/bench_gpu" ] && cp "$build/bench/gpu/bench_gpu" "$stage/"
 for t in "$build"/tests/gpu/test_*; do

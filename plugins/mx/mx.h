@@ -7,6 +7,9 @@
  *             f4e2m1 (mxfp4, two per byte, first element in the low nibble)
  *   inner[1]  scales, dense e8m0 [d0, ..., dn-2, Kp / 32]
  *   meta      mx_meta
+ * Both inner tensors are on one device, the MX tensor's (the CPU kernels
+ * here read CPU payloads; a device payload dequantizes through the
+ * mx_dequantize op at its backend's key, see mx_to_dense).
  * Blocks of 32 run along the last dim (the reduction dim of x @ W^T), and
  * a row's padding elements are zero. Inner tensors are contiguous rows, so
  * a dim-0 slice of an n >= 2 tensor is a view of whole rows (shard unit
@@ -64,6 +67,9 @@ lpx_status mx_narrow0(const char *op, const lpx_tensor *t, int64_t start, int64_
 /* A contiguous copy of an inner tensor, bytes copied (the CPU backend's
  * clone does not handle 4-bit dtypes). */
 lpx_status mx_copy_inner(const lpx_tensor *t, lpx_tensor **out);
+/* Copies src's bytes into dst (same dtype and numel, both contiguous), on
+ * the CPU or through the backend of a device side. */
+lpx_status mx_copy_bytes(lpx_tensor *dst, const lpx_tensor *src);
 
 /* the kinds (mx_kind.c) */
 lpx_status mx_register_kinds(const lpx_host *host);

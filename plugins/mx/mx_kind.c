@@ -102,12 +102,9 @@ static lpx_status post_all_gather(const lpx_kind *k, lpx_tensor *const *outputs,
         return lpx_error(LPX_ESHAPE, "post_all_gather(%s): out is %s %s, the gathered tensor is %s %s", fmt,
                          mx_format_of(out) ? mx_format_name(mx_format_of(out)) : "not MX", a, fmt, b);
     }
-    for (int i = 0; i < 2; i++) {
-        lpx_tensor *src = lpx_tensor_inner(fresh, i), *dst = lpx_tensor_inner(out, i);
-        memcpy(lpx_tensor_data(dst), lpx_tensor_data(src),
-               lpx_dtype_nbytes(lpx_tensor_dtype(src), lpx_tensor_numel(src)));
-    }
+    for (int i = 0; i < 2 && !st; i++) st = mx_copy_bytes(lpx_tensor_inner(out, i), lpx_tensor_inner(fresh, i));
     lpx_tensor_release(fresh);
+    if (st) return st;
     lpx_tensor_retain(out);
     *result = out;
     return LPX_OK;

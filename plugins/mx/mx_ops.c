@@ -6,7 +6,9 @@
  *   narrow        dim 0 only: a view of whole rows (1-D: whole blocks)
  *   detach, clone, contiguous, cast
  *   mx_quantize(Tensor x, str format) -> Tensor   new op, typed, cpu key
- *   mx_dequantize(Tensor x) -> Tensor             new op, MX keys
+ *   mx_dequantize(Tensor x) -> Tensor             new op, MX keys; an MX tensor
+ *                 on a device redispatches to that device's backend key
+ *                 (lpx-mx-cuda.so brings the cuda kernels)
  *   fallback      every other op: dequantize the MX arguments and dispatch
  *                 the op again on dense tensors (visible in LPX_TRACE) */
 #include <stdlib.h>
@@ -64,7 +66,7 @@ static lpx_status mx_linear(lpx_tensor *x, lpx_tensor *w, lpx_tensor *bias, lpx_
     lpx_status st = dense_f32(x, &xd);
     if (st) return st;
     int xn = lpx_tensor_ndim(xd);
-    if (mx_format_of(w)) {
+    if (mx_format_of(w) && lpx_tensor_device(w).type == LPX_DEVICE_CPU) {
         const int64_t *ws = lpx_tensor_shape(w);
         if (lpx_tensor_ndim(w) != 2) {
             st = lpx_error(LPX_ESHAPE, "linear(%s): w must be 2-D [out, in], got %d dims", fmt_of(w),
@@ -132,6 +134,8 @@ static lpx_tensor *mx_arg(const lpx_call *c, int i)
 static lpx_status k_dequantize(lpx_call *c)
 {
     lpx_tensor *out = NULL;
+    /* inner tensors on a device: that backend's kernel (lpx-mx-cuda.so) */
+    if (lpx_tensor_device(c->args[0].u.t).type != LPX_DEVICE_CPU) return lpx_redispatch(c);
     lpx_status st = mx_to_dense(c->args[0].u.t, &out);
     return ret(c, st, out);
 }
@@ -158,7 +162,7 @@ static lpx_status k_detach(lpx_call *c)
     size_t ms;
     const void *meta = lpx_tensor_meta(x, &ms);
     lpx_status st = lpx_tensor_new_kind(lpx_tensor_kind(x), lpx_tensor_dtype(x), lpx_tensor_ndim(x),
-                                        lpx_tensor_shape(x), lpx_cpu(), inner, 2, meta, ms, &out);
+                                        lpx_tensor_shape(x), lpx_tensor_device(x), inner, 2, meta, ms, &out);
     return ret(c, st, out);
 }
 

@@ -179,6 +179,19 @@ lpx_status mx_to_dense(const lpx_tensor *t, lpx_tensor **out)
 {
     *out = NULL;
     if (!mx_format_of(t)) return lpx_error(LPX_EINVAL, "mx to_dense: t is not an MX tensor");
+    if (lpx_tensor_device(t).type != LPX_DEVICE_CPU) {
+        /* inner tensors on a device: the op's kernel for that device's
+         * backend (the kind kernel redispatches; lpx-mx-cuda.so for CUDA) */
+        lpx_op op;
+        lpx_status st = lpx_op_find("mx_dequantize", &op);
+        if (st) return st;
+        lpx_value a = lpx_v_tensor((lpx_tensor *)t);
+        lpx_call c;
+        lpx_call_init(&c, op, &a, 1);
+        if ((st = lpx_dispatch(&c))) return st;
+        *out = c.rets[0].u.t;
+        return LPX_OK;
+    }
     lpx_status st = lpx_tensor_new(LPX_F32, lpx_tensor_ndim(t), lpx_tensor_shape(t), lpx_cpu(), out);
     if (st) return st;
     mx_dequantize_rows(t, 0, rows_of(lpx_tensor_ndim(t), lpx_tensor_shape(t)), lpx_tensor_data(*out));
@@ -194,8 +207,6 @@ static lpx_status check_inner(const char *op, const char *fmt, const char *what,
     if (lpx_tensor_kind(t))
         return lpx_error(LPX_EINVAL, "%s(%s): %s is a '%s' tensor, expected dense", op, fmt, what,
                          lpx_kind_name(lpx_tensor_kind(t)));
-    if (lpx_tensor_device(t).type != LPX_DEVICE_CPU)
-        return lpx_error(LPX_EDEVICE, "%s(%s): %s is not on the CPU", op, fmt, what);
     if (lpx_tensor_dtype(t) != dtype)
         return lpx_error(LPX_EDTYPE, "%s(%s): %s has dtype %s, expected %s", op, fmt, what,
                          lpx_dtype_name(lpx_tensor_dtype(t)), lpx_dtype_name(dtype));
@@ -225,9 +236,13 @@ lpx_status mx_wrap(const char *op, mx_format f, lpx_dtype logical, int ndim, con
     lpx_status st = check_inner(op, fmt, "elements (inner[0])", elems, elem_dtype(f), ndim, shape, kp);
     if (!st) st = check_inner(op, fmt, "scales (inner[1])", scales, mx_e8m0, ndim, shape, kp / MX_BLOCK);
     if (st) return st;
+    lpx_device dev = lpx_tensor_device(elems), sdev = lpx_tensor_device(scales);
+    if (dev.type != sdev.type || dev.index != sdev.index)
+        return lpx_error(LPX_EDEVICE, "%s(%s): elements are on device %d:%d, scales on %d:%d", op, fmt, (int)dev.type,
+                         (int)dev.index, (int)sdev.type, (int)sdev.index);
     mx_meta m = {.magic = MX_MAGIC, .format = (uint32_t)f, .block = MX_BLOCK};
     lpx_tensor *inner[2] = {elems, scales};
-    return lpx_tensor_new_kind(kind_of(f), logical, ndim, shape, lpx_cpu(), inner, 2, &m, sizeof m, out);
+    return lpx_tensor_new_kind(kind_of(f), logical, ndim, shape, dev, inner, 2, &m, sizeof m, out);
 }
 
 /* A view of rows [start, start + len) of a contiguous inner tensor (whose
@@ -277,7 +292,7 @@ lpx_status mx_narrow0(const char *op, const lpx_tensor *t, int64_t start, int64_
     if (!st) {
         mx_meta m = {.magic = MX_MAGIC, .format = (uint32_t)f, .block = MX_BLOCK};
         lpx_tensor *inner[2] = {ev, sv};
-        st = lpx_tensor_new_kind(lpx_tensor_kind(t), lpx_tensor_dtype(t), ndim, ns, lpx_cpu(), inner, 2, &m,
+        st = lpx_tensor_new_kind(lpx_tensor_kind(t), lpx_tensor_dtype(t), ndim, ns, lpx_tensor_device(t), inner, 2, &m,
                                  sizeof m, out);
     }
     lpx_tensor_release(ev);
@@ -285,14 +300,33 @@ lpx_status mx_narrow0(const char *op, const lpx_tensor *t, int64_t start, int64_
     return st;
 }
 
+lpx_status mx_copy_bytes(lpx_tensor *dst, const lpx_tensor *src)
+{
+    size_t n = lpx_dtype_nbytes(lpx_tensor_dtype(src), lpx_tensor_numel(src));
+    lpx_device dd = lpx_tensor_device(dst), sd = lpx_tensor_device(src);
+    if (!n) return LPX_OK;
+    if (dd.type == LPX_DEVICE_CPU && sd.type == LPX_DEVICE_CPU) {
+        memcpy(lpx_tensor_data(dst), lpx_tensor_data(src), n);
+        return LPX_OK;
+    }
+    const lpx_backend_i *be = lpx_backend_for(dd.type != LPX_DEVICE_CPU ? dd.type : sd.type);
+    if (!be || !be->copy || (dd.type != LPX_DEVICE_CPU && sd.type != LPX_DEVICE_CPU && dd.type != sd.type))
+        return lpx_error(LPX_EDEVICE, "mx: no backend copies inner tensors from device type %d to %d", (int)sd.type,
+                         (int)dd.type);
+    return be->copy(be->self, lpx_tensor_data(dst), dd, lpx_tensor_data(src), sd, n);
+}
+
 lpx_status mx_copy_inner(const lpx_tensor *t, lpx_tensor **out)
 {
     *out = NULL;
     if (!t || lpx_tensor_kind(t) || !lpx_tensor_is_contiguous(t))
         return lpx_error(LPX_EINVAL, "mx: inner tensor to copy is not dense and contiguous");
-    lpx_status st = lpx_tensor_new(lpx_tensor_dtype(t), lpx_tensor_ndim(t), lpx_tensor_shape(t), lpx_cpu(), out);
-    if (!st)
-        memcpy(lpx_tensor_data(*out), lpx_tensor_data(t), lpx_dtype_nbytes(lpx_tensor_dtype(t), lpx_tensor_numel(t)));
+    lpx_status st = lpx_tensor_new(lpx_tensor_dtype(t), lpx_tensor_ndim(t), lpx_tensor_shape(t),
+                                   lpx_tensor_device(t), out);
+    if (!st && (st = mx_copy_bytes(*out, t))) {
+        lpx_tensor_release(*out);
+        *out = NULL;
+    }
     return st;
 }
 
