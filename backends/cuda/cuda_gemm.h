@@ -1,5 +1,5 @@
 /* Helper kernels of the cuBLASLt GEMMs (cuda_gemm_util.cu, used by
- * cuda_gemm.c): operand packing for the fp8 GEMMs, scale vectors and the
+ * cuda_gemm_fp8.c and cuda_gemm_nf4.c): operand packing for the fp8 GEMMs, scale vectors and the
  * epilogue cuBLASLt cannot do. Each queues one kernel on the stream of
  * device `dev` and names `op` if the launch fails. Valid C11 and CUDA C++. */
 #ifndef LPX_CUDA_GEMM_H

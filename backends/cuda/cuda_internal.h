@@ -111,8 +111,8 @@ lpx_status cu_register_copy(const lpx_host *h);       /* cuda_copy.cu: cast, cop
 lpx_status cu_register_elementwise(const lpx_host *h);/* cuda_elementwise.cu */
 lpx_status cu_register_reduce(const lpx_host *h);     /* cuda_reduce.cu */
 lpx_status cu_register_nn(const lpx_host *h);         /* cuda_nn.cu */
-lpx_status cu_register_gemm(const lpx_host *h);       /* cuda_gemm.c: cuBLASLt */
-lpx_status cu_register_float8(const lpx_host *h);     /* cuda_float8.cu */
+lpx_status cu_register_gemm(const lpx_host *h);       /* cuda_gemm_*.c: cuBLASLt */
+lpx_status cu_register_float8(const lpx_host *h);     /* cuda_fp8_*.cu */
 lpx_status cu_register_nf4(const lpx_host *h);        /* cuda_nf4.cu */
 lpx_status cu_register_adamw(const lpx_host *h);      /* cuda_adamw.cu */
 

@@ -1,7 +1,7 @@
 /* CUDA kernels of the dense NF4 ops (ops_nf4.def): quantize with double
  * quantization of the block scales, dequantize of any element window, and
  * the seeded dropout of the QLoRA adapter path; nf4_mm lives with the
- * GEMMs (cuda_gemm.c), which dequantize through cu_nf4_dequantize_into
+ * GEMMs (cuda_gemm_nf4.c), which dequantize through cu_nf4_dequantize_into
  * (cuda_nf4.h). Same argument checks, shapes and bits as the CPU kernels
  * of backends/cpu/nf4.c; the scalar numerics are core/numerics/nf4.h.
  *

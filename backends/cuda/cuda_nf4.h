@@ -1,5 +1,5 @@
 /* NF4 dequantization on raw device pointers, for the kernels of other
- * groups (the NF4 GEMM of cuda_gemm.c dequantizes a weight, or a band of
+ * groups (the NF4 GEMM of cuda_gemm_nf4.c dequantizes a weight, or a band of
  * its rows, into a bf16 buffer and hands it to cuBLASLt). Valid C11 and
  * CUDA C++. */
 #ifndef LPX_CUDA_NF4_H

@@ -74,6 +74,44 @@ LPX_PLUGIN_EXPORT lpx_status lpx_nccl_wait(lpx_comm *comm);
 typedef lpx_status (*lpx_nccl_sync_fn)(lpx_comm *comm);
 LPX_PLUGIN_EXPORT lpx_status lpx_nccl_sync(lpx_comm *comm);
 
+/** The upload and all-gather of a host block, overlapped with compute
+ *  (the sharding engine's offloaded prefetch, docs/SHARDING.md): copies
+ *  nbytes from host memory `send` to recv + rank * nbytes, then
+ *  all-gathers recv in place (recv: nbytes * size bytes of the comm's
+ *  device), both on the comm stream after the work lpx-cuda queued so far
+ *  on the device (recv may be a buffer it just allocated). The all-gather
+ *  goes through lpx_comm_all_gather_buf (checks, sequence number,
+ *  deadline, statistics: it counts as one all-gather). Whatever the comm's
+ *  mode, the call is deferred: lpx-cuda's stream does NOT wait for it, so
+ *  call lpx_nccl_wait_ticket (or lpx_nccl_wait) before lpx-cuda work uses
+ *  recv (reads, writes or frees it). The copy reads `send` asynchronously:
+ *  page-locked memory (lpx_cuda_host_alloc) makes it a DMA that overlaps;
+ *  do not write or free `send` before lpx_nccl_sync_ticket(comm, *ticket)
+ *  returned. *ticket (may be NULL) receives the number of the
+ *  collective. Collective. Errors: LPX_EINVAL (NULL with nbytes > 0: the
+ *  comm is aborted), LPX_EDEVICE (recv not memory of the comm's device:
+ *  the comm is failed), those of lpx_comm_all_gather_buf. */
+typedef lpx_status (*lpx_nccl_all_gather_host_fn)(lpx_comm *comm, const void *send, void *recv, size_t nbytes,
+                                                  uint64_t *ticket);
+LPX_PLUGIN_EXPORT lpx_status lpx_nccl_all_gather_host(lpx_comm *comm, const void *send, void *recv, size_t nbytes,
+                                                      uint64_t *ticket);
+
+/** Makes the work queued on lpx-cuda's stream from now on wait for
+ *  collective number `ticket` of comm (and, the comm stream being in
+ *  order, for every one before it); not for later ones. Device-side;
+ *  returns at once. Ticket 0 or one completed already: nothing to wait
+ *  for. Errors: LPX_EINVAL, LPX_ECOMM/LPX_ETIMEOUT (the comm failed). */
+typedef lpx_status (*lpx_nccl_wait_ticket_fn)(lpx_comm *comm, uint64_t ticket);
+LPX_PLUGIN_EXPORT lpx_status lpx_nccl_wait_ticket(lpx_comm *comm, uint64_t ticket);
+
+/** Waits on the host until collective number `ticket` of comm (and every
+ *  one before it) completed, each within its deadline; so a host block
+ *  handed to lpx_nccl_all_gather_host may be rewritten. Ticket 0: returns
+ *  at once. Errors: LPX_EINVAL, LPX_ETIMEOUT (the comm is then failed),
+ *  LPX_ECOMM. */
+typedef lpx_status (*lpx_nccl_sync_ticket_fn)(lpx_comm *comm, uint64_t ticket);
+LPX_PLUGIN_EXPORT lpx_status lpx_nccl_sync_ticket(lpx_comm *comm, uint64_t ticket);
+
 /** The CUDA device index of an NCCL comm (rank r of lpx_comm_run("nccl")
  *  in one process: device r; one rank per process: its local rank), or -1
  *  when comm is not a live NCCL comm. Rank functions allocate their
@@ -88,6 +126,9 @@ LPX_PLUGIN_EXPORT int lpx_nccl_comm_device(const lpx_comm *comm);
 #define LPX_NCCL_SYM_WAIT "lpx_nccl_wait"
 #define LPX_NCCL_SYM_SYNC "lpx_nccl_sync"
 #define LPX_NCCL_SYM_COMM_DEVICE "lpx_nccl_comm_device"
+#define LPX_NCCL_SYM_ALL_GATHER_HOST "lpx_nccl_all_gather_host"
+#define LPX_NCCL_SYM_WAIT_TICKET "lpx_nccl_wait_ticket"
+#define LPX_NCCL_SYM_SYNC_TICKET "lpx_nccl_sync_ticket"
 
 LPX_END_DECLS
 

@@ -3,6 +3,7 @@
  * against lpx-cuda's stream with events, see nccl_internal.h), the
  * watchdog, and the extras of lpx_nccl.h that act on a comm. */
 #include <errno.h>
+#include <stdint.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -174,20 +175,23 @@ static void poll_locked(nccl_rank *r)
 }
 
 /* Waits on the host (mu held, released while napping) until at most
- * `keep` collectives are in flight; each has its own deadline. */
-static lpx_status wait_locked(nccl_rank *r, unsigned keep)
+ * `keep` collectives are in flight or the oldest in flight comes after
+ * collective number `ticket`; each has its own deadline. */
+static lpx_status wait_upto_locked(nccl_rank *r, unsigned keep, uint64_t ticket)
 {
     long ns = 0;
     for (unsigned polls = 0;; polls++) {
         poll_locked(r);
         if (r->failed) return report(r);
-        if (r->nfl <= keep) return LPX_OK;
+        if (r->nfl <= keep || r->fl[r->head].no > ticket) return LPX_OK;
         pthread_mutex_unlock(&r->mu);
         nap(polls, &ns);
         if (polls < 64) sched_yield();
         pthread_mutex_lock(&r->mu);
     }
 }
+
+static lpx_status wait_locked(nccl_rank *r, unsigned keep) { return wait_upto_locked(r, keep, UINT64_MAX); }
 
 /* ---- the watchdog ---------------------------------------------------- */
 
@@ -366,6 +370,9 @@ static lpx_status coll_locked(nccl_rank *r, const lpx_comm_args *a)
 {
     lpx_status st;
     cudaError_t e;
+    /* deferred: lpx-cuda's stream does not wait for this one (step 3) */
+    const bool defer = r->deferred || r->defer_once;
+    r->defer_once = false;
     r->timeout_ms = a->timeout_ms;
     poll_locked(r);
     if (r->failed) return report(r);
@@ -425,12 +432,13 @@ static lpx_status coll_locked(nccl_rank *r, const lpx_comm_args *a)
     nc_flight *f = &r->fl[(r->head + r->nfl) % NC_FLIGHT];
     if ((e = cudaEventRecord(f->ev, r->stream)) != cudaSuccess) return cuda_failed(r, "cudaEventRecord", e);
     f->seq = a->seq;
+    f->no = ++r->enq;
     f->kind = a->kind;
     f->deadline_ns = a->deadline_ns;
     f->timeout_ms = a->timeout_ms;
     r->nfl++;
     /* results and buffers are the caller's again for what it queues next */
-    if (!barrier && !r->deferred && (e = cudaStreamWaitEvent(r->compute, f->ev, 0)) != cudaSuccess)
+    if (!barrier && !defer && (e = cudaStreamWaitEvent(r->compute, f->ev, 0)) != cudaSuccess)
         return cuda_failed(r, "cudaStreamWaitEvent", e);
     /* a barrier returns when every rank reached it: wait on the host */
     return barrier ? wait_locked(r, 0) : LPX_OK;
@@ -791,4 +799,86 @@ LPX_PLUGIN_EXPORT int lpx_nccl_comm_device(const lpx_comm *comm)
 {
     nccl_rank *r = reg_find(comm);
     return r ? r->dev : -1;
+}
+
+LPX_PLUGIN_EXPORT lpx_status lpx_nccl_all_gather_host(lpx_comm *comm, const void *send, void *recv, size_t nbytes,
+                                                      uint64_t *ticket)
+{
+    const char *fn = "lpx_nccl_all_gather_host";
+    if (ticket) *ticket = 0;
+    nccl_rank *r = find_or_fail(comm, fn);
+    if (!r) return LPX_EINVAL;
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s (rank %d of %d)", fn, r->rank, r->size);
+    if (nbytes && (!send || !recv || nbytes > SIZE_MAX / (size_t)r->size)) {
+        /* the peers are (or will be) in the all-gather: tell them */
+        lpx_comm_abort(comm, "lpx_nccl_all_gather_host: bad arguments");
+        return lpx_error(LPX_EINVAL, "%s: %s", prefix, !send ? "send is NULL" : !recv ? "recv is NULL"
+                         : "nbytes x ranks overflows size_t");
+    }
+    unsigned char *mine = recv ? (unsigned char *)recv + (size_t)r->rank * nbytes : NULL;
+    lpx_status st = LPX_OK;
+    pthread_mutex_lock(&r->mu);
+    poll_locked(r);
+    if (r->failed) {
+        st = report(r);
+    } else if (nbytes) {
+        /* recv must be the comm device's memory before anything is copied into it */
+        lpx_comm_args a = {.kind = LPX_COLL_ALL_GATHER, .recv = recv, .nbytes = nbytes, .device = lpx_cpu()};
+        st = check_device(r, &a);
+        cudaError_t e = cudaSuccess;
+        const char *call = "cudaSetDevice";
+        if (!st) e = cudaSetDevice(r->dev);
+        /* the copy lands in a buffer lpx-cuda may just have allocated (or
+         * still be reading): order it after the work queued there so far */
+        if (!st && e == cudaSuccess) e = cudaEventRecord(r->ready, r->compute), call = "cudaEventRecord";
+        if (!st && e == cudaSuccess) e = cudaStreamWaitEvent(r->stream, r->ready, 0), call = "cudaStreamWaitEvent";
+        if (!st && e == cudaSuccess)
+            e = cudaMemcpyAsync(mine, send, nbytes, cudaMemcpyHostToDevice, r->stream), call = "cudaMemcpyAsync";
+        if (!st && e != cudaSuccess) st = cuda_failed(r, call, e);
+    }
+    if (!st) r->defer_once = true;
+    pthread_mutex_unlock(&r->mu);
+    /* through lpx's comm layer (checks, sequence number, deadline,
+     * statistics): the comm stream runs it after the copy */
+    if (!st) st = lpx_comm_all_gather_buf(comm, mine, recv, nbytes);
+    pthread_mutex_lock(&r->mu);
+    r->defer_once = false;
+    if (!st && ticket) *ticket = r->enq;
+    pthread_mutex_unlock(&r->mu);
+    return st ? nc_wrap(st, prefix) : LPX_OK;
+}
+
+LPX_PLUGIN_EXPORT lpx_status lpx_nccl_wait_ticket(lpx_comm *comm, uint64_t ticket)
+{
+    nccl_rank *r = find_or_fail(comm, "lpx_nccl_wait_ticket");
+    if (!r) return LPX_EINVAL;
+    lpx_status st = LPX_OK;
+    pthread_mutex_lock(&r->mu);
+    poll_locked(r);
+    if (r->failed) {
+        st = report(r);
+    } else if (ticket && r->nfl && ticket >= r->fl[r->head].no && ticket <= r->enq) {
+        /* still in flight: the ring holds consecutive numbers from head on */
+        unsigned at = (unsigned)((r->head + (ticket - r->fl[r->head].no)) % NC_FLIGHT);
+        cudaError_t e = cudaSetDevice(r->dev);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(r->compute, r->fl[at].ev, 0);
+        if (e != cudaSuccess) st = cuda_failed(r, "cudaStreamWaitEvent", e);
+    }
+    pthread_mutex_unlock(&r->mu);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "lpx_nccl_wait_ticket (rank %d of %d)", r->rank, r->size);
+    return st ? nc_wrap(st, prefix) : LPX_OK;
+}
+
+LPX_PLUGIN_EXPORT lpx_status lpx_nccl_sync_ticket(lpx_comm *comm, uint64_t ticket)
+{
+    nccl_rank *r = find_or_fail(comm, "lpx_nccl_sync_ticket");
+    if (!r) return LPX_EINVAL;
+    pthread_mutex_lock(&r->mu);
+    lpx_status st = ticket ? wait_upto_locked(r, 0, ticket) : LPX_OK;
+    pthread_mutex_unlock(&r->mu);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "lpx_nccl_sync_ticket (rank %d of %d)", r->rank, r->size);
+    return st ? nc_wrap(st, prefix) : LPX_OK;
 }

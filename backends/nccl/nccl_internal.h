@@ -47,6 +47,7 @@ typedef struct nc_group {
 typedef struct nc_flight {
     cudaEvent_t ev;           /* recorded on the comm stream after the collective */
     uint64_t seq;
+    uint64_t no;              /* this rank's count of enqueued collectives: the ticket */
     lpx_coll kind;
     uint64_t deadline_ns;
     int64_t timeout_ms;
@@ -65,7 +66,9 @@ typedef struct nccl_rank {
     ncclComm_t nc;            /* NULL once aborted or destroyed */
     nc_flight fl[NC_FLIGHT];  /* ring: fl[head .. head+nfl) are in flight */
     unsigned head, nfl;
+    uint64_t enq;             /* collectives enqueued so far (fl[].no of the latest) */
     bool deferred;
+    bool defer_once;          /* lpx_nccl_all_gather_host: the next collective is deferred */
     int64_t timeout_ms;       /* last known timeout (destroy bounds its waits by it) */
     bool failed, reported;
     lpx_status fail_code;

@@ -174,7 +174,13 @@ LPX_API bool lpx_fsdp_is_unsharded(const lpx_fsdp_group *g);
 LPX_API lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g);
 /** Unshards `next` if fewer than max_unsharded groups are unsharded, else
  *  does nothing (LPX_OK): prefetch while the current group computes.
- *  Collective when it unshards (every rank sees the same count). */
+ *  Collective when it unshards (every rank sees the same count). With CPU
+ *  offload the gather is left in flight (docs/SHARDING.md, "Overlapped
+ *  prefetch"): `next` counts as unsharded at once, its upload and
+ *  all-gather run on the comm's stream beside the compute queued after
+ *  this call, and the first lpx_fsdp_unshard(next) or
+ *  lpx_fsdp_param_full(next, i) completes it (no collective; errors of
+ *  the rebuild are reported there, and next is sharded again). */
 LPX_API lpx_status lpx_fsdp_prefetch(lpx_fsdp_group *next);
 /** Drops the unsharded tensors of g (or keeps them for reuse with
  *  keep_storage). A no-op when g is sharded. Local, no collective. */

@@ -113,6 +113,10 @@ void lpx_fsdp_free(lpx_fsdp *f)
     if (!f) return;
     for (int gi = 0; gi < f->ng; gi++) {
         lpx_fsdp_group *g = f->g[gi];
+        if (g->pending) { /* lpx-cuda frees the receive buffer after the all-gather */
+            if (fsdp_gather_wait(g)) lpx_clear_error();
+            fsdp_gather_drop(g);
+        }
         for (int i = 0; i < g->n; i++) {
             fsdp_param *p = &g->p[i];
             lpx_free(p->name);
@@ -290,9 +294,15 @@ const char *lpx_fsdp_group_name(const lpx_fsdp_group *g) { return g ? g->name : 
 int lpx_fsdp_param_count(const lpx_fsdp_group *g) { return g ? g->n : 0; }
 bool lpx_fsdp_is_unsharded(const lpx_fsdp_group *g) { return g && g->unsharded; }
 
+static lpx_status gather_finish(lpx_fsdp_group *g);
+
 lpx_tensor *lpx_fsdp_param_full(const lpx_fsdp_group *g, int i)
 {
-    return g && g->unsharded && i >= 0 && i < g->n ? g->p[i].full : NULL;
+    if (!g || !g->unsharded || i < 0 || i >= g->n) return NULL;
+    /* the first use of a prefetched group completes its gather (the group
+     * object is never const itself: the engine made it) */
+    if (g->pending && gather_finish((lpx_fsdp_group *)g)) return NULL;
+    return g->unsharded ? g->p[i].full : NULL;
 }
 lpx_tensor *lpx_fsdp_param_dtensor(const lpx_fsdp_group *g, int i) { return g && i >= 0 && i < g->n ? g->p[i].dt : NULL; }
 lpx_tensor *lpx_fsdp_param_local(const lpx_fsdp_group *g, int i)
@@ -343,13 +353,148 @@ static lpx_status rebuild(lpx_fsdp_group *g, const unsigned char *recv, lpx_tens
     return LPX_OK;
 }
 
+/* pre_all_gather of every param of g and the pack of its inputs into
+ * send (g->slot bytes, zeroed); aborts the comm on failure. */
+static lpx_status pack_group(lpx_fsdp_group *g, unsigned char *send, lpx_tensor **inputs, int *nin,
+                             unsigned char *metas, size_t *msz)
+{
+    const char *op = "lpx_fsdp_unshard";
+    lpx_fsdp *f = g->f;
+    lpx_status st = LPX_OK;
+    lpx_fsdp_hook_ctx h = {sizeof h, f->comm, 0, f->cfg.compute_device};
+    uint64_t t0 = lpx_now_ns();
+    for (int i = 0; i < g->n && !st; i++) {
+        fsdp_param *p = &g->p[i];
+        dt_wire_desc d;
+        lpx_tensor *src = NULL;
+        st = wire_src(f, p, &src);
+        if (!st)
+            st = dt_pre_gather(op, src, &h, inputs + (size_t)i * LPX_MAX_AG_INPUTS, &nin[i],
+                               metas + (size_t)i * LPX_MAX_META, &msz[i], &d);
+        lpx_tensor_release(src);
+        if (!st && memcmp(&d, &p->descs[f->rank], sizeof d))
+            st = lpx_error(LPX_EINVAL, "%s(%s): param '%s' now puts a different input list on the wire than at "
+                           "lpx_fsdp_shard (its shard changed shape or format)", op, g->name, p->name);
+        if (!st) dt_pack(&d, inputs + (size_t)i * LPX_MAX_AG_INPUTS, send + p->off);
+        if (st) st = dt_abort(f->comm, dt_prefix(st, "%s(%s): param '%s'", op, g->name, p->name));
+    }
+    f->st.amax_allreduces += h.amax_allreduces;
+    f->st.pack_ns += lpx_now_ns() - t0;
+    return st;
+}
+
+/* The bookkeeping of a successful rebuild of g (`bytes` unsharded). */
+static void mark_unsharded(lpx_fsdp_group *g, uint64_t bytes)
+{
+    lpx_fsdp *f = g->f;
+    if (g->kept) note_unsharded(f, -(int64_t)g->bytes); /* the kept storage was refilled */
+    g->kept = false;
+    g->bytes = bytes;
+    f->st.unshards++;
+    note_unsharded(f, (int64_t)bytes);
+}
+
+/* Completes a prefetched group: lpx-cuda's stream waits for its
+ * all-gather, then the split and post_all_gather on the device, as the
+ * synchronous path. On failure g is sharded again. No collective. */
+static lpx_status gather_finish(lpx_fsdp_group *g)
+{
+    const char *op = "lpx_fsdp_unshard";
+    lpx_fsdp *f = g->f;
+    fsdp_gather *pg = g->pending;
+    lpx_status st = fsdp_gather_wait(g);
+    if (st) st = dt_prefix(st, "%s(%s): waiting for the prefetched all-gather", op, g->name);
+    uint64_t bytes = 0;
+    if (!st) {
+        uint64_t t0 = lpx_now_ns();
+        st = rebuild(g, lpx_tensor_data(pg->drecv), NULL, pg->nin, pg->metas, pg->msz, &bytes);
+        f->st.unpack_ns += lpx_now_ns() - t0;
+        if (st) {
+            for (int i = 0; i < g->n; i++) param_drop_unsharded(&g->p[i]);
+            g->kept = false;
+        }
+    }
+    fsdp_gather_drop(g);
+    if (st) {
+        g->unsharded = false;
+        f->nunsharded--;
+        return st;
+    }
+    mark_unsharded(g, bytes);
+    return LPX_OK;
+}
+
+/* lpx_fsdp_prefetch in offload mode: pack into a pinned staging block,
+ * enqueue its upload and the all-gather on the comm stream (lpx-cuda's
+ * stream does not wait), and leave g unsharded with its gather pending. */
+static lpx_status prefetch_async(lpx_fsdp_group *g)
+{
+    const char *op = "lpx_fsdp_unshard";
+    lpx_fsdp *f = g->f;
+    int b = -1;
+    lpx_status st = fsdp_block_get(f, g->slot, &b);
+    if (st) return dt_abort(f->comm, dt_prefix(st, "%s(%s): staging block", op, g->name));
+    if (b < 0) return lpx_fsdp_unshard(g); /* not available: synchronous */
+    int n = g->n;
+    size_t nn = (size_t)(n ? n : 1);
+    fsdp_gather *pg = lpx_calloc(1, sizeof *pg);
+    lpx_tensor **inputs = lpx_calloc(nn * LPX_MAX_AG_INPUTS, sizeof *inputs);
+    if (pg) {
+        pg->blk = -1;
+        pg->nin = lpx_calloc(nn, sizeof *pg->nin);
+        pg->msz = lpx_calloc(nn, sizeof *pg->msz);
+        pg->metas = lpx_malloc(nn * LPX_MAX_META);
+    }
+    fsdp_snap snap;
+    fsdp_snap_begin(f, &snap);
+    if (!pg || !inputs || !pg->nin || !pg->msz || !pg->metas)
+        st = lpx_error(LPX_ENOMEM, "%s(%s): out of memory", op, g->name);
+    else if (!(st = fsdp_dev_bytes(f, g->slot * (size_t)f->world, false, &pg->drecv)) && !pg->drecv)
+        st = lpx_error(LPX_ENOMEM, "%s(%s): out of memory", op, g->name);
+    if (st) st = dt_abort(f->comm, st);
+    unsigned char *send = f->blk[b].p;
+    if (!st) {
+        memset(send, 0, g->slot);
+        st = pack_group(g, send, inputs, pg->nin, pg->metas, pg->msz);
+    }
+    if (!st) {
+        uint64_t t0 = lpx_now_ns();
+        st = f->ag_host(f->comm, send, lpx_tensor_data(pg->drecv), g->slot, &pg->ticket);
+        f->st.copy_ns += lpx_now_ns() - t0;
+        if (!st && g->slot) {
+            f->st.h2d_copies++;
+            f->st.h2d_bytes += g->slot;
+        }
+    }
+    fsdp_snap_end(f, &snap);
+    if (inputs)
+        for (size_t i = 0; i < nn * LPX_MAX_AG_INPUTS; i++) lpx_tensor_release(inputs[i]);
+    lpx_free(inputs);
+    if (pg && !st) {
+        /* the block is read by the upload until the ticket completes */
+        f->blk[b].ticket = pg->ticket;
+        f->blk[b].busy = true;
+        pg->blk = b;
+        g->pending = pg;
+        g->unsharded = true;
+        f->nunsharded++;
+        if (f->nunsharded > f->st.peak_unsharded_groups) f->st.peak_unsharded_groups = f->nunsharded;
+        return LPX_OK;
+    }
+    if (pg) { /* nothing was enqueued (ag_host is the last step): no wait */
+        g->pending = pg;
+        fsdp_gather_drop(g);
+    }
+    return st;
+}
+
 lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
 {
     const char *op = "lpx_fsdp_unshard";
     if (!g) return lpx_error(LPX_EINVAL, "%s: g is NULL", op);
     lpx_fsdp *f = g->f;
     if (!f->sharded) return lpx_error(LPX_EINVAL, "%s(%s): call lpx_fsdp_shard first", op, g->name);
-    if (g->unsharded) return LPX_OK;
+    if (g->unsharded) return g->pending ? gather_finish(g) : LPX_OK;
     if (f->nunsharded >= f->cfg.max_unsharded)
         return lpx_error(LPX_EFULL, "%s(%s): %d groups are unsharded already (max_unsharded %d); reshard one first",
                          op, g->name, f->nunsharded, f->cfg.max_unsharded);
@@ -385,26 +530,8 @@ lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
         goto done;
     }
     /* 1. each param says what goes on the wire; 2. pack into one buffer */
-    lpx_fsdp_hook_ctx h = {sizeof h, f->comm, 0, f->cfg.compute_device};
-    uint64_t t0 = lpx_now_ns();
-    for (int i = 0; i < n && !st; i++) {
-        fsdp_param *p = &g->p[i];
-        dt_wire_desc d;
-        lpx_tensor *src = NULL;
-        st = wire_src(f, p, &src);
-        if (!st)
-            st = dt_pre_gather(op, src, &h, inputs + (size_t)i * LPX_MAX_AG_INPUTS, &nin[i],
-                               metas + (size_t)i * LPX_MAX_META, &msz[i], &d);
-        lpx_tensor_release(src);
-        if (!st && memcmp(&d, &p->descs[f->rank], sizeof d))
-            st = lpx_error(LPX_EINVAL, "%s(%s): param '%s' now puts a different input list on the wire than at "
-                           "lpx_fsdp_shard (its shard changed shape or format)", op, g->name, p->name);
-        if (!st) dt_pack(&d, inputs + (size_t)i * LPX_MAX_AG_INPUTS, send + p->off);
-        if (st) st = dt_abort(f->comm, dt_prefix(st, "%s(%s): param '%s'", op, g->name, p->name));
-    }
-    f->st.amax_allreduces += h.amax_allreduces;
-    f->st.pack_ns += lpx_now_ns() - t0;
-    if (st) goto done;
+    uint64_t t0;
+    if ((st = pack_group(g, send, inputs, nin, metas, msz))) goto done;
     /* 3. one all-gather for the whole group (offloading: ONE copy of this
      * rank's block to its place in the device buffer, then in place) */
     if (f->offload) {
@@ -430,13 +557,9 @@ lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
         g->kept = false;
         goto done;
     }
-    if (g->kept) note_unsharded(f, -(int64_t)g->bytes); /* the kept storage was refilled */
-    g->kept = false;
-    g->bytes = bytes;
+    mark_unsharded(g, bytes);
     g->unsharded = true;
     f->nunsharded++;
-    f->st.unshards++;
-    note_unsharded(f, (int64_t)bytes);
     if (f->nunsharded > f->st.peak_unsharded_groups) f->st.peak_unsharded_groups = f->nunsharded;
 done:
     fsdp_snap_end(f, &snap);
@@ -458,7 +581,10 @@ done:
 lpx_status lpx_fsdp_prefetch(lpx_fsdp_group *next)
 {
     if (!next) return lpx_error(LPX_EINVAL, "lpx_fsdp_prefetch: next is NULL");
-    if (next->unsharded || next->f->nunsharded >= next->f->cfg.max_unsharded) return LPX_OK;
+    lpx_fsdp *f = next->f;
+    if (next->unsharded || f->nunsharded >= f->cfg.max_unsharded) return LPX_OK;
+    /* offloading: upload and all-gather overlap the compute queued next */
+    if (f->offload && f->sharded && f->ag_host) return prefetch_async(next);
     return lpx_fsdp_unshard(next);
 }
 
@@ -470,6 +596,13 @@ lpx_status lpx_fsdp_reshard(lpx_fsdp_group *g)
     g->unsharded = false;
     f->nunsharded--;
     f->st.reshards++;
+    if (g->pending) {
+        /* prefetched, never used: nothing was rebuilt (kept storage, if
+         * any, stays kept); the receive buffer goes after the all-gather */
+        lpx_status st = fsdp_gather_wait(g);
+        fsdp_gather_drop(g);
+        return st;
+    }
     if (f->cfg.keep_storage) {
         /* memory for speed: the storage stays (and stays counted) so the
          * next unshard refills it through post_all_gather's `out` */

@@ -28,6 +28,29 @@ typedef struct fsdp_param {
     int64_t step;
 } fsdp_param;
 
+/* An overlapped prefetch's all-gather in flight (offload; fsdp_offload.c):
+ * what the rebuild needs once it is waited for. */
+typedef struct fsdp_gather {
+    lpx_tensor *drecv;         /* the device receive buffer (world * slot bytes) */
+    int *nin;                  /* per param: inputs on the wire */
+    size_t *msz;               /* per param: metadata bytes */
+    unsigned char *metas;      /* per param: LPX_MAX_META bytes of metadata */
+    uint64_t ticket;           /* the all-gather's number on the comm (lpx_nccl.h) */
+    int blk;                   /* the staging block it was uploaded from */
+} fsdp_gather;
+
+/* A pinned staging block of the overlapped prefetch. */
+typedef struct fsdp_block {
+    unsigned char *p;
+    size_t cap;
+    uint64_t ticket;           /* the last all-gather whose upload read it (0: none) */
+    bool busy;                 /* its group's gather is still pending */
+} fsdp_block;
+
+typedef lpx_status (*fsdp_ag_host_fn)(lpx_comm *comm, const void *send, void *recv, size_t nbytes,
+                                      uint64_t *ticket);
+typedef lpx_status (*fsdp_ticket_fn)(lpx_comm *comm, uint64_t ticket);
+
 struct lpx_fsdp_group {
     lpx_fsdp *f;
     char *name;
@@ -37,6 +60,8 @@ struct lpx_fsdp_group {
     bool kept;                 /* keep_storage: unsharded tensors held while resharded */
     size_t slot;               /* bytes of one rank's block of the group's all-gather */
     uint64_t bytes;            /* unsharded bytes while unsharded */
+    fsdp_gather *pending;      /* offload: prefetched, all-gather in flight (unsharded is
+                                  true; the params are rebuilt at the first use) */
 };
 
 struct lpx_fsdp {
@@ -58,6 +83,13 @@ struct lpx_fsdp {
     unsigned char *stage;               /* host staging buffer (pinned when host_alloc gave it) */
     size_t stage_cap;
     bool stage_pinned;
+    /* overlapped prefetch (offload with lpx-nccl.so's host all-gather and
+     * pinned memory): staging blocks used in turn, one per gather in flight */
+    fsdp_ag_host_fn ag_host;            /* lpx_nccl_all_gather_host */
+    fsdp_ticket_fn wait_ticket;         /* lpx_nccl_wait_ticket (device-side) */
+    fsdp_ticket_fn sync_ticket;         /* lpx_nccl_sync_ticket (host) */
+    fsdp_block *blk;
+    int nblk, blk_next;
 };
 
 /* Adds the comm statistics accumulated since *before to the engine's. */
@@ -109,6 +141,17 @@ lpx_status fsdp_d2d(lpx_fsdp *f, void *dst, const void *src, size_t n);
 lpx_status fsdp_all_gather_host(lpx_fsdp *f, lpx_comm *c, const void *send, void *recv, size_t nbytes);
 lpx_status fsdp_all_reduce_host(lpx_fsdp *f, lpx_comm *c, void *buf, size_t count, lpx_dtype dtype,
                                 lpx_reduce_op op);
+
+/* Overlapped prefetch (fsdp_offload.c). fsdp_block_get picks a staging
+ * block of at least n bytes whose last upload completed (host wait) and
+ * sets *out to its index, or to -1 (LPX_OK) when the overlapped path is
+ * not available (no host all-gather export, no pinned memory): then the
+ * caller unshards synchronously. fsdp_gather_wait orders lpx-cuda's
+ * stream after g's pending all-gather; fsdp_gather_drop releases it
+ * (after that wait) and clears g->pending. */
+lpx_status fsdp_block_get(lpx_fsdp *f, size_t n, int *out);
+lpx_status fsdp_gather_wait(lpx_fsdp_group *g);
+void fsdp_gather_drop(lpx_fsdp_group *g);
 
 /* Decodes / encodes n elements between dtype d and f32. */
 lpx_status fsdp_to_f32(lpx_dtype d, const void *src, float *dst, size_t n);

@@ -18,6 +18,14 @@
  * through device memory as well, and hooks learn the device from their
  * lpx_fsdp_hook_ctx.
  *
+ *   prefetch        (overlapped, when lpx-nccl.so exports its host
+ *                   all-gather) the same pack into a pinned staging block
+ *                   of its own, then upload + all-gather enqueued on the
+ *                   comm stream without lpx-cuda's stream waiting; the
+ *                   group's first use waits device-side for that
+ *                   collective and rebuilds (fsdp.c, prefetch_async and
+ *                   gather_finish). Blocks go in turn and are rewritten
+ *                   only after a host wait for the upload that read them.
  * The staging buffer is the engine's, kept between calls and grown to the
  * largest group; it is page-locked (cudaHostAlloc) when lpx-cuda.so exports
  * lpx_cuda_host_alloc, so the copies run at DMA speed. Every copy that
@@ -84,6 +92,14 @@ lpx_status fsdp_offload_init(lpx_fsdp *f)
     if (a && fr) {
         memcpy(&f->host_alloc, &a, sizeof a);
         memcpy(&f->host_free, &fr, sizeof fr);
+        /* the overlapped prefetch needs pinned blocks and all three extras */
+        void *ag = plugin_fn("nccl", "lpx_nccl_all_gather_host"), *w = plugin_fn("nccl", "lpx_nccl_wait_ticket"),
+             *sy = plugin_fn("nccl", "lpx_nccl_sync_ticket");
+        if (ag && w && sy) {
+            memcpy(&f->ag_host, &ag, sizeof ag);
+            memcpy(&f->wait_ticket, &w, sizeof w);
+            memcpy(&f->sync_ticket, &sy, sizeof sy);
+        }
     }
     f->offload = true;
     return LPX_OK;
@@ -94,13 +110,98 @@ static void stage_drop(lpx_fsdp *f)
     if (!f->stage) return;
     if (f->stage_pinned) f->host_free(f->stage);
     else lpx_free(f->stage);
+    if (f->stage_pinned) f->st.pinned_bytes -= f->stage_cap;
     f->stage = NULL;
     f->stage_cap = 0;
     f->stage_pinned = false;
-    f->st.pinned_bytes = 0;
 }
 
-void fsdp_offload_free(lpx_fsdp *f) { stage_drop(f); }
+/* Frees block b's memory once its last upload completed (host wait). A
+ * failed comm gives no such guarantee: the block is then leaked rather
+ * than freed under a copy that may still read it. */
+static lpx_status block_drop(lpx_fsdp *f, fsdp_block *b)
+{
+    if (b->p && b->ticket) {
+        lpx_status st = f->sync_ticket(f->comm, b->ticket);
+        if (st) return st;
+    }
+    b->ticket = 0;
+    if (b->p) {
+        f->host_free(b->p);
+        f->st.pinned_bytes -= b->cap;
+    }
+    b->p = NULL;
+    b->cap = 0;
+    return LPX_OK;
+}
+
+void fsdp_offload_free(lpx_fsdp *f)
+{
+    for (int i = 0; i < f->nblk; i++)
+        if (block_drop(f, &f->blk[i])) lpx_clear_error();
+    lpx_free(f->blk);
+    f->blk = NULL;
+    f->nblk = 0;
+    stage_drop(f);
+}
+
+lpx_status fsdp_block_get(lpx_fsdp *f, size_t n, int *out)
+{
+    *out = -1;
+    if (!f->ag_host || !f->host_alloc) return LPX_OK;
+    /* in turn, so that a block is reused two gathers later (its upload
+     * long done) and never while its group's gather is pending */
+    int pick = -1;
+    if (f->nblk >= 2)
+        for (int k = 0; k < f->nblk && pick < 0; k++) {
+            int i = (f->blk_next + k) % f->nblk;
+            if (!f->blk[i].busy) pick = i;
+        }
+    if (pick < 0) {
+        fsdp_block *nb = lpx_realloc(f->blk, (size_t)(f->nblk + 1) * sizeof *nb);
+        if (!nb) return lpx_error(LPX_ENOMEM, "sharding engine: cannot allocate a staging block");
+        f->blk = nb;
+        memset(&nb[f->nblk], 0, sizeof *nb);
+        pick = f->nblk++;
+    }
+    fsdp_block *b = &f->blk[pick];
+    lpx_status st;
+    if (b->ticket && (st = f->sync_ticket(f->comm, b->ticket))) return st;
+    b->ticket = 0;
+    if (!b->p || b->cap < n) {
+        if ((st = block_drop(f, b))) return st;
+        size_t cap = n ? n : 1;
+        void *p = NULL;
+        if (f->host_alloc(cap, &p) || !p) {
+            lpx_clear_error(); /* no pinned memory left: the synchronous path */
+            return LPX_OK;
+        }
+        b->p = p;
+        b->cap = cap;
+        f->st.pinned_bytes += cap;
+    }
+    f->blk_next = (pick + 1) % f->nblk;
+    *out = pick;
+    return LPX_OK;
+}
+
+lpx_status fsdp_gather_wait(lpx_fsdp_group *g)
+{
+    return g->pending ? g->f->wait_ticket(g->f->comm, g->pending->ticket) : LPX_OK;
+}
+
+void fsdp_gather_drop(lpx_fsdp_group *g)
+{
+    fsdp_gather *pg = g->pending;
+    if (!pg) return;
+    if (pg->blk >= 0 && pg->blk < g->f->nblk) g->f->blk[pg->blk].busy = false;
+    lpx_tensor_release(pg->drecv); /* freed on lpx-cuda's stream, after the wait */
+    lpx_free(pg->nin);
+    lpx_free(pg->msz);
+    lpx_free(pg->metas);
+    lpx_free(pg);
+    g->pending = NULL;
+}
 
 lpx_status fsdp_stage(lpx_fsdp *f, size_t n, unsigned char **out)
 {
@@ -114,7 +215,7 @@ lpx_status fsdp_stage(lpx_fsdp *f, size_t n, unsigned char **out)
     void *p = NULL;
     if (f->host_alloc && !f->host_alloc(cap, &p) && p) {
         f->stage_pinned = true;
-        f->st.pinned_bytes = cap;
+        f->st.pinned_bytes += cap;
     } else {
         /* no pinned allocator, or no pinned memory left: pageable memory
          * works too, the copies are only slower */

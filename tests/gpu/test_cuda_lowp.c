@@ -1,4 +1,4 @@
-/* GPU suite: the float8 and NF4 kernels of lpx-cuda.so (cuda_float8.cu,
+/* GPU suite: the float8 and NF4 kernels of lpx-cuda.so (cuda_fp8_*.cu,
  * cuda_nf4.cu) against the CPU backend on the same inputs, bit for bit:
  * fp8_quantize (all four results; tensorwise dynamic and static, rowwise,
  * columns, odd layouts, pow2, saturate, both fp8 formats, f32/bf16/f16

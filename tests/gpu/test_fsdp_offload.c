@@ -24,6 +24,9 @@
  * device, a CPU grad handed to the offloading engine. World size 1 is
  * exact on NCCL (avg and max of one value are the value). */
 #include <stddef.h>
+#ifdef LPX_TEST_HAVE_CUDART
+#include <cuda_runtime_api.h>
+#endif
 #include "gpu_util.h"
 #include "backends/nccl/lpx_nccl.h"
 
@@ -128,7 +131,30 @@ static lpx_fsdp_stats stats(lpx_fsdp *f)
     return s;
 }
 
-static void run_offload(bool keep)
+/* The offloading engine's group is unsharded now through the overlapped
+ * prefetch (pre) or lpx_fsdp_unshard. The prefetch leaves the group
+ * unsharded with its gather pending (no unshard counted yet); the first
+ * use completes it: lpx_fsdp_unshard on even steps, lpx_fsdp_param_full
+ * on odd ones. */
+static void gpu_unshard(lpx_fsdp *f, lpx_fsdp_group *g, bool pre, int step)
+{
+    if (!pre) {
+        CHECK_OK(lpx_fsdp_unshard(g));
+        return;
+    }
+    CHECK_OK(lpx_fsdp_prefetch(g));
+    CHECK(lpx_fsdp_is_unsharded(g));
+    lpx_fsdp_stats s = stats(f);
+    CHECKF(s.unshards == 0 && s.calls[LPX_COLL_ALL_GATHER] == 1 && s.h2d_copies == 1,
+           "prefetch: %llu unshards (0: the gather is pending), %llu all-gathers, %llu h2d",
+           (unsigned long long)s.unshards, (unsigned long long)s.calls[LPX_COLL_ALL_GATHER],
+           (unsigned long long)s.h2d_copies);
+    if (step % 2 == 0) CHECK_OK(lpx_fsdp_unshard(g));
+    else CHECK(lpx_fsdp_param_full(g, 0) != NULL);
+    CHECK(stats(f).unshards == 1);
+}
+
+static void run_offload(bool keep, bool pre)
 {
     lpx_comm *lc = NULL, *nc = NULL;
     CHECK_OK(lpx_local_comm_group_create(1, &lc));
@@ -149,10 +175,10 @@ static void run_offload(bool keep)
         lpx_fsdp_stats_reset(rf);
         lpx_fsdp_stats_reset(gf);
         CHECK_OK(lpx_fsdp_unshard(rg));
-        CHECK_OK(lpx_fsdp_unshard(gg));
+        gpu_unshard(gf, gg, pre, step);
         for (int i = 0; i < NP; i++)
             CHECKF(same_tensor(names[i], lpx_fsdp_param_full(rg, i), lpx_fsdp_param_full(gg, i)),
-                   "keep %d step %d: unsharded %s", keep, step, names[i]);
+                   "keep %d pre %d step %d: unsharded %s", keep, pre, step, names[i]);
         lpx_fsdp_stats rs = stats(rf), gs = stats(gf);
         CHECK(gs.calls[LPX_COLL_ALL_GATHER] == 1 && rs.calls[LPX_COLL_ALL_GATHER] == 1);
         CHECKF(gs.h2d_copies == 1 && gs.h2d_bytes == gs.bytes[LPX_COLL_ALL_GATHER] && gs.h2d_bytes > 0,
@@ -213,8 +239,227 @@ static void run_offload(bool keep)
     lpx_comm_destroy(nc);
 }
 
-static void test_offload(void) { run_offload(false); }
-static void test_offload_keep_storage(void) { run_offload(true); }
+static void test_offload(void) { run_offload(false, false); }
+static void test_offload_keep_storage(void) { run_offload(true, false); }
+static void test_prefetch_overlapped(void) { run_offload(false, true); }
+static void test_prefetch_overlapped_keep_storage(void) { run_offload(true, true); }
+
+/* Four groups (the four params each, other seeds per group), driven the
+ * way a training loop does over two passes: unshard(k), prefetch(k+1),
+ * reshard(k); a prefetched group resharded unused in between. The
+ * overlapped prefetch rotates its staging blocks (each reused only after
+ * its upload completed); every gathered param equals the CPU engine's bit
+ * for bit. */
+#define NG 4
+static void run_chain(bool keep)
+{
+    lpx_comm *lc = NULL, *nc = NULL;
+    CHECK_OK(lpx_local_comm_group_create(1, &lc));
+    CHECK_OK(create_local(1, NULL, 0, &nc));
+    lpx_mesh *lm = NULL, *nm = NULL;
+    if (lc) CHECK_OK(lpx_mesh_new(lc, &lm));
+    if (nc) CHECK_OK(lpx_mesh_new(nc, &nm));
+    lpx_fsdp_config rcfg = {.struct_size = sizeof rcfg, .keep_storage = keep};
+    lpx_fsdp_config gcfg = {.struct_size = sizeof gcfg, .keep_storage = keep, .compute_device = lpx_cuda_device(0)};
+    lpx_fsdp *rf = NULL, *gf = NULL;
+    lpx_fsdp_group *rg[NG] = {0}, *gg[NG] = {0};
+    if (lm) CHECK_OK(lpx_fsdp_new(lm, &rcfg, &rf));
+    if (nm) CHECK_OK(lpx_fsdp_new(nm, &gcfg, &gf));
+    for (int k = 0; rf && gf && k < NG; k++) {
+        char nm_[16];
+        snprintf(nm_, sizeof nm_, "g%d", k);
+        CHECK_OK(lpx_fsdp_group_add(rf, nm_, &rg[k]));
+        CHECK_OK(lpx_fsdp_group_add(gf, nm_, &gg[k]));
+        for (int e = 0; e < 2; e++) {
+            lpx_tensor *p[NP];
+            make_params(p);
+            for (int i = 0; i < NP; i++) {
+                /* a different first param per group: its scale by k + 1 */
+                lpx_tensor *q = p[i];
+                if (i == 0) CHECK_OK(lpx_mul_scalar(p[0], (double)(k + 1), &q));
+                CHECK_OK(lpx_fsdp_param_add(e ? gg[k] : rg[k], names[i], q, i == 3 ? LPX_FSDP_FROZEN : 0, NULL));
+                if (q != p[i]) lpx_tensor_release(q);
+                lpx_tensor_release(p[i]);
+            }
+        }
+    }
+    if (rf && gf) {
+        CHECK_OK(lpx_fsdp_shard(rf));
+        CHECK_OK(lpx_fsdp_shard(gf));
+    }
+    for (int pass = 0; rf && gf && pass < 2; pass++) {
+        for (int k = 0; k < NG; k++) {
+            CHECK_OK(lpx_fsdp_unshard(rg[k]));
+            CHECK_OK(lpx_fsdp_unshard(gg[k])); /* completes the prefetch of k (k > 0) */
+            if (k + 1 < NG) {
+                CHECK_OK(lpx_fsdp_prefetch(rg[k + 1]));
+                CHECK_OK(lpx_fsdp_prefetch(gg[k + 1]));
+                CHECK(lpx_fsdp_is_unsharded(gg[k + 1]));
+            }
+            for (int i = 0; i < NP; i++)
+                CHECKF(same_tensor(names[i], lpx_fsdp_param_full(rg[k], i), lpx_fsdp_param_full(gg[k], i)),
+                       "chain keep %d pass %d group %d: %s", keep, pass, k, names[i]);
+            CHECK_OK(lpx_fsdp_reshard(rg[k]));
+            CHECK_OK(lpx_fsdp_reshard(gg[k]));
+        }
+        /* a prefetch resharded unused, then gathered again */
+        CHECK_OK(lpx_fsdp_prefetch(gg[0]));
+        CHECK_OK(lpx_fsdp_reshard(gg[0]));
+        CHECK(!lpx_fsdp_is_unsharded(gg[0]) && lpx_fsdp_param_full(gg[0], 0) == NULL);
+    }
+    lpx_fsdp_stats gs = stats(gf ? gf : rf);
+    CHECKF(!gf || gs.peak_unsharded_groups == 2, "peak unsharded groups %d", gs.peak_unsharded_groups);
+    /* a prefetch left pending at free: the engine waits for it */
+    if (gf) CHECK_OK(lpx_fsdp_prefetch(gg[1]));
+    lpx_fsdp_free(rf);
+    lpx_fsdp_free(gf);
+    lpx_mesh_release(lm);
+    lpx_mesh_release(nm);
+    lpx_comm_destroy(lc);
+    lpx_comm_destroy(nc);
+}
+
+static void test_prefetch_chain(void) { run_chain(false); }
+static void test_prefetch_chain_keep_storage(void) { run_chain(true); }
+
+#ifdef LPX_TEST_HAVE_CUDART
+/* ---- overlap: the prefetch's upload + all-gather run beside compute --- *
+ * One group of one dense f32 [8192, 8192] param (256 MiB on the wire) on a
+ * one-rank NCCL comm, where the all-gather is in place and nearly free, so
+ * the host->device copy of the staging block is the gather's cost. The
+ * compute is a loop of bf16 4096^3 lpx_matmul on lpx-cuda's stream, sized
+ * to last about as long. Timed with cudaEvents on lpx-cuda's stream, each
+ * window opened after a "lead" of matmuls longer than the host's pack, so
+ * that the window holds GPU work only (the host runs ahead, as in
+ * training):
+ *   t_gather   prefetch(g); unshard(g)
+ *   t_compute  compute
+ *   t_overlap  prefetch(g); compute; unshard(g)
+ * median of 5 after a warm-up; t_overlap < 0.8 (t_gather + t_compute). */
+static lpx_status mm_loop(lpx_tensor *a, int reps)
+{
+    for (int i = 0; i < reps; i++) {
+        lpx_tensor *c = NULL;
+        lpx_status st = lpx_matmul(a, a, &c);
+        lpx_tensor_release(c);
+        if (st) return st;
+    }
+    return LPX_OK;
+}
+
+static int cmp_f(const void *x, const void *y)
+{
+    float a = *(const float *)x, b = *(const float *)y;
+    return (a > b) - (a < b);
+}
+
+enum { W_GATHER, W_COMPUTE, W_OVERLAP };
+
+/* One timed window (ms) of kind w after `lead` matmuls. */
+static float window(cudaStream_t s, lpx_fsdp_group *g, lpx_tensor *a, int lead, int reps, int w)
+{
+    cudaEvent_t e0, e1;
+    float ms = -1;
+    if (cudaEventCreate(&e0) != cudaSuccess) return -1;
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return -1;
+    }
+    lpx_status st = mm_loop(a, lead);
+    if (!st && cudaEventRecord(e0, s) != cudaSuccess) st = LPX_EDEVICE;
+    if (!st && w != W_COMPUTE) st = lpx_fsdp_prefetch(g);
+    if (!st && w != W_GATHER) st = mm_loop(a, reps);
+    if (!st && w != W_COMPUTE) st = lpx_fsdp_unshard(g);
+    if (!st && cudaEventRecord(e1, s) != cudaSuccess) st = LPX_EDEVICE;
+    if (!st && (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess))
+        st = LPX_EDEVICE;
+    if (st) {
+        printf("  window %d failed: %s\n", w, lpx_last_error());
+        ms = -1;
+    }
+    if (w != W_COMPUTE) lpx_fsdp_reshard(g);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms;
+}
+
+static float median5(cudaStream_t s, lpx_fsdp_group *g, lpx_tensor *a, int lead, int reps, int w)
+{
+    float t[5];
+    (void)window(s, g, a, lead, reps, w); /* warm-up */
+    for (int i = 0; i < 5; i++) t[i] = window(s, g, a, lead, reps, w);
+    qsort(t, 5, sizeof *t, cmp_f);
+    return t[0] < 0 ? -1 : t[2];
+}
+
+static void test_overlap(void)
+{
+    void *sym = lpx_plugin_symbol(gpu_plugin, LPX_CUDA_SYM_STREAM);
+    lpx_cuda_stream_fn stream_of = NULL;
+    CHECK(sym != NULL);
+    if (!sym) return;
+    memcpy(&stream_of, &sym, sizeof sym);
+    cudaStream_t s = (cudaStream_t)stream_of(0);
+    lpx_comm *nc = NULL;
+    lpx_mesh *nm = NULL;
+    lpx_fsdp *f = NULL;
+    lpx_fsdp_group *g = NULL;
+    lpx_tensor *w = NULL, *a = NULL;
+    CHECK_OK(create_local(1, NULL, 0, &nc));
+    if (nc) CHECK_OK(lpx_mesh_new(nc, &nm));
+    lpx_fsdp_config cfg = {.struct_size = sizeof cfg, .compute_device = lpx_cuda_device(0)};
+    if (nm) CHECK_OK(lpx_fsdp_new(nm, &cfg, &f));
+    const int64_t ws[2] = {8192, 8192}, as[2] = {4096, 4096};
+    CHECK_OK(lpx_zeros(2, ws, LPX_F32, lpx_cpu(), &w));
+    CHECK_OK(lpx_zeros(2, as, LPX_BF16, gpu_dev(), &a));
+    if (f && w) {
+        CHECK_OK(lpx_fsdp_group_add(f, "big", &g));
+        if (g) CHECK_OK(lpx_fsdp_param_add(g, "w", w, 0, NULL));
+        CHECK_OK(lpx_fsdp_shard(f));
+    }
+    if (!f || !g || !a) goto out;
+    /* the host's share of a prefetch (pre_all_gather + pack): the lead
+     * must outlast it so the windows hold GPU work only */
+    uint64_t h0 = lpx_now_ns();
+    CHECK_OK(lpx_fsdp_prefetch(g));
+    uint64_t host_ns = lpx_now_ns() - h0;
+    CHECK_OK(lpx_fsdp_unshard(g));
+    CHECK_OK(lpx_fsdp_reshard(g));
+    lpx_fsdp_stats st = stats(f);
+    CHECKF(st.pinned_bytes >= (uint64_t)8192 * 8192 * 4, "pinned %llu bytes: no pinned staging block",
+           (unsigned long long)st.pinned_bytes);
+    float t_mm = median5(s, g, a, 0, 8, W_COMPUTE) / 8;
+    h0 = lpx_now_ns();
+    CHECK_OK(lpx_fsdp_prefetch(g));
+    uint64_t h1 = lpx_now_ns() - h0;
+    CHECK_OK(lpx_fsdp_unshard(g));
+    CHECK_OK(lpx_fsdp_reshard(g));
+    if (h1 > host_ns) host_ns = h1;
+    if (t_mm <= 0) goto out;
+    int lead = (int)(2.0 * (double)host_ns / 1e6 / t_mm) + 4;
+    float t_gather = median5(s, g, a, lead, 0, W_GATHER);
+    int reps = t_gather > 0 ? (int)(t_gather / t_mm + 0.5f) : 1;
+    if (reps < 1) reps = 1;
+    float t_compute = median5(s, g, a, lead, reps, W_COMPUTE);
+    float t_overlap = median5(s, g, a, lead, reps, W_OVERLAP);
+    printf("  overlap: host prefetch %.2f ms, matmul %.3f ms (lead %d, compute %d): t_gather %.3f ms, "
+           "t_compute %.3f ms, t_overlap %.3f ms (%.2f of the sum)\n", (double)host_ns / 1e6, (double)t_mm, lead,
+           reps, (double)t_gather, (double)t_compute, (double)t_overlap,
+           (double)(t_overlap / (t_gather + t_compute)));
+    CHECK(t_gather > 0 && t_compute > 0 && t_overlap > 0);
+    CHECKF(t_gather >= 1.0f, "t_gather %.3f ms: too fast to measure an overlap", (double)t_gather);
+    CHECKF(t_overlap < 0.8f * (t_gather + t_compute), "t_overlap %.3f ms >= 0.8 x (%.3f + %.3f) ms: no overlap",
+           (double)t_overlap, (double)t_gather, (double)t_compute);
+out:
+    lpx_tensor_release(a);
+    lpx_tensor_release(w);
+    lpx_fsdp_free(f);
+    lpx_mesh_release(nm);
+    lpx_comm_destroy(nc);
+}
+#else
+static void test_overlap(void) { printf("  (built without cudart: the overlap timing is skipped)\n"); }
+#endif
 
 static void test_refusals(void)
 {
@@ -251,6 +496,11 @@ int main(void)
     setup();
     RUN(test_offload);
     RUN(test_offload_keep_storage);
+    RUN(test_prefetch_overlapped);
+    RUN(test_prefetch_overlapped_keep_storage);
+    RUN(test_prefetch_chain);
+    RUN(test_prefetch_chain_keep_storage);
+    RUN(test_overlap);
     RUN(test_refusals);
     return CHECK_DONE();
 }

@@ -1,0 +1,256 @@
+/* fp8_scaled_mm on the GPU (e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3;
+ * tensorwise or rowwise scales): argument checks of the CPU kernel
+ * (backends/cpu/float8.c), operand packing, scale vectors, and the
+ * fallback to an f32 GEMM plus epilogue kernel when cuBLASLt has no fp8
+ * kernel for the case. Split from the former cuda_gemm.c: the one GEMM op
+ * with fp8 operands and scales; the engine is cuda_gemm_plan.c, the helper
+ * kernels cuda_gemm_util.cu.
+ *
+ * fp8: cuBLASLt needs both operands K-major with 16-byte aligned pointers
+ * and leading dimensions, K % 16 == 0 and (we also pad) N % 16 == 0. An
+ * operand that is not already so is packed by a small kernel into a
+ * zero-padded K-major copy (zeros add nothing to the sums), so any shape
+ * the CPU accepts works (17 x 33 x 65 included). Tensorwise scale_invs
+ * are cuBLASLt's A/B scale pointers (device memory, no sync); rowwise ones
+ * use CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F (cuBLAS 12.9+). When the
+ * library has no such kernel for the problem (older cuBLAS, other GPUs),
+ * or the bias/out combination is one cuBLASLt lacks (f32 out with bias:
+ * its fp8 bias is bf16), the GEMM writes f32 and a small epilogue kernel
+ * applies scales and bias in the CPU's order. */
+#include <stdint.h>
+#include <string.h>
+#include "cuda_gemm_internal.h"
+
+/* ---- fp8_scaled_mm ---------------------------------------------------------- */
+
+static bool gm_is_fp8(lpx_dtype d) { return d == LPX_F8E4M3FN || d == LPX_F8E5M2; }
+
+static int64_t gm_round16(int64_t v) { return (v + 15) / 16 * 16; }
+
+/* A scale_inv: numel 1 (tensorwise) or n values in the given orientation
+ * ([n, 1] for rows, [1, n] for columns); *per tells which, *stride is the
+ * element stride between the n values. */
+static lpx_status gm_scale_arg(const lpx_call *c, const char *arg, const lpx_tensor *s, const lpx_tensor *a,
+                               int64_t n, bool rows, bool *per, int64_t *stride)
+{
+    lpx_status st = cu_check_float(c, arg, s);
+    if (st || (st = cu_check_same_device(c, "a", a, arg, s))) return st;
+    *stride = 0;
+    if (lpx_tensor_numel(s) == 1) {
+        *per = false;
+        return LPX_OK;
+    }
+    const int64_t *sh = lpx_tensor_shape(s);
+    bool ok = lpx_tensor_ndim(s) == 2 && (rows ? sh[0] == n && sh[1] == 1 : sh[0] == 1 && sh[1] == n);
+    if (!ok) {
+        char ss[160];
+        return lpx_error(LPX_ESHAPE, "%s: %s has shape %s; expected numel 1 (tensorwise) or [%s%lld%s]", cu_op(c),
+                         arg, lpx_tensor_shape_str(s, ss, sizeof ss), rows ? "" : "1, ", (long long)n,
+                         rows ? ", 1" : "");
+    }
+    *per = true;
+    *stride = lpx_tensor_strides(s)[rows ? 0 : 1];
+    return LPX_OK;
+}
+
+/* The fp8 operand layout the CPU accepts: row-major or column-major. */
+static lpx_status gm_fp8_layout(const lpx_call *c, const char *arg, const lpx_tensor *t)
+{
+    const int64_t *sh = lpx_tensor_shape(t), *str = lpx_tensor_strides(t);
+    int64_t R = sh[0], C = sh[1], s0 = str[0], s1 = str[1];
+    bool row = (C <= 1 || s1 == 1) && (R <= 1 || s0 >= C);
+    bool col = (R <= 1 || s0 == 1) && (C <= 1 || s1 >= R);
+    if (row || col) return LPX_OK;
+    char s[160];
+    return lpx_error(LPX_ESHAPE,
+                     "%s: %s of shape %s has strides (%lld, %lld); the GEMM takes row-major (stride[1] == 1) or "
+                     "column-major (stride[0] == 1) operands: make it contiguous first",
+                     cu_op(c), arg, lpx_tensor_shape_str(t, s, sizeof s), (long long)s0, (long long)s1);
+}
+
+static lpx_status k_fp8_scaled_mm(lpx_call *c)
+{
+    lpx_tensor *a = cu_arg_tensor(c, 0), *as = cu_arg_tensor(c, 1), *b = cu_arg_tensor(c, 2);
+    lpx_tensor *bs = cu_arg_tensor(c, 3), *bias = cu_arg_tensor(c, 4);
+    lpx_dtype odt = c->args[5].u.d;
+    const char *op = cu_op(c);
+    lpx_status st;
+    if ((st = cu_check_dense(c, "a", a)) || (st = cu_check_dense(c, "b", b)) ||
+        (st = cu_check_same_device(c, "a", a, "b", b)))
+        return st;
+    lpx_dtype adt = lpx_tensor_dtype(a), bdt = lpx_tensor_dtype(b);
+    if (!gm_is_fp8(adt) || !gm_is_fp8(bdt))
+        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; expected f8e4m3fn or f8e5m2", op, !gm_is_fp8(adt) ? "a" : "b",
+                         lpx_dtype_name(!gm_is_fp8(adt) ? adt : bdt));
+    if (adt == LPX_F8E5M2 && bdt == LPX_F8E5M2)
+        return lpx_error(LPX_EDTYPE, "%s: a and b are both f8e5m2; e5m2 x e5m2 GEMMs are refused (cuBLASLt has no "
+                                     "such kernel): quantize one operand as f8e4m3fn", op);
+    char sa[160], sb[160];
+    lpx_tensor_shape_str(a, sa, sizeof sa);
+    lpx_tensor_shape_str(b, sb, sizeof sb);
+    if (lpx_tensor_ndim(a) != 2 || lpx_tensor_ndim(b) != 2)
+        return lpx_error(LPX_ESHAPE, "%s: a %s and b %s must be 2-D matrices [M, K] and [K, N]", op, sa, sb);
+    int64_t M = lpx_tensor_shape(a)[0], K = lpx_tensor_shape(a)[1], N = lpx_tensor_shape(b)[1];
+    if (lpx_tensor_shape(b)[0] != K)
+        return lpx_error(LPX_ESHAPE, "%s: a %s and b %s: K mismatch (%lld vs %lld)", op, sa, sb, (long long)K,
+                         (long long)lpx_tensor_shape(b)[0]);
+    if (odt != LPX_F32 && odt != LPX_BF16 && odt != LPX_F16)
+        return lpx_error(LPX_EDTYPE, "%s: out_dtype %s; the scaled GEMM writes f32, bf16 or f16", op,
+                         lpx_dtype_name(odt));
+    if (bias) {
+        if ((st = cu_gemm_check_float_same(c, "a", a, "bias", bias))) return st;
+        if (lpx_tensor_ndim(bias) != 1 || lpx_tensor_shape(bias)[0] != N) {
+            char s[160];
+            return lpx_error(LPX_ESHAPE, "%s: bias %s must be [N] = [%lld]", op,
+                             lpx_tensor_shape_str(bias, s, sizeof s), (long long)N);
+        }
+    }
+    if ((st = gm_fp8_layout(c, "a", a)) || (st = gm_fp8_layout(c, "b", b))) return st;
+    bool a_per, b_per;
+    int64_t a_ss, b_ss;
+    if ((st = gm_scale_arg(c, "a_scale_inv", as, a, M, true, &a_per, &a_ss)) ||
+        (st = gm_scale_arg(c, "b_scale_inv", bs, a, N, false, &b_per, &b_ss)))
+        return st;
+    lpx_device dev = lpx_tensor_device(a);
+    if ((st = cu_use(op, dev))) return st;
+    int64_t oshape[2] = {M, N};
+    lpx_tensor *out;
+    if ((st = cu_new(c, odt, 2, oshape, dev, &out))) return st;
+    if (M == 0 || N == 0) {
+        cu_ret(c, out);
+        return LPX_OK;
+    }
+    int di = dev.index;
+    gm_scratch s = {.dev = di};
+    int64_t Kp = K < 16 ? 16 : gm_round16(K), Np = gm_round16(N);
+    const int64_t *ast = lpx_tensor_strides(a), *bst = lpx_tensor_strides(b);
+    const char *ap = lpx_tensor_data(a), *bp = lpx_tensor_data(b);
+
+    /* a: row-major [M, Kp], 16-byte aligned rows */
+    int64_t lda = M <= 1 ? K : ast[0];
+    bool a_ok = Kp == K && (K <= 1 || ast[1] == 1) && lda >= K && lda % 16 == 0 && ((uintptr_t)ap & 15) == 0;
+    /* b: column-major [Kp, Np] (each of its N columns K-contiguous) */
+    int64_t ldb = N <= 1 ? K : bst[1];
+    bool b_ok = Kp == K && Np == N && (K <= 1 || bst[0] == 1) && ldb >= K && ldb % 16 == 0 &&
+                ((uintptr_t)bp & 15) == 0;
+    const void *pa = ap, *pb = bp;
+    if (!a_ok) {
+        void *buf = cu_gemm_scratch_get(&s, (size_t)(M * Kp));
+        if (!buf) goto nomem;
+        if ((st = cu_gemm_pack8(op, di, ap, M, K, ast[0], ast[1], buf, M, Kp))) goto done;
+        pa = buf;
+        lda = Kp;
+    }
+    if (!b_ok) {
+        void *buf = cu_gemm_scratch_get(&s, (size_t)(Np * Kp));
+        if (!buf) goto nomem;
+        /* row n of the packed copy is column n of b */
+        if ((st = cu_gemm_pack8(op, di, bp, N, K, bst[1], bst[0], buf, Np, Kp))) goto done;
+        pb = buf;
+        ldb = Kp;
+    }
+
+    gm_problem p;
+    memset(&p, 0, sizeof p);
+    p.dev = di;
+    p.M = M;
+    p.N = Np;
+    p.K = Kp;
+    p.batch = 1;
+    p.a = pa;
+    p.a_rs = lda;
+    p.a_cs = 1;
+    p.b = pb;
+    p.b_rs = 1;
+    p.b_cs = ldb;
+    p.ab_dt = adt;
+    p.b_dt = bdt;
+    p.alpha = 1.0f;
+
+    /* scales: device f32 (tensorwise f32 tensors are used in place) */
+    const float *sa_v = NULL, *sb_v = NULL;
+    bool per = a_per || b_per;
+    if (!per && lpx_tensor_dtype(as) == LPX_F32) sa_v = lpx_tensor_data(as);
+    if (!per && lpx_tensor_dtype(bs) == LPX_F32) sb_v = lpx_tensor_data(bs);
+    if (!sa_v) {
+        int64_t n = per ? M : 1;
+        float *v = cu_gemm_scratch_get(&s, (size_t)n * sizeof(float));
+        if (!v) goto nomem;
+        if ((st = cu_gemm_gather_f32(op, di, lpx_tensor_data(as), lpx_tensor_dtype(as), a_ss, a_per, n, v, n)))
+            goto done;
+        sa_v = v;
+    }
+    if (!sb_v) {
+        int64_t n = per ? N : 1, np = per ? Np : 1;
+        float *v = cu_gemm_scratch_get(&s, (size_t)np * sizeof(float));
+        if (!v) goto nomem;
+        if ((st = cu_gemm_gather_f32(op, di, lpx_tensor_data(bs), lpx_tensor_dtype(bs), b_ss, b_per, n, v, np)))
+            goto done;
+        sb_v = v;
+    }
+    p.a_scale = sa_v;
+    p.b_scale = sb_v;
+    p.scale_mode = per ? GM_SCALE_OUTER : GM_SCALE_SCALAR;
+    if (per && !GM_HAVE_OUTER_VEC) p.scale_mode = GM_SCALE_NONE;
+
+    /* bias through cuBLASLt only where its fp8 kernels take it as is */
+    bool bias_blas = bias && odt != LPX_F32 && lpx_tensor_dtype(bias) == odt && Np == N &&
+                     (N <= 1 || lpx_tensor_strides(bias)[0] == 1);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        bool scales_here = p.scale_mode == GM_SCALE_NONE;
+        bool epi = scales_here || (bias && !bias_blas);
+        p.bias = epi || !bias ? NULL : lpx_tensor_data(bias);
+        p.bias_dt = odt;
+        if (epi) {
+            /* f32 accumulator: out itself when it is f32 and unpadded */
+            p.d_dt = LPX_F32;
+            if (odt == LPX_F32 && Np == N) {
+                p.d = lpx_tensor_data(out);
+            } else if (!(p.d = cu_gemm_scratch_get(&s, (size_t)(M * Np) * sizeof(float)))) {
+                goto nomem;
+            }
+        } else {
+            p.d_dt = odt;
+            if (Np == N) p.d = lpx_tensor_data(out);
+            else if (!(p.d = cu_gemm_scratch_get(&s, (size_t)(M * Np) * cu_gemm_es(odt)))) goto nomem;
+        }
+        p.ldd = Np;
+        st = cu_gemm_run(op, &p);
+        if (st == LPX_ENOTIMPL && p.scale_mode != GM_SCALE_NONE) {
+            /* no cuBLASLt kernel with these scales: unit scales, f32 out,
+             * scales and bias in the epilogue kernel */
+            p.scale_mode = GM_SCALE_NONE;
+            st = LPX_OK;
+            continue;
+        }
+        if (st) goto done;
+        if (epi) {
+            st = cu_gemm_epilogue(op, di, p.d, Np, M, N, scales_here ? sa_v : NULL, a_per, scales_here ? sb_v : NULL,
+                                  b_per, bias ? lpx_tensor_data(bias) : NULL,
+                                  bias ? lpx_tensor_dtype(bias) : LPX_F32, bias ? lpx_tensor_strides(bias)[0] : 0,
+                                  lpx_tensor_data(out), odt, N);
+        } else if (Np != N) {
+            size_t es = cu_gemm_es(odt);
+            cudaError_t e = cudaMemcpy2DAsync(lpx_tensor_data(out), (size_t)N * es, p.d, (size_t)Np * es,
+                                              (size_t)N * es, (size_t)M, cudaMemcpyDeviceToDevice, cu_stream(di));
+            if (e != cudaSuccess) st = cu_fail(e, op, "cudaMemcpy2DAsync(unpad result)");
+        }
+        goto done;
+    }
+    goto done;
+nomem:
+    st = lpx_error(LPX_ENOMEM, "%s: cannot allocate device scratch for the packed operands, scales or result", op);
+done:
+    cu_gemm_scratch_free(&s);
+    if (st) {
+        lpx_tensor_release(out);
+        return st;
+    }
+    cu_ret(c, out);
+    return LPX_OK;
+}
+
+lpx_status cu_gemm_register_fp8(const lpx_host *h)
+{
+    return cu_reg(h, LPX_OP_fp8_scaled_mm, k_fp8_scaled_mm);
+}
