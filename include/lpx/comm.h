@@ -3,8 +3,8 @@
  * An lpx_comm is one rank's handle on a group of ranks that run
  * collectives together: all_gather, reduce_scatter, all_reduce, broadcast,
  * barrier. Backends implement the lpx_comm_i vtable ("local": N ranks as N
- * threads of this process, built in; "mpi": the plugin lpx-mpi.so; later
- * "nccl"); everything above them (the DTensor kind, the sharding engine)
+ * threads of this process, built in; "mpi": the plugin lpx-mpi.so; "nccl":
+ * lpx-nccl.so, on GPUs, see docs/COMM.md); everything above them (the DTensor kind, the sharding engine)
  * calls the validated lpx_comm_* functions, which count statistics, record
  * one trace span per collective and call the vtable.
  *
