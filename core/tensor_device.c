@@ -1,5 +1,6 @@
 /* Moving dense tensors between devices through the backends' copy slots
  * (the core never touches device memory itself). */
+#include <stdio.h>
 #include "lpx_internal.h"
 
 /* The backend that can reach both sides: the non-CPU one (a device backend
@@ -40,6 +41,12 @@ lpx_status lpx_tensor_to(lpx_tensor *x, lpx_device device, lpx_tensor **out)
             lpx_tensor_release(y);
             y = NULL;
         }
+    } else {
+        /* name this entry point, not only lpx_tensor_new (e.g. a device
+         * out of memory) */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", lpx_last_error());
+        st = lpx_error(st, "%s: %s", op, msg);
     }
     if (src != x) lpx_tensor_release(src);
     *out = y;

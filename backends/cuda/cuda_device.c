@@ -42,15 +42,31 @@ static void count_alloc(cu_dev *d, size_t n)
     while (now > pk && !atomic_compare_exchange_weak(&d->peak, &pk, now)) {}
 }
 
+/* Test hook (lpx_cuda_fail_alloc_after): < 0, never fail; otherwise the
+ * number of device allocations that still succeed before every one fails.
+ * Off, it costs dev_alloc one relaxed load. */
+static _Atomic int64_t fail_countdown = -1;
+
+static bool inject_oom(void)
+{
+    int64_t c = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+    if (__builtin_expect(c < 0, 1)) return false;
+    if (atomic_fetch_sub(&fail_countdown, 1) > 0) return false;
+    atomic_store(&fail_countdown, 0); /* stay failing, without wrapping */
+    return true;
+}
+
 static void *dev_alloc(int index, size_t nbytes)
 {
     if (index < 0 || index >= ndevs || cudaSetDevice(index) != cudaSuccess) return NULL;
     cu_dev *d = &devs[index];
     void *p = NULL;
     /* cudaMallocAsync refuses 0 bytes; tensors of 0 elements still want a
-     * distinct non-NULL address */
-    if (cudaMallocFromPoolAsync(&p, nbytes ? nbytes : 1, d->pool, d->stream) != cudaSuccess) {
-        (void)cudaGetLastError(); /* clear the sticky-free error state */
+     * distinct non-NULL address. An injected failure takes the path of a
+     * real cudaErrorMemoryAllocation. */
+    bool injected = inject_oom();
+    if (injected || cudaMallocFromPoolAsync(&p, nbytes ? nbytes : 1, d->pool, d->stream) != cudaSuccess) {
+        if (!injected) (void)cudaGetLastError(); /* clear the sticky-free error state */
         atomic_fetch_add(&d->failed, 1);
         return NULL;
     }
@@ -192,6 +208,8 @@ LPX_PLUGIN_EXPORT lpx_status lpx_cuda_mem_reset_peak(int device)
     atomic_store(&devs[device].peak, atomic_load(&devs[device].in_use));
     return LPX_OK;
 }
+
+LPX_PLUGIN_EXPORT void lpx_cuda_fail_alloc_after(int64_t n) { atomic_store(&fail_countdown, n < 0 ? -1 : n); }
 
 LPX_PLUGIN_EXPORT lpx_status lpx_cuda_host_alloc(size_t nbytes, void **out)
 {

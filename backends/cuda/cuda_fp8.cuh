@@ -40,6 +40,7 @@
 #include <math.h>
 #include <string.h>
 #include "cuda_dtype.cuh"
+#include "cuda_launch.cuh"
 
 /* 1: fast path through the sm_89+ fp8 conversion instructions; 0: the
  * codec everywhere (for bisecting a mismatch). */
@@ -487,23 +488,8 @@ struct ColArgs {
 
 /* ---- launch helpers ---------------------------------------------------- */
 
-/* Blocks of 256 threads that fit on the device at once for kernel K
- * (grid-stride kernels sized to one wave), at most `want`. */
-template <auto K> unsigned grid_for(int dev, int64_t want)
-{
-    static std::atomic<int> per_sm{0};
-    int p = per_sm.load(std::memory_order_relaxed);
-    if (p == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&p, K, 256, 0) != cudaSuccess || p < 1) {
-            (void)cudaGetLastError();
-            p = 1;
-        }
-        per_sm.store(p, std::memory_order_relaxed);
-    }
-    int64_t cap = (int64_t)cu_sm_count(dev) * p;
-    if (want > cap) want = cap;
-    return (unsigned)(want < 1 ? 1 : want);
-}
+/* One wave of kernel K on device dev (cuda_launch.cuh). */
+template <auto K> unsigned grid_for(int dev, int64_t want) { return cu_grid_wave<K>(cu_sm_count(dev), want); }
 
 } // namespace cu_f8
 

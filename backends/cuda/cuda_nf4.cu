@@ -37,6 +37,7 @@
 #include <math.h>
 #include <string.h>
 #include "cuda_dtype.cuh"
+#include "cuda_launch.cuh"
 #include "cuda_nf4.h"
 #include "nf4.h"
 
@@ -269,23 +270,8 @@ int log2_exact(int64_t v)
     return k;
 }
 
-/* Blocks of 256 threads resident at once for kernel K (grid-stride
- * kernels sized to one wave), at most `want`. */
-template <auto K> unsigned grid_for(int dev, int64_t want)
-{
-    static std::atomic<int> per_sm{0};
-    int p = per_sm.load(std::memory_order_relaxed);
-    if (p == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&p, K, 256, 0) != cudaSuccess || p < 1) {
-            (void)cudaGetLastError();
-            p = 1;
-        }
-        per_sm.store(p, std::memory_order_relaxed);
-    }
-    int64_t cap = (int64_t)cu_sm_count(dev) * p;
-    if (want > cap) want = cap;
-    return (unsigned)(want < 1 ? 1 : want);
-}
+/* One wave of kernel K on device dev (cuda_launch.cuh). */
+template <auto K> unsigned grid_for(int dev, int64_t want) { return cu_grid_wave<K>(cu_sm_count(dev), want); }
 
 template <int OUT> lpx_status launch_deq(const char *op, int dev, const DqArgs &a, bool units)
 {

@@ -67,6 +67,16 @@ typedef lpx_status (*lpx_cuda_host_alloc_fn)(size_t nbytes, void **out);
 /** Frees memory from lpx_cuda_host_alloc (NULL is ignored); waits for
  *  nothing: the caller's copies from it have completed. */
 typedef void (*lpx_cuda_host_free_fn)(void *ptr);
+/** Test hook, not for production use: after n more successful device
+ *  allocations of the plugin's allocator (tensor storage and the kernels'
+ *  device scratch, on every device), every allocation fails as if the
+ *  device were out of memory (failed_allocs counts it; the entry point
+ *  returns LPX_ENOMEM) until the hook is called again; n < 0 turns it off.
+ *  n = 0 fails the next allocation. Process-wide; the device OOM sweep of
+ *  the GPU suite (tests/gpu/test_cuda_oom.c) drives it. Pinned host memory
+ *  (lpx_cuda_host_alloc) and the plugin's init-time buffers are not
+ *  affected. */
+typedef void (*lpx_cuda_fail_alloc_after_fn)(int64_t n);
 
 #define LPX_CUDA_SYM_MEM_STATS "lpx_cuda_get_mem_stats"
 #define LPX_CUDA_SYM_MEM_RESET_PEAK "lpx_cuda_mem_reset_peak"
@@ -76,6 +86,7 @@ typedef void (*lpx_cuda_host_free_fn)(void *ptr);
 #define LPX_CUDA_SYM_DEVICE_COUNT "lpx_cuda_device_count"
 #define LPX_CUDA_SYM_HOST_ALLOC "lpx_cuda_host_alloc"
 #define LPX_CUDA_SYM_HOST_FREE "lpx_cuda_host_free"
+#define LPX_CUDA_SYM_FAIL_ALLOC_AFTER "lpx_cuda_fail_alloc_after"
 
 LPX_END_DECLS
 

@@ -36,6 +36,7 @@
 #include <lpx/cuda.h>
 #include "mx.h"
 #include "mx_codec_hd.h"
+#include "cuda_launch.cuh"
 
 namespace {
 
@@ -66,27 +67,13 @@ lpx_status cu_fail(cudaError_t e, const char *op, const char *call)
         if (e_ != cudaSuccess) return cu_fail(e_, (op), #call);     \
     } while (0)
 
-/* Blocks of 256 threads resident at once for kernel K on device dev (one
- * wave of a grid-stride kernel), at most `want`. */
+/* One wave of kernel K on device dev (cuda_launch.cuh); the SM count is
+ * asked of the runtime: this plugin cannot call into lpx-cuda. */
 template <auto K> unsigned grid_for(int dev, int64_t want)
 {
-    static std::atomic<int> per_sm{0};
-    int p = per_sm.load(std::memory_order_relaxed);
-    if (p == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&p, K, 256, 0) != cudaSuccess || p < 1) {
-            (void)cudaGetLastError();
-            p = 1;
-        }
-        per_sm.store(p, std::memory_order_relaxed);
-    }
     int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) {
-        (void)cudaGetLastError();
-        sms = 1;
-    }
-    int64_t cap = (int64_t)sms * p;
-    if (want > cap) want = cap;
-    return (unsigned)(want < 1 ? 1 : want);
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) (void)cudaGetLastError();
+    return cu_grid_wave<K>(sms, want);
 }
 
 /* ---- dequantize ------------------------------------------------------ */
