@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cuda_runtime_api.h>
 #include <lpx/lpx.h>
 #include <lpx/cuda.h>
@@ -204,6 +205,8 @@ static int time_reps(rep_fn fn, void *ctx, double *med, double *mn)
         fail_cuda(e, "cudaEventRecord");
         goto out;
     }
+    struct timespec h0, h1;
+    clock_gettime(CLOCK_MONOTONIC, &h0);
     for (int k = 0; k < reps; k++, i++) {
         if (fn(ctx, i)) goto out;
         if ((e = cudaEventRecord(ev[k + 1], g_stream)) != cudaSuccess) {
@@ -211,6 +214,13 @@ static int time_reps(rep_fn fn, void *ctx, double *med, double *mn)
             goto out;
         }
     }
+    clock_gettime(CLOCK_MONOTONIC, &h1);
+    /* LPX_BENCH_HOST_TIMING=1: the host's time to enqueue one rep; when it
+     * is close to the GPU time per rep, the GPU waits for the host and the
+     * event times measure the host, not the kernel */
+    if (getenv("LPX_BENCH_HOST_TIMING"))
+        fprintf(stderr, "# host enqueue: %.1f us/rep\n",
+                ((double)(h1.tv_sec - h0.tv_sec) * 1e9 + (double)(h1.tv_nsec - h0.tv_nsec)) / 1e3 / reps);
     if ((e = cudaEventSynchronize(ev[reps])) != cudaSuccess) {
         fail_cuda(e, "cudaEventSynchronize (a kernel failed?)");
         goto out;
