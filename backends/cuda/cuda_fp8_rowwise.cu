@@ -122,6 +122,45 @@ template <int IN> __device__ __forceinline__ void stage_issue(uint4 *st, const R
     cp_async_commit();
 }
 
+/* The scale of row g, once the team's lanes hold in `m` the amax bits of
+ * the row's aligned vectors (dynamic scaling; 0 otherwise): the unaligned
+ * head and tail elements are folded in, the amax is reduced over the team
+ * and turned into the scale; static scaling reads the given scale. Lane 0
+ * of an active team writes scale and scale_inv. Shared by both row
+ * kernels, which differ only in how they read the vectors. */
+template <int IN>
+__device__ __forceinline__ float row_scale(const RowArgs &a, const RowSpan &r, int64_t g, bool active, int lane,
+                                           int T, unsigned int *red, uint32_t m, F8Cnt &c)
+{
+    float s;
+    if (a.dynamic) {
+        int64_t t0 = r.e0 + r.nh + 8 * (int64_t)r.nu;
+        for (int j = lane; j < r.nh; j += T) {
+            uint32_t ab = __float_as_uint(ld1<IN>(a.x, r.e0 + j)) & 0x7FFFFFFFu;
+            m = ab > m ? ab : m;
+        }
+        for (int j = lane; j < r.nt; j += T) {
+            uint32_t ab = __float_as_uint(ld1<IN>(a.x, t0 + j)) & 0x7FFFFFFFu;
+            m = ab > m ? ab : m;
+        }
+        m = team_max(m, T, red);
+        c.amax = m > c.amax ? m : c.amax;
+        float si;
+        f8_group_scale(m, a.sp8, &s, &si);
+        if (active && lane == 0) {
+            a.scale_out[g] = s;
+            a.scale_inv_out[g] = si;
+        }
+    } else {
+        s = active ? static_scale(a, g) : 1.0f;
+        if (active && lane == 0) {
+            if (a.write_scale) a.scale_out[g] = s;
+            a.scale_inv_out[g] = f8_inv(s);
+        }
+    }
+    return s;
+}
+
 template <int IN> __device__ __forceinline__ void stage_read(V8<IN> &v, const uint4 *st, int k)
 {
     constexpr int W = V8<IN>::W;
@@ -159,38 +198,16 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows_staged(
         const uint4 *st = stage[buf];
         uint8_t *qv = a.q + r.e0 + r.nh;
         int64_t t0 = r.e0 + r.nh + 8 * (int64_t)r.nu;
-        float s;
+        uint32_t m = 0; /* amax bits of the row's aligned vectors (dynamic) */
         if (a.dynamic) {
-            uint32_t m = 0;
             for (int k = 0; k < nv; k++)
                 if (lane + k * T < r.nu) {
                     V8<IN> v;
                     stage_read<IN>(v, st, k);
                     m = v8_amax<IN>(v, m);
                 }
-            for (int j = lane; j < r.nh; j += T) {
-                uint32_t ab = __float_as_uint(ld1<IN>(a.x, r.e0 + j)) & 0x7FFFFFFFu;
-                m = ab > m ? ab : m;
-            }
-            for (int j = lane; j < r.nt; j += T) {
-                uint32_t ab = __float_as_uint(ld1<IN>(a.x, t0 + j)) & 0x7FFFFFFFu;
-                m = ab > m ? ab : m;
-            }
-            m = team_max(m, T, red);
-            c.amax = m > c.amax ? m : c.amax;
-            float si;
-            f8_group_scale(m, a.sp8, &s, &si);
-            if (active && lane == 0) {
-                a.scale_out[g] = s;
-                a.scale_inv_out[g] = si;
-            }
-        } else {
-            s = active ? static_scale(a, g) : 1.0f;
-            if (active && lane == 0) {
-                if (a.write_scale) a.scale_out[g] = s;
-                a.scale_inv_out[g] = f8_inv(s);
-            }
         }
+        float s = row_scale<IN>(a, r, g, active, lane, T, red, m, c);
         bool track = !a.dynamic;
         for (int k = 0; k < nv; k++) {
             int j = lane + k * T;
@@ -229,9 +246,8 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows(RowArgs
         RowSpan r = row_span<IN>(a, g);
         uint8_t *qv = a.q + r.e0 + r.nh;
         int64_t t0 = r.e0 + r.nh + 8 * (int64_t)r.nu;
-        float s;
+        uint32_t m = 0; /* amax bits of the row's aligned vectors (dynamic) */
         if (a.dynamic) {
-            uint32_t m = 0;
             if constexpr (IN != IN_ANY) {
                 for (int j = lane; j < r.nu; j += ROW_STREAM * T) {
                     V8<IN> t[ROW_STREAM];
@@ -243,29 +259,8 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows(RowArgs
                         if (j + i * T < r.nu) m = v8_amax<IN>(t[i], m);
                 }
             }
-            for (int j = lane; j < r.nh; j += T) {
-                uint32_t ab = __float_as_uint(ld1<IN>(a.x, r.e0 + j)) & 0x7FFFFFFFu;
-                m = ab > m ? ab : m;
-            }
-            for (int j = lane; j < r.nt; j += T) {
-                uint32_t ab = __float_as_uint(ld1<IN>(a.x, t0 + j)) & 0x7FFFFFFFu;
-                m = ab > m ? ab : m;
-            }
-            m = team_max(m, T, red);
-            c.amax = m > c.amax ? m : c.amax;
-            float si;
-            f8_group_scale(m, a.sp8, &s, &si);
-            if (active && lane == 0) {
-                a.scale_out[g] = s;
-                a.scale_inv_out[g] = si;
-            }
-        } else {
-            s = active ? static_scale(a, g) : 1.0f;
-            if (active && lane == 0) {
-                if (a.write_scale) a.scale_out[g] = s;
-                a.scale_inv_out[g] = f8_inv(s);
-            }
         }
+        float s = row_scale<IN>(a, r, g, active, lane, T, red, m, c);
         bool track = !a.dynamic;
         if constexpr (IN != IN_ANY) {
             for (int j = lane; j < r.nu; j += ROW_STREAM * T) {
