@@ -5,6 +5,7 @@
  * init, so the hot path takes no lock. */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cuda_internal.h"
 
@@ -12,6 +13,7 @@ typedef struct cu_dev {
     cudaStream_t stream;
     cudaMemPool_t pool;
     int sm_count;
+    int pdl;            /* programmatic dependent launch: compute capability >= 9 and not LPX_CUDA_PDL=0 */
     _Atomic uint64_t allocs, frees, failed, in_use, peak;
 } cu_dev;
 
@@ -22,6 +24,7 @@ int cu_key;
 int cu_device_count(void) { return ndevs; }
 cudaStream_t cu_stream(int index) { return index >= 0 && index < ndevs ? devs[index].stream : NULL; }
 int cu_sm_count(int index) { return index >= 0 && index < ndevs ? devs[index].sm_count : 1; }
+int cu_pdl(int index) { return index >= 0 && index < ndevs ? devs[index].pdl : 0; }
 
 lpx_status cu_use(const char *op, lpx_device dev)
 {
@@ -147,6 +150,10 @@ static lpx_status setup_devices(void)
         CU_CHECK(op, cudaSetDevice(i));
         CU_CHECK(op, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
         CU_CHECK(op, cudaDeviceGetAttribute(&d->sm_count, cudaDevAttrMultiProcessorCount, i));
+        int major = 0;
+        CU_CHECK(op, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i));
+        const char *pdl = getenv("LPX_CUDA_PDL");
+        d->pdl = major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
         CU_CHECK(op, cudaDeviceGetDefaultMemPool(&d->pool, i));
         uint64_t keep = UINT64_MAX; /* cache freed blocks: never release at sync points */
         CU_CHECK(op, cudaMemPoolSetAttribute(d->pool, cudaMemPoolAttrReleaseThreshold, &keep));

@@ -116,6 +116,8 @@ struct TwArgs {
 
 template <int IN> __global__ void __launch_bounds__(256) k_tw_amax(TwArgs a)
 {
+    cu_pdl_wait();
+    cu_pdl_trigger();
     int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
     uint32_t m = 0;
     if constexpr (IN != IN_ANY)
@@ -167,6 +169,8 @@ template <int IN> __global__ void __launch_bounds__(256) k_tw_amax(TwArgs a)
 
 template <int IN, bool E5> __global__ void __launch_bounds__(256) k_tw_cast(TwArgs a)
 {
+    cu_pdl_wait();
+    cu_pdl_trigger();
     float s;
     if (a.smode == 0) s = a.sval;
     else if (a.smode == 1) s = f8_checked_scale(cu_dec(a.sdt, a.sp));
@@ -217,14 +221,15 @@ void src_of(Src *s, const lpx_tensor *t)
 template <int IN> lpx_status launch_tw(const char *op, int dev, TwArgs &a, bool e5, bool dynamic)
 {
     cudaStream_t st = cu_stream(dev);
+    bool pdl = cu_pdl(dev);
     int64_t want = ((a.nvec + 1) / 2 + (a.n - a.nvec * 8) + 255) / 256;
     if (dynamic) {
-        k_tw_amax<IN><<<grid_for<k_tw_amax<IN>>(dev, want), 256, 0, st>>>(a);
+        (void)cu_launch(k_tw_amax<IN>, grid_for<k_tw_amax<IN>>(dev, want), 256, st, pdl, a);
         lpx_status s = cu_launched(op, "k_tw_amax");
         if (s) return s;
     }
-    if (e5) k_tw_cast<IN, true><<<grid_for<k_tw_cast<IN, true>>(dev, want), 256, 0, st>>>(a);
-    else k_tw_cast<IN, false><<<grid_for<k_tw_cast<IN, false>>(dev, want), 256, 0, st>>>(a);
+    if (e5) (void)cu_launch(k_tw_cast<IN, true>, grid_for<k_tw_cast<IN, true>>(dev, want), 256, st, pdl, a);
+    else (void)cu_launch(k_tw_cast<IN, false>, grid_for<k_tw_cast<IN, false>>(dev, want), 256, st, pdl, a);
     return cu_launched(op, "k_tw_cast");
 }
 

@@ -155,7 +155,7 @@ static lpx_status k_nf4_mm(lpx_call *c)
         /* rows [r0, r0 + n) of W, queued before the GEMM that reads them
          * (one stream: the next tile's dequantization waits for it) */
         if ((st = cu_nf4_dequantize_into(op, dev.index, pl.codes, pl.qs, pl.f, pl.mean, pl.block, pl.sblock,
-                                         r0 * cols, n * cols, T, lpx_tensor_data(tile))))
+                                         r0 * cols, n * cols, T, lpx_tensor_data(tile), false)))
             goto fail;
         if (tw) {
             /* y[:, r0:r0+n] = x @ Wt^T (+ bias[r0:r0+n]); Wt^T [cols, n] is

@@ -34,6 +34,10 @@ int cu_device_count(void);
 cudaStream_t cu_stream(int index);
 /* Multiprocessor count of device `index` (for grid sizing). */
 int cu_sm_count(int index);
+/* 1 if memory-bound kernels on device `index` are launched with
+ * programmatic dependent launch (cuda_launch.cuh): compute capability 9.0
+ * or newer, and the environment does not set LPX_CUDA_PDL=0. */
+int cu_pdl(int index);
 /* Makes `dev` current for this thread; the error names `op`. */
 lpx_status cu_use(const char *op, lpx_device dev);
 /* Registers the cuda backend (memory services); sets cu_key. */

@@ -7,8 +7,9 @@
  *
  * Dequantize (the hot one): a thread takes units of the codes of one
  * 16-byte output vector (8 codes, one 32-bit word, for bf16/f16; 4 codes
- * for f32), four units per loop trip spread a grid-stride apart (loads
- * first), so a warp reads contiguous codes and writes whole lines. Per unit
+ * for f32), grid-stride at full occupancy, so a warp reads contiguous
+ * codes and writes whole lines; launched with programmatic dependent
+ * launch on sm_90 (cuda_launch.cuh). Per unit
  * one dequantized block scale (qs / f + mean, block and scaler-block
  * indices by shifts when the sizes are powers of two), then per code a
  * lookup in the 16-entry codebook in shared memory and one multiply.
@@ -188,7 +189,7 @@ template <int OUT> __device__ __forceinline__ void store1(void *out, int64_t i, 
 
 /* One unit: code bytes in w (byte k holds elements 2k (high nibble) and
  * 2k + 1), scale s. */
-template <int OUT>
+template <int OUT, bool CS = false>
 __device__ __forceinline__ void deq_unit(const DqArgs &a, const float *cb, int64_t u, uint32_t w, float s)
 {
     constexpr int EPU = Epu<OUT>::n;
@@ -203,14 +204,17 @@ __device__ __forceinline__ void deq_unit(const DqArgs &a, const float *cb, int64
     if (a.vec_out && e0 >= a.start && e0 + EPU <= a.end) {
         int64_t o = e0 - a.start;
         if (OUT == OUT_F32) {
-            *reinterpret_cast<float4 *>((float *)a.out + o) = make_float4(v[0], v[1], v[2], v[3]);
+            float4 r = make_float4(v[0], v[1], v[2], v[3]);
+            if (CS) __stcs(reinterpret_cast<float4 *>((float *)a.out + o), r);
+            else *reinterpret_cast<float4 *>((float *)a.out + o) = r;
         } else {
             uint32_t as = __float_as_uint(s) & 0x7FFFFFFFu;
             /* |s| in [2^-100, FLT_MAX] or 0: every value finite, normal or zero */
             bool hw = as == 0 || (as >= 0x0D800000u && as < F32_INF);
-            *reinterpret_cast<uint4 *>((uint16_t *)a.out + o) =
-                make_uint4(pack2<OUT>(v[0], v[1], hw), pack2<OUT>(v[2], v[3], hw),
-                           pack2<OUT>(v[4 % EPU], v[5 % EPU], hw), pack2<OUT>(v[6 % EPU], v[7 % EPU], hw));
+            uint4 r = make_uint4(pack2<OUT>(v[0], v[1], hw), pack2<OUT>(v[2], v[3], hw),
+                                 pack2<OUT>(v[4 % EPU], v[5 % EPU], hw), pack2<OUT>(v[6 % EPU], v[7 % EPU], hw));
+            if (CS) __stcs(reinterpret_cast<uint4 *>((uint16_t *)a.out + o), r);
+            else *reinterpret_cast<uint4 *>((uint16_t *)a.out + o) = r;
         }
         return;
     }
@@ -221,28 +225,25 @@ __device__ __forceinline__ void deq_unit(const DqArgs &a, const float *cb, int64
     }
 }
 
-/* block % EPU == 0 and codes aligned to EPU / 2 bytes: units of EPU
- * codes, U per thread per step (loads first). */
-template <int OUT> __global__ void __launch_bounds__(256) k_nf4_deq_units(DqArgs a)
+/* block % EPU == 0 and codes aligned to EPU / 2 bytes: a unit of EPU
+ * codes per thread per grid-stride step. Eight blocks of 256 threads per
+ * SM (full occupancy, at most 32 registers): on the H100 that beat four
+ * units in flight per thread at six blocks per SM by 5-6% of copy
+ * bandwidth (docs/PERFORMANCE.md), the warps, not the per-thread loads,
+ * hiding the latency. CS: evict-first (streaming) stores, for results not
+ * read again soon. */
+template <int OUT, bool CS> __global__ void __launch_bounds__(256, 8) k_nf4_deq_units(DqArgs a)
 {
-    constexpr int EPU = Epu<OUT>::n, U = 4;
     __shared__ float cb[16];
     cb_table(cb);
+    cu_pdl_wait();
+    cu_pdl_trigger();
     const float mean = *a.mean;
-    int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t ub = a.u0 + tid; ub < a.u1; ub += U * stride) {
-        uint32_t w[U];
-#pragma unroll
-        for (int i = 0; i < U; i++) {
-            int64_t u = ub + i * stride;
-            if (EPU == 8) w[i] = u < a.u1 ? reinterpret_cast<const uint32_t *>(a.codes)[u] : 0u;
-            else w[i] = u < a.u1 ? reinterpret_cast<const uint16_t *>(a.codes)[u] : 0u;
-        }
-#pragma unroll
-        for (int i = 0; i < U; i++) {
-            int64_t u = ub + i * stride;
-            if (u < a.u1) deq_unit<OUT>(a, cb, u, w[i], unit_scale<OUT>(a, u, mean));
-        }
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t u = a.u0 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < a.u1; u += stride) {
+        uint32_t w = Epu<OUT>::n == 8 ? reinterpret_cast<const uint32_t *>(a.codes)[u]
+                                      : reinterpret_cast<const uint16_t *>(a.codes)[u];
+        deq_unit<OUT, CS>(a, cb, u, w, unit_scale<OUT>(a, u, mean));
     }
 }
 
@@ -251,6 +252,8 @@ template <int OUT> __global__ void __launch_bounds__(256) k_nf4_deq1(DqArgs a)
 {
     __shared__ float cb[16];
     cb_table(cb);
+    cu_pdl_wait();
+    cu_pdl_trigger();
     const float mean = *a.mean;
     for (int64_t e = a.start + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < a.end;
          e += (int64_t)gridDim.x * blockDim.x) {
@@ -273,16 +276,22 @@ int log2_exact(int64_t v)
 /* One wave of kernel K on device dev (cuda_launch.cuh). */
 template <auto K> unsigned grid_for(int dev, int64_t want) { return cu_grid_wave<K>(cu_sm_count(dev), want); }
 
-template <int OUT> lpx_status launch_deq(const char *op, int dev, const DqArgs &a, bool units)
+template <int OUT> lpx_status launch_deq(const char *op, int dev, const DqArgs &a, bool units, bool stream_out)
 {
     cudaStream_t st = cu_stream(dev);
+    bool pdl = cu_pdl(dev);
     if (units) {
-        int64_t want = ((a.u1 - a.u0 + 3) / 4 + 255) / 256;
-        k_nf4_deq_units<OUT><<<grid_for<k_nf4_deq_units<OUT>>(dev, want), 256, 0, st>>>(a);
+        int64_t want = (a.u1 - a.u0 + 255) / 256;
+        if (stream_out)
+            (void)cu_launch(k_nf4_deq_units<OUT, true>, grid_for<k_nf4_deq_units<OUT, true>>(dev, want), 256, st,
+                            pdl, a);
+        else
+            (void)cu_launch(k_nf4_deq_units<OUT, false>, grid_for<k_nf4_deq_units<OUT, false>>(dev, want), 256, st,
+                            pdl, a);
         return cu_launched(op, "k_nf4_deq_units");
     }
     int64_t want = (a.end - a.start + 255) / 256;
-    k_nf4_deq1<OUT><<<grid_for<k_nf4_deq1<OUT>>(dev, want), 256, 0, st>>>(a);
+    (void)cu_launch(k_nf4_deq1<OUT>, grid_for<k_nf4_deq1<OUT>>(dev, want), 256, st, pdl, a);
     return cu_launched(op, "k_nf4_deq1");
 }
 
@@ -467,7 +476,7 @@ lpx_status k_nf4_dequantize(lpx_call *c)
     }
     if ((st = cu_use(op, dev)) ||
         (st = cu_nf4_dequantize_into(op, dev.index, p.codes, p.qs, p.f, p.mean, p.block, p.sblock, start, count,
-                                     dtype, lpx_tensor_data(out)))) {
+                                     dtype, lpx_tensor_data(out), true))) {
         lpx_tensor_release(out);
         return st;
     }
@@ -584,7 +593,7 @@ lpx_status k_qlora_dropout_op(lpx_call *c)
 extern "C" lpx_status cu_nf4_dequantize_into(const char *op, int device, const uint8_t *codes, const int8_t *qscalers,
                                              const float *factors, const float *mean, int64_t block,
                                              int64_t scaler_block, int64_t start, int64_t count, lpx_dtype dtype,
-                                             void *out)
+                                             void *out, bool stream_out)
 {
     if (!nf4_out_dtype(dtype))
         return lpx_error(LPX_EINVAL, "%s: NF4 dequantizes to f32, f16 or bf16, not %s", op, lpx_dtype_name(dtype));
@@ -605,9 +614,9 @@ extern "C" lpx_status cu_nf4_dequantize_into(const char *op, int device, const u
      * size is a multiple of block, hence of the unit) */
     bool units = block % epu == 0 && (uintptr_t)codes % (epu / 2) == 0;
     switch (dtype) {
-    case LPX_F32: return launch_deq<OUT_F32>(op, device, a, units);
-    case LPX_BF16: return launch_deq<OUT_BF16>(op, device, a, units);
-    default: return launch_deq<OUT_F16>(op, device, a, units);
+    case LPX_F32: return launch_deq<OUT_F32>(op, device, a, units, stream_out);
+    case LPX_BF16: return launch_deq<OUT_BF16>(op, device, a, units, stream_out);
+    default: return launch_deq<OUT_F16>(op, device, a, units, stream_out);
     }
 }
 

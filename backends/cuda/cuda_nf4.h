@@ -23,10 +23,13 @@ extern "C" {
  * has checked the payload (block even in 32..4096, 1 <= scaler_block,
  * sizes consistent, 0 <= start, start + count <= the padded element count)
  * and made `device` current (cu_use). Asynchronous: nothing waits for the
- * device. Errors: LPX_EINVAL (dtype), LPX_EDEVICE (launch), naming `op`. */
+ * device. stream_out: write with evict-first stores, for a result not read
+ * again soon (the nf4_dequantize op); false leaves the lines in L2 for a
+ * kernel that reads them next (the GEMM's tiles). Errors: LPX_EINVAL
+ * (dtype), LPX_EDEVICE (launch), naming `op`. */
 lpx_status cu_nf4_dequantize_into(const char *op, int device, const uint8_t *codes, const int8_t *qscalers,
                                   const float *factors, const float *mean, int64_t block, int64_t scaler_block,
-                                  int64_t start, int64_t count, lpx_dtype dtype, void *out);
+                                  int64_t start, int64_t count, lpx_dtype dtype, void *out, bool stream_out);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,8 @@
  * bench/gpu/run.sh puts it beside PyTorch).
  *
  *   bench_gpu [PLUGIN] [--plugin PATH] [--json FILE] [--reps N] [--warmup N]
- *             [--only CASE[,CASE...]] [--list] [--quick] [--copy-gbps X]
+ *             [--batch K] [--only CASE[,CASE...]] [--list] [--quick]
+ *             [--copy-gbps X]
  *
  * PLUGIN defaults to $LPX_CUDA_PLUGIN. --copy-gbps gives the reference of
  * the "% copy" column when the copy case does not run in this process. Cases (--list prints the names):
@@ -25,8 +26,12 @@
  *                      params r+w, grads r, exp_avg r+w, exp_avg_sq r+w
  *
  * Timing: cudaEvents recorded on the plugin's stream (the one every lpx
- * kernel of device 0 runs on) around each repetition, after a warm-up;
- * the median (and minimum) over --reps (default 30, at least 20) reps.
+ * kernel of device 0 runs on) around each sample of --batch K (default 1)
+ * back-to-back repetitions, after a warm-up; the median (and minimum) over
+ * --reps (default 30, at least 20) samples of the time per repetition.
+ * With K > 1 no event separates the repetitions inside a sample, as in a
+ * training step, where one kernel's launch overlaps the previous one's
+ * drain (programmatic dependent launch on sm_90).
  * Memory-bound cases rotate over several input (and output) buffers so
  * that no repetition finds its operands in the 50 MB L2. Data is made on
  * the host (uniform in [-2, 2)) and uploaded, so a case depends only on
@@ -53,6 +58,7 @@
 
 static int g_reps = 30;
 static int g_warmup = 3;
+static int g_batch = 1;
 static bool g_quick;
 static FILE *g_json;
 static cudaStream_t g_stream;
@@ -173,9 +179,10 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Runs fn warm-up times, then g_reps times between cudaEvents recorded on
- * the plugin's stream; *med / *mn get the median / minimum ms per rep. The
- * rep index keeps counting across warm-up and timed reps (rotation). */
+/* Runs fn warm-up times, then g_reps samples of g_batch back-to-back
+ * calls, cudaEvents recorded on the plugin's stream between samples;
+ * *med / *mn get the median / minimum ms per call. The rep index keeps
+ * counting across warm-up and timed reps (rotation). */
 static int time_reps(rep_fn fn, void *ctx, double *med, double *mn)
 {
     int reps = g_reps, r = 1;
@@ -207,8 +214,9 @@ static int time_reps(rep_fn fn, void *ctx, double *med, double *mn)
     }
     struct timespec h0, h1;
     clock_gettime(CLOCK_MONOTONIC, &h0);
-    for (int k = 0; k < reps; k++, i++) {
-        if (fn(ctx, i)) goto out;
+    for (int k = 0; k < reps; k++) {
+        for (int j = 0; j < g_batch; j++, i++)
+            if (fn(ctx, i)) goto out;
         if ((e = cudaEventRecord(ev[k + 1], g_stream)) != cudaSuccess) {
             fail_cuda(e, "cudaEventRecord");
             goto out;
@@ -220,7 +228,7 @@ static int time_reps(rep_fn fn, void *ctx, double *med, double *mn)
      * event times measure the host, not the kernel */
     if (getenv("LPX_BENCH_HOST_TIMING"))
         fprintf(stderr, "# host enqueue: %.1f us/rep\n",
-                ((double)(h1.tv_sec - h0.tv_sec) * 1e9 + (double)(h1.tv_nsec - h0.tv_nsec)) / 1e3 / reps);
+                ((double)(h1.tv_sec - h0.tv_sec) * 1e9 + (double)(h1.tv_nsec - h0.tv_nsec)) / 1e3 / reps / g_batch);
     if ((e = cudaEventSynchronize(ev[reps])) != cudaSuccess) {
         fail_cuda(e, "cudaEventSynchronize (a kernel failed?)");
         goto out;
@@ -235,7 +243,7 @@ static int time_reps(rep_fn fn, void *ctx, double *med, double *mn)
             fail_cuda(e, "cudaEventElapsedTime");
             goto out;
         }
-        ms[k] = t;
+        ms[k] = t / g_batch;
     }
     qsort(ms, (size_t)reps, sizeof *ms, cmp_double);
     *med = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
@@ -281,8 +289,8 @@ static void report(const char *name, const char *desc, double med, double mn, do
         json_str(g_json, name);
         fprintf(g_json, ", \"desc\": ");
         json_str(g_json, desc);
-        fprintf(g_json, ", \"ms\": %.6f, \"min_ms\": %.6f, \"reps\": %d, \"bytes\": %.0f, \"flops\": %.0f", med, mn,
-                g_reps, bytes, flops);
+        fprintf(g_json, ", \"ms\": %.6f, \"min_ms\": %.6f, \"reps\": %d, \"batch\": %d, \"bytes\": %.0f, \"flops\": %.0f",
+                med, mn, g_reps, g_batch, bytes, flops);
         if (bytes > 0) fprintf(g_json, ", \"gbps\": %.3f", gbps);
         if (flops > 0) fprintf(g_json, ", \"tflops\": %.3f", tflops);
         fprintf(g_json, ", \"error\": null}\n");
@@ -720,7 +728,7 @@ static bool selected(const char *only, const char *name)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_gpu [PLUGIN] [--plugin PATH] [--json FILE] [--reps N] [--warmup N]\n"
-               "                 [--only CASE[,CASE...]] [--list] [--quick] [--copy-gbps X]\n"
+               "                 [--batch K] [--only CASE[,CASE...]] [--list] [--quick] [--copy-gbps X]\n"
                "PLUGIN: lpx-cuda.so (default $LPX_CUDA_PLUGIN). --json appends one JSON object per case.\n");
 }
 
@@ -761,6 +769,11 @@ int main(int argc, char **argv)
             g_copy_gbps = strtod(argv[++i], &end);
             if (*end || !(g_copy_gbps > 0)) {
                 fprintf(stderr, "bench_gpu: --copy-gbps wants a positive number\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--batch") && has) {
+            if (parse_int(argv[++i], 1, &g_batch)) {
+                fprintf(stderr, "bench_gpu: --batch wants an integer >= 1\n");
                 return 2;
             }
         } else if (!strcmp(a, "--warmup") && has) {
@@ -826,8 +839,8 @@ int main(int argc, char **argv)
     struct cudaDeviceProp prop;
     /* the header once per run.sh sweep: later processes get --copy-gbps */
     if (g_copy_gbps == 0 && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-        printf("# bench_gpu: %s, %d SMs, %.1f GiB, %d reps (median), %d warm-up%s\n", prop.name,
-               prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * MIB), g_reps, g_warmup,
+        printf("# bench_gpu: %s, %d SMs, %.1f GiB, %d samples of %d reps (median), %d warm-up%s\n", prop.name,
+               prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * MIB), g_reps, g_batch, g_warmup,
                g_quick ? ", --quick sizes" : "");
     for (int k = 0; k < NCASES; k++) {
         if (!selected(only, cases[k].name)) continue;

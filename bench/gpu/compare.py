@@ -128,6 +128,10 @@ def main():
     for r in rows:
         print(fmt.format(*r))
     print("lpx/torch: the faster of torch eager and torch.compile, in time, over lpx (> 1: lpx is faster).")
+    batches = sorted({r.get("batch", 1) for recs in (lpx, torch) for r in recs.values() if ok(r)})
+    if batches:
+        print("timing: median over samples of " + "/".join(str(b) for b in batches)
+              + " back-to-back reps (per rep; BENCH_BATCH)")
     if copy:
         print(f"copy bandwidth (cudaMemcpyAsync D2D, read + write): lpx run {copy:.0f} GB/s"
               + (f", torch run {torch_copy:.0f} GB/s" if torch_copy else ""))

@@ -14,7 +14,9 @@
 # Environment: LPX_CUDA_PLUGIN (plugin path), PYTHON (default python3, the
 # interpreter with torch), BENCH_OUT (where the JSON lines and the summary go;
 # default $OUT/bench when $OUT is set, else a new temporary folder),
-# BENCH_REPS (default 30), BENCH_QUICK=1 (small sizes: smoke test),
+# BENCH_REPS (default 30), BENCH_BATCH (back-to-back reps per timed sample,
+# default 10: no event between the reps of a sample, as in a training step;
+# 1 times each rep between its own events), BENCH_QUICK=1 (small sizes: smoke test),
 # BENCH_COMPILE=0 (skip torch.compile), BENCH_CASE_TIMEOUT (s per lpx case,
 # default 90), BENCH_TORCH_TIMEOUT (s for the eager run, default 420),
 # BENCH_COMPILE_TIMEOUT (s for the compile run, default 150), BENCH_ONLY
@@ -33,6 +35,7 @@ else
 fi
 py=${PYTHON:-python3}
 reps=${BENCH_REPS:-30}
+batch=${BENCH_BATCH:-10}
 if [ -n "${BENCH_OUT:-}" ]; then out=$BENCH_OUT
 elif [ -n "${OUT:-}" ]; then out=$OUT/bench
 else out=$(mktemp -d /tmp/lpx-bench-gpu.XXXXXX)
@@ -97,7 +100,7 @@ else
             echo "{\"impl\": \"lpx\", \"case\": \"$c\", \"error\": \"not run: no time left\"}" >>"$lpx_json"
             continue
         fi
-        run_limited "$lim" "$exe" --plugin "$plugin" --reps "$reps" "${quick[@]}" \
+        run_limited "$lim" "$exe" --plugin "$plugin" --reps "$reps" --batch "$batch" "${quick[@]}" \
             "${ref[@]}" --only "$c" --json "$lpx_json"
         rc=$?
         if [ $rc = 77 ]; then
@@ -126,7 +129,8 @@ only=()
 lim=$(limit "${BENCH_TORCH_TIMEOUT:-420}" 20)
 rc=124
 if [ "$lim" -ge 10 ]; then
-    run_limited "$lim" "$py" "$here/torch_bench.py" --reps "$reps" "${quick[@]}" "${only[@]}" --json "$torch_json"
+    run_limited "$lim" "$py" "$here/torch_bench.py" --reps "$reps" --batch "$batch" "${quick[@]}" "${only[@]}" \
+        --json "$torch_json"
     rc=$?
     case $rc in 124|137) echo "   torch_bench.py: stopped after $lim s (the rows above are kept)" ;; esac
 else
@@ -135,7 +139,7 @@ fi
 lim=$(limit "${BENCH_COMPILE_TIMEOUT:-150}" 10)
 if [ "${BENCH_COMPILE:-1}" != 0 ] && [ $rc != 3 ] && [ $rc != 77 ] && [ "$lim" -ge 30 ]; then
     echo "-- torch.compile variants (limit $lim s)"
-    run_limited "$lim" "$py" "$here/torch_bench.py" --compile --reps "$reps" "${quick[@]}" \
+    run_limited "$lim" "$py" "$here/torch_bench.py" --compile --reps "$reps" --batch "$batch" "${quick[@]}" \
         "${only[@]}" --json "$torch_json"
     case $? in 124|137) echo "   torch.compile run: stopped after $lim s (the rows above are kept)" ;; esac
 fi

@@ -2,9 +2,10 @@
 """PyTorch side of the GPU benchmark (bench/gpu/run.sh): the operations of
 bench_gpu.c, same sizes, same data distribution (uniform in [-2, 2)), same
 rotation over input buffers, timed with torch.cuda.Event around each
-repetition after a warm-up (median and minimum of --reps).
+sample of --batch back-to-back repetitions after a warm-up (median and
+minimum of --reps samples, per repetition).
 
-    python3 torch_bench.py [--json FILE] [--reps N] [--warmup N]
+    python3 torch_bench.py [--json FILE] [--reps N] [--warmup N] [--batch K]
                            [--only CASE[,CASE...]] [--quick] [--compile]
 
 --compile runs the torch.compile'd variants instead (cases named
@@ -62,18 +63,21 @@ class Bench:
     # ---- timing ----
     def time_reps(self, fn):
         t = self.torch
-        reps, warm = self.args.reps, self.args.warmup
+        reps, warm, batch = self.args.reps, self.args.warmup, self.args.batch
         for i in range(warm):
             fn(i)
         t.cuda.synchronize()
         ev = [t.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
         ev[0].record()
+        i = warm
         for k in range(reps):
-            fn(warm + k)
+            for _ in range(batch):
+                fn(i)
+                i += 1
             ev[k + 1].record()
         ev[reps].synchronize()
         t.cuda.synchronize()
-        ms = sorted(ev[k].elapsed_time(ev[k + 1]) for k in range(reps))
+        ms = sorted(ev[k].elapsed_time(ev[k + 1]) / batch for k in range(reps))
         med = ms[reps // 2] if reps % 2 else 0.5 * (ms[reps // 2 - 1] + ms[reps // 2])
         return med, ms[0]
 
@@ -90,7 +94,7 @@ class Bench:
             line += f"  {tflops:8.1f} TFLOP/s"
         print(f"{line}   (min {mn:.3f} ms; {desc})", flush=True)
         rec = {"impl": "torch", "case": name, "desc": desc, "ms": med, "min_ms": mn, "reps": self.args.reps,
-               "bytes": nbytes, "flops": flops, "error": None}
+               "batch": self.args.batch, "bytes": nbytes, "flops": flops, "error": None}
         if nbytes:
             rec["gbps"] = gbps
         if flops:
@@ -266,6 +270,7 @@ def main():
     ap.add_argument("--json", help="append one JSON object per case to this file")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--only", help="comma-separated case names")
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     ap.add_argument("--compile", action="store_true", help="run the torch.compile variants only")
@@ -273,6 +278,8 @@ def main():
     args = ap.parse_args()
     if args.reps < 20:
         ap.error("--reps must be >= 20")
+    if args.batch < 1:
+        ap.error("--batch must be >= 1")
     if args.list:
         print("\n".join(CASES))
         return 0

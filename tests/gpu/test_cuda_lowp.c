@@ -6,7 +6,8 @@
  * under static scales), the device scale formula against the CPU's on
  * 2^16 amaxes, fp8_dequantize, fp8_scale_from_amax, nf4_quantize,
  * nf4_dequantize (windows, out tensors, odd block sizes, misaligned
- * payload slices) and qlora_dropout; plus the documented differences
+ * payload slices) and qlora_dropout; a chain of dependent kernels queued
+ * back to back (programmatic dependent launch on sm_90); plus the documented differences
  * (data-dependent errors become NaN scales on the GPU) and argument
  * errors. Skips (77) without a GPU. */
 #include "gpu_util.h"
@@ -854,6 +855,62 @@ static void test_nf4_dequantize(void)
     }
 }
 
+/* Back-to-back kernels that depend on each other, as a training step
+ * queues them: NF4 dequantize of payload A or B into one bf16 buffer, then
+ * fp8_quantize (dynamic: an amax kernel and a cast kernel) of that buffer,
+ * twelve times over with no host wait. Each quantize reads what the
+ * dequantize before it wrote (read after write) and the next dequantize
+ * overwrites the buffer the quantize before it read (write after read).
+ * On sm_90 these kernels are launched with programmatic dependent launch
+ * (cuda_launch.cuh): a kernel that touched memory before its grid
+ * dependency wait would mix A's and B's values into a result. Every fp8
+ * result must be the CPU's for its payload, bit for bit. */
+static void test_dependent_chain(void)
+{
+    const int64_t n = (int64_t)1 << 22; /* 8 MiB of bf16: ~ 60 blocks per SM */
+    enum { ROUNDS = 12 };
+    lpx_tensor *pc[2][4], *pg[2][4], *ref[2][4];
+    for (int k = 0; k < 2; k++) {
+        lpx_tensor *xc = gen(LPX_F32, 1, &n, 4100 + k, k ? 3.0 : 0.25, SP_NONE, -1);
+        CHECK_OK(nf4_quantize(xc, 64, 256, pc[k]));
+        lpx_tensor_release(xc);
+        if (!pc[k][0]) return;
+        payload_up(pc[k], pg[k]);
+        /* the CPU reference: dequantize to bf16, then quantize */
+        lpx_tensor *dc = NULL;
+        CHECK_OK(nf4_dequantize(pc[k], 64, 256, 0, n, LPX_BF16, NULL, &dc));
+        for (int i = 0; i < 4; i++) ref[k][i] = NULL;
+        CHECK_OK(lpx_fp8_quantize(dc, NULL, LPX_F8E4M3FN, NULL, false, 0.0, true, &ref[k][0], &ref[k][1], &ref[k][2],
+                                  &ref[k][3]));
+        lpx_tensor_release(dc);
+    }
+    lpx_tensor *buf = NULL, *q[ROUNDS][4];
+    CHECK_OK(gzeros(1, &n, LPX_BF16, &buf));
+    for (int r = 0; r < ROUNDS; r++) {
+        lpx_tensor *d = NULL;
+        for (int i = 0; i < 4; i++) q[r][i] = NULL;
+        CHECK_OK(nf4_dequantize(pg[r % 2], 64, 256, 0, n, LPX_BF16, buf, &d));
+        lpx_tensor_release(d);
+        CHECK_OK(lpx_fp8_quantize(buf, NULL, LPX_F8E4M3FN, NULL, false, 0.0, true, &q[r][0], &q[r][1], &q[r][2],
+                                  &q[r][3]));
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        static const char *names[4] = {"q", "scale", "scale_inv", "stats"};
+        for (int i = 0; i < 4; i++) {
+            char what[128];
+            snprintf(what, sizeof what, "dependent chain round %d (payload %c): %s", r, "AB"[r % 2], names[i]);
+            if (q[r][i]) CHECKF(gpu_same_bits(what, ref[r % 2][i], q[r][i]), "%s", what);
+        }
+        rel4(q[r]);
+    }
+    lpx_tensor_release(buf);
+    for (int k = 0; k < 2; k++) {
+        rel4(pc[k]);
+        rel4(pg[k]);
+        rel4(ref[k]);
+    }
+}
+
 /* ---- qlora_dropout --------------------------------------------------------- */
 
 static lpx_status dropout(lpx_tensor *x, double p, int64_t seed, lpx_dtype dt, lpx_tensor **y)
@@ -926,5 +983,6 @@ int main(void)
     RUN(test_nf4_quantize);
     RUN(test_nf4_dequantize);
     RUN(test_qlora_dropout);
+    RUN(test_dependent_chain);
     return CHECK_DONE();
 }
