@@ -34,7 +34,9 @@
  *    goes once from memory into shared memory by cp.async, double buffered
  *    (the next row is in flight while the team takes the amax, the scale
  *    and the cast of the current one), for rows up to 8192 elements (4096
- *    f32); longer rows: k_rows, which reads them again (from L2);
+ *    f32); rows up to 16384 elements: k_rows_regs, a block per row, the
+ *    row held in registers between the amax and the cast (read once);
+ *    longer rows: k_rows, which reads them again (from L2);
  *  - columns (inner dims after the reduced one), x contiguous, inner a
  *    multiple of 8: k_cols_amax (tiles of 32 vectors x 256 rows, a block
  *    reduction, one atomicMax per column), k_cols_scale, k_cols_cast;

@@ -1,6 +1,7 @@
 /* The axiswise fp8_quantize kernels (one scale per row, column or other
  * group of x) and their launches: rows of contiguous x (k_rows_staged,
- * staged in shared memory by cp.async; k_rows for longer rows and any
+ * staged in shared memory by cp.async; k_rows_regs, a block per row held
+ * in registers, up to 16384 elements; k_rows for longer rows and any
  * layout), columns of contiguous x (k_cols_amax, k_cols_scale,
  * k_cols_cast) and one thread per group for the rest (k_groups).
  * fp8_quantize (cuda_fp8_quantize.cu) checks the arguments, fills the
@@ -285,6 +286,51 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows(RowArgs
     f8_finish(c, a.ws, a.stats, a.G * a.D);
 }
 
+/* Rows too long for the stage but at most 256 x ROW_REGS vectors (16384
+ * elements): a block per row, each lane loading its ROW_REGS vectors into
+ * registers at once (32 KiB of the row in flight per block), then the
+ * amax, the block reduction and the cast from those registers: the row
+ * is read once. The next row's loads come from the other blocks on the
+ * SM (several fit: the registers, not the threads, bound occupancy). */
+constexpr int ROW_REGS = 8;
+
+template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows_regs(RowArgs a)
+{
+    constexpr int VB = 8 * (IN == IN_F32 ? 4 : 2); /* bytes of x per vector */
+    __shared__ unsigned int red[8];
+    const int lane = (int)threadIdx.x;
+    F8Cnt c = {0, 0, 0, 0, 0};
+    for (int64_t g = blockIdx.x; g < a.G; g += gridDim.x) {
+        RowSpan r = row_span<IN>(a, g);
+        uint8_t *qv = a.q + r.e0 + r.nh;
+        int64_t t0 = r.e0 + r.nh + 8 * (int64_t)r.nu;
+        V8<IN> v[ROW_REGS];
+#pragma unroll
+        for (int k = 0; k < ROW_REGS; k++)
+            if (lane + k * 256 < r.nu) v8_load<IN>(v[k], r.xv, lane + k * 256);
+        uint32_t m = 0; /* amax bits of the row's aligned vectors (dynamic) */
+        if (a.dynamic) {
+#pragma unroll
+            for (int k = 0; k < ROW_REGS; k++)
+                if (lane + k * 256 < r.nu) m = v8_amax<IN>(v[k], m);
+        }
+        float s = row_scale<IN>(a, r, g, true, lane, 256, red, m, c);
+        bool track = !a.dynamic;
+#pragma unroll
+        for (int k = 0; k < ROW_REGS; k++) {
+            int j = lane + k * 256;
+            if (j < r.nu) f8_vec8<IN, E5>(v[k], r.xv + (int64_t)j * VB, qv + 8 * j, s, a.fmt, c, track);
+        }
+        uint32_t am = c.amax;
+        for (int j = lane; j < r.nh; j += 256)
+            a.q[r.e0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, r.e0 + j), s, a.fmt, c);
+        for (int j = lane; j < r.nt; j += 256)
+            a.q[t0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, t0 + j), s, a.fmt, c);
+        if (!track) c.amax = am;
+    }
+    f8_finish(c, a.ws, a.stats, a.G * a.D);
+}
+
 /* ---- columns and other layouts: one thread per scale group ------------- */
 
 template <bool E5> __global__ void __launch_bounds__(256) k_groups(GroupArgs a)
@@ -447,6 +493,12 @@ template <int IN, bool E5> lpx_status launch_rows_nv(const char *op, int dev, Ro
             a.nv = nv;
             k_rows_staged<IN, E5><<<grid_for<k_rows_staged<IN, E5>>(dev, want), 256, 0, st>>>(a);
             return cu_launched(op, "k_rows_staged");
+        }
+        /* a row's aligned vectors: at most D / 8 */
+        if (a.vec && a.D / 8 <= 256 * ROW_REGS) {
+            a.team = 256;
+            k_rows_regs<IN, E5><<<grid_for<k_rows_regs<IN, E5>>(dev, a.G), 256, 0, st>>>(a);
+            return cu_launched(op, "k_rows_regs");
         }
     }
     k_rows<IN, E5><<<grid_for<k_rows<IN, E5>>(dev, want), 256, 0, st>>>(a);

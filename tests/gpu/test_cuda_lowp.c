@@ -255,7 +255,7 @@ static void test_quantize_nonfinite_static(void)
  * device. */
 static void test_quantize_rowwise(void)
 {
-    const int64_t Ds[] = {1, 7, 8, 100, 256, 257, 1000, 2048, 4100, 8192, 9000, 20000};
+    const int64_t Ds[] = {1, 7, 8, 100, 256, 257, 1000, 2048, 4100, 8192, 9000, 12345, 16384, 16392, 20000};
     const int64_t Rs[2] = {3, 33};
     for (size_t di = 0; di < sizeof Ds / sizeof *Ds; di++)
         for (int ri = 0; ri < 2; ri++)
