@@ -90,7 +90,7 @@ test: test-deps build build-asan build-tsan build-fuzz
 # time (they share the device). Without a GPU every test is skipped, and
 # the summary line then exits 1 (no test ran).
 test-gpu: build-gpu
-	@rc=0; \
+	@rc=0; rm -rf $(GPU_BUILD)/tests/gpu/coverage; \
 	meson test -C $(GPU_BUILD) --no-rebuild --suite gpu --print-errorlogs --num-processes 1 || rc=1; \
 	scripts/test-summary.py $(GPU_BUILD) || rc=1; \
 	exit $$rc

@@ -101,7 +101,8 @@ for t in tests:
     if exe not in staged:
         print("# %s: %s was not built" % (t["name"], exe))
         continue
-    env = " ".join("%s=%s" % (k, mapped(v)) for k, v in sorted(t.get("env", {}).items()) if k != "LD_LIBRARY_PATH")
+    env = " ".join("%s=%s" % (k, '"$D/coverage"' if k == "LPX_TEST_GPU_COVERAGE" else mapped(v))
+                   for k, v in sorted(t.get("env", {}).items()) if k != "LD_LIBRARY_PATH")
     args = " ".join(mapped(a) for a in t["cmd"][1:])
     print("run_test %s %d %s %s -- %s" % (shlex.quote(t["name"]), t.get("timeout") or 600,
                                           '"$D/%s"' % staged[exe], env, args))
@@ -187,6 +188,7 @@ run_test() {  # name timeout exe VAR=value... -- args...
 
 if [ "$mode" != bench-only ]; then
     echo "== GPU tests"
+    rm -rf "$D/coverage"  # written by this run's programs, checked by cuda_coverage (last)
 @TESTS@
     echo "$passed passed, $failed failed, $skipped skipped"
 fi

@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <lpx/lpx.h>
 #include <lpx/plugin.h>
 #include <lpx/cuda.h>
+#include <lpx/trace.h>
 #include "../check.h"
 #include "../tensor_util.h"
 
@@ -20,8 +22,36 @@
 
 static const lpx_plugin *gpu_plugin;
 
+/* Coverage of the suite (test_cuda_coverage.c checks it): at exit, every
+ * program writes the names of the ops it dispatched at the cuda key
+ * (lpx_trace_count, tracing started by gpu_setup) to
+ * $LPX_TEST_GPU_COVERAGE/<program>.ops, one per line. */
+static inline void gpu_coverage_write(void)
+{
+    const char *dir = getenv("LPX_TEST_GPU_COVERAGE");
+    int key = lpx_device_key(LPX_DEVICE_CUDA);
+    if (!dir || !*dir || key < 0) return;
+    char name[64] = "unknown", path[1024];
+    FILE *comm = fopen("/proc/self/comm", "r");
+    if (comm) {
+        if (fgets(name, sizeof name, comm)) name[strcspn(name, "\n")] = 0;
+        fclose(comm);
+    }
+    (void)mkdir(dir, 0777); /* may exist */
+    snprintf(path, sizeof path, "%s/%s.ops", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        printf("  coverage: cannot write %s\n", path);
+        return;
+    }
+    for (int op = 0; op < lpx_op_count(); op++)
+        if (lpx_trace_count((lpx_op)op, key) > 0) fprintf(f, "%s\n", lpx_op_name((lpx_op)op));
+    fclose(f);
+}
+
 /* Loads the plugin; exits 77 with the reason when it declines (no GPU),
- * exits 1 when it fails for any other reason. */
+ * exits 1 when it fails for any other reason. Starts dispatch tracing for
+ * the coverage file. */
 static inline void gpu_setup(void)
 {
     const char *path = getenv("LPX_TEST_CUDA_PLUGIN");
@@ -41,6 +71,13 @@ static inline void gpu_setup(void)
         }
         printf("loading %s failed: %s\n", path, why);
         exit(1);
+    }
+    if (getenv("LPX_TEST_GPU_COVERAGE")) {
+        if (lpx_trace_start(NULL)) {
+            printf("lpx_trace_start failed: %s\n", lpx_last_error());
+            exit(1);
+        }
+        atexit(gpu_coverage_write);
     }
 }
 

@@ -130,6 +130,39 @@ static void test_views(void)
     lpx_tensor_release(rb);
     lpx_tensor_release(a);
     lpx_tensor_release(b);
+    /* permute (a view), then materialized by contiguous on the GPU */
+    const int64_t perm[] = {1, 2, 0};
+    CHECK_OK(lpx_permute(x, 3, perm, &a));
+    CHECK_OK(lpx_permute(g, 3, perm, &b));
+    CHECK(b && lpx_tensor_shares_storage(b, g) && gpu_same_bits("permute", a, b));
+    CHECK_OK(lpx_contiguous(a, &ra));
+    CHECK_OK(lpx_contiguous(b, &rb));
+    CHECK(rb && gpu_same_bits("contiguous of permute", ra, rb));
+    lpx_tensor_release(ra);
+    lpx_tensor_release(rb);
+    lpx_tensor_release(a);
+    lpx_tensor_release(b);
+    /* expand of a [4, 1, 5] slice to [4, 6, 5] (stride 0), materialized */
+    lpx_tensor *xa = NULL, *ga = NULL;
+    CHECK_OK(lpx_slice(x, 1, 2, 3, 1, &xa));
+    CHECK_OK(lpx_slice(g, 1, 2, 3, 1, &ga));
+    CHECK_OK(lpx_expand(xa, 3, shape, &a));
+    CHECK_OK(lpx_expand(ga, 3, shape, &b));
+    CHECK(b && lpx_tensor_shares_storage(b, g) && lpx_tensor_strides(b)[1] == 0 && gpu_same_bits("expand", a, b));
+    CHECK_OK(lpx_clone(a, &ra));
+    CHECK_OK(lpx_clone(b, &rb));
+    CHECK(rb && lpx_tensor_is_contiguous(rb) && gpu_same_bits("clone of expand", ra, rb));
+    lpx_tensor_release(ra);
+    lpx_tensor_release(rb);
+    lpx_tensor_release(a);
+    lpx_tensor_release(b);
+    lpx_tensor_release(xa);
+    lpx_tensor_release(ga);
+    /* detach: same storage, same device */
+    CHECK_OK(lpx_detach(g, &b));
+    CHECK(b && lpx_tensor_shares_storage(b, g) && lpx_tensor_device(b).type == LPX_DEVICE_CUDA &&
+          gpu_same_bits("detach", x, b));
+    lpx_tensor_release(b);
     lpx_tensor_release(g);
     lpx_tensor_release(x);
 }
