@@ -13,7 +13,9 @@
  *  - both contiguous, both floating-point built-ins (the fp8 casts):
  *    k_cast_vec, a grid-stride loop moving 16 elements per step with
  *    16-byte loads and stores (bf16 -> f8: two 16 B loads, one 16 B store),
- *    when both pointers are 16-byte aligned; a scalar tail;
+ *    when both pointers are 16-byte aligned; a scalar tail; to fp8, a
+ *    vector with no value beyond the format's max is converted by the
+ *    hardware (cast_to_f8_fast), the others by the codec;
  *  - both contiguous otherwise: k_convert_contig, one element per step;
  *  - anything else: k_convert_strided over two cu_geoms.
  *
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cuda_dtype.cuh"
+#include "cuda_fp8.cuh"
 
 #define CU_THREADS 256
 #define CU_VEC 16 /* elements per step of k_cast_vec */
@@ -108,6 +111,46 @@ template <> struct cu_float_storage<LPX_F32> { typedef float T; };
 template <> struct cu_float_storage<LPX_F16> { typedef uint16_t T; };
 template <> struct cu_float_storage<LPX_BF16> { typedef uint16_t T; };
 
+/* f32/f16/bf16 -> fp8 of CU_VEC values by the hardware conversion
+ * (cu_f8::f8_fast2, cuda_fp8.cuh) when none can overflow or is NaN (all
+ * |x| <= the format's max: then round-to-nearest-even on the format's
+ * grid is what the codec computes, saturating or not; before sm_89 the
+ * normal range only). Returns false, writing nothing, when the vector
+ * needs the codec, or for other dtype pairs. */
+template <int SDT, int DDT, typename ST> __device__ __forceinline__ bool cast_to_f8_fast(const ST *e, uint8_t *q)
+{
+    if constexpr ((DDT == LPX_F8E4M3FN || DDT == LPX_F8E5M2) && SDT != LPX_F8E4M3FN && SDT != LPX_F8E5M2) {
+        constexpr bool E5 = DDT == LPX_F8E5M2;
+        constexpr uint32_t lo = E5 ? cu_f8::E5_LO : cu_f8::E4_LO, hi = E5 ? cu_f8::E5_HI : cu_f8::E4_HI;
+        float x[CU_VEC];
+        bool ok_hi = true, ok_lo = true;
+#pragma unroll
+        for (int j = 0; j < CU_VEC; j++) {
+            x[j] = cu_dec((lpx_dtype)SDT, &e[j]);
+            uint32_t a = __float_as_uint(x[j]) & 0x7FFFFFFFu;
+            ok_hi &= a <= hi;
+            ok_lo &= a >= lo;
+        }
+#if CU_F8_HW_CVT && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        (void)ok_lo;
+        if (!ok_hi) return false;
+#else
+        if (!ok_hi || !ok_lo) return false;
+#endif
+#pragma unroll
+        for (int j = 0; j < CU_VEC; j += 2) {
+            uint32_t r = cu_f8::f8_fast2<E5>(x[j], x[j + 1]);
+            q[j] = (uint8_t)r;
+            q[j + 1] = (uint8_t)(r >> 8);
+        }
+        return true;
+    } else {
+        (void)e;
+        (void)q;
+        return false;
+    }
+}
+
 /* Contiguous float -> float cast (SDT != DDT, both < 5): nvec steps of
  * CU_VEC elements through 16-byte vectors (src and dst 16-byte aligned),
  * then elements [nvec * CU_VEC, n) one by one. */
@@ -128,8 +171,10 @@ __global__ void __launch_bounds__(CU_THREADS) k_cast_vec(const char *src, char *
         DU d;
 #pragma unroll
         for (int j = 0; j < NS; j++) s.v[j] = vs[k * NS + j];
+        if (!cast_to_f8_fast<SDT, DDT>(s.e, (uint8_t *)d.e)) {
 #pragma unroll
-        for (int j = 0; j < CU_VEC; j++) cu_enc((lpx_dtype)DDT, &d.e[j], cu_dec((lpx_dtype)SDT, &s.e[j]), sat);
+            for (int j = 0; j < CU_VEC; j++) cu_enc((lpx_dtype)DDT, &d.e[j], cu_dec((lpx_dtype)SDT, &s.e[j]), sat);
+        }
 #pragma unroll
         for (int j = 0; j < ND; j++) vd[k * ND + j] = d.v[j];
     }

@@ -191,6 +191,42 @@ static void test_cast_sizes(void)
     }
 }
 
+/* Casts to fp8 whose 16-element vectors all stay within the format's max
+ * take the hardware conversion (cuda_copy.cu, cast_to_f8_fast), the
+ * others the codec: runs of 16 values share a scale, so most vectors are
+ * wholly in range, in the subnormal range, mixed with zeros or at exact
+ * ties between two fp8 values (where round-to-nearest-even decides), and
+ * some have one value past the max. Every pair float -> fp8, both modes,
+ * bit for bit against the CPU. */
+static void test_cast_fp8_hw_path(void)
+{
+    const int64_t n = 16 * 4099 + 7;
+    static const double run_scale[] = {1.0, 1e-3, 0.02, 100.0, 3e-5, 40000.0, 0.0, 1e-6};
+    double *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t run = i / 16;
+        double sc = run_scale[run % COUNT(run_scale)];
+        v[i] = nrand() * sc;
+        if (run % 5 == 3 && i % 3 == 0) v[i] = 0.0;
+        if (run % 7 == 2) v[i] = (i % 2 ? -1.0 : 1.0) * (1.0 + (2 * (i % 8) + 1) / 16.0); /* e4m3 ties */
+        if (run % 7 == 4) v[i] = (i % 2 ? -1.0 : 1.0) * (1.0 + (2 * (i % 4) + 1) / 8.0);  /* e5m2 ties */
+        if (run % 11 == 6 && i % 16 == 9) v[i] = 450.0 + (double)(run % 40);              /* past e4m3's max */
+    }
+    int64_t shape[1] = {n};
+    lpx_tensor *f = mk(LPX_F32, 1, shape, v);
+    free(v);
+    static const lpx_dtype to[2] = {LPX_F8E4M3FN, LPX_F8E5M2};
+    static const lpx_dtype from[3] = {LPX_F32, LPX_BF16, LPX_F16};
+    for (int i = 0; i < 3; i++) {
+        lpx_tensor *x = NULL;
+        CHECK_OK(lpx_cast(f, from[i], false, &x));
+        for (int j = 0; j < 2; j++)
+            for (int sat = 0; sat < 2; sat++) check_cast(x, to[j], sat, 0);
+        rel(x);
+    }
+    rel(f);
+}
+
 /* CPU tensor of wide integers, written directly: values where the
  * round-to-odd intermediate matters (2^24 + 2^16 + 1 must round up to
  * bf16), clamping to the small integer types, and zero. */
@@ -642,6 +678,7 @@ int main(void)
     gpu_setup();
     RUN(test_cast_float_pairs);
     RUN(test_cast_sizes);
+    RUN(test_cast_fp8_hw_path);
     RUN(test_cast_all_pairs);
     RUN(test_copy_same_device);
     RUN(test_copy_cross_device);
