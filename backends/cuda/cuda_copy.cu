@@ -114,9 +114,9 @@ template <> struct cu_float_storage<LPX_BF16> { typedef uint16_t T; };
 /* f32/f16/bf16 -> fp8 of CU_VEC values by the hardware conversion
  * (cu_f8::f8_fast2, cuda_fp8.cuh) when none can overflow or is NaN (all
  * |x| <= the format's max: then round-to-nearest-even on the format's
- * grid is what the codec computes, saturating or not; before sm_89 the
- * normal range only). Returns false, writing nothing, when the vector
- * needs the codec, or for other dtype pairs. */
+ * grid is what the codec computes, saturating or not; cu_f8::f8_fast_ok
+ * says which vectors qualify before sm_89). Returns false, writing
+ * nothing, when the vector needs the codec, or for other dtype pairs. */
 template <int SDT, int DDT, typename ST> __device__ __forceinline__ bool cast_to_f8_fast(const ST *e, uint8_t *q)
 {
     if constexpr ((DDT == LPX_F8E4M3FN || DDT == LPX_F8E5M2) && SDT != LPX_F8E4M3FN && SDT != LPX_F8E5M2) {
@@ -131,12 +131,7 @@ template <int SDT, int DDT, typename ST> __device__ __forceinline__ bool cast_to
             ok_hi &= a <= hi;
             ok_lo &= a >= lo;
         }
-#if CU_F8_HW_CVT && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-        (void)ok_lo;
-        if (!ok_hi) return false;
-#else
-        if (!ok_hi || !ok_lo) return false;
-#endif
+        if (!cu_f8::f8_fast_ok(ok_hi, ok_lo)) return false;
 #pragma unroll
         for (int j = 0; j < CU_VEC; j += 2) {
             uint32_t r = cu_f8::f8_fast2<E5>(x[j], x[j + 1]);

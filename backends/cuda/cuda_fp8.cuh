@@ -320,6 +320,20 @@ template <bool E5> __device__ __forceinline__ uint32_t f8_fast2(float y0, float 
 #endif
 }
 
+/* Whether values that are all <= the format's max (ok_hi: none
+ * overflows, none is NaN) and all >= its smallest normal (ok_lo) may go
+ * through f8_fast2: sm_89+ converts subnormals and zeros exactly as well,
+ * the codec fallback before it assumes the normal range. */
+__device__ __forceinline__ bool f8_fast_ok(bool ok_hi, bool ok_lo)
+{
+#if CU_F8_HW_CVT && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    (void)ok_lo;
+    return ok_hi;
+#else
+    return ok_hi && ok_lo;
+#endif
+}
+
 /* 8 contiguous elements of x (v, read from xv) -> 8 codes at qv (one
  * 8-byte store), statistics in c; scale s, or sv[k] for element k when
  * PER. track: fold |x| into c.amax (the dynamic cast has it already).
@@ -348,12 +362,7 @@ __device__ __forceinline__ void f8_vec8(const V8<IN> &v, const char *xv, uint8_t
         ok_hi &= a <= hi;
         ok_lo &= a >= lo;
     }
-#if CU_F8_HW_CVT && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    const bool fast = ok_hi;
-#else
-    const bool fast = ok_hi && ok_lo;
-#endif
-    if (fast) {
+    if (f8_fast_ok(ok_hi, ok_lo)) {
         if (ok_lo) {
             c.nz += 8;
         } else {

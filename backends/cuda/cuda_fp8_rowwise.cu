@@ -91,6 +91,25 @@ template <int IN> __device__ __forceinline__ RowSpan row_span(const RowArgs &a, 
     return r;
 }
 
+/* First element of the row's scalar tail (after its aligned vectors). */
+__device__ __forceinline__ int64_t row_tail(const RowSpan &r) { return r.e0 + r.nh + 8 * (int64_t)r.nu; }
+
+/* The row's scalar head and tail elements through the full codec, by the
+ * team's lanes (T of them), after the aligned vectors; c.amax is left as
+ * it was unless track. Shared by the three row kernels. */
+template <int IN, bool E5>
+__device__ __forceinline__ void row_edges(const RowArgs &a, const RowSpan &r, float s, int lane, int T, bool track,
+                                          F8Cnt &c)
+{
+    int64_t t0 = row_tail(r);
+    uint32_t am = c.amax;
+    for (int j = lane; j < r.nh; j += T)
+        a.q[r.e0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, r.e0 + j), s, a.fmt, c);
+    for (int j = lane; j < r.nt; j += T)
+        a.q[t0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, t0 + j), s, a.fmt, c);
+    if (!track) c.amax = am;
+}
+
 /* cp.async (sm_80+): 16-byte global -> shared copies that hold no
  * registers while in flight. */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
@@ -135,7 +154,7 @@ __device__ __forceinline__ float row_scale(const RowArgs &a, const RowSpan &r, i
 {
     float s;
     if (a.dynamic) {
-        int64_t t0 = r.e0 + r.nh + 8 * (int64_t)r.nu;
+        int64_t t0 = row_tail(r);
         for (int j = lane; j < r.nh; j += T) {
             uint32_t ab = __float_as_uint(ld1<IN>(a.x, r.e0 + j)) & 0x7FFFFFFFu;
             m = ab > m ? ab : m;
@@ -198,7 +217,6 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows_staged(
         cp_async_wait<1>(); /* this row's copies (all but the newest group) */
         const uint4 *st = stage[buf];
         uint8_t *qv = a.q + r.e0 + r.nh;
-        int64_t t0 = r.e0 + r.nh + 8 * (int64_t)r.nu;
         uint32_t m = 0; /* amax bits of the row's aligned vectors (dynamic) */
         if (a.dynamic) {
             for (int k = 0; k < nv; k++)
@@ -218,12 +236,7 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows_staged(
                 f8_vec8<IN, E5>(v, r.xv + (int64_t)j * VB, qv + 8 * j, s, a.fmt, c, track);
             }
         }
-        uint32_t am = c.amax;
-        for (int j = lane; j < r.nh; j += T)
-            a.q[r.e0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, r.e0 + j), s, a.fmt, c);
-        for (int j = lane; j < r.nt; j += T)
-            a.q[t0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, t0 + j), s, a.fmt, c);
-        if (!track) c.amax = am;
+        row_edges<IN, E5>(a, r, s, lane, T, track, c);
         r = rn;
         buf ^= 1;
     }
@@ -246,7 +259,6 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows(RowArgs
         bool active = g < a.G;
         RowSpan r = row_span<IN>(a, g);
         uint8_t *qv = a.q + r.e0 + r.nh;
-        int64_t t0 = r.e0 + r.nh + 8 * (int64_t)r.nu;
         uint32_t m = 0; /* amax bits of the row's aligned vectors (dynamic) */
         if (a.dynamic) {
             if constexpr (IN != IN_ANY) {
@@ -276,12 +288,7 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows(RowArgs
                 }
             }
         }
-        uint32_t am = c.amax;
-        for (int j = lane; j < r.nh; j += T)
-            a.q[r.e0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, r.e0 + j), s, a.fmt, c);
-        for (int j = lane; j < r.nt; j += T)
-            a.q[t0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, t0 + j), s, a.fmt, c);
-        if (!track) c.amax = am;
+        row_edges<IN, E5>(a, r, s, lane, T, track, c);
     }
     f8_finish(c, a.ws, a.stats, a.G * a.D);
 }
@@ -290,8 +297,8 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows(RowArgs
  * elements): a block per row, each lane loading its ROW_REGS vectors into
  * registers at once (32 KiB of the row in flight per block), then the
  * amax, the block reduction and the cast from those registers: the row
- * is read once. The next row's loads come from the other blocks on the
- * SM (several fit: the registers, not the threads, bound occupancy). */
+ * is read once. The next row's loads come from the other block on the
+ * SM (the launch keeps two per SM). */
 constexpr int ROW_REGS = 8;
 
 template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows_regs(RowArgs a)
@@ -303,7 +310,6 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows_regs(Ro
     for (int64_t g = blockIdx.x; g < a.G; g += gridDim.x) {
         RowSpan r = row_span<IN>(a, g);
         uint8_t *qv = a.q + r.e0 + r.nh;
-        int64_t t0 = r.e0 + r.nh + 8 * (int64_t)r.nu;
         V8<IN> v[ROW_REGS];
 #pragma unroll
         for (int k = 0; k < ROW_REGS; k++)
@@ -321,12 +327,7 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows_regs(Ro
             int j = lane + k * 256;
             if (j < r.nu) f8_vec8<IN, E5>(v[k], r.xv + (int64_t)j * VB, qv + 8 * j, s, a.fmt, c, track);
         }
-        uint32_t am = c.amax;
-        for (int j = lane; j < r.nh; j += 256)
-            a.q[r.e0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, r.e0 + j), s, a.fmt, c);
-        for (int j = lane; j < r.nt; j += 256)
-            a.q[t0 + j] = (uint8_t)f8_enc_full<E5>(ld1<IN>(a.x, t0 + j), s, a.fmt, c);
-        if (!track) c.amax = am;
+        row_edges<IN, E5>(a, r, s, lane, 256, track, c);
     }
     f8_finish(c, a.ws, a.stats, a.G * a.D);
 }
@@ -497,7 +498,12 @@ template <int IN, bool E5> lpx_status launch_rows_nv(const char *op, int dev, Ro
         /* a row's aligned vectors: at most D / 8 */
         if (a.vec && a.D / 8 <= 256 * ROW_REGS) {
             a.team = 256;
-            k_rows_regs<IN, E5><<<grid_for<k_rows_regs<IN, E5>>(dev, a.G), 256, 0, st>>>(a);
+            /* two rows in flight per SM: on the H100 89.2% of copy at
+             * [16384, 16384] bf16 against 87.5% with as many blocks as fit
+             * (three at 78 registers) and 88.9% with two by accident of
+             * the register count (docs/PERFORMANCE.md) */
+            int64_t cap = 2 * (int64_t)cu_sm_count(dev);
+            k_rows_regs<IN, E5><<<grid_for<k_rows_regs<IN, E5>>(dev, a.G < cap ? a.G : cap), 256, 0, st>>>(a);
             return cu_launched(op, "k_rows_regs");
         }
     }
