@@ -194,6 +194,18 @@ static lpx_status c_fp8_quantize(int attempt)
     return st;
 }
 
+static lpx_status c_fp8_quantize_t(int attempt)
+{
+    lpx_tensor *o[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    lpx_status st = OOM(lpx_fp8_quantize_t(XF, NULL, LPX_F8E4M3FN, attempt % 2 == 0, attempt % 3 == 0, 0, true, &o[0],
+                                           &o[1], &o[2], &o[3], &o[4], &o[5], &o[6]));
+    bool none = true;
+    for (int i = 0; i < 7; i++) none = none && !o[i];
+    OOM_CHECK(!st || none);
+    for (int i = 0; i < 7; i++) lpx_tensor_release(o[i]);
+    return st;
+}
+
 static lpx_status c_fp8_scale_from_amax(int attempt)
 {
     (void)attempt;
@@ -555,6 +567,7 @@ const oom_case oom_cases_kinds[] = {
     {"lpx_float8_mm", "rowwise x columnwise", c_f8_mm, 0},
     {"lpx_float8_set_fallback", NULL, c_f8_set_fallback, OOM_PERSISTENT},
     {"lpx_fp8_quantize", "axiswise e5m2", c_fp8_quantize, 0},
+    {"lpx_fp8_quantize_t", "tensorwise and axiswise", c_fp8_quantize_t, 0},
     {"lpx_fp8_dequantize", NULL, c_fp8_dequantize, 0},
     {"lpx_fp8_scaled_mm", NULL, c_fp8_scaled_mm, 0},
     {"lpx_fp8_scale_from_amax", NULL, c_fp8_scale_from_amax, 0},

@@ -237,6 +237,94 @@ static void test_quantize_matches_codec(void)
     lpx_tensor_release(sv);
 }
 
+/* fp8_quantize_t: x [R, C] and x^T from one call. Tensorwise, x^T's codes
+ * are q's codes transposed (checked on the raw bytes) with q's scale;
+ * axiswise, they are the codes and scales of the column quantize
+ * (fp8_quantize along dim 0, another path of the CPU kernel), transposed.
+ * Uneven and degenerate shapes, both formats, and the argument errors. */
+static void test_quantize_t(void)
+{
+    static const int64_t shapes[][2] = {{64, 48}, {17, 33}, {1, 5}, {5, 1}, {0, 8}};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (int f = 0; f < 2; f++)
+            for (int axw = 0; axw < 2; axw++) {
+                int64_t R = shapes[si][0], C = shapes[si][1];
+                lpx_dtype f8 = f ? LPX_F8E5M2 : LPX_F8E4M3FN;
+                lpx_tensor *x = randn(2, shapes[si], 90 + si, 3.0, LPX_BF16);
+                lpx_tensor *o[7] = {0}, *r[4] = {0};
+                CHECK_OK(lpx_fp8_quantize_t(x, NULL, f8, axw, axw, 0, true, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                                            &o[6]));
+                int64_t d = axw ? 0 : 0;
+                /* the reference: q as fp8_quantize gives it, x^T's from the column (or tensorwise) quantize */
+                int64_t d1 = 1;
+                lpx_tensor *q1 = NULL, *s1 = NULL;
+                CHECK_OK(lpx_fp8_quantize(x, NULL, f8, axw ? &d1 : NULL, axw, 0, true, &q1, &s1, NULL, NULL));
+                CHECK_OK(lpx_fp8_quantize(x, NULL, f8, axw ? &d : NULL, axw, 0, true, &r[0], &r[1], &r[2], &r[3]));
+                if (!o[0] || !o[4] || !r[0] || !q1) {
+                    CHECK(false);
+                } else {
+                    CHECK(lpx_tensor_ndim(o[4]) == 2 && lpx_tensor_shape(o[4])[0] == C &&
+                          lpx_tensor_shape(o[4])[1] == R && lpx_tensor_is_contiguous(o[4]));
+                    CHECK(!memcmp(lpx_tensor_data(o[0]), lpx_tensor_data(q1), (size_t)(R * C)));
+                    const uint8_t *qt = lpx_tensor_data(o[4]), *ref = lpx_tensor_data(r[0]);
+                    int bad = 0;
+                    for (int64_t i = 0; i < R; i++)
+                        for (int64_t j = 0; j < C; j++) bad += qt[j * R + i] != ref[i * C + j];
+                    CHECKF(bad == 0, "[%lld, %lld] %s axiswise %d: %d x^T codes differ", (long long)R, (long long)C,
+                           lpx_dtype_name(f8), axw, bad);
+                    int64_t ns = axw ? C : 1;
+                    CHECK(lpx_tensor_numel(o[5]) == ns && lpx_tensor_numel(o[6]) == ns);
+                    for (int64_t j = 0; j < ns; j++) {
+                        CHECK(f32(item(o[5], j)) == f32(item(r[1], j)));
+                        CHECK(f32(item(o[6], j)) == f32(item(r[2], j)));
+                    }
+                    CHECK(lpx_tensor_numel(o[1]) == (axw ? R : 1));
+                    for (int64_t i = 0; i < lpx_tensor_numel(o[1]); i++) CHECK(item(o[1], i) == item(s1, i));
+                }
+                for (int i = 0; i < 7; i++) lpx_tensor_release(o[i]);
+                for (int i = 0; i < 4; i++) lpx_tensor_release(r[i]);
+                lpx_tensor_release(q1);
+                lpx_tensor_release(s1);
+                lpx_tensor_release(x);
+            }
+    /* a static scale (tensorwise): both copies with it */
+    int64_t sh[2] = {8, 16}, sh3[3] = {2, 4, 8};
+    lpx_tensor *x = randn(2, sh, 7, 1.0, LPX_F32), *sc = NULL, *o[7] = {0};
+    CHECK_OK(lpx_full(0, NULL, 64.0, LPX_F32, lpx_cpu(), &sc));
+    CHECK_OK(lpx_fp8_quantize_t(x, sc, LPX_F8E4M3FN, false, false, 0, true, &o[0], &o[1], NULL, NULL, &o[4], &o[5],
+                                NULL));
+    CHECK(o[1] && item(o[1], 0) == 64.0 && o[5] && item(o[5], 0) == 64.0);
+    for (int i = 0; i < 7; i++) {
+        lpx_tensor_release(o[i]);
+        o[i] = NULL;
+    }
+    /* errors: nothing is returned */
+    lpx_tensor *x3 = randn(3, sh3, 8, 1.0, LPX_F32);
+    CHECK_ERR(lpx_fp8_quantize_t(x3, NULL, LPX_F8E4M3FN, false, false, 0, true, &o[0], &o[1], &o[2], &o[3], &o[4],
+                                 &o[5], &o[6]),
+              LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "2-D"));
+    CHECK_ERR(lpx_fp8_quantize_t(x, sc, LPX_F8E4M3FN, true, false, 0, true, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                                 &o[6]),
+              LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "fp8_quantize_t") && strstr(lpx_last_error(), "axiswise"));
+    CHECK_ERR(lpx_fp8_quantize_t(x, NULL, LPX_BF16, false, false, 0, true, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                                 &o[6]),
+              LPX_EDTYPE);
+    CHECK_ERR(lpx_fp8_quantize_t(x, NULL, LPX_F8E4M3FN, false, false, 0, true, &o[0], NULL, NULL, NULL, NULL, NULL,
+                                 NULL),
+              LPX_EINVAL);
+    float *px = lpx_tensor_data(x);
+    px[5] = NAN;
+    CHECK_ERR(lpx_fp8_quantize_t(x, NULL, LPX_F8E4M3FN, false, false, 0, true, &o[0], &o[1], &o[2], &o[3], &o[4],
+                                 &o[5], &o[6]),
+              LPX_ENUMERIC);
+    for (int i = 0; i < 7; i++) CHECK(o[i] == NULL);
+    lpx_tensor_release(x);
+    lpx_tensor_release(x3);
+    lpx_tensor_release(sc);
+}
+
 static void test_rowwise_scales_exact(void)
 {
     enum { M = 24, K = 50 };
@@ -872,13 +960,16 @@ static void test_linear_presets(void)
         CHECK(rep.fprop.mode == LPX_FLOAT8_GEMM_FP8 && rep.dgrad.mode == LPX_FLOAT8_GEMM_FP8);
         CHECK(rep.wgrad.mode == (p == 2 ? LPX_FLOAT8_GEMM_HIGH_PRECISION : LPX_FLOAT8_GEMM_FP8));
         CHECK(rep.fprop.a.quantized && rep.fprop.a.stats.numel == 256 * 512);
+        /* every recipe casts W once, in both orientations (rowwise: per row
+         * for fprop and per column for dgrad from the same read); x and g
+         * likewise where wgrad is fp8 */
+        CHECK(rep.fprop.b.quantized && rep.dgrad.b.reused && !rep.dgrad.b.quantized);
+        CHECK(rep.dgrad.a.quantized);
+        if (p != 2) CHECK(rep.wgrad.b.reused && rep.wgrad.a.reused);
         if (p == 0 || p == 3) {
-            /* tensorwise: W and x are cast once, g once; dgrad/wgrad reuse */
-            CHECK(rep.dgrad.b.reused && rep.wgrad.b.reused && rep.wgrad.a.reused);
             CHECK(rep.dgrad.a.dtype == LPX_F8E5M2 && rep.fprop.a.dtype == LPX_F8E4M3FN);
         } else {
-            /* rowwise: W along the other dim for dgrad, power-of-2 scales */
-            CHECK(rep.dgrad.b.quantized && !rep.dgrad.b.reused);
+            /* rowwise: power-of-2 scales */
             int e;
             CHECK(frexp(rep.fprop.a.stats.scale, &e) == 0.5);
         }
@@ -1539,6 +1630,7 @@ int main(void)
     RUN(test_quantize_sqnr);
     RUN(test_quantize_exact_tensorwise);
     RUN(test_quantize_matches_codec);
+    RUN(test_quantize_t);
     RUN(test_rowwise_scales_exact);
     RUN(test_pow2_and_fp16_clamp);
     RUN(test_saturation_and_stats);

@@ -17,6 +17,7 @@ lpx_status lpx_cpu_register_reduce(void);
 lpx_status lpx_cpu_register_linalg(void);
 lpx_status lpx_cpu_register_nn(void);
 lpx_status lpx_cpu_register_float8(void);
+lpx_status lpx_cpu_register_float8_transpose(void);
 lpx_status lpx_cpu_register_nf4(void);
 lpx_status lpx_cpu_register_optim(void);
 

@@ -254,6 +254,39 @@ extern "C" bool cu_same_layout(const lpx_tensor *a, const lpx_tensor *b)
 }
 
 /* dst <- src (broadcast), no overlap between them; the device is current. */
+/* dst [A, B] contiguous <- its transpose stored contiguously at src
+ * (element (a, b) at src[b * A + a]): 64 x 64 tiles through shared memory
+ * (one padding element per row), so both sides are read and written along
+ * rows. The transposed copies of fp8 operands (a Float8Linear's weight
+ * after the fp8 all-gather, for the backward's GEMM) come through here. */
+template <typename T> __global__ void __launch_bounds__(256) k_transpose2d(T *dst, const T *src, int64_t A, int64_t B)
+{
+    __shared__ T tile[64][65];
+    int64_t tiles_a = (A + 63) / 64;
+    int64_t ta = blockIdx.x % tiles_a, tb = blockIdx.x / tiles_a;
+    int64_t a0 = ta * 64, b0 = tb * 64;
+    int x = threadIdx.x & 63, y = threadIdx.x >> 6;
+    for (int k = y; k < 64; k += 4) {
+        int64_t a = a0 + x, b = b0 + k;
+        if (a < A && b < B) tile[k][x] = src[b * A + a];
+    }
+    __syncthreads();
+    for (int k = y; k < 64; k += 4) {
+        int64_t a = a0 + k, b = b0 + x;
+        if (a < A && b < B) dst[a * B + b] = tile[x][k];
+    }
+}
+
+template <typename T> static lpx_status transpose_launch(const char *op, int dev, void *dst, const void *src, int64_t A,
+                                                         int64_t B)
+{
+    int64_t tiles = ((A + 63) / 64) * ((B + 63) / 64);
+    if (tiles > INT32_MAX) return lpx_error(LPX_ERANGE, "%s: %lld x %lld transpose is too large", op, (long long)A,
+                                            (long long)B);
+    k_transpose2d<T><<<(unsigned)tiles, 256, 0, cu_stream(dev)>>>((T *)dst, (const T *)src, A, B);
+    return cu_launched(op, "k_transpose2d");
+}
+
 static lpx_status convert_launch(const char *op, lpx_tensor *dst, const lpx_tensor *src, bool sat)
 {
     cu_geom gd, gs;
@@ -277,6 +310,15 @@ static lpx_status convert_launch(const char *op, lpx_tensor *dst, const lpx_tens
         int64_t work = nvec ? nvec : n;
         fn<<<cu_blocks(dev, work, CU_THREADS), CU_THREADS, 0, stream>>>(sp, dp, n, nvec, sat ? 1 : 0);
         return cu_launched(op, "k_cast_vec");
+    }
+    /* a bit copy of a transposed contiguous matrix */
+    int es = cu_esize(ddt);
+    if (ddt == sdt && (es == 1 || es == 2 || es == 4) && cu_geom_contiguous(&gd) && gd.ndim == 2 && gs.ndim == 2 &&
+        gd.shape[0] > 1 && gd.shape[1] > 1 && gs.strides[0] == 1 && gs.strides[1] == gd.shape[0]) {
+        int64_t A = gd.shape[0], B = gd.shape[1];
+        return es == 1 ? transpose_launch<uint8_t>(op, dev, dp, sp, A, B)
+             : es == 2 ? transpose_launch<uint16_t>(op, dev, dp, sp, A, B)
+                       : transpose_launch<uint32_t>(op, dev, dp, sp, A, B);
     }
     if (contig) {
         k_convert_contig<<<cu_blocks(dev, n, CU_THREADS), CU_THREADS, 0, stream>>>(dp, ddt, sp, sdt, n, sat ? 1 : 0);

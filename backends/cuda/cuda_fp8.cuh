@@ -334,19 +334,19 @@ __device__ __forceinline__ bool f8_fast_ok(bool ok_hi, bool ok_lo)
 #endif
 }
 
-/* 8 contiguous elements of x (v, read from xv) -> 8 codes at qv (one
- * 8-byte store), statistics in c; scale s, or sv[k] for element k when
- * PER. track: fold |x| into c.amax (the dynamic cast has it already).
- * sm_89+: every vector whose scaled values are all <= max (so none
- * overflows, none is NaN) is converted by the hardware, which rounds
+/* 8 contiguous elements of x (v, read from xv) -> their 8 codes, element
+ * k in byte k of the result; statistics in c; scale s, or sv[k] for
+ * element k when PER. track: fold |x| into c.amax (the dynamic cast has
+ * it already). sm_89+: every vector whose scaled values are all <= max (so
+ * none overflows, none is NaN) is converted by the hardware, which rounds
  * normal, subnormal and zero results exactly as the codec does; nonzero
  * and underflow counts are kept per element only when some value is below
  * the normal range. Elsewhere the fast path is the normal range only.
  * Other vectors go element by element through the full codec, x read
  * again (from L1) so that the rare path keeps no registers live. */
 template <int IN, bool E5, bool PER = false>
-__device__ __forceinline__ void f8_vec8(const V8<IN> &v, const char *xv, uint8_t *qv, float s, const F8Fmt &f,
-                                        F8Cnt &c, bool track, const float *sv = nullptr)
+__device__ __forceinline__ uint2 f8_codes8(const V8<IN> &v, const char *xv, float s, const F8Fmt &f, F8Cnt &c,
+                                           bool track, const float *sv = nullptr)
 {
     constexpr uint32_t lo = E5 ? E5_LO : E4_LO, hi = E5 ? E5_HI : E4_HI;
     float x[8];
@@ -362,6 +362,7 @@ __device__ __forceinline__ void f8_vec8(const V8<IN> &v, const char *xv, uint8_t
         ok_hi &= a <= hi;
         ok_lo &= a >= lo;
     }
+    uint2 out;
     if (f8_fast_ok(ok_hi, ok_lo)) {
         if (ok_lo) {
             c.nz += 8;
@@ -373,21 +374,37 @@ __device__ __forceinline__ void f8_vec8(const V8<IN> &v, const char *xv, uint8_t
                 c.un += ab != 0 && a <= f.zero;
             }
         }
-        uint2 out;
         out.x = f8_fast2<E5>(y[0], y[1]) | f8_fast2<E5>(y[2], y[3]) << 16;
         out.y = f8_fast2<E5>(y[4], y[5]) | f8_fast2<E5>(y[6], y[7]) << 16;
-        *reinterpret_cast<uint2 *>(qv) = out;
-        return;
+        return out;
     }
     uint32_t am = c.amax;
+    out.x = out.y = 0;
     if constexpr (PER) {
 #pragma unroll
-        for (int k = 0; k < 8; k++) qv[k] = (uint8_t)f8_enc_full<E5>(ldt<IN>(xv, k), sv[k], f, c);
+        for (int k = 0; k < 8; k++) {
+            uint32_t q = f8_enc_full<E5>(ldt<IN>(xv, k), sv[k], f, c);
+            if (k < 4) out.x |= q << (8 * k);
+            else out.y |= q << (8 * (k - 4));
+        }
     } else {
 #pragma unroll 1
-        for (int k = 0; k < 8; k++) qv[k] = (uint8_t)f8_enc_full<E5>(ldt<IN>(xv, k), s, f, c);
+        for (int k = 0; k < 8; k++) {
+            uint32_t q = f8_enc_full<E5>(ldt<IN>(xv, k), s, f, c);
+            if (k < 4) out.x |= q << (8 * k);
+            else out.y |= q << (8 * (k - 4));
+        }
     }
     if (!track) c.amax = am;
+    return out;
+}
+
+/* f8_codes8, the 8 codes stored at qv (one 8-byte store). */
+template <int IN, bool E5, bool PER = false>
+__device__ __forceinline__ void f8_vec8(const V8<IN> &v, const char *xv, uint8_t *qv, float s, const F8Fmt &f,
+                                        F8Cnt &c, bool track, const float *sv = nullptr)
+{
+    *reinterpret_cast<uint2 *>(qv) = f8_codes8<IN, E5, PER>(v, xv, s, f, c, track, sv);
 }
 
 /* ---- block reduction and the last block's finish --------------------- */
@@ -437,6 +454,22 @@ __device__ inline void f8_finish(F8Cnt c, F8Work *ws, float *stats, int64_t n)
 }
 
 /* ---- argument blocks of the axiswise quantize kernels ----------------- */
+
+/* Tensorwise quantize (k_tw_amax, k_tw_cast in cuda_fp8_quantize.cu; the
+ * amax pass is shared with fp8_quantize_t, cuda_fp8_transpose.cu). */
+struct TwArgs {
+    Src x;
+    int64_t n, nvec;          /* elements; 8-element vectors read vectorized */
+    uint8_t *q;
+    int smode;                /* 0: sval; 1: device scale at sp (sdt); 2: scale_out[0] (dynamic) */
+    float sval;
+    const void *sp;
+    lpx_dtype sdt;
+    float *scale_out, *scale_inv_out, *stats;
+    F8Work *ws;
+    F8Fmt fmt;
+    F8ScaleP sp8;             /* dynamic scale formula */
+};
 
 /* Filled by fp8_quantize (cuda_fp8_quantize.cu), launched by
  * cuda_fp8_rowwise.cu: rows (k_rows_staged, k_rows), one thread per group
@@ -510,6 +543,19 @@ template <auto K> unsigned grid_for(int dev, int64_t want) { return cu_grid_wave
 lpx_status cu_f8_launch_rows(const char *op, int dev, cu_f8::RowArgs &a, int ik, bool e5, int nv);
 lpx_status cu_f8_launch_cols(const char *op, int dev, cu_f8::ColArgs &a, int ik, bool e5);
 lpx_status cu_f8_launch_groups(const char *op, int dev, cu_f8::GroupArgs &a, bool e5);
+
+/* Shared with fp8_quantize_t (cuda_fp8_transpose.cu), defined in
+ * cuda_fp8_quantize.cu: the tensorwise amax pass (k_tw_amax: the amax into
+ * the workspace, scale and scale_inv into a.scale_out / a.scale_inv_out by
+ * its last block) for x of input kind ik; the encoder thresholds of a
+ * format; the workspace of device dev, locked for the caller from the
+ * first to the last kernel it queues (cu_f8_work_unlock releases it). */
+lpx_status cu_f8_launch_tw_amax(const char *op, int dev, cu_f8::TwArgs &a, int ik);
+cu_f8::F8Fmt cu_f8_fmt(bool e5, bool saturate);
+cu_f8::F8Work *cu_f8_work_lock(int dev);
+void cu_f8_work_unlock(int dev);
+/* Registers fp8_quantize_t (cuda_fp8_transpose.cu). */
+lpx_status cu_f8_register_transpose(const lpx_host *h);
 
 /* Registers fp8_dequantize and fp8_scale_from_amax (cuda_fp8_dequantize.cu;
  * cu_register_float8 calls it after fp8_quantize). */

@@ -102,19 +102,6 @@ std::mutex g_work_mutex[CU_MAX_DEVICES];
 
 /* ---- tensorwise: amax pass ------------------------------------------- */
 
-struct TwArgs {
-    Src x;
-    int64_t n, nvec;          /* elements; 8-element vectors read vectorized */
-    uint8_t *q;
-    int smode;                /* 0: sval; 1: device scale at sp (sdt); 2: scale_out[0] (dynamic) */
-    float sval;
-    const void *sp;
-    lpx_dtype sdt;
-    float *scale_out, *scale_inv_out, *stats;
-    F8Work *ws;
-    F8Fmt fmt;
-    F8ScaleP sp8;             /* dynamic scale formula */
-};
 
 template <int IN> __global__ void __launch_bounds__(256) k_tw_amax(TwArgs a)
 {
@@ -485,6 +472,32 @@ fail:
 
 } // namespace
 
+lpx_status cu_f8_launch_tw_amax(const char *op, int dev, TwArgs &a, int ik)
+{
+    int64_t want = ((a.nvec + 1) / 2 + (a.n - a.nvec * 8) + 255) / 256;
+    cudaStream_t st = cu_stream(dev);
+    bool pdl = cu_pdl(dev);
+    if (ik == IN_BF16) (void)cu_launch(k_tw_amax<IN_BF16>, grid_for<k_tw_amax<IN_BF16>>(dev, want), 256, st, pdl, a);
+    else if (ik == IN_F16) (void)cu_launch(k_tw_amax<IN_F16>, grid_for<k_tw_amax<IN_F16>>(dev, want), 256, st, pdl, a);
+    else if (ik == IN_F32) (void)cu_launch(k_tw_amax<IN_F32>, grid_for<k_tw_amax<IN_F32>>(dev, want), 256, st, pdl, a);
+    else (void)cu_launch(k_tw_amax<IN_ANY>, grid_for<k_tw_amax<IN_ANY>>(dev, want), 256, st, pdl, a);
+    return cu_launched(op, "k_tw_amax");
+}
+
+F8Fmt cu_f8_fmt(bool e5, bool saturate)
+{
+    F8Fmt f = {saturate ? 1 : 0, g_over[e5], g_zero[e5]};
+    return f;
+}
+
+F8Work *cu_f8_work_lock(int dev)
+{
+    g_work_mutex[dev].lock();
+    return g_work[dev];
+}
+
+void cu_f8_work_unlock(int dev) { g_work_mutex[dev].unlock(); }
+
 extern "C" lpx_status cu_register_float8(const lpx_host *h)
 {
     format_init(false);
@@ -498,6 +511,6 @@ extern "C" lpx_status cu_register_float8(const lpx_host *h)
         CU_CHECK("lpx-cuda init (float8)", cudaMemset(g_work[d], 0, sizeof(F8Work)));
     }
     lpx_status st;
-    if ((st = cu_reg(h, LPX_OP_fp8_quantize, k_fp8_quantize))) return st;
+    if ((st = cu_reg(h, LPX_OP_fp8_quantize, k_fp8_quantize)) || (st = cu_f8_register_transpose(h))) return st;
     return cu_f8_register_dequantize(h);
 }

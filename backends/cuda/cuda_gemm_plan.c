@@ -216,6 +216,14 @@ static lpx_status gm_plan_make(const char *op, const gm_key *k, const gm_problem
         BL_TRY(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
         BL_TRY(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
+    /* LPX_CUDA_FP8_FAST_ACCUM=1 (experiment, read per plan): fp8 GEMMs
+     * accumulate without cuBLASLt's periodic promotion to f32 (torch's
+     * use_fast_accum); numerics differ from the CPU reference */
+    if ((k->atype == CUDA_R_8F_E4M3 || k->atype == CUDA_R_8F_E5M2) && getenv("LPX_CUDA_FP8_FAST_ACCUM") &&
+        !strcmp(getenv("LPX_CUDA_FP8_FAST_ACCUM"), "1")) {
+        int8_t fa = 1;
+        BL_TRY(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fa, sizeof fa));
+    }
 #if GM_HAVE_OUTER_VEC
     if (k->scale_mode == GM_SCALE_OUTER) {
         /* a runtime library older than the header refuses the attribute:

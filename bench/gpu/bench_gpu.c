@@ -24,6 +24,17 @@
  *   gemm_fp8_rowwise   the same with [M, 1] x [1, N] scales
  *   adamw              adamw_ over 64 f32 params of 16 MiB (1 GiB):
  *                      params r+w, grads r, exp_avg r+w, exp_avg_sq r+w
+ *   float8_linear_RECIPE_KxN   the layer a user trains with, through the
+ *                      public API: lpx_float8_linear_forward (with a
+ *                      context, as in training) + _backward (grad_x and
+ *                      grad_W), bf16 x [8192, K], W [N, K], grad_out
+ *                      [8192, N], (K, N) = (4096, 4096), (4096, 14336),
+ *                      (14336, 4096); RECIPE: bf16 (the same calls with
+ *                      the three GEMMs in high precision), tensorwise,
+ *                      tensorwise_fp8w (W already a tensorwise float8, as
+ *                      the fp8 all-gather delivers it), rowwise,
+ *                      rowwise_with_gw_hp, delayed. Each case also prints
+ *                      the forward alone as CASE_fwd.
  *
  * Timing: cudaEvents recorded on the plugin's stream (the one every lpx
  * kernel of device 0 runs on) around each sample of --batch K (default 1)
@@ -675,6 +686,98 @@ static int case_adamw(const char *name)
     return 0;
 }
 
+/* (f) Float8Linear forward + backward */
+typedef struct lin_ctx {
+    lpx_float8_linear_recipe r;
+    lpx_float8_linear_state st;
+    lpx_tensor *x, *w, *g;
+    bool bwd;
+} lin_ctx;
+
+static int rep_linear(void *p, int i)
+{
+    (void)i;
+    lin_ctx *c = p;
+    lpx_tensor *out = NULL, *gx = NULL, *gw = NULL;
+    lpx_float8_linear_ctx *ctx = NULL;
+    lpx_status st = lpx_float8_linear_forward(&c->r, &c->st, c->x, c->w, NULL, &out, &ctx, NULL);
+    if (!st && c->bwd) st = lpx_float8_linear_backward(ctx, c->g, &gx, &gw, NULL, NULL);
+    lpx_float8_linear_ctx_free(ctx);
+    lpx_tensor_release(out);
+    lpx_tensor_release(gx);
+    lpx_tensor_release(gw);
+    return st ? fail_lpx(st, c->bwd ? "Float8Linear forward + backward" : "Float8Linear forward") : 0;
+}
+
+/* name = float8_linear_RECIPE_KxN */
+static int case_linear(const char *name)
+{
+    char recipe[64];
+    long long K = 0, N = 0;
+    const char *rs = name + strlen("float8_linear_"), *us = strrchr(name, '_');
+    if (!us || us <= rs || (size_t)(us - rs) >= sizeof recipe || sscanf(us + 1, "%lldx%lld", &K, &N) != 2) {
+        snprintf(g_err, sizeof g_err, "bad case name %s", name);
+        return 1;
+    }
+    memcpy(recipe, rs, (size_t)(us - rs));
+    recipe[us - rs] = 0;
+    bool bf16 = !strcmp(recipe, "bf16"), fp8w = !strcmp(recipe, "tensorwise_fp8w");
+    int64_t M = g_quick ? 512 : 8192;
+    if (g_quick) K /= 8, N /= 8;
+    lin_ctx c;
+    memset(&c, 0, sizeof c);
+    TRY_LPX("lpx_float8_linear_recipe_preset",
+            lpx_float8_linear_recipe_preset(bf16 || fp8w ? "tensorwise" : recipe, &c.r));
+    if (bf16) c.r.fprop.mode = c.r.dgrad.mode = c.r.wgrad.mode = LPX_FLOAT8_GEMM_HIGH_PRECISION;
+    int64_t xs[2] = {M, K}, ws[2] = {N, K}, gs[2] = {M, N};
+    size_t most = (size_t)(M * (K > N ? K : N)) > (size_t)(N * K) ? (size_t)(M * (K > N ? K : N)) : (size_t)(N * K);
+    uint16_t *h = malloc(most * sizeof *h);
+    if (!h) {
+        snprintf(g_err, sizeof g_err, "out of host memory");
+        return 1;
+    }
+    fill_bf16(h, (size_t)(M * K), 61);
+    int r = upload(h, LPX_BF16, 2, xs, &c.x);
+    if (!r) fill_bf16(h, (size_t)(N * K), 62);
+    if (!r) r = upload(h, LPX_BF16, 2, ws, &c.w);
+    if (!r) fill_bf16(h, (size_t)(M * N), 63);
+    if (!r) r = upload(h, LPX_BF16, 2, gs, &c.g);
+    free(h);
+    if (r) return 1;
+    if (fp8w) {
+        lpx_float8_quant_opts o;
+        memset(&o, 0, sizeof o);
+        o.struct_size = sizeof o;
+        o.fp8 = LPX_F8E4M3FN;
+        o.role = LPX_FLOAT8_ROLE_WEIGHT;
+        lpx_tensor *wq = NULL;
+        TRY_LPX("lpx_float8_quantize(W)", lpx_float8_quantize(c.w, &o, &wq, NULL));
+        c.w = keep(wq);
+    }
+    TRY_LPX("lpx_float8_linear_state_init", lpx_float8_linear_state_init(&c.st, &c.r));
+    double fl = 2.0 * (double)M * (double)K * (double)N;
+    char desc[200], fwd_name[128];
+    snprintf(desc, sizeof desc, "Float8Linear %s, x [%lld, %lld] bf16, W [%lld, %lld]%s", recipe, (long long)M,
+             (long long)K, (long long)N, (long long)K, fp8w ? " float8 e4m3" : " bf16");
+    double med, mn;
+    int rr = 0;
+    c.bwd = false;
+    if (!(rr = time_reps(rep_linear, &c, &med, &mn))) {
+        snprintf(fwd_name, sizeof fwd_name, "%s_fwd", name);
+        char d2[240];
+        snprintf(d2, sizeof d2, "%s: forward (with a context)", desc);
+        report(fwd_name, d2, med, mn, 0, fl);
+        c.bwd = true;
+        if (!(rr = time_reps(rep_linear, &c, &med, &mn))) {
+            char d3[240];
+            snprintf(d3, sizeof d3, "%s: forward + backward (grad_x, grad_W)", desc);
+            report(name, d3, med, mn, 0, 3.0 * fl);
+        }
+    }
+    lpx_float8_linear_state_destroy(&c.st);
+    return rr;
+}
+
 /* ---- the case table ------------------------------------------------- */
 
 static int c_copy(const char *n) { return case_copy(n); }
@@ -708,6 +811,14 @@ static const struct {
     {"fp8_quant_rowwise", c_qrowwise},
     {"nf4_dequant_16k", c_nf4_16k},
     {"gemm_fp8_rowwise", c_gemm_fp8r},
+#define LIN_CASES(shape)                                                                              \
+    {"float8_linear_bf16_" shape, case_linear}, {"float8_linear_tensorwise_" shape, case_linear},       \
+        {"float8_linear_tensorwise_fp8w_" shape, case_linear}, {"float8_linear_rowwise_" shape, case_linear}, \
+        {"float8_linear_rowwise_with_gw_hp_" shape, case_linear}, {"float8_linear_delayed_" shape, case_linear}
+    LIN_CASES("4096x14336"),
+    LIN_CASES("14336x4096"),
+    LIN_CASES("4096x4096"),
+#undef LIN_CASES
 };
 #define NCASES ((int)(sizeof cases / sizeof *cases))
 

@@ -58,6 +58,45 @@ def cell(r):
     return f"{r['ms']:.3f} ms {rate(r):.0f} {unit}".rstrip()
 
 
+LIN_SHAPES = ["4096x4096", "4096x14336", "14336x4096"]
+LIN_RECIPES = ["bf16", "tensorwise", "tensorwise_fp8w", "rowwise", "rowwise_with_gw_hp", "delayed"]
+
+
+def lin_table(lpx, torch, ms_of, lin_ratio):
+    """The Float8Linear rows: M = 8192, K x N, per recipe."""
+    if not any(c.startswith("float8_linear_") for c in list(lpx) + list(torch)):
+        return
+    print()
+    print("Float8Linear (M = 8192; x, W, grad_out bf16): speedups are time ratios, > 1 means lpx is faster")
+    hdr = ["K x N", "recipe", "lpx fwd+bwd", "fwd / lpx bf16", "fwd+bwd / lpx bf16", "vs torchao+compile",
+           "torchao+compile / torch bf16+compile"]
+    rows = []
+    for shape in LIN_SHAPES:
+        for recipe in LIN_RECIPES:
+            case = f"float8_linear_{recipe}_{shape}"
+            ms = ms_of(lpx, case)
+            tr = recipe if recipe in ("tensorwise", "rowwise", "rowwise_with_gw_hp") else None
+            fw, fb = lin_ratio(recipe, shape, fwd=True), lin_ratio(recipe, shape)
+            vt = lin_ratio(recipe, shape, tr, torch) if tr else None
+            if recipe == "bf16":
+                vt = lin_ratio("bf16", shape, "bf16", torch)
+            ta = ms_of(torch, f"float8_linear_{tr}_{shape}@compile") if tr else None
+            tb = ms_of(torch, f"float8_linear_bf16_{shape}@compile")
+            if ms is None and ta is None:
+                continue
+            f = lambda v: f"{v:.2f}x" if v else "-"  # noqa: E731
+            rows.append([shape, recipe, f"{ms:.3f} ms" if ms else "-", f(fw), f(fb), f(vt),
+                         f(tb / ta if ta and tb else None)])
+    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    print(fmt.format(*hdr))
+    print(fmt.format(*["-" * w for w in widths]))
+    for r in rows:
+        print(fmt.format(*r))
+    print("vs torchao+compile: torchao Float8Linear (same recipe) + torch.compile time over lpx's; for bf16, torch "
+          "nn.Linear + compile over lpx's bf16 layer")
+
+
 def main():
     args = sys.argv[1:]
     summary_path = None
@@ -95,13 +134,53 @@ def main():
             return None
         return (f"{a / b:.2f}x torch._scaled_mm (goal >= 0.95x)", a / b >= 0.95)
 
+    # the layer (float8_linear_*): speedups are time ratios (> 1: faster)
+    def ms_of(recs, case):
+        r = recs.get(case)
+        return r["ms"] if ok(r) else None
+
+    def lin_ratio(recipe, shape, ref_recipe="bf16", ref=None, fwd=False):
+        suffix = "_fwd" if fwd else ""
+        a = ms_of(lpx, f"float8_linear_{recipe}_{shape}{suffix}")
+        b = ms_of(ref if ref is not None else lpx, f"float8_linear_{ref_recipe}_{shape}{suffix}"
+                  + ("@compile" if ref is not None else ""))
+        return b / a if a and b else None
+
+    def t_lin(recipe, shape, goal, ref_recipe="bf16", vs_torch=False):
+        def check():
+            v = lin_ratio(recipe, shape, ref_recipe, torch if vs_torch else None)
+            if v is None:
+                return None
+            ref = f"torchao {ref_recipe} + compile" if vs_torch else (
+                "lpx bf16 layer" if ref_recipe == "bf16" else f"lpx {ref_recipe}")
+            return (f"{v:.2f}x {ref} (goal >= {goal}x)", v >= goal)
+        return check
+
+    lin_targets = []
+    for shape in LIN_SHAPES:
+        case = f"float8_linear_tensorwise_{shape}"
+        lin_targets += [
+            (case, f"{shape} tensorwise fwd+bwd >= 1.40x bf16", t_lin("tensorwise", shape, 1.40)),
+            (case, f"{shape} tensorwise fwd+bwd >= 1.0x torchao+compile",
+             t_lin("tensorwise", shape, 1.0, "tensorwise", True)),
+            (f"float8_linear_tensorwise_fp8w_{shape}", f"{shape} weight already fp8 >= 1.5x bf16",
+             t_lin("tensorwise_fp8w", shape, 1.5)),
+            (f"float8_linear_rowwise_{shape}", f"{shape} rowwise >= 1.15x bf16", t_lin("rowwise", shape, 1.15)),
+            (f"float8_linear_rowwise_{shape}", f"{shape} rowwise >= 1.05x torchao+compile",
+             t_lin("rowwise", shape, 1.05, "rowwise", True)),
+            (f"float8_linear_rowwise_with_gw_hp_{shape}", f"{shape} rowwise_with_gw_hp >= 1.2x bf16",
+             t_lin("rowwise_with_gw_hp", shape, 1.2)),
+            (f"float8_linear_delayed_{shape}", f"{shape} delayed >= tensorwise",
+             t_lin("delayed", shape, 1.0, "tensorwise")),
+        ]
     targets = [
         ("fp8_quant_static", "cast+amax bf16->fp8 >= 85% of copy", t_copy_pct("fp8_quant_static", 85)),
+        ("fp8_quant_rowwise", "rowwise quantize [16384,16384] >= 85% of copy", t_copy_pct("fp8_quant_rowwise", 85)),
         ("nf4_dequant", "NF4 dequant -> bf16 >= 85% of copy", t_copy_pct("nf4_dequant", 85)),
         ("gemm_fp8_tensorwise", "fp8 GEMM 8192^3 >= 1.6x bf16 GEMM", t_fp8_vs_bf16),
         ("gemm_fp8_tensorwise", "fp8 GEMM 8192^3 >= 0.95x torch._scaled_mm", t_fp8_vs_torch),
         ("adamw", "fused AdamW >= 80% of copy", t_copy_pct("adamw", 80)),
-    ]
+    ] + lin_targets
     results = []
     row_target = {}
     for case, label, check in targets:
@@ -111,7 +190,8 @@ def main():
         row_target[case] = (row_target[case] + "," if case in row_target else "") + verdict
 
     cases = [c for c in ORDER if c in lpx or c in torch]
-    cases += sorted(c for c in set(lpx) | set(torch) if c not in ORDER and "@" not in c)
+    cases += sorted(c for c in set(lpx) | set(torch)
+                    if c not in ORDER and "@" not in c and not c.startswith("float8_linear_"))
     hdr = ["op", "lpx", "torch", "torch.compile", "lpx/torch", "lpx %copy", "target"]
     rows = []
     for c in cases:
@@ -128,6 +208,7 @@ def main():
     for r in rows:
         print(fmt.format(*r))
     print("lpx/torch: the faster of torch eager and torch.compile, in time, over lpx (> 1: lpx is faster).")
+    lin_table(lpx, torch, ms_of, lin_ratio)
     batches = sorted({r.get("batch", 1) for recs in (lpx, torch) for r in recs.values() if ok(r)})
     if batches:
         print("timing: median over samples of " + "/".join(str(b) for b in batches)

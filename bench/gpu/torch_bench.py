@@ -39,8 +39,21 @@ CASES = [
     "copy_op", "cast_fp8", "fp8_quant_dynamic", "fp8_quant_rowwise", "nf4_dequant_16k", "gemm_fp8_rowwise",
     "gemm_fp8_tensorwise_fastaccum",
 ]
+# the linear layer (bench_gpu's float8_linear_*): bf16 nn.Linear eager and
+# compiled, torchao's Float8Linear (convert_to_float8_training) compiled;
+# each case also reports the forward alone as CASE_fwd
+LIN_SHAPES = ["4096x14336", "14336x4096", "4096x4096"]
+LIN_TORCHAO = ["tensorwise", "rowwise", "rowwise_with_gw_hp"]
+LIN_CASES = [f"float8_linear_bf16_{s}" for s in LIN_SHAPES]
+LIN_COMPILE_CASES = [f"float8_linear_{r}_{s}" for s in LIN_SHAPES for r in ["bf16"] + LIN_TORCHAO]
+CASES += LIN_CASES + [c for c in LIN_COMPILE_CASES if c not in LIN_CASES]
 # the cases that have a torch.compile variant (run with --compile)
-COMPILE_CASES = ["fp8_quant_static", "nf4_dequant", "fp8_quant_dynamic", "fp8_quant_rowwise", "cast_fp8"]
+# (the layer first: a compile run cut short by its time limit keeps it)
+COMPILE_CASES = LIN_COMPILE_CASES + ["fp8_quant_static", "nf4_dequant", "fp8_quant_dynamic", "fp8_quant_rowwise",
+                                     "cast_fp8"]
+# torchao's layer runs under torch.compile only (its eager path is not
+# what its users train with)
+EAGER_CASES = [c for c in CASES if c not in LIN_COMPILE_CASES or c in LIN_CASES]
 
 
 class Bench:
@@ -238,6 +251,52 @@ class Bench:
         self.report(name, f"torch.optim.AdamW(fused=True).step, {ntens} f32 params x {per * 4 / MIB:.3g} MiB "
                           f"({pbytes / MIB:.4g} MiB)", med, mn, 7.0 * pbytes)
 
+    def case_linear(self, name, recipe, shape, compiled):
+        """bf16 x [8192, K] -> [8192, N]: forward, then forward + backward
+        (grad_x and grad_W), as bench_gpu's float8_linear_* cases."""
+        t = self.torch
+        k, n = (int(v) for v in shape.split("x"))
+        m = 8192
+        if self.args.quick:
+            m, k, n = 512, k // 8, n // 8
+        label = name + "@compile" if compiled else name
+        lin = t.nn.Linear(k, n, bias=False, device=self.dev, dtype=t.bfloat16)
+        what = "nn.Linear bf16"
+        if recipe != "bf16":
+            if not compiled:
+                raise ValueError("torchao Float8Linear is measured under torch.compile only")
+            try:
+                from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+                import torchao
+            except Exception as e:
+                self.report_error(label, f"torchao not installed ({type(e).__name__}: {e}); row skipped")
+                self.report_error(label.replace(name, name + "_fwd"), "torchao not installed; row skipped")
+                return
+            mod = t.nn.Sequential(lin)
+            convert_to_float8_training(mod, config=Float8LinearConfig.from_recipe_name(recipe))
+            lin = mod
+            what = f"torchao {torchao.__version__} Float8Linear {recipe}"
+        f = self.maybe_compile(lin, compiled)
+        x = self.unif((m, k), t.bfloat16, 61).requires_grad_(True)
+        g = self.unif((m, n), t.bfloat16, 63)
+        params = list(lin.parameters())
+
+        def fwd(i):
+            return f(x)
+
+        def fwd_bwd(i):
+            for p in params:
+                p.grad = None
+            x.grad = None
+            f(x).backward(g)
+
+        fl = 2.0 * m * k * n
+        desc = f"{what}{' + torch.compile' if compiled else ''}, x [{m}, {k}] bf16, W [{n}, {k}]"
+        med, mn = self.time_reps(fwd)
+        self.report(label.replace(name, name + "_fwd"), desc + ": forward", med, mn, flops=fl)
+        med, mn = self.time_reps(fwd_bwd)
+        self.report(label, desc + ": forward + backward", med, mn, flops=3.0 * fl)
+
     def run_case(self, name, compiled):
         if name == "copy":
             return self.case_copy(name, False)
@@ -262,6 +321,9 @@ class Bench:
             return self.case_gemm(name, "fastaccum")
         if name == "adamw":
             return self.case_adamw(name)
+        if name.startswith("float8_linear_"):
+            recipe, shape = name[len("float8_linear_"):].rsplit("_", 1)
+            return self.case_linear(name, recipe, shape, compiled)
         raise ValueError(f"unknown case {name}")
 
 
@@ -283,7 +345,7 @@ def main():
     if args.list:
         print("\n".join(CASES))
         return 0
-    names = COMPILE_CASES if args.compile else CASES
+    names = COMPILE_CASES if args.compile else EAGER_CASES
     if args.only:
         want = args.only.split(",")
         bad = [w for w in want if w not in CASES]

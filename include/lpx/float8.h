@@ -222,6 +222,20 @@ LPX_API bool lpx_float8_fallback_enabled(void);
 LPX_API lpx_status lpx_fp8_quantize(lpx_tensor *x, lpx_tensor *scale, lpx_dtype fp8, const int64_t *dim, bool pow2,
                                     double scale_max, bool saturate, lpx_tensor **q, lpx_tensor **scale_out,
                                     lpx_tensor **scale_inv, lpx_tensor **stats);
+/** fp8_quantize_t (ops_float8.def): quantize a 2-D x [R, C] and, from the
+ *  same read, x^T [C, R] (contiguous), for GEMMs that read both
+ *  orientations. q, scale_out, scale_inv, stats as lpx_fp8_quantize with
+ *  dim 1 when axiswise (else tensorwise); qt, scale_t, scale_inv_t: x^T's
+ *  codes and its scales (axiswise: [C, 1], one per column of x;
+ *  tensorwise: q's scale), allocated on x's device. Every output receives
+ *  a new reference; any of scale_out, scale_inv, stats, scale_t and
+ *  scale_inv_t may be NULL to drop it. Errors as lpx_fp8_quantize, plus
+ *  LPX_ESHAPE for x that is not 2-D and LPX_EINVAL for a static scale with
+ *  axiswise. */
+LPX_API lpx_status lpx_fp8_quantize_t(lpx_tensor *x, lpx_tensor *scale, lpx_dtype fp8, bool axiswise, bool pow2,
+                                      double scale_max, bool saturate, lpx_tensor **q, lpx_tensor **scale_out,
+                                      lpx_tensor **scale_inv, lpx_tensor **stats, lpx_tensor **qt,
+                                      lpx_tensor **scale_t, lpx_tensor **scale_inv_t);
 /** fp8_dequantize: decode(q) * scale_inv as a new tensor of dtype. */
 LPX_API lpx_status lpx_fp8_dequantize(lpx_tensor *q, lpx_tensor *scale_inv, lpx_dtype dtype, lpx_tensor **out);
 /** fp8_scaled_mm on dense fp8 matrices; bias may be NULL. */

@@ -74,6 +74,13 @@ lpx_status f8_gemm(const char *op, lpx_tensor *a, lpx_tensor *b, lpx_tensor *bia
  * caller. */
 lpx_status f8_quantize(const char *op, lpx_tensor *x, const lpx_float8_quant_opts *o, lpx_tensor **out,
                        lpx_float8_stats *stats);
+/* f8_quantize, and with out_t the transposed copy from the same read
+ * (fp8_quantize_t): x 2-D, tensorwise or scaled per row (axis 1); *out_t
+ * is the float8 [R, C] of x's values stored column-major (x^T's bytes
+ * contiguous), scaled per column (axis 0) when axiswise, else with *out's
+ * scale. NULL out_t: f8_quantize. */
+lpx_status f8_quantize2(const char *op, lpx_tensor *x, const lpx_float8_quant_opts *o, lpx_tensor **out,
+                        lpx_tensor **out_t, lpx_float8_stats *stats);
 
 /* A new float8 tensor equal to t with the inner tensors replaced by the
  * results of applying a view op: used by the view handlers. */

@@ -12,7 +12,20 @@
  * format and scaling (tensorwise recipes quantize each tensor once, as
  * torchao and TE do; rowwise ones need W and x along another dim in the
  * backward). A float8 operand from the caller is used as it is when its
- * scaling fits the GEMM, else dequantized and quantized again. */
+ * scaling fits the GEMM, else dequantized and quantized again.
+ *
+ * Layouts. The fp8 GEMM reads operands in place only K-major (cuBLASLt's
+ * fp8 "TN" rule; the CPU takes either): A row-major, B column-major. With
+ * out = x W^T, grad_x = g W, grad_W = g^T x, an operand reduced along its
+ * dim 1 (x and W in fprop, g in dgrad) is wanted row-major and one reduced
+ * along dim 0 (W in dgrad, g and x in wgrad) column-major, i.e. as the
+ * transposed tensor's contiguous bytes. When a tensor is needed both ways
+ * with one cast configuration (x: fprop and wgrad; W: fprop and dgrad; g:
+ * dgrad and wgrad), both copies come from one read (fp8_quantize_t, the
+ * cast + transpose); a tensor needed along dim 0 alone is cast the same
+ * way. A float8 weight from the caller (the fp8 all-gather's
+ * float8_weight) is transposed once per forward context on the device
+ * (contiguous of its transposed bytes, no cast) for dgrad. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +40,7 @@ typedef struct f8_cast {
     int granularity, axis;     /* axis: reduced dim of the source (axiswise) */
     int scaling;
     bool pow2;
+    bool colmajor;             /* data stored column-major (the transpose's bytes contiguous) */
     lpx_tensor *t;             /* float8, source orientation */
     lpx_float8_stats stats;
 } f8_cast;
@@ -221,15 +235,91 @@ static lpx_float8_delayed *state_for(const run *u, int role)
 
 static lpx_dtype logical_of(const lpx_tensor *t) { return lpx_tensor_dtype(t); }
 
+enum { OP_BOTH = 1, OP_ANY_LAYOUT = 2 };
+
+/* Whether two operand configs cast a tensor the same way (then one
+ * fp8_quantize_t serves both GEMMs). */
+static bool same_cast(const lpx_float8_operand_config *a, const lpx_float8_operand_config *b)
+{
+    return a->dtype == b->dtype && a->granularity == b->granularity && a->scaling == b->scaling &&
+           a->pow2_scale == b->pow2_scale;
+}
+
+static bool colmajor_of(const lpx_tensor *t)
+{
+    const lpx_tensor *d = f8_data(t);
+    return lpx_tensor_ndim(d) == 2 && lpx_tensor_shape(d)[0] > 1 && lpx_tensor_strides(d)[0] == 1;
+}
+
+static void cache_add(f8_cache *cache, int src, const lpx_float8_operand_config *oc, int axis, bool colmajor,
+                      const lpx_float8_stats *stats, lpx_tensor *t)
+{
+    if (cache->n >= CACHE_MAX) return;
+    f8_cast *e = &cache->e[cache->n++];
+    e->src = src;
+    e->dtype = oc->dtype;
+    e->granularity = oc->granularity;
+    e->axis = axis;
+    e->scaling = oc->scaling;
+    e->pow2 = oc->pow2_scale;
+    e->colmajor = colmajor;
+    e->stats = *stats;
+    e->t = t;
+    lpx_tensor_retain(t);
+}
+
+/* A cached cast of src with config oc and scale axis `axis`, in the wanted
+ * layout if there is one, else in the other. */
+static f8_cast *cache_find(f8_cache *cache, int src, const lpx_float8_operand_config *oc, int axis, bool colmajor)
+{
+    f8_cast *other = NULL;
+    for (int i = 0; i < cache->n; i++) {
+        f8_cast *e = &cache->e[i];
+        if (e->src == src && e->dtype == oc->dtype && e->granularity == oc->granularity && e->axis == axis &&
+            e->scaling == oc->scaling && e->pow2 == oc->pow2_scale) {
+            if (e->colmajor == colmajor) return e;
+            other = other ? other : e;
+        }
+    }
+    return other;
+}
+
+/* Float8 t [R, C] (row-major data) with its data stored column-major: the
+ * transposed bytes made contiguous on t's device, scales unchanged. */
+static lpx_status f8_colmajor_copy(lpx_tensor *t, lpx_tensor **out)
+{
+    lpx_tensor *dt = NULL, *dc = NULL, *f = NULL;
+    const f8_meta *m = f8_meta_of(t);
+    lpx_tensor *s = NULL, *si = NULL;
+    lpx_status st = lpx_t(f8_data(t), &dt);
+    if (!st) st = lpx_contiguous(dt, &dc);
+    if (!st) st = lpx_t(f8_scale(t), &s);
+    if (!st) st = lpx_t(f8_scale_inv(t), &si);
+    if (!st) {
+        f8_meta mt = f8_meta_make(m->role, m->granularity, m->axis == 0 ? 1 : m->axis == 1 ? 0 : m->axis);
+        st = f8_make(dc, s, si, lpx_tensor_dtype(t), &mt, &f);
+    }
+    if (!st) st = lpx_t(f, out);
+    lpx_tensor *tmp[5] = {dt, dc, s, si, f};
+    f8_release_all(tmp, 5);
+    return st;
+}
+
 /* The float8 form of source tensor t (orientation of the source) for a
- * GEMM operand: t itself if it is float8 with fitting scaling, a cached
- * cast, or a new cast (added to the cache). */
+ * GEMM operand reduced along reduce_dim: t itself if it is float8 with
+ * fitting scaling (transposed once into a cached column-major copy when
+ * reduce_dim is 0), a cached cast, or a new cast (added to the cache).
+ * flags: OP_BOTH, the other orientation of the same cast will be wanted
+ * too (so one fp8_quantize_t makes both); OP_ANY_LAYOUT, the layout does
+ * not matter (fake quant: the operand is dequantized). */
 static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t, const lpx_float8_operand_config *oc,
-                          int reduce_dim, int role, lpx_tensor **out, lpx_float8_operand_report *rep)
+                          int reduce_dim, int role, int flags, lpx_tensor **out, lpx_float8_operand_report *rep)
 {
     *out = NULL;
     lpx_status st;
     lpx_tensor *hp = NULL;
+    bool any_layout = flags & OP_ANY_LAYOUT, both = (flags & OP_BOTH) && !any_layout;
+    bool want_col = reduce_dim == 0 && !any_layout;
     if (f8_is(t)) {
         const f8_meta *m = f8_meta_of(t);
         if (m->role != LPX_FLOAT8_ROLE_NONE && m->role != role)
@@ -240,6 +330,30 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
                 rep->given_fp8 = true;
                 rep->dtype = lpx_tensor_dtype(f8_data(t));
             }
+            bool is_col = colmajor_of(t);
+            if (any_layout || want_col == is_col || lpx_tensor_ndim(t) != 2 || !lpx_tensor_is_contiguous(f8_data(t))) {
+                lpx_tensor_retain(t);
+                *out = t;
+                return LPX_OK;
+            }
+            /* the given tensor, transposed once per context (src -1 - src
+             * marks "given"; its config is the tensor's own) */
+            lpx_float8_operand_config gc = *oc;
+            gc.dtype = lpx_tensor_dtype(f8_data(t));
+            gc.granularity = m->granularity;
+            f8_cast *e = cache_find(cache, -1 - src, &gc, m->axis, want_col);
+            if (e && e->colmajor == want_col) {
+                lpx_tensor_retain(e->t);
+                *out = e->t;
+                return LPX_OK;
+            }
+            if (want_col) {
+                if ((st = f8_colmajor_copy(t, out))) return st;
+                lpx_float8_stats none;
+                memset(&none, 0, sizeof none);
+                cache_add(cache, -1 - src, &gc, m->axis, true, &none, *out);
+                return LPX_OK;
+            }
             lpx_tensor_retain(t);
             *out = t;
             return LPX_OK;
@@ -249,27 +363,23 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
         t = hp;
     }
     int axis = oc->granularity == LPX_FLOAT8_AXISWISE ? reduce_dim : -1;
-    for (int i = 0; i < cache->n; i++) {
-        f8_cast *e = &cache->e[i];
-        if (e->src == src && e->dtype == oc->dtype && e->granularity == oc->granularity && e->axis == axis &&
-            e->scaling == oc->scaling && e->pow2 == oc->pow2_scale) {
-            if (rep) {
-                rep->reused = true;
-                rep->dtype = e->dtype;
-                rep->stats = e->stats;
-            }
-            lpx_tensor_release(hp);
-            lpx_tensor_retain(e->t);
-            *out = e->t;
-            return LPX_OK;
+    f8_cast *hit = cache_find(cache, src, oc, axis, want_col);
+    if (hit) {
+        if (rep) {
+            rep->reused = true;
+            rep->dtype = hit->dtype;
+            rep->stats = hit->stats;
         }
+        lpx_tensor_release(hp);
+        lpx_tensor_retain(hit->t);
+        *out = hit->t;
+        return LPX_OK;
     }
     lpx_float8_quant_opts o;
     memset(&o, 0, sizeof o);
     o.struct_size = sizeof o;
     o.fp8 = oc->dtype;
     o.granularity = oc->granularity;
-    o.axis = reduce_dim;
     o.role = role;
     o.pow2_scale = oc->pow2_scale;
     o.nonsaturating = u->r->nonsaturating;
@@ -283,7 +393,12 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
         }
     }
     lpx_float8_stats stats;
-    st = f8_quantize(u->what, t, &o, out, &stats);
+    /* both orientations from one read: q scaled along dim 1 (row-major),
+     * qt along dim 0 (column-major) */
+    bool dual = (both || want_col) && lpx_tensor_ndim(t) == 2;
+    lpx_tensor *row = NULL, *col = NULL;
+    o.axis = dual ? 1 : reduce_dim;
+    st = dual ? f8_quantize2(u->what, t, &o, &row, &col, &stats) : f8_quantize(u->what, t, &o, &row, &stats);
     lpx_tensor_release(hp);
     if (st) return st;
     if (rep) {
@@ -291,17 +406,15 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
         rep->dtype = oc->dtype;
         rep->stats = stats;
     }
-    if (cache->n < CACHE_MAX) {
-        f8_cast *e = &cache->e[cache->n++];
-        e->src = src;
-        e->dtype = oc->dtype;
-        e->granularity = oc->granularity;
-        e->axis = axis;
-        e->scaling = oc->scaling;
-        e->pow2 = oc->pow2_scale;
-        e->stats = stats;
-        e->t = *out;
-        lpx_tensor_retain(*out);
+    bool axw = oc->granularity == LPX_FLOAT8_AXISWISE;
+    if (dual) {
+        cache_add(cache, src, oc, axw ? 1 : -1, false, &stats, row);
+        cache_add(cache, src, oc, axw ? 0 : -1, true, &stats, col);
+        *out = want_col ? col : row;
+        lpx_tensor_release(want_col ? row : col);
+    } else {
+        cache_add(cache, src, oc, axis, false, &stats, row);
+        *out = row;
     }
     return LPX_OK;
 }
@@ -312,7 +425,7 @@ static lpx_status fake_operand(const run *u, f8_cache *cache, int src, lpx_tenso
                                lpx_float8_operand_report *rep)
 {
     lpx_tensor *q = NULL;
-    lpx_status st = operand(u, cache, src, t, oc, reduce_dim, role, &q, rep);
+    lpx_status st = operand(u, cache, src, t, oc, reduce_dim, role, OP_ANY_LAYOUT, &q, rep);
     if (!st) st = f8_dequantize(q, LPX_FLOAT8_LOGICAL, out);
     lpx_tensor_release(q);
     return st;
@@ -407,8 +520,11 @@ lpx_status lpx_float8_linear_forward(const lpx_float8_linear_recipe *r, const lp
             !(st = (bias ? f8_hp(bias, &hb) : LPX_OK)))
             st = lpx_linear(xa, wb, hb, &y2);
     } else if (!st) {
-        if (!(st = operand(&u, &ctx->cache, SRC_X, ctx->x2, &r->fprop.a, 1, LPX_FLOAT8_ROLE_INPUT, &xa, &ra)) &&
-            !(st = operand(&u, &ctx->cache, SRC_W, w, &r->fprop.b, 1, LPX_FLOAT8_ROLE_WEIGHT, &wb, &rb)) &&
+        /* with a backward ahead, x and W are cast in both orientations */
+        int fx = ctxp && r->wgrad.mode == LPX_FLOAT8_GEMM_FP8 && same_cast(&r->fprop.a, &r->wgrad.b) ? OP_BOTH : 0;
+        int fw = ctxp && r->dgrad.mode == LPX_FLOAT8_GEMM_FP8 && same_cast(&r->fprop.b, &r->dgrad.b) ? OP_BOTH : 0;
+        if (!(st = operand(&u, &ctx->cache, SRC_X, ctx->x2, &r->fprop.a, 1, LPX_FLOAT8_ROLE_INPUT, fx, &xa, &ra)) &&
+            !(st = operand(&u, &ctx->cache, SRC_W, w, &r->fprop.b, 1, LPX_FLOAT8_ROLE_WEIGHT, fw, &wb, &rb)) &&
             !(st = lpx_t(wb, &wt)))
             st = f8_gemm("Float8Linear fprop", xa, wt, bias, ctx->x_dtype, &y2);
     }
@@ -446,8 +562,8 @@ void lpx_float8_linear_ctx_free(lpx_float8_linear_ctx *ctx)
 
 /* ---- backward -------------------------------------------------------- */
 
-static lpx_status dgrad(const run *u, lpx_float8_linear_ctx *ctx, f8_cache *gc, lpx_tensor *g2, lpx_tensor **gx2,
-                        lpx_float8_gemm_report *rep)
+static lpx_status dgrad(const run *u, lpx_float8_linear_ctx *ctx, f8_cache *gc, lpx_tensor *g2, bool wgrad_next,
+                        lpx_tensor **gx2, lpx_float8_gemm_report *rep)
 {
     const lpx_float8_gemm_config *gcfg = &ctx->r.dgrad;
     lpx_tensor *ga = NULL, *wb = NULL, *r = NULL;
@@ -460,8 +576,12 @@ static lpx_status dgrad(const run *u, lpx_float8_linear_ctx *ctx, f8_cache *gc, 
             !(st = fake_operand(u, &ctx->cache, SRC_W, ctx->w, &gcfg->b, 0, LPX_FLOAT8_ROLE_WEIGHT, &wb, &rep->b)))
             st = lpx_matmul(ga, wb, &r);
     } else {
-        if (!(st = operand(u, gc, SRC_G, g2, &gcfg->a, 1, LPX_FLOAT8_ROLE_GRAD_OUTPUT, &ga, &rep->a)) &&
-            !(st = operand(u, &ctx->cache, SRC_W, ctx->w, &gcfg->b, 0, LPX_FLOAT8_ROLE_WEIGHT, &wb, &rep->b)))
+        /* g once for both GEMMs when wgrad follows in fp8 with the same cast */
+        int fg = wgrad_next && ctx->r.wgrad.mode == LPX_FLOAT8_GEMM_FP8 && same_cast(&gcfg->a, &ctx->r.wgrad.a)
+                     ? OP_BOTH
+                     : 0;
+        if (!(st = operand(u, gc, SRC_G, g2, &gcfg->a, 1, LPX_FLOAT8_ROLE_GRAD_OUTPUT, fg, &ga, &rep->a)) &&
+            !(st = operand(u, &ctx->cache, SRC_W, ctx->w, &gcfg->b, 0, LPX_FLOAT8_ROLE_WEIGHT, 0, &wb, &rep->b)))
             st = f8_gemm("Float8Linear dgrad", ga, wb, NULL, ctx->x_dtype, &r);
     }
     if (!st) st = to_dtype(r, ctx->x_dtype, gx2);
@@ -486,9 +606,9 @@ static lpx_status wgrad(const run *u, lpx_float8_linear_ctx *ctx, f8_cache *gc, 
             !(st = fake_operand(u, &ctx->cache, SRC_X, ctx->x2, &gcfg->b, 0, LPX_FLOAT8_ROLE_INPUT, &xb, &rep->b)))
             st = lpx_matmul(gat, xb, &r);
     } else {
-        if (!(st = operand(u, gc, SRC_G, g2, &gcfg->a, 0, LPX_FLOAT8_ROLE_GRAD_OUTPUT, &ga, &rep->a)) &&
+        if (!(st = operand(u, gc, SRC_G, g2, &gcfg->a, 0, LPX_FLOAT8_ROLE_GRAD_OUTPUT, 0, &ga, &rep->a)) &&
             !(st = lpx_t(ga, &gat)) &&
-            !(st = operand(u, &ctx->cache, SRC_X, ctx->x2, &gcfg->b, 0, LPX_FLOAT8_ROLE_INPUT, &xb, &rep->b)))
+            !(st = operand(u, &ctx->cache, SRC_X, ctx->x2, &gcfg->b, 0, LPX_FLOAT8_ROLE_INPUT, 0, &xb, &rep->b)))
             st = f8_gemm("Float8Linear wgrad", gat, xb, NULL, ctx->w_dtype, &r);
     }
     if (!st) st = to_dtype(r, ctx->w_dtype, gw);
@@ -529,7 +649,7 @@ lpx_status lpx_float8_linear_backward(lpx_float8_linear_ctx *ctx, lpx_tensor *gr
     report_init(&rd, -1);
     report_init(&rw, -1);
     lpx_status st = flatten_rows(grad_out, &g2);
-    if (!st && grad_x) st = dgrad(&u, ctx, &gc, g2, &gx2, &rd);
+    if (!st && grad_x) st = dgrad(&u, ctx, &gc, g2, grad_w != NULL, &gx2, &rd);
     if (!st && grad_w) st = wgrad(&u, ctx, &gc, g2, &gw, &rw);
     if (!st && grad_b) {
         int64_t d0 = 0;

@@ -35,6 +35,61 @@ lpx_status lpx_fp8_quantize(lpx_tensor *x, lpx_tensor *scale, lpx_dtype fp8, con
     return LPX_OK;
 }
 
+lpx_status lpx_fp8_quantize_t(lpx_tensor *x, lpx_tensor *scale, lpx_dtype fp8, bool axiswise, bool pow2,
+                              double scale_max, bool saturate, lpx_tensor **q, lpx_tensor **scale_out,
+                              lpx_tensor **scale_inv, lpx_tensor **stats, lpx_tensor **qt, lpx_tensor **scale_t,
+                              lpx_tensor **scale_inv_t)
+{
+    lpx_tensor **outs[7] = {q, scale_out, scale_inv, stats, qt, scale_t, scale_inv_t};
+    for (int i = 0; i < 7; i++)
+        if (outs[i]) *outs[i] = NULL;
+    if (!q || !qt) return lpx_error(LPX_EINVAL, "fp8_quantize_t: %s is NULL", q ? "qt" : "q");
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    if (!x) return lpx_error(LPX_EINVAL, "fp8_quantize_t: x is NULL");
+    if (lpx_tensor_ndim(x) != 2) {
+        char sx[160];
+        return lpx_error(LPX_ESHAPE, "fp8_quantize_t: x has shape %s; the transposed quantize takes a 2-D x [R, C]",
+                         lpx_tensor_shape_str(x, sx, sizeof sx));
+    }
+    /* the transposed outputs, allocated here on x's device (the op fills
+     * them in place; its own results are q's) */
+    int64_t R = lpx_tensor_shape(x)[0], C = lpx_tensor_shape(x)[1];
+    int64_t tshape[2] = {C, R}, sshape[2] = {C, 1};
+    lpx_device dev = lpx_tensor_device(x);
+    lpx_tensor *t[3] = {NULL, NULL, NULL};
+    if ((st = lpx_empty(2, tshape, f8_is_fp8(fp8) ? fp8 : LPX_U8, dev, &t[0])) ||
+        (st = lpx_empty(axiswise ? 2 : 0, sshape, LPX_F32, dev, &t[1])) ||
+        (st = lpx_empty(axiswise ? 2 : 0, sshape, LPX_F32, dev, &t[2]))) {
+        f8_release_all(t, 3);
+        return st;
+    }
+    lpx_value args[10] = {lpx_v_tensor(x), lpx_v_opt_tensor(scale), lpx_v_dtype(fp8), lpx_v_bool(axiswise),
+                          lpx_v_bool(pow2), lpx_v_f64(scale_max), lpx_v_bool(saturate), lpx_v_tensor(t[0]),
+                          lpx_v_tensor(t[1]), lpx_v_tensor(t[2])};
+    lpx_call c;
+    lpx_call_init(&c, LPX_OP_fp8_quantize_t, args, 10);
+    st = lpx_dispatch(&c);
+    if (!st && c.nrets != 4) {
+        lpx_call_release_rets(&c);
+        st = lpx_error(LPX_EINTERNAL, "fp8_quantize_t: kernel for key '%s' returned %d results, not 4",
+                       lpx_key_name(c.key), c.nrets);
+    }
+    if (st) {
+        f8_release_all(t, 3);
+        return st;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (outs[i]) *outs[i] = c.rets[i].u.t;
+        else lpx_tensor_release(c.rets[i].u.t);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (outs[4 + i]) *outs[4 + i] = t[i];
+        else lpx_tensor_release(t[i]);
+    }
+    return LPX_OK;
+}
+
 lpx_status lpx_fp8_dequantize(lpx_tensor *q, lpx_tensor *scale_inv, lpx_dtype dtype, lpx_tensor **out)
 {
     lpx_value args[3] = {lpx_v_tensor(q), lpx_v_tensor(scale_inv), lpx_v_dtype(dtype)};
@@ -75,8 +130,28 @@ static void scale_range(const lpx_tensor *s, double *lo, double *hi)
 lpx_status f8_quantize(const char *op, lpx_tensor *x, const lpx_float8_quant_opts *opts, lpx_tensor **out,
                        lpx_float8_stats *stats)
 {
+    return f8_quantize2(op, x, opts, out, NULL, stats);
+}
+
+/* The float8 view [R, C] of x^T's quantization qt [C, R] (scales per row
+ * of qt when axiswise): qt transposed, data column-major, scales [1, C]. */
+static lpx_status transposed_view(lpx_tensor *qt, lpx_tensor *s, lpx_tensor *si, lpx_dtype logical,
+                                  const lpx_float8_quant_opts *o, lpx_tensor **out)
+{
+    f8_meta m = f8_meta_make(o->role, o->granularity, 1);
+    lpx_tensor *f = NULL;
+    lpx_status st = f8_make(qt, s, si, logical, &m, &f);
+    if (!st) st = lpx_t(f, out);
+    lpx_tensor_release(f);
+    return st;
+}
+
+lpx_status f8_quantize2(const char *op, lpx_tensor *x, const lpx_float8_quant_opts *opts, lpx_tensor **out,
+                        lpx_tensor **out_t, lpx_float8_stats *stats)
+{
     if (!out) return lpx_error(LPX_EINVAL, "%s: out is NULL", op);
     *out = NULL;
+    if (out_t) *out_t = NULL;
     if (stats) memset(stats, 0, sizeof *stats);
     lpx_status st = lpx_ensure_init();
     if (st) return st;
@@ -137,14 +212,26 @@ lpx_status f8_quantize(const char *op, lpx_tensor *x, const lpx_float8_quant_opt
         given = (lpx_tensor *)o.scale;
         lpx_tensor_retain(given);
     }
+    if (out_t && (nd != 2 || (axis >= 0 && axis != 1))) {
+        lpx_tensor_release(given);
+        return lpx_error(LPX_EINTERNAL, "%s: the transposed copy is made for 2-D x scaled per row or tensorwise", op);
+    }
     int64_t dim = axis;
-    lpx_tensor *q = NULL, *s = NULL, *si = NULL, *tstats = NULL;
-    st = lpx_fp8_quantize(x, given, o.fp8, axis >= 0 ? &dim : NULL, o.pow2_scale, smax, !o.nonsaturating, &q, &s, &si,
-                          &tstats);
+    lpx_tensor *q = NULL, *s = NULL, *si = NULL, *tstats = NULL, *qt = NULL, *s_t = NULL, *si_t = NULL;
+    if (out_t)
+        st = lpx_fp8_quantize_t(x, given, o.fp8, axis >= 0, o.pow2_scale, smax, !o.nonsaturating, &q, &s, &si, &tstats,
+                                &qt, &s_t, &si_t);
+    else
+        st = lpx_fp8_quantize(x, given, o.fp8, axis >= 0 ? &dim : NULL, o.pow2_scale, smax, !o.nonsaturating, &q, &s,
+                              &si, &tstats);
     lpx_tensor_release(given);
     if (st) return st;
     f8_meta m = f8_meta_make(o.role, o.granularity, axis);
     st = f8_make(q, s, si, logical, &m, out);
+    if (!st && out_t) st = transposed_view(qt, s_t, si_t, logical, &o, out_t);
+    lpx_tensor_release(qt);
+    lpx_tensor_release(s_t);
+    lpx_tensor_release(si_t);
     double v[4] = {NAN, NAN, NAN, NAN};
     if (!st && (stats || o.delayed) && lpx_tensor_device(tstats).type == LPX_DEVICE_CPU)
         for (int i = 0; i < 4; i++) lpx_item(tstats, i, &v[i]);
@@ -164,6 +251,10 @@ lpx_status f8_quantize(const char *op, lpx_tensor *x, const lpx_float8_quant_opt
     if (st) {
         lpx_tensor_release(*out);
         *out = NULL;
+        if (out_t) {
+            lpx_tensor_release(*out_t);
+            *out_t = NULL;
+        }
     }
     return st;
 }

@@ -1,7 +1,8 @@
 /* GPU suite: cuda_gemm_nn. The cuBLASLt GEMMs (matmul, linear, addmm in
  * f32/f16/bf16 with transposed, batched, broadcast and odd-shaped operands;
  * fp8_scaled_mm tensorwise and rowwise, with bias, bf16 and f32 out, odd
- * shapes that need padding; nf4_mm), the nn ops (rmsnorm, softmax,
+ * shapes that need padding; Float8Linear forward + backward of every
+ * recipe, with the weight dense or already fp8; nf4_mm), the nn ops (rmsnorm, softmax,
  * cross-entropy, MSE, embedding and their backward passes) and the fused
  * AdamW step, each against the CPU backend on the same inputs: relative
  * error for the GEMMs and reductions (bf16 < 1e-2, f32 < 1e-5), the
@@ -287,6 +288,81 @@ static void test_fp8_scaled_mm(void)
     CHECK_ERR(lpx_fp8_scaled_mm(q, one, q, one, NULL, LPX_BF16, &out), LPX_EDTYPE);
     lpx_tensor_release(q);
     lpx_tensor_release(one);
+}
+
+/* ---- Float8Linear ---------------------------------------------------------- */
+
+/* Float8Linear forward + backward of one recipe on the CPU and on the GPU
+ * from the same inputs: the GPU casts each operand once into both
+ * orientations (fp8_quantize_t) and feeds the GEMMs in place, the CPU
+ * runs the composition; the codes are the same bits, so out, grad_x and
+ * grad_W differ only by the GEMMs' accumulation. w_fp8: W given as a
+ * tensorwise float8 weight (as the fp8 all-gather delivers it). */
+static void f8lin_case(const char *preset, int64_t M, int64_t K, int64_t N, lpx_dtype dt, bool w_fp8, double tol)
+{
+    int64_t xs[2] = {M, K}, ws[2] = {N, K}, gs[2] = {M, N};
+    lpx_tensor *x = gpu_randn_cpu(dt, 2, xs, 71, 1.0), *w = gpu_randn_cpu(dt, 2, ws, 72, 0.05);
+    lpx_tensor *g = gpu_randn_cpu(dt, 2, gs, 73, 1e-3);
+    lpx_tensor *in[2][3] = {{x, w, g}, {gpu_up(x), gpu_up(w), gpu_up(g)}};
+    lpx_tensor *res[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}}, *wq[2] = {NULL, NULL};
+    lpx_float8_linear_recipe r;
+    CHECK_OK(lpx_float8_linear_recipe_preset(preset, &r));
+    for (int d = 0; d < 2; d++) {
+        lpx_float8_linear_state st;
+        CHECK_OK(lpx_float8_linear_state_init(&st, &r));
+        lpx_tensor *wuse = in[d][1];
+        if (w_fp8) {
+            lpx_float8_quant_opts o;
+            memset(&o, 0, sizeof o);
+            o.struct_size = sizeof o;
+            o.fp8 = LPX_F8E4M3FN;
+            o.role = LPX_FLOAT8_ROLE_WEIGHT;
+            CHECK_OK(lpx_float8_quantize(in[d][1], &o, &wq[d], NULL));
+            wuse = wq[d];
+        }
+        lpx_float8_linear_ctx *ctx = NULL;
+        lpx_status s = lpx_float8_linear_forward(&r, &st, in[d][0], wuse, NULL, &res[d][0], &ctx, NULL);
+        if (s) printf("  %s %s forward: %s\n", preset, d ? "cuda" : "cpu", lpx_last_error());
+        CHECK(s == LPX_OK);
+        if (!s) {
+            s = lpx_float8_linear_backward(ctx, in[d][2], &res[d][1], &res[d][2], NULL, NULL);
+            if (s) printf("  %s %s backward: %s\n", preset, d ? "cuda" : "cpu", lpx_last_error());
+            CHECK(s == LPX_OK);
+        }
+        lpx_float8_linear_ctx_free(ctx);
+        lpx_float8_linear_state_destroy(&st);
+    }
+    static const char *names[3] = {"out", "grad_x", "grad_W"};
+    for (int i = 0; i < 3; i++) {
+        char what[160];
+        snprintf(what, sizeof what, "Float8Linear %s %lldx%lldx%lld %s%s %s", preset, (long long)M, (long long)K,
+                 (long long)N, lpx_dtype_name(dt), w_fp8 ? " fp8 W" : "", names[i]);
+        if (res[0][i] && res[1][i] && lpx_tensor_kind(res[1][i]) == NULL) close_to(what, res[0][i], res[1][i], tol);
+        else CHECKF(false, "%s: missing or not dense", what);
+    }
+    for (int d = 0; d < 2; d++) {
+        for (int i = 0; i < 3; i++) lpx_tensor_release(res[d][i]);
+        lpx_tensor_release(wq[d]);
+    }
+    for (int i = 0; i < 3; i++) {
+        lpx_tensor_release(in[0][i]);
+        lpx_tensor_release(in[1][i]);
+    }
+}
+
+static void test_float8_linear(void)
+{
+    static const char *presets[] = {"tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed"};
+    for (int p = 0; p < 4; p++) {
+        /* fused casts (rows % 16, cols % 8) with partial tiles */
+        f8lin_case(presets[p], 144, 200, 96, LPX_F32, false, FP8_MMA_TOL);
+        f8lin_case(presets[p], 256, 128, 320, LPX_BF16, false, 1e-2);
+        /* the composition (odd shapes) */
+        f8lin_case(presets[p], 24, 40, 56, LPX_F32, false, FP8_MMA_TOL);
+    }
+    /* the weight already fp8: transposed once on the device for dgrad */
+    f8lin_case("tensorwise", 144, 200, 96, LPX_F32, true, FP8_MMA_TOL);
+    f8lin_case("tensorwise", 256, 128, 320, LPX_BF16, true, 1e-2);
 }
 
 /* ---- nf4_mm --------------------------------------------------------------- */
@@ -600,6 +676,7 @@ int main(void)
     RUN(test_linear);
     RUN(test_addmm);
     RUN(test_fp8_scaled_mm);
+    RUN(test_float8_linear);
     RUN(test_nf4_mm);
     RUN(test_rmsnorm);
     RUN(test_softmax);

@@ -3,7 +3,8 @@
  * fp8_quantize (all four results; tensorwise dynamic and static, rowwise,
  * columns, odd layouts, pow2, saturate, both fp8 formats, f32/bf16/f16
  * inputs, sizes 1 .. 2^20 + 3, out-of-range values, zero rows, NaN/inf
- * under static scales), the device scale formula against the CPU's on
+ * under static scales), fp8_quantize_t (the fused cast + transpose and
+ * its composition) and the fp8 transposed copy, the device scale formula against the CPU's on
  * 2^16 amaxes, fp8_dequantize, fp8_scale_from_amax, nf4_quantize,
  * nf4_dequantize (windows, out tensors, odd block sizes, misaligned
  * payload slices) and qlora_dropout; a chain of dependent kernels queued
@@ -496,6 +497,119 @@ static void test_quantize_errors(void)
     lpx_tensor_release(xg);
 }
 
+/* ---- fp8_quantize_t (cast + transpose) ------------------------------------ */
+
+/* fp8_quantize_t on the CPU and the GPU with the same arguments: all seven
+ * results bit for bit. */
+static void quant_t_same(const char *label, lpx_tensor *xc, lpx_tensor *xg, lpx_tensor *sc, lpx_tensor *sg,
+                         lpx_dtype f8, bool axiswise, bool pow2, double smax, bool sat)
+{
+    lpx_tensor *a[7] = {0}, *b[7] = {0};
+    lpx_status s1 = lpx_fp8_quantize_t(xc, sc, f8, axiswise, pow2, smax, sat, &a[0], &a[1], &a[2], &a[3], &a[4],
+                                       &a[5], &a[6]);
+    if (s1) printf("  %s: cpu: %s\n", label, lpx_last_error());
+    lpx_status s2 = lpx_fp8_quantize_t(xg, sg, f8, axiswise, pow2, smax, sat, &b[0], &b[1], &b[2], &b[3], &b[4],
+                                       &b[5], &b[6]);
+    if (s2) printf("  %s: cuda: %s\n", label, lpx_last_error());
+    CHECK(s1 == LPX_OK && s2 == LPX_OK);
+    if (!s1 && !s2) {
+        static const char *names[7] = {"q", "scale", "scale_inv", "stats", "qt", "scale_t", "scale_inv_t"};
+        for (int i = 0; i < 7; i++) {
+            char what[256];
+            snprintf(what, sizeof what, "%s %s", label, names[i]);
+            CHECKF(gpu_same_bits(what, a[i], b[i]), "%s", what);
+        }
+    }
+    for (int i = 0; i < 7; i++) {
+        lpx_tensor_release(a[i]);
+        lpx_tensor_release(b[i]);
+    }
+}
+
+/* Shapes the fused kernels serve (R % 16 == 0, C % 8 == 0: partial tiles
+ * at both edges included) and shapes that go to the composition; every
+ * input dtype, both formats, tensorwise dynamic / static (device and host
+ * scale) and axiswise, pow2, saturating or not, with out-of-range, tiny
+ * and zero values and a zero row. */
+static void test_quantize_t(void)
+{
+    static const int64_t shapes[][2] = {{256, 512}, {144, 200}, {16, 8}, {1040, 72}, {17, 33}, {24, 12}, {1, 64}};
+    int k = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        for (int h = 0; h < 3; h++) {
+            k++;
+            int64_t shape[2] = {shapes[si][0], shapes[si][1]};
+            lpx_tensor *xc = gen(HP[h], 2, shape, 7000 + (uint64_t)k, 3.0, SP_FINITE, shape[0] > 2 ? 1 : -1);
+            lpx_tensor *xg = gpu_up(xc);
+            lpx_dtype f8 = FP8[k % 2];
+            bool sat = k % 3 != 0;
+            char label[160];
+            snprintf(label, sizeof label, "[%lld, %lld] %s -> %s%s", (long long)shape[0], (long long)shape[1],
+                     lpx_dtype_name(HP[h]), lpx_dtype_name(f8), sat ? "" : " nonsat");
+            char l2[200];
+            snprintf(l2, sizeof l2, "%s tensorwise dynamic", label);
+            quant_t_same(l2, xc, xg, NULL, NULL, f8, false, false, 0.0, sat);
+            snprintf(l2, sizeof l2, "%s tensorwise dynamic pow2 clamp", label);
+            quant_t_same(l2, xc, xg, NULL, NULL, f8, false, true, 16.0, sat);
+            snprintf(l2, sizeof l2, "%s axiswise", label);
+            quant_t_same(l2, xc, xg, NULL, NULL, f8, true, k % 2 == 0, 0.0, sat);
+            lpx_tensor *sc = gen_pos(0, NULL, 100 + (uint64_t)k, 0.5, 40.0), *sg = gpu_up(sc);
+            snprintf(l2, sizeof l2, "%s static (device scale)", label);
+            quant_t_same(l2, xc, xg, sc, sg, f8, false, false, 0.0, sat);
+            snprintf(l2, sizeof l2, "%s static (host scale)", label);
+            quant_t_same(l2, xc, xg, sc, sc, f8, false, false, 0.0, sat);
+            lpx_tensor *rel[4] = {xc, xg, sc, sg};
+            for (int i = 0; i < 4; i++) lpx_tensor_release(rel[i]);
+        }
+    }
+    /* non-finite values under a static scale */
+    int64_t shape[2] = {64, 48};
+    lpx_tensor *xc = gen(LPX_BF16, 2, shape, 99, 2.0, SP_NONFINITE, -1), *xg = gpu_up(xc);
+    lpx_tensor *sc = gen_pos(0, NULL, 5, 1.0, 2.0), *sg = gpu_up(sc);
+    quant_t_same("nonfinite static", xc, xg, sc, sg, LPX_F8E4M3FN, false, false, 0.0, true);
+    quant_t_same("nonfinite static nonsat e5m2", xc, xg, sc, sg, LPX_F8E5M2, false, false, 0.0, false);
+    /* argument errors: one message for both devices (the composition) */
+    lpx_tensor *o[7] = {0};
+    CHECK_ERR(lpx_fp8_quantize_t(xg, sg, LPX_F8E4M3FN, true, false, 0, true, &o[0], &o[1], &o[2], &o[3], &o[4],
+                                 &o[5], &o[6]),
+              LPX_EINVAL);
+    CHECK_ERR(lpx_fp8_quantize_t(xg, NULL, LPX_BF16, false, false, 0, true, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                                 &o[6]),
+              LPX_EDTYPE);
+    CHECK_ERR(lpx_fp8_quantize_t(xg, NULL, LPX_F8E4M3FN, false, false, -1.0, true, &o[0], &o[1], &o[2], &o[3], &o[4],
+                                 &o[5], &o[6]),
+              LPX_EINVAL);
+    for (int i = 0; i < 7; i++) CHECK(o[i] == NULL);
+    lpx_tensor *rel[4] = {xc, xg, sc, sg};
+    for (int i = 0; i < 4; i++) lpx_tensor_release(rel[i]);
+}
+
+/* The transposed copy of fp8 bytes (copy_ of a transposed contiguous
+ * matrix: the tiled transpose of cuda_copy.cu), 1-, 2- and 4-byte
+ * elements, edge tiles included, against the CPU. */
+static void test_transpose_copy(void)
+{
+    static const int64_t shapes[][2] = {{4096, 1024}, {65, 130}, {2, 3}, {1000, 64}};
+    static const lpx_dtype dts[3] = {LPX_F8E4M3FN, LPX_BF16, LPX_F32};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (int d = 0; d < 3; d++) {
+            lpx_tensor *x = gen(LPX_F32, 2, shapes[si], 300 + si, 2.0, SP_NONE, -1), *xc = NULL, *xg = NULL;
+            lpx_tensor *tc = NULL, *tg = NULL, *cc = NULL, *cg = NULL;
+            CHECK_OK(lpx_cast(x, dts[d], true, &xc));
+            xg = gpu_up(xc);
+            CHECK_OK(lpx_t(xc, &tc));
+            CHECK_OK(lpx_t(xg, &tg));
+            CHECK_OK(lpx_contiguous(tc, &cc));
+            CHECK_OK(lpx_contiguous(tg, &cg));
+            char what[96];
+            snprintf(what, sizeof what, "transpose [%lld, %lld] %s", (long long)shapes[si][0],
+                     (long long)shapes[si][1], lpx_dtype_name(dts[d]));
+            CHECKF(gpu_same_bits(what, cc, cg), "%s", what);
+            lpx_tensor *rel[7] = {x, xc, xg, tc, tg, cc, cg};
+            for (int i = 0; i < 7; i++) lpx_tensor_release(rel[i]);
+        }
+}
+
 /* ---- fp8_dequantize ------------------------------------------------------ */
 
 /* Random bytes as an fp8 tensor (every code, NaN ones included). */
@@ -978,6 +1092,8 @@ int main(void)
     RUN(test_scale_formula);
     RUN(test_quantize_nonfinite_dynamic);
     RUN(test_quantize_errors);
+    RUN(test_quantize_t);
+    RUN(test_transpose_copy);
     RUN(test_dequantize);
     RUN(test_scale_from_amax);
     RUN(test_nf4_quantize);
