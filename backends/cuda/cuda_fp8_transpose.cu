@@ -106,20 +106,24 @@ template <int IN, bool E5, bool PER> __global__ void __launch_bounds__(256) k_t_
     }
     F8Cnt cnt = {0, 0, 0, 0, 0}, dummy = {0, 0, 0, 0, 0};
     uint32_t lo[4], hi[4], tlo[4], thi[4];
+    /* the four loads first, all in flight before the first store (q may
+     * alias x as far as the compiler knows) */
+    V8<IN> v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (rbase + i < a.R && c < a.C) v8_load<IN>(v[i], a.x + ((rbase + i) * a.C + c) * ES, 0);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         lo[i] = hi[i] = tlo[i] = thi[i] = 0;
         int64_t r = rbase + i;
         if (r < a.R && c < a.C) {
             const char *xv = a.x + (r * a.C + c) * ES;
-            V8<IN> v;
-            v8_load<IN>(v, xv, 0);
             float rs = PER ? a.scale_out[r] : s;
-            uint2 qc = f8_codes8<IN, E5>(v, xv, rs, a.fmt, cnt, track);
+            uint2 qc = f8_codes8<IN, E5>(v[i], xv, rs, a.fmt, cnt, track);
             *reinterpret_cast<uint2 *>(a.q + r * a.C + c) = qc;
             lo[i] = qc.x, hi[i] = qc.y;
             if (PER) {
-                uint2 tc2 = f8_codes8<IN, E5, true>(v, xv, 0.0f, a.fmt, dummy, false, cs);
+                uint2 tc2 = f8_codes8<IN, E5, true>(v[i], xv, 0.0f, a.fmt, dummy, false, cs);
                 tlo[i] = tc2.x, thi[i] = tc2.y;
             }
         }
@@ -160,15 +164,17 @@ template <int IN> __global__ void __launch_bounds__(256) k_t_amax(TArgs a)
     int cv = threadIdx.x & 7, rb = threadIdx.x >> 3, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int64_t c = c0 + cv * 8, rbase = r0 + rb * 4;
     uint32_t cm[8] = {0, 0, 0, 0, 0, 0, 0, 0}, all = 0;
+    V8<IN> v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (rbase + i < a.R && c < a.C) v8_load<IN>(v[i], a.x + ((rbase + i) * a.C + c) * ES, 0);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         int64_t r = rbase + i;
         uint32_t rm = 0;
         if (r < a.R && c < a.C) {
-            V8<IN> v;
-            v8_load<IN>(v, a.x + (r * a.C + c) * ES, 0);
             float x[8];
-            v8_decode<IN>(v, x);
+            v8_decode<IN>(v[i], x);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 uint32_t ab = __float_as_uint(x[k]) & 0x7FFFFFFFu;
