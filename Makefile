@@ -51,6 +51,7 @@ $(GPU_BUILD)/build.ninja:
 	  || (tail -30 $(GPU_BUILD)/meson-logs/meson-log.txt; exit 1)
 
 build: deps $(BUILD)/build.ninja
+	@scripts/cuda-stale.sh $(BUILD)
 	@ninja -C $(BUILD) --quiet
 
 build-asan: deps $(ASAN_BUILD)/build.ninja
@@ -63,6 +64,7 @@ build-fuzz: test-deps $(FUZZ_BUILD)/build.ninja
 	@ninja -C $(FUZZ_BUILD) --quiet tests/fuzz/lpx-mx-fuzz.so tests/fuzz/lpx-fuzz-plugin.so $(addprefix tests/fuzz/fuzz_,$(FUZZ_TARGETS))
 
 build-gpu: deps $(GPU_BUILD)/build.ninja
+	@scripts/cuda-stale.sh $(GPU_BUILD)
 	@ninja -C $(GPU_BUILD) --quiet
 
 # The main job: float8-tensorwise training on 4 local ranks with fp8

@@ -33,7 +33,7 @@ if [ -z "$build" ]; then
     if [ -f build-gpu/build.ninja ]; then build="build-gpu"; else build="build"; fi
 fi
 [ -f "$build/build.ninja" ] || { echo "gpu-stage.sh: $build is not a meson build (run: make build-gpu)" >&2; exit 1; }
-[ $do_build = 1 ] && ninja -C "$build" --quiet
+[ $do_build = 1 ] && scripts/cuda-stale.sh "$build" && ninja -C "$build" --quiet
 build=$(cd "$build" && pwd)
 cuda=$build/backends/cuda/lpx-cuda.so
 [ -f "$cuda" ] || { echo "gpu-stage.sh: $cuda missing: configure $build with -Dcuda=enabled" >&2; exit 1; }
