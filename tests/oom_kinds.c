@@ -234,6 +234,19 @@ static lpx_status c_fp8_scaled_mm(int attempt)
     return st;
 }
 
+static lpx_status c_fp8_scaled_mm_ex(int attempt)
+{
+    (void)attempt;
+    lpx_tensor *bt = NULL, *o = NULL;
+    OOM_SETUP(lpx_t(lpx_float8_data(Q8W), &bt));   /* [96, 48] column-major */
+    lpx_status st = OOM(lpx_fp8_scaled_mm_ex(lpx_float8_data(Q8X), lpx_float8_scale_inv(Q8X), bt,
+                                             lpx_float8_scale_inv(Q8W), NULL, LPX_BF16, LPX_FP8_MM_FAST_ACCUM, &o));
+    OOM_OUT_NULL(st, o);
+    lpx_tensor_release(o);
+    lpx_tensor_release(bt);
+    return st;
+}
+
 /* ---- Float8Linear -------------------------------------------------------- */
 
 static lpx_status c_recipe_preset(int attempt)
@@ -570,6 +583,7 @@ const oom_case oom_cases_kinds[] = {
     {"lpx_fp8_quantize_t", "tensorwise and axiswise", c_fp8_quantize_t, 0},
     {"lpx_fp8_dequantize", NULL, c_fp8_dequantize, 0},
     {"lpx_fp8_scaled_mm", NULL, c_fp8_scaled_mm, 0},
+    {"lpx_fp8_scaled_mm_ex", "fast_accum", c_fp8_scaled_mm_ex, 0},
     {"lpx_fp8_scale_from_amax", NULL, c_fp8_scale_from_amax, 0},
     {"lpx_float8_linear_recipe_preset", NULL, c_recipe_preset, 0},
     {"lpx_float8_linear_state_init", "delayed", c_state_init, 0},

@@ -7,6 +7,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <string.h>
 #include LPX_CBLAS_HEADER
 #include "check.h"
@@ -977,6 +978,56 @@ static void test_linear_presets(void)
     lin_ref_free(&ref);
 }
 
+/* fast_accum: the presets set FPROP; the CPU sums exactly either way (same
+ * bits); a recipe of the 1.0 layout (struct_size ending before
+ * fast_accum) is read with fast_accum 0; unknown bits are refused. */
+static void test_linear_fast_accum(void)
+{
+    lin_ref ref;
+    lin_ref_init(&ref, 32, 64, 48, LPX_F32, 4100);
+    lpx_float8_linear_recipe r;
+    CHECK_OK(lpx_float8_linear_recipe_preset("rowwise", &r));
+    CHECK(r.fast_accum == LPX_FLOAT8_FAST_ACCUM_FPROP);
+    lpx_tensor *o1 = NULL, *o2 = NULL, *o3 = NULL;
+    CHECK_OK(lpx_float8_linear_forward(&r, NULL, ref.x, ref.w, NULL, &o1, NULL, NULL));
+    lpx_float8_linear_recipe old = r;
+    old.struct_size = offsetof(lpx_float8_linear_recipe, fast_accum);
+    old.fast_accum = 0x1234; /* beyond the 1.0 struct: never read */
+    CHECK_OK(lpx_float8_linear_forward(&old, NULL, ref.x, ref.w, NULL, &o2, NULL, NULL));
+    r.fast_accum = 7;
+    CHECK_OK(lpx_float8_linear_forward(&r, NULL, ref.x, ref.w, NULL, &o3, NULL, NULL));
+    if (o1 && o2 && o3) {
+        double *a = values(o1), *b = values(o2), *c = values(o3);
+        CHECK(!memcmp(a, b, (size_t)(32 * 48) * sizeof *a) && !memcmp(a, c, (size_t)(32 * 48) * sizeof *a));
+        free(a);
+        free(b);
+        free(c);
+    }
+    lpx_tensor *bad = NULL;
+    r.fast_accum = 8;
+    CHECK_ERR(lpx_float8_linear_forward(&r, NULL, ref.x, ref.w, NULL, &bad, NULL, NULL), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "fast_accum"));
+    r.fast_accum = 1;
+    r.struct_size = 12;
+    CHECK_ERR(lpx_float8_linear_forward(&r, NULL, ref.x, ref.w, NULL, &bad, NULL, NULL), LPX_EINVAL);
+    /* the dense op: unknown flags refused, FAST_ACCUM the same bits on the CPU */
+    lpx_tensor *qa = quant(ref.x, LPX_F8E4M3FN, LPX_FLOAT8_TENSORWISE, 0, false, NULL);
+    lpx_tensor *qw = quant(ref.w, LPX_F8E4M3FN, LPX_FLOAT8_TENSORWISE, 0, false, NULL), *bt = NULL, *m1 = NULL, *m2 = NULL;
+    CHECK_OK(lpx_t(lpx_float8_data(qw), &bt));
+    CHECK_OK(lpx_fp8_scaled_mm(lpx_float8_data(qa), lpx_float8_scale_inv(qa), bt, lpx_float8_scale_inv(qw), NULL,
+                               LPX_F32, &m1));
+    CHECK_OK(lpx_fp8_scaled_mm_ex(lpx_float8_data(qa), lpx_float8_scale_inv(qa), bt, lpx_float8_scale_inv(qw), NULL,
+                                  LPX_F32, LPX_FP8_MM_FAST_ACCUM, &m2));
+    CHECK(m1 && m2 && !memcmp(lpx_tensor_data(m1), lpx_tensor_data(m2), (size_t)(32 * 48) * sizeof(float)));
+    CHECK_ERR(lpx_fp8_scaled_mm_ex(lpx_float8_data(qa), lpx_float8_scale_inv(qa), bt, lpx_float8_scale_inv(qw), NULL,
+                                   LPX_F32, 2, &bad),
+              LPX_EINVAL);
+    CHECK(bad == NULL);
+    lpx_tensor *rel[] = {o1, o2, o3, qa, qw, bt, m1, m2};
+    for (size_t k = 0; k < sizeof rel / sizeof *rel; k++) lpx_tensor_release(rel[k]);
+    lin_ref_free(&ref);
+}
+
 /* Per-GEMM overrides: high precision everywhere matches f64 to f32
  * accuracy; fake-quant gives the fp8 numerics without the fp8 GEMM. */
 static void test_linear_overrides(void)
@@ -1644,6 +1695,7 @@ int main(void)
     RUN(test_delayed_quantize);
     RUN(test_linear_presets);
     RUN(test_linear_overrides);
+    RUN(test_linear_fast_accum);
     RUN(test_linear_already_fp8);
     RUN(test_linear_errors);
     RUN(test_linear_delayed_steps);

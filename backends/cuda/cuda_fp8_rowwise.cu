@@ -8,6 +8,7 @@
  * argument blocks (cuda_fp8.cuh) and calls cu_f8_launch_rows/_cols/_groups.
  * Split from the former cuda_float8.cu: these kernels are most of the
  * quantize's code and have no part in the tensorwise path. */
+#include <stdlib.h>
 #include <string.h>
 #include "cuda_fp8.cuh"
 
@@ -298,22 +299,47 @@ template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows(RowArgs
  * registers at once (32 KiB of the row in flight per block), then the
  * amax, the block reduction and the cast from those registers: the row
  * is read once. The next row's loads come from the other block on the
- * SM (the launch keeps two per SM). */
+ * SM (the launch keeps two per SM), and with PF (bf16/f16 rows: a second
+ * set of 32 registers) from this block too: the next row's vectors are
+ * loaded before the current row's reduction and cast, so the SM's memory
+ * pipe is not idle while a block reduces (the H100 kept up without it,
+ * the H200's 1.4x bandwidth did not: 69% of copy). */
 constexpr int ROW_REGS = 8;
 
-template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows_regs(RowArgs a)
+template <int IN, bool E5, bool PF> __global__ void __launch_bounds__(256) k_rows_regs(RowArgs a)
 {
     constexpr int VB = 8 * (IN == IN_F32 ? 4 : 2); /* bytes of x per vector */
     __shared__ unsigned int red[8];
     const int lane = (int)threadIdx.x;
     F8Cnt c = {0, 0, 0, 0, 0};
-    for (int64_t g = blockIdx.x; g < a.G; g += gridDim.x) {
-        RowSpan r = row_span<IN>(a, g);
-        uint8_t *qv = a.q + r.e0 + r.nh;
-        V8<IN> v[ROW_REGS];
+    V8<IN> v[ROW_REGS], nx[PF ? ROW_REGS : 1];
+    RowSpan rn;
+    if (PF && blockIdx.x < a.G) {
+        rn = row_span<IN>(a, blockIdx.x);
 #pragma unroll
         for (int k = 0; k < ROW_REGS; k++)
-            if (lane + k * 256 < r.nu) v8_load<IN>(v[k], r.xv, lane + k * 256);
+            if (lane + k * 256 < rn.nu) v8_load<IN>(nx[PF ? k : 0], rn.xv, lane + k * 256);
+    }
+    for (int64_t g = blockIdx.x; g < a.G; g += gridDim.x) {
+        RowSpan r;
+        if (PF) {
+            r = rn;
+#pragma unroll
+            for (int k = 0; k < ROW_REGS; k++) v[k] = nx[PF ? k : 0];
+            int64_t gn = g + gridDim.x;
+            if (gn < a.G) {
+                rn = row_span<IN>(a, gn);
+#pragma unroll
+                for (int k = 0; k < ROW_REGS; k++)
+                    if (lane + k * 256 < rn.nu) v8_load<IN>(nx[PF ? k : 0], rn.xv, lane + k * 256);
+            }
+        } else {
+            r = row_span<IN>(a, g);
+#pragma unroll
+            for (int k = 0; k < ROW_REGS; k++)
+                if (lane + k * 256 < r.nu) v8_load<IN>(v[k], r.xv, lane + k * 256);
+        }
+        uint8_t *qv = a.q + r.e0 + r.nh;
         uint32_t m = 0; /* amax bits of the row's aligned vectors (dynamic) */
         if (a.dynamic) {
 #pragma unroll
@@ -503,7 +529,15 @@ template <int IN, bool E5> lpx_status launch_rows_nv(const char *op, int dev, Ro
              * (three at 78 registers) and 88.9% with two by accident of
              * the register count (docs/PERFORMANCE.md) */
             int64_t cap = 2 * (int64_t)cu_sm_count(dev);
-            k_rows_regs<IN, E5><<<grid_for<k_rows_regs<IN, E5>>(dev, a.G < cap ? a.G : cap), 256, 0, st>>>(a);
+            /* bf16/f16 rows prefetch the next row (LPX_CUDA_ROWS_PREFETCH=0:
+             * off, for A/B runs) */
+            static const bool pf_env = !(getenv("LPX_CUDA_ROWS_PREFETCH") && !strcmp(getenv("LPX_CUDA_ROWS_PREFETCH"), "0"));
+            if (IN != IN_F32 && pf_env)
+                k_rows_regs<IN, E5, true><<<grid_for<k_rows_regs<IN, E5, true>>(dev, a.G < cap ? a.G : cap), 256, 0,
+                                            st>>>(a);
+            else
+                k_rows_regs<IN, E5, false><<<grid_for<k_rows_regs<IN, E5, false>>(dev, a.G < cap ? a.G : cap), 256,
+                                             0, st>>>(a);
             return cu_launched(op, "k_rows_regs");
         }
     }

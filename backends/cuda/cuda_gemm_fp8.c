@@ -73,6 +73,7 @@ static lpx_status k_fp8_scaled_mm(lpx_call *c)
     lpx_tensor *a = cu_arg_tensor(c, 0), *as = cu_arg_tensor(c, 1), *b = cu_arg_tensor(c, 2);
     lpx_tensor *bs = cu_arg_tensor(c, 3), *bias = cu_arg_tensor(c, 4);
     lpx_dtype odt = c->args[5].u.d;
+    bool fast_accum = c->args[6].u.b;
     const char *op = cu_op(c);
     lpx_status st;
     if ((st = cu_check_dense(c, "a", a)) || (st = cu_check_dense(c, "b", b)) ||
@@ -166,6 +167,7 @@ static lpx_status k_fp8_scaled_mm(lpx_call *c)
     p.ab_dt = adt;
     p.b_dt = bdt;
     p.alpha = 1.0f;
+    p.fast_accum = fast_accum;
 
     /* scales: device f32 (tensorwise f32 tensors are used in place) */
     const float *sa_v = NULL, *sb_v = NULL;

@@ -46,6 +46,7 @@ typedef struct gm_problem {
      * N values) */
     int scale_mode;
     const float *a_scale, *b_scale;
+    bool fast_accum;         /* fp8: no periodic promotion of partial sums */
 } gm_problem;
 
 static inline bool cu_gemm_hp(lpx_dtype d) { return d == LPX_F32 || d == LPX_F16 || d == LPX_BF16; }

@@ -118,7 +118,7 @@ typedef struct gm_key {
     int64_t lda, ldb, ldc, ldd;   /* cuBLASLt's A = lpx b, B = lpx a */
     int64_t batch, sa, sb, sc, sd;
     int32_t dev, atype, btype, ctype, dtype, opa, opb;
-    int32_t bias, bias_type, scale_mode;
+    int32_t bias, bias_type, scale_mode, fast_accum;
     int32_t align_a, align_b, align_c, align_d, align_bias, align_scale;
 } gm_key;
 
@@ -216,11 +216,8 @@ static lpx_status gm_plan_make(const char *op, const gm_key *k, const gm_problem
         BL_TRY(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
         BL_TRY(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
-    /* LPX_CUDA_FP8_FAST_ACCUM=1 (experiment, read per plan): fp8 GEMMs
-     * accumulate without cuBLASLt's periodic promotion to f32 (torch's
-     * use_fast_accum); numerics differ from the CPU reference */
-    if ((k->atype == CUDA_R_8F_E4M3 || k->atype == CUDA_R_8F_E5M2) && getenv("LPX_CUDA_FP8_FAST_ACCUM") &&
-        !strcmp(getenv("LPX_CUDA_FP8_FAST_ACCUM"), "1")) {
+    /* fp8 without cuBLASLt's periodic promotion of partial sums to f32 */
+    if (k->fast_accum) {
         int8_t fa = 1;
         BL_TRY(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fa, sizeof fa));
     }
@@ -324,6 +321,7 @@ lpx_status cu_gemm_run(const char *op, const gm_problem *p)
     k.bias = p->bias != NULL;
     k.bias_type = p->bias ? (int32_t)biast : 0;
     k.scale_mode = p->scale_mode;
+    k.fast_accum = p->fast_accum && (p->ab_dt == LPX_F8E4M3FN || p->ab_dt == LPX_F8E5M2);
     k.align_a = gm_align(p->b, p->batch, p->b_bs * (int64_t)cu_gemm_es(p->b_dt));
     k.align_b = gm_align(p->a, p->batch, p->a_bs * (int64_t)cu_gemm_es(p->ab_dt));
     k.align_c = gm_align(cptr, p->batch, k.sc * (int64_t)cu_gemm_es(p->d_dt));

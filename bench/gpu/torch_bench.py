@@ -129,6 +129,11 @@ class Bench:
     def maybe_compile(self, fn, compiled):
         if not compiled:
             return fn
+        # a fresh dynamo cache per case: the cases compile the same code
+        # objects (nn.Linear.forward, Float8Linear.forward) at other shapes
+        # and configs, and past torch._dynamo.config.cache_size_limit (8)
+        # recompilations dynamo silently runs them eagerly
+        self.torch._dynamo.reset()
         return self.torch.compile(fn, dynamic=False)
 
     # ---- cases ----

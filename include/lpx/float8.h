@@ -241,6 +241,12 @@ LPX_API lpx_status lpx_fp8_dequantize(lpx_tensor *q, lpx_tensor *scale_inv, lpx_
 /** fp8_scaled_mm on dense fp8 matrices; bias may be NULL. */
 LPX_API lpx_status lpx_fp8_scaled_mm(lpx_tensor *a, lpx_tensor *a_scale_inv, lpx_tensor *b, lpx_tensor *b_scale_inv,
                                      lpx_tensor *bias, lpx_dtype out_dtype, lpx_tensor **out);
+/** Flags of lpx_fp8_scaled_mm_ex. FAST_ACCUM: the device may accumulate
+ *  without promoting partial sums to f32 (ops_float8.def). */
+enum { LPX_FP8_MM_FAST_ACCUM = 1 };
+/** lpx_fp8_scaled_mm with flags (LPX_FP8_MM_*); unknown bits: LPX_EINVAL. */
+LPX_API lpx_status lpx_fp8_scaled_mm_ex(lpx_tensor *a, lpx_tensor *a_scale_inv, lpx_tensor *b, lpx_tensor *b_scale_inv,
+                                        lpx_tensor *bias, lpx_dtype out_dtype, unsigned flags, lpx_tensor **out);
 /** fp8_scale_from_amax: the dynamic scale formula on given amaxes. */
 LPX_API lpx_status lpx_fp8_scale_from_amax(lpx_tensor *amax, lpx_dtype fp8, bool pow2, double scale_max,
                                            lpx_tensor **scale, lpx_tensor **scale_inv);
@@ -279,13 +285,26 @@ typedef struct lpx_float8_linear_recipe {
     lpx_float8_gemm_config wgrad;      /* a = g^T, b = x   */
     bool nonsaturating;                /* casts overflow to NaN/inf instead of clamping */
     lpx_float8_delayed_config delayed; /* history config of the states lpx_float8_linear_state_init makes */
+    /* appended in ABI 1.1 (a caller's struct_size that ends before it
+     * reads as 0): GEMMs (LPX_FLOAT8_FAST_ACCUM_*) whose fp8 products may
+     * accumulate without promotion to f32 (lpx_fp8_scaled_mm_ex); the
+     * presets set FPROP, as torchao and TransformerEngine do */
+    unsigned fast_accum;
 } lpx_float8_linear_recipe;
+
+/* Bits of lpx_float8_linear_recipe.fast_accum. */
+enum {
+    LPX_FLOAT8_FAST_ACCUM_FPROP = 1,
+    LPX_FLOAT8_FAST_ACCUM_DGRAD = 2,
+    LPX_FLOAT8_FAST_ACCUM_WGRAD = 4
+};
 
 /** Fills *r with a preset: "tensorwise" (dynamic tensorwise, e4m3 x and W,
  *  e5m2 grad_output), "rowwise" (axiswise e4m3 everywhere, power-of-2
  *  scales), "rowwise_with_gw_hp" (rowwise with grad_W in high precision),
  *  "delayed" (tensorwise delayed scaling, history 1024, algo max, margin 0,
- *  e4m3 forward / e5m2 grad). NULL or "" = "tensorwise". Errors:
+ *  e4m3 forward / e5m2 grad); every preset accumulates the forward GEMM
+ *  fast (fast_accum = FPROP). NULL or "" = "tensorwise". Errors:
  *  LPX_EINVAL (NULL r), LPX_ENOTFOUND (unknown name). */
 LPX_API lpx_status lpx_float8_linear_recipe_preset(const char *name, lpx_float8_linear_recipe *r);
 

@@ -41,7 +41,7 @@ static lpx_status check_operand(const char *op, const char *arg, const lpx_tenso
 }
 
 lpx_status f8_gemm(const char *op, lpx_tensor *a, lpx_tensor *b, lpx_tensor *bias, lpx_dtype out_dtype,
-                   lpx_tensor **out)
+                   unsigned flags, lpx_tensor **out)
 {
     *out = NULL;
     lpx_status st;
@@ -56,7 +56,7 @@ lpx_status f8_gemm(const char *op, lpx_tensor *a, lpx_tensor *b, lpx_tensor *bia
     if (out_dtype == LPX_FLOAT8_LOGICAL) out_dtype = lpx_tensor_dtype(a);
     lpx_tensor *hb = NULL;
     if (bias && (st = f8_hp(bias, &hb))) return st;
-    st = lpx_fp8_scaled_mm(f8_data(a), f8_scale_inv(a), f8_data(b), f8_scale_inv(b), hb, out_dtype, out);
+    st = lpx_fp8_scaled_mm_ex(f8_data(a), f8_scale_inv(a), f8_data(b), f8_scale_inv(b), hb, out_dtype, flags, out);
     lpx_tensor_release(hb);
     return st ? prefixed(op, st) : LPX_OK;
 }
@@ -70,7 +70,7 @@ lpx_status lpx_float8_mm(lpx_tensor *a, lpx_tensor *b, lpx_tensor *bias, lpx_dty
     if (!f8_is(a) || !f8_is(b))
         return lpx_error(LPX_EINVAL, "lpx_float8_mm: %s is not a float8 tensor (quantize it with lpx_float8_quantize)",
                          f8_is(a) ? "b" : "a");
-    return f8_gemm("lpx_float8_mm", a, b, bias, out_dtype, out);
+    return f8_gemm("lpx_float8_mm", a, b, bias, out_dtype, 0, out);
 }
 
 /* ---- handlers ------------------------------------------------------- */
@@ -146,7 +146,7 @@ static lpx_status rows_gemm(const char *op, lpx_tensor *a, lpx_tensor *b, lpx_te
 {
     lpx_tensor *a2 = NULL, *r = NULL;
     lpx_status st = as_2d(a, &a2);
-    if (!st) st = f8_gemm(op, a2, b, bias, lpx_tensor_dtype(a), &r);
+    if (!st) st = f8_gemm(op, a2, b, bias, lpx_tensor_dtype(a), 0, &r);
     if (!st) st = unflatten_rows(r, a, out);
     lpx_tensor_release(a2);
     lpx_tensor_release(r);
@@ -218,7 +218,7 @@ static lpx_status h_addmm(lpx_call *c)
         }
     }
     lpx_tensor *r = NULL, *ra = NULL, *hc = NULL, *cb = NULL, *res = NULL;
-    lpx_status st = f8_gemm("addmm", a, b, NULL, lpx_tensor_dtype(a), &r);
+    lpx_status st = f8_gemm("addmm", a, b, NULL, lpx_tensor_dtype(a), 0, &r);
     if (!st) st = alpha == 1.0 ? (lpx_tensor_retain(r), ra = r, LPX_OK) : lpx_mul_scalar(r, alpha, &ra);
     /* beta == 0 ignores c entirely (NaN in c does not leak), as BLAS does */
     if (!st && beta != 0.0) {

@@ -68,7 +68,7 @@ lpx_status f8_hp(lpx_tensor *t, lpx_tensor **out);
 /* Scaled GEMM of float8 a [M, K] and b [K, N] (scales checked to be
  * constant along K); `op` names the caller in messages. */
 lpx_status f8_gemm(const char *op, lpx_tensor *a, lpx_tensor *b, lpx_tensor *bias, lpx_dtype out_dtype,
-                   lpx_tensor **out);
+                   unsigned flags, lpx_tensor **out);
 
 /* Quantizes dense x (the core of lpx_float8_quantize); `op` names the
  * caller. */

@@ -27,6 +27,7 @@
  * float8_weight) is transposed once per forward context on the device
  * (contiguous of its transposed bytes, no cast) for dgrad. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include "float8_internal.h"
@@ -123,6 +124,10 @@ lpx_status lpx_float8_linear_recipe_preset(const char *name, lpx_float8_linear_r
                          "lpx_float8_linear_recipe_preset: unknown preset '%s' (tensorwise, rowwise, "
                          "rowwise_with_gw_hp, delayed)", name);
     }
+    /* the forward GEMM accumulates fast, the gradients with promotion
+     * (torchao's Float8LinearConfig, TransformerEngine's split
+     * accumulator for dgrad and wgrad only) */
+    x.fast_accum = LPX_FLOAT8_FAST_ACCUM_FPROP;
     *r = x;
     return LPX_OK;
 }
@@ -164,12 +169,35 @@ static lpx_status delayed_format(const char *what, const lpx_float8_linear_recip
     return LPX_OK;
 }
 
+static lpx_status check_recipe(const char *what, const lpx_float8_linear_recipe *r);
+
+/* The caller's recipe in this version's layout (*out), checked. The
+ * struct grows at its end only: a struct_size of an earlier layout (ABI
+ * 1.0 ends before fast_accum) reads the fields it covers, the rest 0. */
+static lpx_status load_recipe(const char *what, const lpx_float8_linear_recipe *in, lpx_float8_linear_recipe *out)
+{
+    if (!in) return lpx_error(LPX_EINVAL, "%s: recipe is NULL", what);
+    size_t v10 = offsetof(lpx_float8_linear_recipe, fast_accum);
+    if (in->struct_size != sizeof *in && in->struct_size != v10)
+        return lpx_error(LPX_EINVAL, "%s: recipe struct_size %zu, expected %zu (fill it with "
+                                     "lpx_float8_linear_recipe_preset)", what, in->struct_size, sizeof *in);
+    memset(out, 0, sizeof *out);
+    memcpy(out, in, in->struct_size);
+    out->struct_size = sizeof *out;
+    return check_recipe(what, out);
+}
+
+/* lpx_fp8_scaled_mm_ex flags of GEMM g (0 fprop, 1 dgrad, 2 wgrad). */
+static unsigned mm_flags(const lpx_float8_linear_recipe *r, int g)
+{
+    return (r->fast_accum >> g) & 1u ? LPX_FP8_MM_FAST_ACCUM : 0u;
+}
+
 static lpx_status check_recipe(const char *what, const lpx_float8_linear_recipe *r)
 {
-    if (!r) return lpx_error(LPX_EINVAL, "%s: recipe is NULL", what);
-    if (r->struct_size != sizeof *r)
-        return lpx_error(LPX_EINVAL, "%s: recipe struct_size %zu, expected %zu (fill it with "
-                                     "lpx_float8_linear_recipe_preset)", what, r->struct_size, sizeof *r);
+    if (r->fast_accum & ~7u)
+        return lpx_error(LPX_EINVAL, "%s: recipe fast_accum 0x%x has bits beyond FPROP | DGRAD | WGRAD (7)", what,
+                         r->fast_accum);
     const lpx_float8_gemm_config *gs[3] = {&r->fprop, &r->dgrad, &r->wgrad};
     lpx_status st;
     for (int g = 0; g < 3; g++) {
@@ -195,8 +223,10 @@ lpx_status lpx_float8_linear_state_init(lpx_float8_linear_state *s, const lpx_fl
     const char *what = "lpx_float8_linear_state_init";
     if (!s) return lpx_error(LPX_EINVAL, "%s: state is NULL", what);
     memset(s, 0, sizeof *s);
+    lpx_float8_linear_recipe rr;
     lpx_status st = lpx_ensure_init();
-    if (st || (st = check_recipe(what, r))) return st;
+    if (st || (st = load_recipe(what, r, &rr))) return st;
+    r = &rr;
     lpx_float8_delayed **slots[3] = {&s->input, &s->weight, &s->grad_output};
     for (int role = 1; role <= 3 && !st; role++) {
         lpx_dtype f;
@@ -476,8 +506,10 @@ lpx_status lpx_float8_linear_forward(const lpx_float8_linear_recipe *r, const lp
         report_init(&report->dgrad, -1);
         report_init(&report->wgrad, -1);
     }
+    lpx_float8_linear_recipe rr;
     lpx_status st = lpx_ensure_init();
-    if (st || (st = check_recipe(what, r))) return st;
+    if (st || (st = load_recipe(what, r, &rr))) return st;
+    r = &rr;
     if (!x || !w) return lpx_error(LPX_EINVAL, "%s: %s is NULL", what, x ? "w" : "x");
     char sx[160], sw[160];
     lpx_tensor_shape_str(x, sx, sizeof sx);
@@ -526,7 +558,7 @@ lpx_status lpx_float8_linear_forward(const lpx_float8_linear_recipe *r, const lp
         if (!(st = operand(&u, &ctx->cache, SRC_X, ctx->x2, &r->fprop.a, 1, LPX_FLOAT8_ROLE_INPUT, fx, &xa, &ra)) &&
             !(st = operand(&u, &ctx->cache, SRC_W, w, &r->fprop.b, 1, LPX_FLOAT8_ROLE_WEIGHT, fw, &wb, &rb)) &&
             !(st = lpx_t(wb, &wt)))
-            st = f8_gemm("Float8Linear fprop", xa, wt, bias, ctx->x_dtype, &y2);
+            st = f8_gemm("Float8Linear fprop", xa, wt, bias, ctx->x_dtype, mm_flags(&ctx->r, 0), &y2);
     }
     if (!st) {
         if (xnd == 2) {
@@ -582,7 +614,7 @@ static lpx_status dgrad(const run *u, lpx_float8_linear_ctx *ctx, f8_cache *gc, 
                      : 0;
         if (!(st = operand(u, gc, SRC_G, g2, &gcfg->a, 1, LPX_FLOAT8_ROLE_GRAD_OUTPUT, fg, &ga, &rep->a)) &&
             !(st = operand(u, &ctx->cache, SRC_W, ctx->w, &gcfg->b, 0, LPX_FLOAT8_ROLE_WEIGHT, 0, &wb, &rep->b)))
-            st = f8_gemm("Float8Linear dgrad", ga, wb, NULL, ctx->x_dtype, &r);
+            st = f8_gemm("Float8Linear dgrad", ga, wb, NULL, ctx->x_dtype, mm_flags(&ctx->r, 1), &r);
     }
     if (!st) st = to_dtype(r, ctx->x_dtype, gx2);
     lpx_tensor *tmp[3] = {ga, wb, r};
@@ -609,7 +641,7 @@ static lpx_status wgrad(const run *u, lpx_float8_linear_ctx *ctx, f8_cache *gc, 
         if (!(st = operand(u, gc, SRC_G, g2, &gcfg->a, 0, LPX_FLOAT8_ROLE_GRAD_OUTPUT, 0, &ga, &rep->a)) &&
             !(st = lpx_t(ga, &gat)) &&
             !(st = operand(u, &ctx->cache, SRC_X, ctx->x2, &gcfg->b, 0, LPX_FLOAT8_ROLE_INPUT, 0, &xb, &rep->b)))
-            st = f8_gemm("Float8Linear wgrad", gat, xb, NULL, ctx->w_dtype, &r);
+            st = f8_gemm("Float8Linear wgrad", gat, xb, NULL, ctx->w_dtype, mm_flags(&ctx->r, 2), &r);
     }
     if (!st) st = to_dtype(r, ctx->w_dtype, gw);
     lpx_tensor *tmp[4] = {ga, gat, xb, r};

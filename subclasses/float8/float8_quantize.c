@@ -96,12 +96,22 @@ lpx_status lpx_fp8_dequantize(lpx_tensor *q, lpx_tensor *scale_inv, lpx_dtype dt
     return lpx__call_ret1(LPX_OP_fp8_dequantize, args, 3, out);
 }
 
+lpx_status lpx_fp8_scaled_mm_ex(lpx_tensor *a, lpx_tensor *a_scale_inv, lpx_tensor *b, lpx_tensor *b_scale_inv,
+                                lpx_tensor *bias, lpx_dtype out_dtype, unsigned flags, lpx_tensor **out)
+{
+    if (flags & ~(unsigned)LPX_FP8_MM_FAST_ACCUM) {
+        if (out) *out = NULL;
+        return lpx_error(LPX_EINVAL, "fp8_scaled_mm: unknown flags 0x%x (LPX_FP8_MM_FAST_ACCUM = 1)", flags);
+    }
+    lpx_value args[7] = {lpx_v_tensor(a), lpx_v_tensor(a_scale_inv), lpx_v_tensor(b), lpx_v_tensor(b_scale_inv),
+                         lpx_v_opt_tensor(bias), lpx_v_dtype(out_dtype), lpx_v_bool(flags & LPX_FP8_MM_FAST_ACCUM)};
+    return lpx__call_ret1(LPX_OP_fp8_scaled_mm, args, 7, out);
+}
+
 lpx_status lpx_fp8_scaled_mm(lpx_tensor *a, lpx_tensor *a_scale_inv, lpx_tensor *b, lpx_tensor *b_scale_inv,
                              lpx_tensor *bias, lpx_dtype out_dtype, lpx_tensor **out)
 {
-    lpx_value args[6] = {lpx_v_tensor(a), lpx_v_tensor(a_scale_inv), lpx_v_tensor(b), lpx_v_tensor(b_scale_inv),
-                         lpx_v_opt_tensor(bias), lpx_v_dtype(out_dtype)};
-    return lpx__call_ret1(LPX_OP_fp8_scaled_mm, args, 6, out);
+    return lpx_fp8_scaled_mm_ex(a, a_scale_inv, b, b_scale_inv, bias, out_dtype, 0, out);
 }
 
 lpx_status lpx_fp8_scale_from_amax(lpx_tensor *amax, lpx_dtype fp8, bool pow2, double scale_max, lpx_tensor **scale,

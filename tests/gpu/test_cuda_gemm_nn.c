@@ -18,6 +18,9 @@ static double tol_of(lpx_dtype dt) { return dt == LPX_BF16 ? 1e-2 : dt == LPX_F1
  * before cuBLASLt promotes them (measured on an H100, 2026-11-22: relative
  * error 1.2e-4 to 1.3e-4 at k = 128, against ~1e-7 for the f32 path). */
 #define FP8_MMA_TOL 5e-4
+/* The same with fast accumulation (no promotion of partial sums to f32;
+ * about 14 significant bits kept, DeepSeek-V3 report): a looser bound. */
+#define FP8_FAST_TOL 5e-3
 
 /* Checks rel_err(cpu, gpu) <= tol, printing what and the error. */
 static void close_to(const char *what, lpx_tensor *cpu, lpx_tensor *gpu, double tol)
@@ -207,8 +210,8 @@ static void test_addmm(void)
 /* a [M, K] e4m3 (or afp8), b [K, N] of bfp8: the transposed view of a
  * quantized [N, K] weight (btv) or a row-major [K, N]; scales rowwise
  * ([M, 1] and [1, N]) or tensorwise; optional bias of bias_dt. */
-static void fp8_case(const char *what, int64_t M, int64_t K, int64_t N, lpx_dtype afp8, lpx_dtype bfp8, bool rowwise,
-                     bool btv, lpx_dtype odt, int bias_dt, double tol)
+static void fp8_case_flags(const char *what, int64_t M, int64_t K, int64_t N, lpx_dtype afp8, lpx_dtype bfp8,
+                           bool rowwise, bool btv, lpx_dtype odt, int bias_dt, double tol, unsigned flags)
 {
     int64_t xs[2] = {M, K}, ws[2] = {N, K}, bs[2] = {K, N}, d1 = 1, d0 = 0;
     lpx_tensor *x = gpu_randn_cpu(LPX_F32, 2, xs, 51, 1.0), *w = gpu_randn_cpu(LPX_F32, 2, btv ? ws : bs, 52, 0.5);
@@ -248,10 +251,16 @@ static void fp8_case(const char *what, int64_t M, int64_t K, int64_t N, lpx_dtyp
         lpx_tensor_retain(gqb);
         lpx_tensor_retain(gsb);
     }
-    CHECK_OK(lpx_fp8_scaled_mm(gqa, gsa, gqb, gsb, gbias, odt, &got));
+    CHECK_OK(lpx_fp8_scaled_mm_ex(gqa, gsa, gqb, gsb, gbias, odt, flags, &got));
     close_to(what, ref, got, tol);
     lpx_tensor *all[] = {x, w, qa, sa, qw, sw, qb, sb, bias, ref, got, gqa, gsa, gqw, gsw, gbias, gqb, gsb};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) lpx_tensor_release(all[i]);
+}
+
+static void fp8_case(const char *what, int64_t M, int64_t K, int64_t N, lpx_dtype afp8, lpx_dtype bfp8, bool rowwise,
+                     bool btv, lpx_dtype odt, int bias_dt, double tol)
+{
+    fp8_case_flags(what, M, K, N, afp8, bfp8, rowwise, btv, odt, bias_dt, tol, 0);
 }
 
 static void test_fp8_scaled_mm(void)
@@ -280,6 +289,11 @@ static void test_fp8_scaled_mm(void)
     fp8_case("17x33x65 rowwise bf16", 17, 33, 65, E4, E5, true, false, LPX_BF16, LPX_BF16, 1e-2);
     fp8_case("1x16x1", 1, 16, 1, E4, E4, false, true, LPX_F32, -1, FP8_MMA_TOL);
     fp8_case("5x7x3", 5, 7, 3, E4, E4, true, true, LPX_BF16, LPX_F32, 1e-2);
+    /* fast accumulation (the CPU reference sums exactly) */
+    fp8_case_flags("fast accum tensorwise f32", 256, 512, 192, E4, E4, false, true, LPX_F32, -1, FP8_FAST_TOL,
+                   LPX_FP8_MM_FAST_ACCUM);
+    fp8_case_flags("fast accum rowwise bf16 + bias", 64, 128, 96, E4, E5, true, true, LPX_BF16, LPX_BF16, 1e-2,
+                   LPX_FP8_MM_FAST_ACCUM);
     /* e5m2 x e5m2 is refused like on the CPU */
     const int64_t s[2] = {16, 16};
     lpx_tensor *q = NULL, *one = NULL, *out = NULL;
@@ -298,7 +312,8 @@ static void test_fp8_scaled_mm(void)
  * runs the composition; the codes are the same bits, so out, grad_x and
  * grad_W differ only by the GEMMs' accumulation. w_fp8: W given as a
  * tensorwise float8 weight (as the fp8 all-gather delivers it). */
-static void f8lin_case(const char *preset, int64_t M, int64_t K, int64_t N, lpx_dtype dt, bool w_fp8, double tol)
+static void f8lin_case(const char *preset, int64_t M, int64_t K, int64_t N, lpx_dtype dt, bool w_fp8, bool fast,
+                       double tol)
 {
     int64_t xs[2] = {M, K}, ws[2] = {N, K}, gs[2] = {M, N};
     lpx_tensor *x = gpu_randn_cpu(dt, 2, xs, 71, 1.0), *w = gpu_randn_cpu(dt, 2, ws, 72, 0.05);
@@ -307,6 +322,7 @@ static void f8lin_case(const char *preset, int64_t M, int64_t K, int64_t N, lpx_
     lpx_tensor *res[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}}, *wq[2] = {NULL, NULL};
     lpx_float8_linear_recipe r;
     CHECK_OK(lpx_float8_linear_recipe_preset(preset, &r));
+    if (!fast) r.fast_accum = 0;
     for (int d = 0; d < 2; d++) {
         lpx_float8_linear_state st;
         CHECK_OK(lpx_float8_linear_state_init(&st, &r));
@@ -335,8 +351,8 @@ static void f8lin_case(const char *preset, int64_t M, int64_t K, int64_t N, lpx_
     static const char *names[3] = {"out", "grad_x", "grad_W"};
     for (int i = 0; i < 3; i++) {
         char what[160];
-        snprintf(what, sizeof what, "Float8Linear %s %lldx%lldx%lld %s%s %s", preset, (long long)M, (long long)K,
-                 (long long)N, lpx_dtype_name(dt), w_fp8 ? " fp8 W" : "", names[i]);
+        snprintf(what, sizeof what, "Float8Linear %s %lldx%lldx%lld %s%s%s %s", preset, (long long)M, (long long)K,
+                 (long long)N, lpx_dtype_name(dt), w_fp8 ? " fp8 W" : "", fast ? " fast fprop" : "", names[i]);
         if (res[0][i] && res[1][i] && lpx_tensor_kind(res[1][i]) == NULL) close_to(what, res[0][i], res[1][i], tol);
         else CHECKF(false, "%s: missing or not dense", what);
     }
@@ -354,15 +370,18 @@ static void test_float8_linear(void)
 {
     static const char *presets[] = {"tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed"};
     for (int p = 0; p < 4; p++) {
-        /* fused casts (rows % 16, cols % 8) with partial tiles */
-        f8lin_case(presets[p], 144, 200, 96, LPX_F32, false, FP8_MMA_TOL);
-        f8lin_case(presets[p], 256, 128, 320, LPX_BF16, false, 1e-2);
+        /* fused casts (rows % 16, cols % 8) with partial tiles; f32 sums
+         * with promotion (the CPU's up to FP8_MMA_TOL) */
+        f8lin_case(presets[p], 144, 200, 96, LPX_F32, false, false, FP8_MMA_TOL);
+        /* the presets as they are: the forward GEMM accumulates fast */
+        f8lin_case(presets[p], 256, 128, 320, LPX_BF16, false, true, 1e-2);
+        f8lin_case(presets[p], 144, 200, 96, LPX_F32, false, true, FP8_FAST_TOL);
         /* the composition (odd shapes) */
-        f8lin_case(presets[p], 24, 40, 56, LPX_F32, false, FP8_MMA_TOL);
+        f8lin_case(presets[p], 24, 40, 56, LPX_F32, false, false, FP8_MMA_TOL);
     }
     /* the weight already fp8: transposed once on the device for dgrad */
-    f8lin_case("tensorwise", 144, 200, 96, LPX_F32, true, FP8_MMA_TOL);
-    f8lin_case("tensorwise", 256, 128, 320, LPX_BF16, true, 1e-2);
+    f8lin_case("tensorwise", 144, 200, 96, LPX_F32, true, false, FP8_MMA_TOL);
+    f8lin_case("tensorwise", 256, 128, 320, LPX_BF16, true, true, 1e-2);
 }
 
 /* ---- nf4_mm --------------------------------------------------------------- */

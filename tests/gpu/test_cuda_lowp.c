@@ -294,6 +294,39 @@ static void test_quantize_rowwise(void)
             }
 }
 
+/* Rows of 8K-16K elements (k_rows_regs) in more rows than the persistent
+ * grid has blocks (2 per SM), so each block walks several rows and the
+ * bf16/f16 kernels prefetch the next row while casting the current one;
+ * a slice at an odd element offset gives every row a scalar head and tail.
+ * Dynamic, static, pow2; specials and a zero row. */
+static void test_quantize_rowwise_many_rows(void)
+{
+    const int64_t Ds[3] = {8200, 12345, 16384};
+    for (int di = 0; di < 3; di++)
+        for (int h = 0; h < 2; h++) {
+            int64_t R = 613 + di, D = Ds[di], shape[2] = {R, D}, dim = 1;
+            lpx_tensor *xc = gen(HP[h], 2, shape, 4000 + (uint64_t)di * 2 + (uint64_t)h, 4.0, SP_FINITE, 5);
+            lpx_tensor *xg = gpu_up(xc);
+            int64_t sshape[2] = {R, 1};
+            lpx_tensor *sc = gen_pos(2, sshape, 91 + (uint64_t)di, 0.05, 80.0), *sg = gpu_up(sc);
+            char lab[256];
+            label_of(lab, sizeof lab, "many rows dynamic", HP[h], xc, FP8[di % 2], false, 0, true);
+            quant_same(lab, xc, xg, NULL, NULL, FP8[di % 2], &dim, false, 0.0, true);
+            label_of(lab, sizeof lab, "many rows dynamic pow2", HP[h], xc, FP8[1 - di % 2], true, 0, false);
+            quant_same(lab, xc, xg, NULL, NULL, FP8[1 - di % 2], &dim, true, 0.0, false);
+            label_of(lab, sizeof lab, "many rows static", HP[h], xc, FP8[0], false, 0, true);
+            quant_same(lab, xc, xg, sc, sg, FP8[0], &dim, false, 0.0, true);
+            /* rows D - 2 long starting one element in: misaligned heads */
+            lpx_tensor *vc = NULL, *vg = NULL;
+            CHECK_OK(lpx_narrow(xc, 1, 1, D - 2, &vc));
+            CHECK_OK(lpx_narrow(xg, 1, 1, D - 2, &vg));
+            label_of(lab, sizeof lab, "many rows misaligned", HP[h], vc, FP8[0], false, 0, true);
+            quant_same(lab, vc, vg, NULL, NULL, FP8[0], &dim, false, 0.0, true);
+            lpx_tensor *rel[6] = {xc, xg, sc, sg, vc, vg};
+            for (int i = 0; i < 6; i++) lpx_tensor_release(rel[i]);
+        }
+}
+
 /* Columns (dim 0), a middle dim, misaligned and transposed views. */
 static void test_quantize_axes_and_views(void)
 {
@@ -1088,6 +1121,7 @@ int main(void)
     RUN(test_quantize_clamp_and_zeros);
     RUN(test_quantize_nonfinite_static);
     RUN(test_quantize_rowwise);
+    RUN(test_quantize_rowwise_many_rows);
     RUN(test_quantize_axes_and_views);
     RUN(test_scale_formula);
     RUN(test_quantize_nonfinite_dynamic);
