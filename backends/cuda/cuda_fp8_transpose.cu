@@ -75,16 +75,40 @@ __device__ __forceinline__ void transpose4x8(const uint32_t (&lo)[4], const uint
 /* Word of the shared tile holding rows 4rb..4rb+3 of tile column col. */
 __device__ __forceinline__ int tile_word(int col, int rb) { return col * 32 + (rb ^ (((col >> 3) & 7) << 2)); }
 
+/* This block's tile and this thread's place in it: rows rbase..rbase+3,
+ * columns c..c+7 (cv, rb: the thread's column group and row block). */
+struct TilePos {
+    int64_t r0, c0, c, rbase;
+    int cv, rb;
+};
+
+/* The thread's four rows of 8 elements, all loads issued before any use
+ * (q may alias x as far as the compiler knows, so loads would not move
+ * above the stores that follow). */
+template <int IN> __device__ __forceinline__ TilePos tile_load(const TArgs &a, V8<IN> (&v)[4])
+{
+    constexpr int ES = IN == IN_F32 ? 4 : 2;
+    TilePos p;
+    int64_t tr = blockIdx.x / a.tiles_c, tc = blockIdx.x - tr * a.tiles_c;
+    p.r0 = tr * TR, p.c0 = tc * TC;
+    p.cv = threadIdx.x & 7, p.rb = threadIdx.x >> 3;
+    p.c = p.c0 + p.cv * 8, p.rbase = p.r0 + p.rb * 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (p.rbase + i < a.R && p.c < a.C) v8_load<IN>(v[i], a.x + ((p.rbase + i) * a.C + p.c) * ES, 0);
+    return p;
+}
+
 template <int IN, bool E5, bool PER> __global__ void __launch_bounds__(256) k_t_cast(TArgs a)
 {
     constexpr int ES = IN == IN_F32 ? 4 : 2;
     __shared__ uint32_t tile[TC * 32];
     cu_pdl_wait();
     cu_pdl_trigger();
-    int64_t tr = blockIdx.x / a.tiles_c, tc = blockIdx.x - tr * a.tiles_c;
-    int64_t r0 = tr * TR, c0 = tc * TC;
-    int cv = threadIdx.x & 7, rb = threadIdx.x >> 3;
-    int64_t c = c0 + cv * 8, rbase = r0 + rb * 4;
+    V8<IN> v[4];
+    const TilePos p = tile_load<IN>(a, v);
+    const int64_t r0 = p.r0, c0 = p.c0, c = p.c, rbase = p.rbase;
+    const int cv = p.cv, rb = p.rb;
     float s = 0.0f;
     bool track = false;
     if (!PER) {
@@ -106,12 +130,6 @@ template <int IN, bool E5, bool PER> __global__ void __launch_bounds__(256) k_t_
     }
     F8Cnt cnt = {0, 0, 0, 0, 0}, dummy = {0, 0, 0, 0, 0};
     uint32_t lo[4], hi[4], tlo[4], thi[4];
-    /* the four loads first, all in flight before the first store (q may
-     * alias x as far as the compiler knows) */
-    V8<IN> v[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        if (rbase + i < a.R && c < a.C) v8_load<IN>(v[i], a.x + ((rbase + i) * a.C + c) * ES, 0);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         lo[i] = hi[i] = tlo[i] = thi[i] = 0;
@@ -153,21 +171,16 @@ template <int IN, bool E5, bool PER> __global__ void __launch_bounds__(256) k_t_
  * [C] (zeroed before), and the tensor's amax into the workspace. */
 template <int IN> __global__ void __launch_bounds__(256) k_t_amax(TArgs a)
 {
-    constexpr int ES = IN == IN_F32 ? 4 : 2;
     __shared__ uint32_t colm[8][TC];
     cu_pdl_wait();
     cu_pdl_trigger();
     uint32_t *row_amax = reinterpret_cast<uint32_t *>(a.scale_out);
     uint32_t *col_amax = reinterpret_cast<uint32_t *>(a.scale_t_out);
-    int64_t tr = blockIdx.x / a.tiles_c, tc = blockIdx.x - tr * a.tiles_c;
-    int64_t r0 = tr * TR, c0 = tc * TC;
-    int cv = threadIdx.x & 7, rb = threadIdx.x >> 3, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int64_t c = c0 + cv * 8, rbase = r0 + rb * 4;
-    uint32_t cm[8] = {0, 0, 0, 0, 0, 0, 0, 0}, all = 0;
     V8<IN> v[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        if (rbase + i < a.R && c < a.C) v8_load<IN>(v[i], a.x + ((rbase + i) * a.C + c) * ES, 0);
+    const TilePos p = tile_load<IN>(a, v);
+    const int64_t c0 = p.c0, c = p.c, rbase = p.rbase;
+    const int cv = p.cv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    uint32_t cm[8] = {0, 0, 0, 0, 0, 0, 0, 0}, all = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         int64_t r = rbase + i;

@@ -58,6 +58,16 @@ def cell(r):
     return f"{r['ms']:.3f} ms {rate(r):.0f} {unit}".rstrip()
 
 
+def print_table(hdr, rows):
+    """Left-aligned columns as wide as their widest cell."""
+    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    print(fmt.format(*hdr))
+    print(fmt.format(*["-" * w for w in widths]))
+    for r in rows:
+        print(fmt.format(*r))
+
+
 LIN_SHAPES = ["4096x4096", "4096x14336", "14336x4096"]
 LIN_RECIPES = ["bf16", "tensorwise", "tensorwise_fp8w", "rowwise", "rowwise_with_gw_hp", "delayed"]
 
@@ -87,12 +97,7 @@ def lin_table(lpx, torch, ms_of, lin_ratio):
             f = lambda v: f"{v:.2f}x" if v else "-"  # noqa: E731
             rows.append([shape, recipe, f"{ms:.3f} ms" if ms else "-", f(fw), f(fb), f(vt),
                          f(tb / ta if ta and tb else None)])
-    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(fmt.format(*hdr))
-    print(fmt.format(*["-" * w for w in widths]))
-    for r in rows:
-        print(fmt.format(*r))
+    print_table(hdr, rows)
     print("vs torchao+compile: torchao Float8Linear (same recipe) + torch.compile time over lpx's; for bf16, torch "
           "nn.Linear + compile over lpx's bf16 layer")
 
@@ -201,12 +206,7 @@ def main():
         p = pct(lr) if ok(lr) else None
         rows.append([c, cell(lr), cell(tr), cell(cr) if cr else "-", ratio,
                      f"{p:.1f}%" if p is not None else "-", row_target.get(c, "")])
-    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(fmt.format(*hdr))
-    print(fmt.format(*["-" * w for w in widths]))
-    for r in rows:
-        print(fmt.format(*r))
+    print_table(hdr, rows)
     print("lpx/torch: the faster of torch eager and torch.compile, in time, over lpx (> 1: lpx is faster).")
     lin_table(lpx, torch, ms_of, lin_ratio)
     batches = sorted({r.get("batch", 1) for recs in (lpx, torch) for r in recs.values() if ok(r)})
