@@ -372,7 +372,7 @@ static void release_r(lpx_tensor *r[MAXR])
 
 static void sweep(const ocase *k)
 {
-    check_case_failures = 0;
+    check_flush_outside(check_cases_run ? "between cases" : "before the first case");
     k->setup();
     bool setup_ok = true;
     for (int i = 0; i < nin; i++) setup_ok = setup_ok && in[i];
