@@ -47,6 +47,8 @@ torch_json=$out/torch.jsonl
 : >"$torch_json"
 quick=()
 [ "${BENCH_QUICK:-0}" = 1 ] && quick=(--quick)
+torch_reserve=170
+[ "${BENCH_COMPILE:-1}" = 0 ] && torch_reserve=60
 have_timeout=1
 command -v timeout >/dev/null 2>&1 || have_timeout=0
 run_limited() {  # seconds, command...
@@ -93,8 +95,9 @@ else
         ref=()
         gbps=$(grep '"case": "copy",' "$lpx_json" | sed -n 's/.*"gbps": \([0-9.]*\).*/\1/p' | tail -1)
         [ -n "$gbps" ] && ref=(--copy-gbps "$gbps")
-        # keep about 150 s for PyTorch and 20 s for the table
-        lim=$(limit "${BENCH_CASE_TIMEOUT:-90}" 170)
+        # keep about 150 s for PyTorch (40 s without torch.compile) and 20 s
+        # for the table
+        lim=$(limit "${BENCH_CASE_TIMEOUT:-90}" "$torch_reserve")
         if [ "$lim" -lt 10 ]; then
             echo "$c: not run (BENCH_DEADLINE)"
             echo "{\"impl\": \"lpx\", \"case\": \"$c\", \"error\": \"not run: no time left\"}" >>"$lpx_json"
