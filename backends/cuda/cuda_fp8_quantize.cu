@@ -395,12 +395,7 @@ lpx_status k_fp8_quantize(lpx_call *c)
                  * stage (4 vectors each, 2 for f32); longer rows (and
                  * unvectorized x) are streamed twice */
                 int64_t units = D / 8;
-                /* LPX_CUDA_ROWS_STAGE16K=1: the double-size stage, rows up to
-                 * 16384 elements staged (else held in registers) */
-                static const bool stage16k = getenv("LPX_CUDA_ROWS_STAGE16K") &&
-                                             !strcmp(getenv("LPX_CUDA_ROWS_STAGE16K"), "1");
                 int nv_max = ik == IN_F32 ? 2 : 4;
-                if (stage16k && vec && units > 256 * nv_max && units <= 512 * nv_max) nv_max *= 2;
                 int nv = 0, team = 32;
                 if (vec && units <= 256 * nv_max) {
                     team = 8;

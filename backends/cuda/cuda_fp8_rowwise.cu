@@ -197,16 +197,10 @@ template <int IN> __device__ __forceinline__ void stage_read(V8<IN> &v, const ui
  * buffered: the next row's copies are issued before the current row's
  * amax and cast, so loads stay in flight while the team computes and no
  * registers hold them. */
-template <int IN, bool E5, int SW> __global__ void __launch_bounds__(256) k_rows_staged(RowArgs a)
+template <int IN, bool E5> __global__ void __launch_bounds__(256) k_rows_staged(RowArgs a)
 {
     constexpr int VB = 8 * (IN == IN_F32 ? 4 : 2); /* bytes of x per vector */
-    /* SW = STAGE_WORDS: 32 KiB of static shared memory; SW = 2 STAGE_WORDS
-     * (rows up to 16384 elements, LPX_CUDA_ROWS_STAGE16K=1): 64 KiB,
-     * dynamic */
-    __shared__ uint4 stage_static[SW == STAGE_WORDS ? 2 * STAGE_WORDS * 256 : 1];
-    extern __shared__ uint4 stage_dyn[];
-    uint4 *const stage[2] = {SW == STAGE_WORDS ? stage_static : stage_dyn,
-                             (SW == STAGE_WORDS ? stage_static : stage_dyn) + SW * 256};
+    __shared__ uint4 stage[2][STAGE_WORDS * 256];
     __shared__ unsigned int red[8];
     const int T = a.team, R = blockDim.x / T, nv = a.nv;
     const int lane = (int)(threadIdx.x % T), team_id = (int)(threadIdx.x / T);
@@ -522,30 +516,9 @@ template <int IN, bool E5> lpx_status launch_rows_nv(const char *op, int dev, Ro
     cudaStream_t st = cu_stream(dev);
     int64_t want = (a.G + 256 / a.team - 1) / (256 / a.team);
     if constexpr (IN != IN_ANY) {
-        if (nv > 0 && nv * V8<IN>::W <= STAGE_WORDS) {
-            a.nv = nv;
-            k_rows_staged<IN, E5, STAGE_WORDS><<<grid_for<k_rows_staged<IN, E5, STAGE_WORDS>>(dev, want), 256, 0,
-                                                 st>>>(a);
-            return cu_launched(op, "k_rows_staged");
-        }
         if (nv > 0) {
-            /* the double stage of 16K-element rows: 64 KiB of dynamic
-             * shared memory per block (opted in once), blocks per SM from
-             * the occupancy with it */
-            constexpr int SW2 = 2 * STAGE_WORDS;
-            constexpr size_t smem = 2 * SW2 * 256 * sizeof(uint4);
-            auto k = k_rows_staged<IN, E5, SW2>;
-            static int per_sm = 0;
-            if (per_sm == 0) {
-                if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
-                    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, 256, smem) != cudaSuccess || per_sm < 1) {
-                    (void)cudaGetLastError();
-                    per_sm = 1;
-                }
-            }
-            int64_t cap = (int64_t)per_sm * cu_sm_count(dev);
             a.nv = nv;
-            k<<<(unsigned)(want < cap ? (want < 1 ? 1 : want) : cap), 256, smem, st>>>(a);
+            k_rows_staged<IN, E5><<<grid_for<k_rows_staged<IN, E5>>(dev, want), 256, 0, st>>>(a);
             return cu_launched(op, "k_rows_staged");
         }
         /* a row's aligned vectors: at most D / 8 */
