@@ -54,6 +54,7 @@ static inline void check_run(const char *name, void (*fn)(void))
     check_cases_run++;
     printf("%s %s\n", check_case_failures ? "FAIL" : "ok  ", name);
     if (check_case_failures) check_total_failures++;
+    check_case_failures = 0; /* counted: what comes next is outside a case */
     fflush(stdout);
 }
 #define RUN(fn) check_run(#fn, fn)

@@ -25,7 +25,9 @@
  * cast + transpose); a tensor needed along dim 0 alone is cast the same
  * way. A float8 weight from the caller (the fp8 all-gather's
  * float8_weight) is transposed once per forward context on the device
- * (contiguous of its transposed bytes, no cast) for dgrad. */
+ * (contiguous of its transposed bytes, no cast) for dgrad. On the CPU,
+ * whose GEMM reads either layout at the same cost, none of this happens:
+ * each cast is made once in row-major form and shared as before. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -348,8 +350,13 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
     *out = NULL;
     lpx_status st;
     lpx_tensor *hp = NULL;
-    bool any_layout = flags & OP_ANY_LAYOUT, both = (flags & OP_BOTH) && !any_layout;
-    bool want_col = reduce_dim == 0 && !any_layout;
+    /* layouts matter where the GEMM reads only K-major operands in place
+     * (cuBLASLt); the CPU GEMM decodes tiles of either layout alike, so
+     * there one row-major cast serves every GEMM that can share it, and a
+     * transposed copy would be work for nothing */
+    bool layouts = !(flags & OP_ANY_LAYOUT) && lpx_tensor_device(t).type != LPX_DEVICE_CPU;
+    bool any_layout = !layouts, both = layouts && (flags & OP_BOTH);
+    bool want_col = layouts && reduce_dim == 0;
     if (f8_is(t)) {
         const f8_meta *m = f8_meta_of(t);
         if (m->role != LPX_FLOAT8_ROLE_NONE && m->role != role)

@@ -337,13 +337,23 @@ static void f8lin_case(const char *preset, int64_t M, int64_t K, int64_t N, lpx_
             wuse = wq[d];
         }
         lpx_float8_linear_ctx *ctx = NULL;
-        lpx_status s = lpx_float8_linear_forward(&r, &st, in[d][0], wuse, NULL, &res[d][0], &ctx, NULL);
+        lpx_float8_linear_report rep;
+        lpx_status s = lpx_float8_linear_forward(&r, &st, in[d][0], wuse, NULL, &res[d][0], &ctx, &rep);
         if (s) printf("  %s %s forward: %s\n", preset, d ? "cuda" : "cpu", lpx_last_error());
         CHECK(s == LPX_OK);
+        lpx_float8_gemm_report fprop = rep.fprop;
         if (!s) {
-            s = lpx_float8_linear_backward(ctx, in[d][2], &res[d][1], &res[d][2], NULL, NULL);
+            s = lpx_float8_linear_backward(ctx, in[d][2], &res[d][1], &res[d][2], NULL, &rep);
             if (s) printf("  %s %s backward: %s\n", preset, d ? "cuda" : "cpu", lpx_last_error());
             CHECK(s == LPX_OK);
+        }
+        /* on the GPU every recipe casts W once into both orientations
+         * (rowwise: per row and per column from one read), and x and g
+         * likewise where wgrad is fp8 */
+        if (!s && d == 1 && !w_fp8) {
+            CHECKF(fprop.b.quantized && rep.dgrad.b.reused && !rep.dgrad.b.quantized, "%s: W cast twice", preset);
+            if (r.wgrad.mode == LPX_FLOAT8_GEMM_FP8)
+                CHECKF(rep.wgrad.a.reused && rep.wgrad.b.reused, "%s: x or g cast twice", preset);
         }
         lpx_float8_linear_ctx_free(ctx);
         lpx_float8_linear_state_destroy(&st);

@@ -450,6 +450,7 @@ static void sweep(const ocase *k)
     printf("%s %-44s %3ld injected failure%s\n", check_case_failures ? "FAIL" : "ok  ", k->label, injected,
            injected == 1 ? "" : "s");
     if (check_case_failures) check_total_failures++;
+    check_case_failures = 0;
     fflush(stdout);
 }
 
