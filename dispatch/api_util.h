@@ -24,6 +24,27 @@ static inline lpx_status lpx__call_ret1(lpx_op op, const lpx_value *args, int na
     return LPX_OK;
 }
 
+/* Dispatches op, whose kernels return exactly n tensors, and stores
+ * result i in *outs[i] (outs[i] NULL: dropped); LPX_EINTERNAL when a
+ * kernel returns another count. */
+static inline lpx_status lpx__call_retn(lpx_op op, const lpx_value *args, int nargs, int n, lpx_tensor **const *outs)
+{
+    lpx_call c;
+    lpx_call_init(&c, op, args, nargs);
+    lpx_status st = lpx_dispatch(&c);
+    if (st) return st;
+    if (c.nrets != n) {
+        lpx_call_release_rets(&c);
+        return lpx_error(LPX_EINTERNAL, "%s: kernel for key '%s' returned %d results, not %d", lpx_op_name(op),
+                         lpx_key_name(c.key), c.nrets, n);
+    }
+    for (int i = 0; i < n; i++) {
+        if (outs[i]) *outs[i] = c.rets[i].u.t;
+        else lpx_tensor_release(c.rets[i].u.t);
+    }
+    return LPX_OK;
+}
+
 /* Dispatches op and drops its results (in-place and _out variants). */
 static inline lpx_status lpx__call_ret0(lpx_op op, const lpx_value *args, int nargs)
 {

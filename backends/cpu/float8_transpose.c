@@ -9,6 +9,7 @@
  * kernels do not serve (cuda_fp8_transpose.cu), so the argument checks and
  * their messages exist once. */
 #include <string.h>
+#include "../../dispatch/api_util.h"
 #include "cpu_internal.h"
 
 /* Fails unless t is a dense tensor on x's device. */
@@ -48,20 +49,7 @@ static lpx_status quantize(lpx_tensor *x, lpx_tensor *scale, lpx_dtype fp8, bool
     lpx_value args[7] = {lpx_v_tensor(x), lpx_v_opt_tensor(scale), lpx_v_dtype(fp8),
                          axiswise ? lpx_v_i64(1) : lpx_v_none(), lpx_v_bool(pow2), lpx_v_f64(scale_max),
                          lpx_v_bool(sat)};
-    lpx_call q;
-    lpx_call_init(&q, LPX_OP_fp8_quantize, args, 7);
-    lpx_status st = lpx_dispatch(&q);
-    if (st) return st;
-    if (q.nrets != 4) {
-        lpx_call_release_rets(&q);
-        return lpx_error(LPX_EINTERNAL, "fp8_quantize_t: fp8_quantize for key '%s' returned %d results, not 4",
-                         lpx_key_name(q.key), q.nrets);
-    }
-    for (int i = 0; i < 4; i++) {
-        if (outs[i]) *outs[i] = q.rets[i].u.t;
-        else lpx_tensor_release(q.rets[i].u.t);
-    }
-    return LPX_OK;
+    return lpx__call_retn(LPX_OP_fp8_quantize, args, 7, 4, outs);
 }
 
 static lpx_status k_fp8_quantize_t(lpx_call *c)

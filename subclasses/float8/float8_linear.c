@@ -355,7 +355,7 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
      * there one row-major cast serves every GEMM that can share it, and a
      * transposed copy would be work for nothing */
     bool layouts = !(flags & OP_ANY_LAYOUT) && lpx_tensor_device(t).type != LPX_DEVICE_CPU;
-    bool any_layout = !layouts, both = layouts && (flags & OP_BOTH);
+    bool both = layouts && (flags & OP_BOTH);
     bool want_col = layouts && reduce_dim == 0;
     if (f8_is(t)) {
         const f8_meta *m = f8_meta_of(t);
@@ -367,8 +367,9 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
                 rep->given_fp8 = true;
                 rep->dtype = lpx_tensor_dtype(f8_data(t));
             }
-            bool is_col = colmajor_of(t);
-            if (any_layout || want_col == is_col || lpx_tensor_ndim(t) != 2 || !lpx_tensor_is_contiguous(f8_data(t))) {
+            /* used as it is unless a column-major copy is wanted and its
+             * data is a contiguous row-major matrix */
+            if (!want_col || colmajor_of(t) || lpx_tensor_ndim(t) != 2 || !lpx_tensor_is_contiguous(f8_data(t))) {
                 lpx_tensor_retain(t);
                 *out = t;
                 return LPX_OK;
@@ -378,21 +379,16 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
             lpx_float8_operand_config gc = *oc;
             gc.dtype = lpx_tensor_dtype(f8_data(t));
             gc.granularity = m->granularity;
-            f8_cast *e = cache_find(cache, -1 - src, &gc, m->axis, want_col);
-            if (e && e->colmajor == want_col) {
+            f8_cast *e = cache_find(cache, -1 - src, &gc, m->axis, true);
+            if (e) {
                 lpx_tensor_retain(e->t);
                 *out = e->t;
                 return LPX_OK;
             }
-            if (want_col) {
-                if ((st = f8_colmajor_copy(t, out))) return st;
-                lpx_float8_stats none;
-                memset(&none, 0, sizeof none);
-                cache_add(cache, -1 - src, &gc, m->axis, true, &none, *out);
-                return LPX_OK;
-            }
-            lpx_tensor_retain(t);
-            *out = t;
+            if ((st = f8_colmajor_copy(t, out))) return st;
+            lpx_float8_stats none;
+            memset(&none, 0, sizeof none);
+            cache_add(cache, -1 - src, &gc, m->axis, true, &none, *out);
             return LPX_OK;
         }
         /* scaled along the wrong dim for this GEMM: quantize again */

@@ -19,20 +19,7 @@ lpx_status lpx_fp8_quantize(lpx_tensor *x, lpx_tensor *scale, lpx_dtype fp8, con
     lpx_value args[7] = {lpx_v_tensor(x), lpx_v_opt_tensor(scale), lpx_v_dtype(fp8),
                          dim ? lpx_v_i64(*dim) : lpx_v_none(), lpx_v_bool(pow2), lpx_v_f64(scale_max),
                          lpx_v_bool(saturate)};
-    lpx_call c;
-    lpx_call_init(&c, LPX_OP_fp8_quantize, args, 7);
-    lpx_status st = lpx_dispatch(&c);
-    if (st) return st;
-    if (c.nrets != 4) {
-        lpx_call_release_rets(&c);
-        return lpx_error(LPX_EINTERNAL, "fp8_quantize: kernel for key '%s' returned %d results, not 4",
-                         lpx_key_name(c.key), c.nrets);
-    }
-    for (int i = 0; i < 4; i++) {
-        if (outs[i]) *outs[i] = c.rets[i].u.t;
-        else lpx_tensor_release(c.rets[i].u.t);
-    }
-    return LPX_OK;
+    return lpx__call_retn(LPX_OP_fp8_quantize, args, 7, 4, outs);
 }
 
 lpx_status lpx_fp8_quantize_t(lpx_tensor *x, lpx_tensor *scale, lpx_dtype fp8, bool axiswise, bool pow2,
@@ -67,21 +54,9 @@ lpx_status lpx_fp8_quantize_t(lpx_tensor *x, lpx_tensor *scale, lpx_dtype fp8, b
     lpx_value args[10] = {lpx_v_tensor(x), lpx_v_opt_tensor(scale), lpx_v_dtype(fp8), lpx_v_bool(axiswise),
                           lpx_v_bool(pow2), lpx_v_f64(scale_max), lpx_v_bool(saturate), lpx_v_tensor(t[0]),
                           lpx_v_tensor(t[1]), lpx_v_tensor(t[2])};
-    lpx_call c;
-    lpx_call_init(&c, LPX_OP_fp8_quantize_t, args, 10);
-    st = lpx_dispatch(&c);
-    if (!st && c.nrets != 4) {
-        lpx_call_release_rets(&c);
-        st = lpx_error(LPX_EINTERNAL, "fp8_quantize_t: kernel for key '%s' returned %d results, not 4",
-                       lpx_key_name(c.key), c.nrets);
-    }
-    if (st) {
+    if ((st = lpx__call_retn(LPX_OP_fp8_quantize_t, args, 10, 4, outs))) {
         f8_release_all(t, 3);
         return st;
-    }
-    for (int i = 0; i < 4; i++) {
-        if (outs[i]) *outs[i] = c.rets[i].u.t;
-        else lpx_tensor_release(c.rets[i].u.t);
     }
     for (int i = 0; i < 3; i++) {
         if (outs[4 + i]) *outs[4 + i] = t[i];
