@@ -70,3 +70,38 @@ lpx_status lpx_embedding_backward(lpx_tensor *grad, lpx_tensor *indices, int64_t
     lpx_value args[3] = {lpx_v_tensor(grad), lpx_v_tensor(indices), lpx_v_i64(num_weights)};
     return lpx__call_ret1(LPX_OP_embedding_backward, args, 3, out);
 }
+
+lpx_status lpx_rope(lpx_tensor *x, lpx_tensor *inv_freq, int64_t offset, lpx_tensor **out)
+{
+    lpx_value args[3] = {lpx_v_tensor(x), lpx_v_tensor(inv_freq), lpx_v_i64(offset)};
+    return lpx__call_ret1(LPX_OP_rope, args, 3, out);
+}
+
+lpx_status lpx_rope_backward(lpx_tensor *grad, lpx_tensor *inv_freq, int64_t offset, lpx_tensor **grad_x)
+{
+    lpx_value args[3] = {lpx_v_tensor(grad), lpx_v_tensor(inv_freq), lpx_v_i64(offset)};
+    return lpx__call_ret1(LPX_OP_rope_backward, args, 3, grad_x);
+}
+
+lpx_status lpx_attention(lpx_tensor *q, lpx_tensor *k, lpx_tensor *v, bool causal, double scale, lpx_tensor **out,
+                         lpx_tensor **lse)
+{
+    if (lse) *lse = NULL;
+    if (!out) return lpx_error(LPX_EINVAL, "attention: out is NULL");
+    *out = NULL;
+    lpx_value args[5] = {lpx_v_tensor(q), lpx_v_tensor(k), lpx_v_tensor(v), lpx_v_bool(causal), lpx_v_f64(scale)};
+    lpx_tensor **outs[2] = {out, lse};
+    return lpx__call_retn(LPX_OP_attention, args, 5, 2, outs);
+}
+
+lpx_status lpx_attention_backward(lpx_tensor *grad, lpx_tensor *q, lpx_tensor *k, lpx_tensor *v, lpx_tensor *out,
+                                  lpx_tensor *lse, bool causal, double scale, lpx_tensor **dq, lpx_tensor **dk,
+                                  lpx_tensor **dv)
+{
+    lpx_tensor **outs[3] = {dq, dk, dv};
+    for (int i = 0; i < 3; i++)
+        if (outs[i]) *outs[i] = NULL;
+    lpx_value args[8] = {lpx_v_tensor(grad), lpx_v_tensor(q),   lpx_v_tensor(k),    lpx_v_tensor(v),
+                         lpx_v_tensor(out),  lpx_v_tensor(lse), lpx_v_bool(causal), lpx_v_f64(scale)};
+    return lpx__call_retn(LPX_OP_attention_backward, args, 8, 3, outs);
+}

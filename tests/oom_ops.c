@@ -6,7 +6,7 @@
 
 /* fixtures, made once (hook disarmed) and only read by the cases */
 static lpx_tensor *X, *XT, *Y16, *ROW, *W, *BIAS, *M2, *BA, *BB, *POS, *IDX, *WEMB, *GEMB, *TGT, *G, *RSTD, *SM,
-    *NW, *X3, *SC;
+    *NW, *X3, *SC, *AQ, *AK, *AG, *AO, *ALSE, *FREQ;
 
 lpx_status oom_ops_init(void)
 {
@@ -41,13 +41,22 @@ lpx_status oom_ops_init(void)
     if ((st = lpx_rmsnorm(X, NW, 1e-6, &y, &RSTD))) return st;
     lpx_tensor_release(y);
     if ((st = lpx_softmax(X, -1, &SM))) return st;
+    /* attention: bf16 q strided (a transposed view), GQA with 2 k/v heads */
+    int64_t aq[4] = {2, 4, 3, 8}, ak[4] = {2, 5, 2, 8}, nf = 4;
+    lpx_tensor *aq0 = NULL;
+    if ((st = lpx_randn(4, aq, 16, LPX_BF16, lpx_cpu(), &aq0)) || (st = lpx_transpose(aq0, 1, 2, &AQ)) ||
+        (st = lpx_randn(4, ak, 17, LPX_BF16, lpx_cpu(), &AK)) || (st = lpx_randn(1, &nf, 18, LPX_F32, lpx_cpu(), &FREQ)))
+        return st;
+    lpx_tensor_release(aq0);
+    if ((st = lpx_attention(AQ, AK, AK, false, 0.35, &AO, &ALSE)) || (st = lpx_randn(4, lpx_tensor_shape(AO), 19, LPX_BF16, lpx_cpu(), &AG)))
+        return st;
     return !Y16 || !ROW || !W || !BIAS || !M2 || !G || !NW || !SC || !WEMB || !GEMB ? LPX_EINVAL : LPX_OK;
 }
 
 void oom_ops_fini(void)
 {
     lpx_tensor **all[] = {&X, &XT, &Y16, &ROW, &W, &BIAS, &M2, &BA, &BB, &POS, &IDX, &WEMB, &GEMB, &TGT, &G, &RSTD,
-                          &SM, &NW, &X3, &SC};
+                          &SM, &NW, &X3, &SC, &AQ, &AK, &AG, &AO, &ALSE, &FREQ};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         lpx_tensor_release(*all[i]);
         *all[i] = NULL;
@@ -196,6 +205,34 @@ OUT_CASE(c_mse_loss, lpx_mse_loss(XT, G, &o))
 OUT_CASE(c_mse_loss_backward, lpx_mse_loss_backward(XT, Y16, 2.0, &o))
 OUT_CASE(c_embedding, lpx_embedding(WEMB, IDX, &o))
 OUT_CASE(c_embedding_backward, lpx_embedding_backward(GEMB, IDX, 9, &o))
+OUT_CASE(c_rope, lpx_rope(AQ, FREQ, 3, &o))
+OUT_CASE(c_rope_backward, lpx_rope_backward(AQ, FREQ, 0, &o))
+
+static lpx_status c_attention(int attempt)
+{
+    (void)attempt;
+    lpx_tensor *y = NULL, *l = NULL;
+    lpx_status st = OOM(lpx_attention(AQ, AK, AK, false, 0.35, &y, &l));
+    OOM_OUT_NULL(st, y);
+    OOM_OUT_NULL(st, l);
+    lpx_tensor_release(y);
+    lpx_tensor_release(l);
+    return st;
+}
+
+static lpx_status c_attention_backward(int attempt)
+{
+    (void)attempt;
+    lpx_tensor *a = NULL, *b = NULL, *c = NULL;
+    lpx_status st = OOM(lpx_attention_backward(AG, AQ, AK, AK, AO, ALSE, false, 0.35, &a, &b, &c));
+    OOM_OUT_NULL(st, a);
+    OOM_OUT_NULL(st, b);
+    OOM_OUT_NULL(st, c);
+    lpx_tensor_release(a);
+    lpx_tensor_release(b);
+    lpx_tensor_release(c);
+    return st;
+}
 
 /* optimizers: one fused AdamW step over two parameters (in place) */
 static lpx_status c_adamw_(int attempt)
@@ -290,6 +327,10 @@ const oom_case oom_cases_ops[] = {
     {"lpx_mse_loss_backward", NULL, c_mse_loss_backward, 0},
     {"lpx_embedding", NULL, c_embedding, 0},
     {"lpx_embedding_backward", NULL, c_embedding_backward, 0},
+    {"lpx_rope", "bf16, strided", c_rope, 0},
+    {"lpx_rope_backward", NULL, c_rope_backward, 0},
+    {"lpx_attention", "bf16, GQA, strided q", c_attention, 0},
+    {"lpx_attention_backward", NULL, c_attention_backward, 0},
     {"lpx_adamw_", "two params, bf16 and f32", c_adamw_, 0},
     {"lpx_item", NULL, c_item, 0},
     {NULL, NULL, NULL, 0},

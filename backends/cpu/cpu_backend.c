@@ -48,5 +48,7 @@ lpx_status lpx_cpu_backend_init(void)
     if ((st = lpx_cpu_register_float8()) || (st = lpx_cpu_register_float8_transpose())) return st;
     if ((st = lpx_cpu_register_nf4())) return st;
     if ((st = lpx_cpu_register_optim())) return st;
+    if ((st = lpx_cpu_register_rope())) return st;
+    if ((st = lpx_cpu_register_attention())) return st;
     return LPX_OK;
 }

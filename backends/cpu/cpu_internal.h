@@ -20,6 +20,8 @@ lpx_status lpx_cpu_register_float8(void);
 lpx_status lpx_cpu_register_float8_transpose(void);
 lpx_status lpx_cpu_register_nf4(void);
 lpx_status lpx_cpu_register_optim(void);
+lpx_status lpx_cpu_register_rope(void);
+lpx_status lpx_cpu_register_attention(void);
 
 /* Registers a boxed CPU kernel; used by the group functions. */
 static inline lpx_status cpu_reg(lpx_op op, lpx_kernel_fn fn)

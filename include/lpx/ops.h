@@ -147,6 +147,43 @@ LPX_API lpx_status lpx_embedding(lpx_tensor *weight, lpx_tensor *indices, lpx_te
 /** Scatter-add of grad [..., D] rows into [num_weights, D]. */
 LPX_API lpx_status lpx_embedding_backward(lpx_tensor *grad, lpx_tensor *indices, int64_t num_weights, lpx_tensor **out);
 
+/* transformer ops: tensors laid out [B, T, H, D] (batch, positions, heads,
+ * head dim), the view of a linear's [B*T, H*D] output, so no transpose is
+ * needed around them. Checks are shared by every backend (lpx/meta.h). */
+/** Rotary position embedding, Hugging Face's convention (rotate_half):
+ *  with x = [x1 | x2] split in halves of D/2 along the last dim and
+ *  angle_i = (offset + t) * inv_freq[i] for the row at position t,
+ *  out = [x1 cos - x2 sin | x2 cos + x1 sin]. x [B, T, H, D] (D even, any
+ *  float dtype, any strides), inv_freq [D/2] (any float dtype, read as f32:
+ *  the caller's frequencies, so Llama 3.1's or any other scaling is the
+ *  caller's choice). Computes in f32; out is new, contiguous, x's dtype.
+ *  Errors: LPX_ESHAPE (rank, odd D, inv_freq's length), LPX_EDTYPE,
+ *  LPX_ERANGE (offset < 0). */
+LPX_API lpx_status lpx_rope(lpx_tensor *x, lpx_tensor *inv_freq, int64_t offset, lpx_tensor **out);
+/** The backward of lpx_rope: the rotation by -angle (its transpose).
+ *  Same arguments and errors, grad in place of x. */
+LPX_API lpx_status lpx_rope_backward(lpx_tensor *grad, lpx_tensor *inv_freq, int64_t offset, lpx_tensor **grad_x);
+/** Scaled dot-product attention with grouped-query heads:
+ *  q [B, T, Hq, D], k and v [B, S, Hkv, D] with Hq a multiple of Hkv
+ *  (query head h reads k/v head h / (Hq / Hkv); k and v are never
+ *  repeated in memory). out[b,t,h] = softmax_j(scale * q.k_j) v_j over the
+ *  keys j, with causal: j <= t + S - T (aligned bottom-right; S >= T).
+ *  The T x S score matrix is never stored: *out (q's dtype, contiguous
+ *  [B, T, Hq, D]) and *lse (f32 [B, Hq, T], the log-sum-exp of each
+ *  row's scaled scores, which the backward needs) are the only results.
+ *  q, k, v: one float dtype, any strides. scale > 0 and finite (usually
+ *  1/sqrt(D)). Errors: LPX_ESHAPE, LPX_EDTYPE, LPX_EINVAL (scale). */
+LPX_API lpx_status lpx_attention(lpx_tensor *q, lpx_tensor *k, lpx_tensor *v, bool causal, double scale,
+                                 lpx_tensor **out, lpx_tensor **lse);
+/** The backward of lpx_attention: from grad (d out), the forward's inputs,
+ *  out and lse, the gradients of q, k and v (each in its input's dtype,
+ *  contiguous; dk and dv sum over the query heads sharing a k/v head).
+ *  Any of dq/dk/dv may be NULL to drop it. Errors: those of lpx_attention,
+ *  and LPX_ESHAPE when grad, out or lse do not match q. */
+LPX_API lpx_status lpx_attention_backward(lpx_tensor *grad, lpx_tensor *q, lpx_tensor *k, lpx_tensor *v,
+                                          lpx_tensor *out, lpx_tensor *lse, bool causal, double scale,
+                                          lpx_tensor **dq, lpx_tensor **dk, lpx_tensor **dv);
+
 /* optimizers */
 /** One fused AdamW step, in place, over n parameters: for each i, params[i]
  *  (any float dtype), grads[i] (any float dtype), exp_avg[i] and
