@@ -43,7 +43,11 @@ static void test_bad_options(void)
     static const char *const cases[][2] = {
         {"train --recipe nosuch", "unknown recipe 'nosuch'"},
         {"train --ranks 0", "--ranks '0'"},
-        {"train --dim 48", "not a multiple of 32"},
+        {"train --dim 48", "not a positive multiple of 32"},
+        {"train --heads 4 --kv-heads 3", "--heads 4 is not a multiple of --kv-heads 3"},
+        {"train --dim 96 --heads 32", "head dim 3"},
+        {"train --model llama9", "unknown --model 'llama9'"},
+        {"train --seq 32 --data /nonexistent.bin", "give the model's vocabulary"},
         {"train --dim 64 --heads 3", "not divisible by --heads"},
         {"train --ranks 3", "not divisible by --ranks 3"},
         {"train --batch 6", "not divisible by --micro"},
@@ -52,9 +56,12 @@ static void test_bad_options(void)
         {"train --wrap nope", "unknown --wrap"},
         {"train --steps", "needs a value"},
         {"train --bogus 1", "unknown option '--bogus'"},
-        {"train --init x.bin", "--init is for --recipe nf4-qlora"},
+        {"train --init x.bin", "--init 'x.bin' is not a directory"},
+        {"train --recipe nf4-qlora --save-hf x", "--save-hf writes a dense model"},
         {"mem --recipe nosuch", "unknown recipe"},
-        {"mem", "give --params"},
+        {"mem --model nosuch", "unknown --model 'nosuch'"},
+        {"mem --params 7e9 --model llama3-8b", "give --params or --model"},
+        {"mem --ranks 2,x", "--ranks expects"},
     };
     char out[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -189,7 +196,12 @@ static void test_engine_stats(void)
     CHECKF(r != NULL, "no all-gather ratio: %s", out);
     if (r) {
         double ratio = atof(r + strlen("all-gather bytes float8-tensorwise / bf16 = "));
-        CHECKF(ratio > 0.3 && ratio <= 0.55, "fp8 / bf16 all-gather bytes %.3f", ratio);
+        /* fp8 halves the block linears' bytes (106496 params); the embedding,
+         * head and norms (33088) stay bf16: above 0.5, and below the ratio
+         * of gathering every parameter equally often, (106496 + 2 * 33088) /
+         * (2 * 139584) = 0.619 (the backward re-gathers blocks, not the
+         * embedding) */
+        CHECKF(ratio > 0.5 && ratio < 0.619, "fp8 / bf16 all-gather bytes %.3f", ratio);
     }
     const char *a = strstr(out, "amax all-reduces per step: ");
     CHECKF(a && atoi(a + strlen("amax all-reduces per step: ")) == 1, "amax all-reduces: %s", a ? a : out);
@@ -415,7 +427,12 @@ static void test_resume_refusals(void)
            rc, out);
     snprintf(args, sizeof args, "train --resume '%s/%s' --heads 4 --out '%s/ref'", outdir, ck, outdir);
     rc = run(args, out, sizeof out);
-    CHECKF(rc == 2 && strstr(out, "2 attention heads, this run 4"), "--heads 4: %d %s", rc, out);
+    CHECKF(rc == 2 && strstr(out, "parameter b0.wk is f32 [32, 32] in the checkpoint but [16, 32] in this run"),
+           "--heads 4: %d %s", rc, out);
+    /* the same shapes with other heads: the head count itself is refused */
+    snprintf(args, sizeof args, "train --resume '%s/%s' --heads 1 --kv-heads 1 --out '%s/ref'", outdir, ck, outdir);
+    rc = run(args, out, sizeof out);
+    CHECKF(rc == 2 && strstr(out, "2 attention heads, this run 1"), "--heads 1: %d %s", rc, out);
     snprintf(args, sizeof args, "train --resume '%s/nf4-qlora-ck-half' --lora-rank 8 --out '%s/ref'", outdir, outdir);
     rc = run(args, out, sizeof out);
     CHECKF(rc == 2 && strstr(out, "adapter b0.wq.lora_a is f32 [4, 32] in the checkpoint but [8, 32] in this run"),

@@ -44,7 +44,7 @@
 #include "lpx/safetensors.h"
 
 #define FORMAT "lpx-train-checkpoint"
-#define VERSION 1
+#define VERSION 2  /* 2: the Llama 3 model (rope, GQA, ffn, tied head; no position embedding) */
 #define MODEL "model.safetensors"
 #define OPTIM "optimizer.safetensors"
 #define RECIPE "recipe.safetensors"
@@ -254,10 +254,18 @@ static cJSON *config_json(const tr_opts *o, int world, int vocab)
     cJSON_AddNumberToObject(c, "micro", o->micro);
     cJSON_AddNumberToObject(c, "batch", o->batch);
     cJSON_AddNumberToObject(c, "seq", o->seq);
-    cJSON_AddNumberToObject(c, "dim", o->dim);
-    cJSON_AddNumberToObject(c, "layers", o->layers);
-    cJSON_AddNumberToObject(c, "heads", o->heads);
+    cJSON_AddNumberToObject(c, "dim", o->m.dim);
+    cJSON_AddNumberToObject(c, "layers", o->m.layers);
+    cJSON_AddNumberToObject(c, "heads", o->m.heads);
     cJSON_AddNumberToObject(c, "vocab", vocab);
+    cJSON_AddNumberToObject(c, "kv_heads", o->m.kv_heads);
+    cJSON_AddNumberToObject(c, "ffn", o->m.ffn);
+    cJSON_AddBoolToObject(c, "tied", o->m.tied);
+    cJSON_AddNumberToObject(c, "rope_theta", o->m.rope_theta);
+    cJSON_AddNumberToObject(c, "norm_eps", o->m.norm_eps);
+    cJSON *rs = cJSON_AddArrayToObject(c, "rope_llama3");   /* factor, low, high, original max positions */
+    double rv[4] = {o->m.rope_factor, o->m.rope_low, o->m.rope_high, o->m.rope_orig};
+    for (int i = 0; i < 4; i++) cJSON_AddItemToArray(rs, cJSON_CreateNumber(rv[i]));
     cJSON_AddStringToObject(c, "wrap", o->wrap_linear ? "linear" : "block");
     cJSON_AddNumberToObject(c, "lora_rank", o->lora_rank);
     cJSON_AddNumberToObject(c, "lora_dropout", o->lora_dropout);
@@ -648,10 +656,33 @@ lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck)
     o->micro = (int)v[1];
     o->batch = (int)v[2];
     o->seq = (int)v[3];
-    o->dim = (int)v[4];
-    o->layers = (int)v[5];
-    o->heads = (int)v[6];
-    ck->vocab = (int)v[7];
+    o->m.dim = (int)v[4];
+    o->m.layers = (int)v[5];
+    o->m.heads = (int)v[6];
+    ck->vocab = o->m.vocab = (int)v[7];
+    int64_t kvh = 0, ffn = 0;
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(c, "rope_theta"),
+                *eps = cJSON_GetObjectItemCaseSensitive(c, "norm_eps"),
+                *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_llama3"),
+                *tied = cJSON_GetObjectItemCaseSensitive(c, "tied");
+    if (!json_int(c, "kv_heads", 1, 1 << 20, &kvh) || !json_int(c, "ffn", 1, 1 << 24, &ffn) || !cJSON_IsNumber(theta) ||
+        !cJSON_IsNumber(eps) || !cJSON_IsBool(tied) || !cJSON_IsArray(rs) || cJSON_GetArraySize(rs) != 4)
+        FAIL(LPX_EINVAL, "--resume '%s': manifest: a malformed \"config\" (the model's kv_heads, ffn, tied, rope_theta, "
+             "norm_eps, rope_llama3)", dir);
+    o->m.kv_heads = (int)kvh;
+    o->m.ffn = (int)ffn;
+    o->m.tied = cJSON_IsTrue(tied);
+    o->m.rope_theta = theta->valuedouble;
+    o->m.norm_eps = eps->valuedouble;
+    double rv[4];
+    for (int k = 0; k < 4; k++) {
+        const cJSON *it = cJSON_GetArrayItem(rs, k);
+        rv[k] = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+    }
+    o->m.rope_factor = rv[0];
+    o->m.rope_low = rv[1];
+    o->m.rope_high = rv[2];
+    o->m.rope_orig = isfinite(rv[3]) && rv[3] >= 0 && rv[3] < 1e9 ? (int)rv[3] : -1;
     o->lora_rank = (int)v[8];
     o->seed = (uint64_t)v[9];
     o->eval_batches = (int)v[10];
@@ -713,9 +744,19 @@ int tr_ckpt_apply(const tr_ckpt *ck, tr_opts *o)
     if (!(o->given & TR_GIVEN_MICRO)) o->micro = c->micro;
     if (!(o->given & TR_GIVEN_BATCH)) o->batch = c->batch;
     if (!(o->given & TR_GIVEN_SEQ)) o->seq = c->seq;
-    if (!(o->given & TR_GIVEN_DIM)) o->dim = c->dim;
-    if (!(o->given & TR_GIVEN_LAYERS)) o->layers = c->layers;
-    if (!(o->given & TR_GIVEN_HEADS)) o->heads = c->heads;
+    /* the model: the checkpoint's, unless the command line changes it (the
+     * weights' shapes are then checked against the run's) */
+    tr_arch m = c->m;
+    if (o->given & TR_GIVEN_MODEL) m = o->m;
+    if (o->given & TR_GIVEN_DIM) m.dim = o->m.dim;
+    if (o->given & TR_GIVEN_LAYERS) m.layers = o->m.layers;
+    if (o->given & TR_GIVEN_HEADS) m.heads = o->m.heads;
+    if (o->given & TR_GIVEN_KV_HEADS) m.kv_heads = o->m.kv_heads;
+    if (o->given & TR_GIVEN_FFN) m.ffn = o->m.ffn;
+    if (o->given & TR_GIVEN_VOCAB) m.vocab = o->m.vocab;
+    if (o->given & TR_GIVEN_ROPE_THETA) m.rope_theta = o->m.rope_theta;
+    if (o->given & TR_GIVEN_TIED) m.tied = true;
+    o->m = m;
     if (!(o->given & TR_GIVEN_LR)) o->lr = c->lr;
     if (!(o->given & TR_GIVEN_SEED)) o->seed = c->seed;
     if (!(o->given & TR_GIVEN_STEPS)) o->steps = c->steps;
@@ -760,7 +801,7 @@ static lpx_status get_f32(lpx_safetensors *f, const tr_ckpt *ck, const char *fil
         st = lpx_error(LPX_EINVAL, "--resume '%s': %s %s is %s %s in the checkpoint but %s in this run (the checkpoint "
                        "has dim %d, layers %d, heads %d, seq %d, vocab %d, lora rank %d)", ck->dir, what, name,
                        lpx_dtype_name(lpx_tensor_dtype(*out)), shape_str(s, lpx_tensor_ndim(*out), a, sizeof a),
-                       shape_str(want, ndim, b, sizeof b), c->dim, c->layers, c->heads, c->seq, ck->vocab,
+                       shape_str(want, ndim, b, sizeof b), c->m.dim, c->m.layers, c->m.heads, c->seq, ck->vocab,
                        c->lora_rank);
         REL(*out);
     }
@@ -783,7 +824,7 @@ lpx_status tr_ckpt_load_weights(const tr_ckpt *ck, const tr_geom *g, const tr_op
             char b[64];
             FAIL(LPX_EINVAL, "--resume '%s': parameter %s %s of this run is not in the checkpoint (it has dim %d, "
                  "layers %d; this run dim %d, layers %d)", ck->dir, P->name, shape_str(want, is_1d(P) ? 1 : 2, b,
-                 sizeof b), c->dim, c->layers, g->dim, g->layers);
+                 sizeof b), c->m.dim, c->m.layers, g->dim, g->layers);
         }
         TRY(get_f32(f, ck, MODEL, P->name, is_1d(P) ? 1 : 2, P->rows, P->cols, "parameter", &t));
         memcpy(w[p], lpx_tensor_data(t), sizeof(float) * (size_t)(P->rows * P->cols));
@@ -798,7 +839,7 @@ lpx_status tr_ckpt_load_weights(const tr_ckpt *ck, const tr_geom *g, const tr_op
         for (int p = 0; p < g->nparams && !found; p++) found = !strcmp(g->p[p].name, name);
         if (!found)
             FAIL(LPX_EINVAL, "--resume '%s': the checkpoint has parameter '%s', which this run does not (it has "
-                 "layers %d, this run %d)", ck->dir, name, ck->cfg.layers, g->layers);
+                 "layers %d, this run %d)", ck->dir, name, ck->cfg.m.layers, g->layers);
     }
     /* nf4-qlora: the adapters' shapes (the LoRA rank) */
     for (int p = 0; p < g->nparams && o->recipe == TR_NF4_QLORA; p++) {
@@ -813,9 +854,13 @@ lpx_status tr_ckpt_load_weights(const tr_ckpt *ck, const tr_geom *g, const tr_op
         REL(t);
     }
     /* the same shapes with other heads would be another model */
-    if (c->heads != g->heads)
+    if (c->m.heads != g->heads)
         FAIL(LPX_EINVAL, "--resume '%s': the checkpoint's model has %d attention heads, this run %d (--heads)", ck->dir,
-             c->heads, g->heads);
+             c->m.heads, g->heads);
+    if (c->m.rope_theta != g->a.rope_theta || c->m.rope_factor != g->a.rope_factor || c->m.tied != g->tied)
+        FAIL(LPX_EINVAL, "--resume '%s': the checkpoint's model has rope_theta %g%s%s; this run %g%s%s", ck->dir,
+             c->m.rope_theta, c->m.rope_factor != 0 ? " with llama3 scaling" : "", c->m.tied ? ", a tied head" : "",
+             g->a.rope_theta, g->a.rope_factor != 0 ? " with llama3 scaling" : "", g->tied ? ", a tied head" : "");
 out:
     lpx_tensor_release(t);
     lpx_safetensors_close(f);

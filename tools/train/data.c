@@ -1,18 +1,25 @@
-/* The character corpus and its batches.
+/* The corpus and its batches.
  *
- * The corpus is a text file (data/corpus.txt by default); every distinct
- * byte is a token. The first 90% trains, the last 10% validates. A batch
- * is a set of windows at pseudo-random offsets that depend only on
- * (seed, step, micro-batch, row): every rank count sees the same data, so
- * --ranks 1 and --ranks N compute the same losses. */
+ * A text file (data/corpus.txt by default) is read as bytes: every byte is
+ * a token (vocab 256), so any text works and a byte-level model needs no
+ * tokenizer. A FILE.bin holds pre-tokenized ids, little-endian u16 or u32
+ * (nanoGPT's and torchtitan's convention), for real vocabularies. The
+ * first 90% trains, the last 10% validates. A batch is a set of windows at
+ * pseudo-random offsets that depend only on (seed, step, micro-batch,
+ * row): every rank count sees the same data, so --ranks 1 and --ranks N
+ * compute the same losses. */
 #include <stdlib.h>
 #include <string.h>
 #include "train.h"
 
-lpx_status tr_corpus_load(const char *path, tr_corpus *c)
+static bool ends_with(const char *s, const char *suffix)
 {
-    memset(c, 0, sizeof *c);
-    snprintf(c->path, sizeof c->path, "%s", path);
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+static lpx_status read_all(const char *path, uint8_t **out, size_t *len)
+{
     FILE *f = fopen(path, "rb");
     if (!f) return lpx_error(LPX_EIO, "cannot open corpus '%s' (give one with --data FILE)", path);
     size_t cap = 1 << 20, n = 0;
@@ -22,7 +29,7 @@ lpx_status tr_corpus_load(const char *path, tr_corpus *c)
         n += k;
         if (k == 0) break;
         if (n == cap) {
-            uint8_t *nb = realloc(buf, cap * 2);
+            uint8_t *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
             if (!nb) {
                 free(buf);
                 buf = NULL;
@@ -32,23 +39,68 @@ lpx_status tr_corpus_load(const char *path, tr_corpus *c)
             cap *= 2;
         }
     }
+    bool err = ferror(f) != 0;
     fclose(f);
     if (!buf) return lpx_error(LPX_ENOMEM, "out of memory reading '%s'", path);
+    if (err) {
+        free(buf);
+        return lpx_error(LPX_EIO, "cannot read corpus '%s'", path);
+    }
+    *out = buf;
+    *len = n;
+    return LPX_OK;
+}
+
+lpx_status tr_corpus_load(const char *path, int vocab, const char *dtype, tr_corpus *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->path, sizeof c->path, "%s", path);
+    bool ids = ends_with(path, ".bin");
+    if (ids && vocab <= 0)
+        return lpx_error(LPX_EINVAL, "corpus '%s' holds token ids: give the model's vocabulary (--vocab, --model or "
+                         "--init)", path);
+    int width = !ids ? 1 : dtype ? (!strcmp(dtype, "u32") ? 4 : 2) : vocab > 65536 ? 4 : 2;
+    if (!ids && vocab <= 0) vocab = 256;
+    if (width == 2 && vocab > 65536)
+        return lpx_error(LPX_EINVAL, "corpus '%s': u16 ids cannot address a vocabulary of %d (--data-dtype u32)",
+                         path, vocab);
+    uint8_t *buf = NULL;
+    size_t bytes = 0;
+    lpx_status st = read_all(path, &buf, &bytes);
+    if (st) return st;
+    size_t n = bytes / (size_t)width;
+    if (bytes % (size_t)width) {
+        free(buf);
+        return lpx_error(LPX_EINVAL, "corpus '%s' has %zu bytes, not a whole number of u%d ids", path, bytes, 8 * width);
+    }
     if (n < 4096) {
         free(buf);
-        return lpx_error(LPX_EINVAL, "corpus '%s' has %zu bytes; at least 4096 are needed", path, n);
+        return lpx_error(LPX_EINVAL, "corpus '%s' has %zu tokens; at least 4096 are needed", path, n);
     }
-    bool seen[256] = {false};
-    for (size_t i = 0; i < n; i++) seen[buf[i]] = true;
-    for (int b = 0; b < 256; b++)
-        if (seen[b]) {
-            c->id_of[b] = (uint8_t)c->vocab;
-            c->char_of[c->vocab++] = (char)b;
+    uint32_t *tok = malloc(n * sizeof *tok);
+    if (!tok) {
+        free(buf);
+        return lpx_error(LPX_ENOMEM, "out of memory for the %zu tokens of '%s'", n, path);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *b = buf + i * (size_t)width;
+        uint32_t id = width == 1 ? b[0] : width == 2 ? (uint32_t)(b[0] | b[1] << 8)
+                                                     : (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                                                           (uint32_t)b[3] << 24;
+        if (id >= (uint32_t)vocab) {
+            free(buf);
+            free(tok);
+            return lpx_error(LPX_ERANGE, "corpus '%s': token id %u at position %zu is past the vocabulary (%d)", path,
+                             id, i, vocab);
         }
-    for (size_t i = 0; i < n; i++) buf[i] = c->id_of[buf[i]];
-    c->tok = buf;
+        tok[i] = id;
+    }
+    free(buf);
+    c->tok = tok;
     c->n = n;
     c->n_train = n * 9 / 10;
+    c->vocab = vocab;
+    c->bytes = !ids;
     return LPX_OK;
 }
 
@@ -77,8 +129,8 @@ void tr_batch(const tr_corpus *c, uint64_t seed, int step, int chunk, bool val, 
                                     (val ? 0x5A5A5A5A00000000ull : 0)));
         size_t off = lo + (size_t)(h % span);
         for (int t = 0; t < seq; t++) {
-            idx[r * seq + t] = c->tok[off + (size_t)t];
-            tgt[r * seq + t] = c->tok[off + (size_t)t + 1];
+            idx[r * seq + t] = (int32_t)c->tok[off + (size_t)t];
+            tgt[r * seq + t] = (int32_t)c->tok[off + (size_t)t + 1];
         }
     }
 }

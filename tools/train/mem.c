@@ -45,27 +45,37 @@ static int64_t gwire(const tr_geom *g, tr_recipe recipe, int lora_rank, int grp)
             b += P->kind == TR_P_LIN ? nf4_bytes(P) + 4 * (int64_t)lora_rank * (P->rows + P->cols) : 4 * n;
         else if (P->kind == TR_P_LIN && recipe == TR_F8_TENSORWISE) b += n;               /* fp8 */
         else if (P->kind == TR_P_LIN && recipe == TR_F8_ROWWISE) b += n + 8 * P->rows;    /* fp8 + row scales */
+        else if (recipe == TR_F32) b += 4 * n;                                            /* f32 */
         else b += 2 * n;                                                                  /* bf16 */
     }
     return b;
 }
 
 void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lora_rank, int b, int nloc,
-                          bool wrap_linear, tr_mem_est *e)
+                          bool wrap_linear, int act_bytes, bool ac, tr_mem_est *e)
 {
     (void)wrap_linear; /* the groups are in g already */
     memset(e, 0, sizeof *e);
-    int64_t bt = (int64_t)b * g->seq, D = g->dim, H = g->hidden;
-    /* activations (model.c: blk_bytes + the head) */
-    int64_t per_block = 4 * (bt * D * 2 + bt + 3 * bt * D + (int64_t)b * g->heads * g->seq * g->seq + bt * D +
-                             2 * bt * D + bt + 4 * bt * H);
-    e->activations = per_block * g->layers + 4 * (2 * bt * D + bt + bt * g->vocab);
-    /* unsharded: the engine holds at most two adjacent groups (the one
-     * computed and the prefetched next one) */
-    for (int grp = 0; grp + 1 < g->ngroups || grp == 0; grp++) {
+    int64_t bt = (int64_t)b * g->seq, D = g->dim, F = g->hidden, KV = (int64_t)g->kv_heads * g->head_dim;
+    int64_t A = act_bytes;
+    /* activations (model.c: blk_bytes + the head): per block h_in, n1, q,
+     * attention out, h1, n2 [bt, D]; k, v [bt, KV]; u1, u3, silu, product
+     * [bt, F] in the activation dtype; rstd1, rstd2 [bt] and the attention
+     * lse [b, heads, seq] in f32 */
+    int64_t per_block = A * (bt * (6 * D + 2 * KV + 4 * F)) + 4 * (2 * bt + (int64_t)b * g->heads * g->seq);
+    int64_t head = A * (2 * bt * D) + 4 * bt + 4 * bt * g->vocab;   /* h_last, nf, rstd; f32 logits */
+    /* --ac full: each block keeps its input; one block's tensors live
+     * again while it is recomputed in the backward */
+    e->activations = (ac ? A * bt * D * g->layers + per_block : per_block * g->layers) + head;
+    /* unsharded: the engine holds at most two groups (the one computed and
+     * the prefetched next one; a tied head: the embedding beside the root) */
+    for (int grp = 0; grp < g->ngroups; grp++) {
         int64_t u = gwire(g, recipe, lora_rank, grp) + (grp + 1 < g->ngroups ? gwire(g, recipe, lora_rank, grp + 1) : 0);
         e->unsharded = u > e->unsharded ? u : e->unsharded;
-        if (grp + 1 >= g->ngroups) break;
+    }
+    if (g->tied && g->ngroups > 1) {
+        int64_t u = gwire(g, recipe, lora_rank, 0) + gwire(g, recipe, lora_rank, g->ngroups - 1);
+        e->unsharded = u > e->unsharded ? u : e->unsharded;
     }
     if (recipe == TR_NF4_QLORA) {
         for (int p = 0; p < g->nparams; p++) {
@@ -90,19 +100,18 @@ void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lor
         return;
     }
     int64_t full_all = 0, max_full = 0;
-    for (int grp = 0; grp < g->ngroups; grp++) {
-        int64_t full = 0;
-        for (int p = 0; p < g->nparams; p++) {
-            const tr_param *P = &g->p[p];
-            if (P->group != grp) continue;
-            int64_t chunk = ceil_div(P->rows, world);
-            e->params += 4 * chunk * P->cols;
-            e->optimizer += 8 * chunk * P->cols;
-            full += 4 * P->rows * P->cols;
-        }
-        full_all += full;
-        max_full = full > max_full ? full : max_full;
+    int64_t *full = calloc((size_t)g->ngroups, sizeof *full);
+    for (int p = 0; p < g->nparams; p++) {
+        const tr_param *P = &g->p[p];
+        int64_t chunk = ceil_div(P->rows, world);
+        e->params += 4 * chunk * P->cols;
+        e->optimizer += 8 * chunk * P->cols;
+        if (full) full[P->group] += 4 * P->rows * P->cols;
+        full_all += 4 * P->rows * P->cols;
     }
+    for (int grp = 0; full && grp < g->ngroups; grp++) max_full = full[grp] > max_full ? full[grp] : max_full;
+    if (!full) max_full = full_all;
+    free(full);
     /* grad shards + the full f32 grads being accumulated: every group's
      * while a rank runs several micro-batches, else one group's at a time */
     e->grads = e->params + (nloc > 1 ? full_all : max_full);
@@ -110,11 +119,18 @@ void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lor
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: lpx mem [--params N | --dim D --layers L --vocab V] [--recipe R] [--ranks N]\n"
-               "               [--lora-rank R] [--batch B] [--seq T] [--heads H] [--offload]\n"
-               "  memory per rank of the lpx train model: params, grads, optimizer, unsharded, activations\n"
-               "  --batch is sequences per micro-batch on one rank (default 4); --params 7e9 picks a\n"
-               "  Llama-like shape (vocab 32000)\n");
+    fprintf(f, "usage: lpx mem [--model M] [--dim D --layers L --heads H --kv-heads K --ffn F --vocab V\n"
+               "               --rope-theta X --tied] [--params N] [--recipe R] [--ranks N[,N...]]\n"
+               "               [--batch B] [--seq T] [--ac none|full] [--act f32|bf16] [--offload]\n"
+               "               [--lora-rank R] [--wrap block|linear]\n"
+               "  memory per rank of the lpx train model (Llama 3): params, grads, optimizer,\n"
+               "  unsharded, activations. --model: %s (default tiny);\n"
+               "  the options after it override. --params N picks a Llama-like shape of about N\n"
+               "  parameters instead. --batch: sequences per micro-batch on one rank (default 1);\n"
+               "  --seq default 2048 (tiny: 64); --act: activation dtype (default bf16; lpx train on the\n"
+               "  CPU keeps f32); --ac full: activation checkpointing per block; --ranks: one or\n"
+               "  more world sizes (a column each); --offload: masters and optimizer state on the host\n",
+            tr_arch_preset_names());
 }
 
 static int bad(const char *msg, const char *v)
@@ -134,99 +150,131 @@ static void human(char *buf, size_t n, double bytes)
     snprintf(buf, n, "%.2f %s", bytes, u[i]);
 }
 
+#define MAX_WORLDS 16
+
 int lpx_cmd_mem(int argc, char **argv)
 {
     double params = 0;
-    long dim = 0, layers = 0, vocab = 0, ranks = 1, lora = 8, batch = 4, seq = 0, heads = 0;
+    long batch = 1, seq = 0, lora = 8;
+    int worlds[MAX_WORLDS] = {1}, nworlds = 1;
     int recipe = TR_BF16;
-    bool offload = false;
+    bool offload = false, ac = false, wrap_linear = false;
+    int act_bytes = 2;
+    unsigned given = 0;
+    tr_arch a;
+    tr_arch_preset("tiny", &a);
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--offload")) {
+        if (!strcmp(o, "--offload")) {
             offload = true;
             continue;
         }
-        if (i + 1 >= argc) return bad("option needs a value:", a);
+        if (!strcmp(o, "--tied")) {
+            tr_arch_option("lpx mem", o, NULL, &a, &given);
+            continue;
+        }
+        if (i + 1 >= argc) return bad("option needs a value:", o);
         const char *v = argv[++i];
+        int rc = tr_arch_option("lpx mem", o, v, &a, &given);
+        if (rc == 2) return 2;
+        if (rc == 0) continue;
         char *end;
-        if (!strcmp(a, "--recipe")) {
+        if (!strcmp(o, "--recipe")) {
             recipe = tr_recipe_from_name(v);
             if (recipe < 0) return bad("unknown recipe", v);
-            continue;
-        }
-        if (!strcmp(a, "--params")) {
+        } else if (!strcmp(o, "--params")) {
             params = strtod(v, &end);
             if (*end || !(params >= 1e3 && params <= 1e13)) return bad("--params expects a count in 1e3..1e13, got", v);
-            continue;
+        } else if (!strcmp(o, "--ac")) {
+            if (strcmp(v, "none") && strcmp(v, "full")) return bad("--ac expects none or full, got", v);
+            ac = !strcmp(v, "full");
+        } else if (!strcmp(o, "--act")) {
+            if (strcmp(v, "f32") && strcmp(v, "bf16")) return bad("--act expects f32 or bf16, got", v);
+            act_bytes = !strcmp(v, "f32") ? 4 : 2;
+        } else if (!strcmp(o, "--wrap")) {
+            if (strcmp(v, "block") && strcmp(v, "linear")) return bad("--wrap expects block or linear, got", v);
+            wrap_linear = !strcmp(v, "linear");
+        } else if (!strcmp(o, "--ranks")) {
+            nworlds = 0;
+            for (const char *p = v; *p;) {
+                long x = strtol(p, &end, 10);
+                if (end == p || x < 1 || x > 1000000 || (*end && *end != ',') || nworlds == MAX_WORLDS)
+                    return bad("--ranks expects up to 16 world sizes N[,N...] (1..1000000), got", v);
+                worlds[nworlds++] = (int)x;
+                p = *end ? end + 1 : end;
+            }
+        } else {
+            long x = strtol(v, &end, 10);
+            if (*end || end == v || x < 1 || x > 100000000) return bad("expected a positive integer for", o);
+            if (!strcmp(o, "--lora-rank")) lora = x;
+            else if (!strcmp(o, "--batch")) batch = x;
+            else if (!strcmp(o, "--seq")) seq = x;
+            else return bad("unknown option", o);
         }
-        long x = strtol(v, &end, 10);
-        if (*end || end == v || x < 1 || x > 100000000) return bad("expected a positive integer for", a);
-        if (!strcmp(a, "--dim")) dim = x;
-        else if (!strcmp(a, "--layers")) layers = x;
-        else if (!strcmp(a, "--vocab")) vocab = x;
-        else if (!strcmp(a, "--ranks")) ranks = x;
-        else if (!strcmp(a, "--lora-rank")) lora = x;
-        else if (!strcmp(a, "--batch")) batch = x;
-        else if (!strcmp(a, "--seq")) seq = x;
-        else if (!strcmp(a, "--heads")) heads = x;
-        else return bad("unknown option", a);
     }
-    if (params > 0 && (dim || layers)) return bad("give --params or --dim/--layers, not both:", "--params");
+    tr_arch_finish(&a, given);
+    if (params > 0 && (given & (TR_GIVEN_MODEL | TR_GIVEN_DIM | TR_GIVEN_LAYERS)))
+        return bad("give --params or --model/--dim/--layers, not both:", "--params");
     if (params > 0) {
-        /* Llama-like: 12 d^2 per layer, 2 V d for embeddings and head, d = 128 * layers */
-        if (!vocab) vocab = 32000;
-        long best_l = 1;
+        /* Llama-like: head dim 128, kv heads 8 (or fewer), ffn ~3.5 d, dim = 128 * layers,
+         * vocab 128256 unless given */
+        if (!(given & TR_GIVEN_VOCAB)) a.vocab = 128256;
         double best = INFINITY;
-        for (long l = 1; l <= 200; l++) {
-            double d = 128.0 * l, n = 12 * d * d * l + 2 * (double)vocab * d;
+        tr_arch t = a;
+        for (int l = 1; l <= 400; l++) {
+            t.layers = l;
+            t.dim = 128 * l;
+            t.heads = l;
+            t.kv_heads = l % 8 == 0 ? 8 : l % 4 == 0 ? 4 : l % 2 == 0 ? 2 : 1;
+            t.ffn = (int)((7 * (int64_t)t.dim / 2 + 255) / 256 * 256);
+            double n = (double)tr_arch_params(&t);
             if (fabs(n - params) < best) {
                 best = fabs(n - params);
-                best_l = l;
+                a = t;
             }
         }
-        layers = best_l;
-        dim = 128 * best_l;
     }
-    if (!dim || !layers) {
-        fprintf(stderr, "lpx mem: give --params N or --dim D and --layers L\n");
-        return 2;
+    if (tr_arch_check(&a, "lpx mem")) return 2;
+    bool tiny = a.vocab == 256 && a.dim == 128 && a.layers == 2 && params == 0;
+    if (!seq) seq = tiny ? 64 : 2048;
+    tr_geom g;
+    if (tr_geom_init(&g, &a, (int)seq, wrap_linear) != LPX_OK) {
+        fprintf(stderr, "lpx mem: %s\n", lpx_last_error());
+        return 1;
     }
-    if (!vocab) vocab = 96;
-    if (!seq) seq = params > 0 ? 2048 : 64;
-    if (!heads) heads = dim % 128 == 0 ? dim / 128 : 1;
-    if (dim % heads) return bad("--dim is not divisible by --heads", "--heads");
-    tr_geom *g = malloc(sizeof *g);
-    if (!g) return 1;
-    if ((long)(2 + 9 * layers + 2) > TR_MAX_PARAMS) {
-        /* a big model: the per-block structure repeats, so estimate one
-         * block's worth with few layers and scale */
-        free(g);
-        fprintf(stderr, "lpx mem: at most %d layers\n", (TR_MAX_PARAMS - 4) / 9);
-        return 2;
+    printf("model: dim %d, layers %d, heads %d (kv %d), ffn %d, vocab %d%s, seq %ld: %lld params\n", a.dim, a.layers,
+           a.heads, a.kv_heads, a.ffn, a.vocab, a.tied ? ", tied head" : "", seq, (long long)tr_geom_numel(&g));
+    printf("recipe %s; %ld sequence%s of %ld per micro-batch; activations %s%s%s\n",
+           tr_recipe_name((tr_recipe)recipe), batch, batch == 1 ? "" : "s", seq, act_bytes == 2 ? "bf16" : "f32",
+           ac ? ", checkpointed per block (--ac full)" : "", offload ? "; --offload: masters and AdamW state on the host" : "");
+    printf("per rank        ");
+    for (int w = 0; w < nworlds; w++) printf(" %12d%s", worlds[w], w == 0 ? (nworlds == 1 ? " rank(s)" : " ranks") : "");
+    printf("\n");
+    tr_mem_est e[MAX_WORLDS];
+    for (int w = 0; w < nworlds; w++)
+        tr_mem_estimate_geom(&g, (tr_recipe)recipe, worlds[w], (int)lora, (int)batch, 1, wrap_linear, act_bytes, ac, &e[w]);
+    const char *rows[] = {"params", "grads", "optimizer", "unsharded", "activations", "device total", "host"};
+    for (int r = 0; r < 7; r++) {
+        if (r == 6 && !offload) break;
+        printf("  %-14s", rows[r]);
+        for (int w = 0; w < nworlds; w++) {
+            const tr_mem_est *x = &e[w];
+            /* --offload moves the parameter shards (f32 masters; nf4-qlora:
+             * its NF4 base shards too, as FSDP's CPU offload does) and
+             * AdamW's state to the host */
+            int64_t host = offload ? x->params + x->optimizer : 0;
+            int64_t dev = x->grads + x->unsharded + x->activations + x->params + x->optimizer - host;
+            int64_t v[7] = {x->params, x->grads, x->optimizer, x->unsharded, x->activations, dev, host};
+            char b[32];
+            human(b, sizeof b, (double)v[r]);
+            printf(" %12s", b);
+        }
+        printf("\n");
     }
-    tr_geom_init(g, (int)vocab, (int)dim, (int)layers, (int)heads, (int)seq, false);
-    tr_mem_est e;
-    tr_mem_estimate_geom(g, (tr_recipe)recipe, (int)ranks, (int)lora, (int)batch, 1, false, &e);
-    char b[5][32];
-    human(b[0], 32, (double)e.params);
-    human(b[1], 32, (double)e.grads);
-    human(b[2], 32, (double)e.optimizer);
-    human(b[3], 32, (double)e.unsharded);
-    human(b[4], 32, (double)e.activations);
-    printf("model: dim %ld, layers %ld, heads %ld, vocab %ld, seq %ld: %lld params; recipe %s, %ld ranks\n", dim,
-           layers, heads, vocab, seq, (long long)tr_geom_numel(g), tr_recipe_name((tr_recipe)recipe), ranks);
-    printf("per rank:\n  params       %12s%s\n  grads        %12s\n  optimizer    %12s%s\n  unsharded    %12s\n"
-           "  activations  %12s  (%ld sequences of %ld)\n",
-           b[0], offload ? "  (f32 master on the host with --offload)" : "", b[1], b[2],
-           offload ? "  (on the host with --offload)" : "", b[3], b[4], batch, seq);
-    int64_t dev = e.grads + e.unsharded + e.activations + (offload ? 0 : e.params + e.optimizer);
-    if (offload && recipe == TR_NF4_QLORA) dev += e.params; /* the frozen base stays on the device */
-    human(b[0], 32, (double)dev);
-    printf("  total        %12s%s\n", b[0], offload ? " on the device" : "");
-    free(g);
+    tr_geom_free(&g);
     return 0;
 }

@@ -10,8 +10,10 @@ typedef struct tr_mem_est {
 } tr_mem_est;
 
 /* g: the model; world ranks; b sequences per micro-batch (g->seq long);
- * nloc micro-batches per rank per step. */
+ * nloc micro-batches per rank per step; act_bytes: bytes per activation
+ * element (4: f32, as lpx train on the CPU; 2: bf16); ac: activation
+ * checkpointing per block (each block keeps only its input). */
 void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lora_rank, int b, int nloc,
-                          bool wrap_linear, tr_mem_est *out);
+                          bool wrap_linear, int act_bytes, bool ac, tr_mem_est *out);
 
 #endif

@@ -10,7 +10,7 @@ void tr_train_usage(FILE *f)
     fprintf(f,
             "usage: lpx train [options]\n"
             "  --recipe R      bf16 | float8-tensorwise (default) | float8-rowwise | float8-delayed |\n"
-            "                  nf4-qlora | mxfp8 | mxfp4 (MX recipes need the lpx-mx.so plugin)\n"
+            "                  nf4-qlora | mxfp8 | mxfp4 (MX recipes need the lpx-mx.so plugin) | f32\n"
             "  --compare       also train the bf16 baseline and report the gap\n"
             "  --ranks N       ranks (local comm: threads), default 4; with --comm mpi the MPI\n"
             "                  world size (given: must equal it)\n"
@@ -21,16 +21,29 @@ void tr_train_usage(FILE *f)
             "  --batch N       sequences per step, all ranks together (default 16)\n"
             "  --micro N       micro-batches per step (default 4; ranks must divide it)\n"
             "  --seq N         context length (default 64)\n"
-            "  --dim N         model width, a multiple of 32 (default 128)\n"
-            "  --layers N      blocks (default 2)\n"
-            "  --heads N       attention heads (default 4)\n"
+            "model (Llama 3; docs/MODEL.md):\n"
+            "  --model M       tiny (default: dim 128, 2 layers, 4 heads, 2 kv heads, ffn 352,\n"
+            "                  vocab 256) | llama3-8b | llama3-70b | llama3-405b | llama3.2-1b |\n"
+            "                  llama3.2-3b (the published shapes); the options below override\n"
+            "  --dim N --layers N --heads N --kv-heads N --ffn N --vocab N --rope-theta X --tied\n"
+            "                  width (multiple of 32), blocks, query heads, key/value heads (divide\n"
+            "                  the query heads), SwiGLU width (with --dim alone: 8/3 of it, rounded\n"
+            "                  to 32), vocabulary (default: the data's:\n"
+            "                  256 for text), rope base, LM head tied to the embedding\n"
             "  --lr X          peak learning rate (default 3e-3)\n"
             "  --seed N        seed of init and data (default 1)\n"
             "  --wrap W        block (default) | linear: one shard group per block or per linear\n"
             "  --lora-rank N   nf4-qlora adapter rank (default 8)\n"
             "  --pretrain N    nf4-qlora without --init: bf16 steps that make the base (default 150)\n"
-            "  --init FILE     nf4-qlora base weights (a checkpoint written by a bf16 run: DIR/model.bin)\n"
-            "  --data FILE     training text (default data/corpus.txt)\n"
+            "  --init DIR      start from a Hugging Face Llama checkpoint (config.json and\n"
+            "                  model*.safetensors): its config sets the model; every recipe\n"
+            "                  (nf4-qlora quantizes it). nf4-qlora also takes FILE: the model.bin\n"
+            "                  of an earlier run\n"
+            "  --save-hf DIR   write the trained model as a Hugging Face checkpoint\n"
+            "                  (LlamaForCausalLM.from_pretrained reads it)\n"
+            "  --data FILE     training text, every byte a token (default data/corpus.txt), or\n"
+            "                  FILE.bin: token ids (u16, or u32 when the vocabulary exceeds 65536)\n"
+            "  --data-dtype T  u16 | u32: the ids of a .bin file\n"
             "  --out DIR       metrics.csv, loss.svg, model.bin (default train-out)\n"
             "  --log-every N   progress line every N steps (default 25)\n"
             "  --eval N        validation micro-batches (default 8)\n"
@@ -91,14 +104,7 @@ int tr_check_opts(const tr_opts *o)
 {
     char buf[160];
     int rc;
-    if (o->dim % 32) {
-        snprintf(buf, sizeof buf, "--dim %d is not a multiple of 32", o->dim);
-        return bad("%s%s", buf, "");
-    }
-    if (o->dim % o->heads) {
-        snprintf(buf, sizeof buf, "--dim %d is not divisible by --heads %d", o->dim, o->heads);
-        return bad("%s%s", buf, "");
-    }
+    if ((rc = tr_arch_check(&o->m, "lpx train"))) return rc;
     /* --comm mpi without --ranks: the world size is known once MPI runs
      * (train.c checks it then) */
     if ((o->ranks_given || strcmp(o->comm, "mpi")) && (rc = tr_check_ranks(o))) return rc;
@@ -140,9 +146,8 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
     o->batch = 16;
     o->micro = 4;
     o->seq = 64;
-    o->dim = 128;
-    o->layers = 2;
-    o->heads = 4;
+    tr_arch_preset("tiny", &o->m);
+    o->m.vocab = 0;   /* the data's */
     o->lr = 3e-3;
     o->seed = 1;
     o->lora_rank = 8;
@@ -164,14 +169,18 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
         if (!strcmp(a, "--quiet")) { o->quiet = true; continue; }
         if (!strcmp(a, "--skip-nonfinite")) { o->skip_nonfinite = true; continue; }
         if (!strcmp(a, "--log-exact")) { o->log_exact = true; continue; }
+        if (!strcmp(a, "--tied")) { tr_arch_option("lpx train", a, NULL, &o->m, &o->given); continue; }
         if (strncmp(a, "--", 2) != 0) return bad("unexpected argument '%s'%s", a, "");
         if (i + 1 >= argc) return bad("option %s needs a value%s", a, "");
         const char *v = argv[++i];
+        int arch = tr_arch_option("lpx train", a, v, &o->m, &o->given);
+        if (arch == 2) return 2;
+        if (arch == 0) continue;
         if (!strcmp(a, "--recipe")) {
             int r = tr_recipe_from_name(v);
             if (r < 0)
                 return bad("unknown recipe '%s' (%s)", v,
-                           "bf16, float8-tensorwise, float8-rowwise, float8-delayed, nf4-qlora, mxfp8, mxfp4");
+                           "bf16, float8-tensorwise, float8-rowwise, float8-delayed, nf4-qlora, mxfp8, mxfp4, f32");
             o->recipe = (tr_recipe)r;
             o->given |= TR_GIVEN_RECIPE;
         } else if (!strcmp(a, "--ranks")) {
@@ -189,10 +198,7 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
         } else if (!strcmp(a, "--steps")) { rc = parse_int(a, v, 1, 1000000, &o->steps); o->given |= TR_GIVEN_STEPS; }
         else if (!strcmp(a, "--batch")) { rc = parse_int(a, v, 1, 65536, &o->batch); o->given |= TR_GIVEN_BATCH; }
         else if (!strcmp(a, "--micro")) { rc = parse_int(a, v, 1, 4096, &o->micro); o->given |= TR_GIVEN_MICRO; }
-        else if (!strcmp(a, "--seq")) { rc = parse_int(a, v, 2, 4096, &o->seq); o->given |= TR_GIVEN_SEQ; }
-        else if (!strcmp(a, "--dim")) { rc = parse_int(a, v, 32, 8192, &o->dim); o->given |= TR_GIVEN_DIM; }
-        else if (!strcmp(a, "--layers")) { rc = parse_int(a, v, 1, 32, &o->layers); o->given |= TR_GIVEN_LAYERS; }
-        else if (!strcmp(a, "--heads")) { rc = parse_int(a, v, 1, 256, &o->heads); o->given |= TR_GIVEN_HEADS; }
+        else if (!strcmp(a, "--seq")) { rc = parse_int(a, v, 2, 1 << 20, &o->seq); o->given |= TR_GIVEN_SEQ; }
         else if (!strcmp(a, "--lora-rank")) { rc = parse_int(a, v, 1, 1024, &o->lora_rank); o->given |= TR_GIVEN_LORA_RANK; }
         else if (!strcmp(a, "--pretrain")) rc = parse_int(a, v, 1, 1000000, &o->pretrain_steps);
         else if (!strcmp(a, "--log-every")) rc = parse_int(a, v, 1, 1000000, &o->log_every);
@@ -233,6 +239,11 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
             o->wrap_linear = !strcmp(v, "linear");
             o->given |= TR_GIVEN_WRAP;
         } else if (!strcmp(a, "--init")) o->init_path = v;
+        else if (!strcmp(a, "--save-hf")) o->save_hf = v;
+        else if (!strcmp(a, "--data-dtype")) {
+            if (strcmp(v, "u16") && strcmp(v, "u32")) return bad("unknown --data-dtype '%s' (%s)", v, "u16, u32");
+            o->tokens_dtype = v;
+        }
         else if (!strcmp(a, "--data")) {
             o->data_path = v;
             o->given |= TR_GIVEN_DATA;
@@ -241,9 +252,11 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
         else return bad("unknown option '%s'%s (lpx train --help lists them)", a, "");
     }
     if (rc) return rc;
+    tr_arch_finish(&o->m, o->given);
     /* --resume: checked once the manifest filled in the options not given */
     if (!o->resume_dir && (rc = tr_check_opts(o))) return rc;
-    if (o->init_path && o->recipe != TR_NF4_QLORA) return bad("--init is for --recipe nf4-qlora%s%s", "", "");
+    if (o->save_hf && o->recipe == TR_NF4_QLORA)
+        return bad("--save-hf writes a dense model; nf4-qlora trains adapters on a quantized base (save them with --save)%s%s", "", "");
     if (o->save_every && !o->save_dir) return bad("--save-every needs --save DIR%s%s", "", "");
     if (o->resume_dir && o->init_path) return bad("--resume and --init exclude each other (the checkpoint holds the base)%s%s", "", "");
     if (o->compare && (o->resume_dir || o->save_dir))

@@ -28,7 +28,10 @@ typedef struct tr_lin_saved {
 } tr_lin_saved;
 
 typedef struct tr_block_saved {
-    lpx_tensor *h_in, *n1, *rstd1, *q3, *k3, *v3, *P, *o, *h1, *n2, *rstd2, *u1, *u3, *s, *pp;
+    lpx_tensor *h_in, *n1, *rstd1;
+    lpx_tensor *q, *k, *v;        /* after rope (q, k): [b, t, heads or kv_heads, hd] */
+    lpx_tensor *att, *lse;        /* attention's output [b*t, D] and its row log-sum-exp */
+    lpx_tensor *h1, *n2, *rstd2, *u1, *u3, *s, *pp;
     tr_lin_saved lin[TR_LIN_PER_BLOCK];
 } tr_block_saved;
 
@@ -52,23 +55,25 @@ typedef struct tr_rank {
     /* the sharding engine (shard.c) */
     lpx_mesh *mesh;
     lpx_fsdp *fsdp;
-    lpx_fsdp_group *grp[TR_MAX_GROUPS];
-    int gi[TR_MAX_PARAMS];               /* index of p in its group */
-    int ai[TR_MAX_PARAMS], bi[TR_MAX_PARAMS]; /* nf4-qlora: indices of p's adapters A, B */
+    /* per group and per parameter: arrays of ngroups / nparams entries
+     * (tr_rank_alloc), so no model size is capped by a fixed table */
+    lpx_fsdp_group **grp;
+    int *gi;                             /* index of p in its group */
+    int *ai, *bi;                        /* nf4-qlora: indices of p's adapters A, B */
     bool bwd;                            /* walking the groups backward (prefetch g-1) */
 
     /* per parameter */
-    int64_t chunk[TR_MAX_PARAMS], start[TR_MAX_PARAMS], len[TR_MAX_PARAMS];
-    lpx_tensor *master[TR_MAX_PARAMS];   /* f32 master shard (the engine's local, borrowed + retained) */
-    lpx_tensor *full[TR_MAX_PARAMS];     /* unsharded weight in compute form */
-    lpx_tensor *full_dense[TR_MAX_PARAMS]; /* mx recipes: the dense weight behind the MX one */
-    lpx_tensor *gacc[TR_MAX_PARAMS];     /* full-size grad being accumulated */
+    int64_t *chunk, *start, *len;
+    lpx_tensor **master;                 /* f32 master shard (the engine's local, borrowed + retained) */
+    lpx_tensor **full;                   /* unsharded weight in compute form */
+    lpx_tensor **full_dense;             /* mx recipes: the dense weight behind the MX one */
+    lpx_tensor **gacc;                   /* full-size grad being accumulated */
     int64_t nf4_local_bytes, nf4_local_numel;
 
     /* nf4-qlora */
-    lpx_tensor *nf4[TR_MAX_PARAMS];      /* unsharded NF4 base (while its group is unsharded) */
-    lpx_tensor *la[TR_MAX_PARAMS], *lb[TR_MAX_PARAMS];       /* unsharded adapters A [r, in], B [out, r] */
-    lpx_tensor *ga[TR_MAX_PARAMS], *gb[TR_MAX_PARAMS];       /* full-size adapter grads of the step */
+    lpx_tensor **nf4;                    /* unsharded NF4 base (while its group is unsharded) */
+    lpx_tensor **la, **lb;               /* unsharded adapters A [r, in], B [out, r] */
+    lpx_tensor **ga, **gb;               /* full-size adapter grads of the step */
     lpx_qlora_opts qopts;
 
     /* float8 */
@@ -77,10 +82,10 @@ typedef struct tr_rank {
     int f8slots;
 
     const lpx_kind *mx_kind;
-    lpx_tensor *mask;                    /* [seq, seq] causal additive mask */
+    lpx_tensor *inv_freq;                /* rope frequencies [head_dim / 2] f32 */
     tr_memtrack mem;
     int64_t act_bytes;                   /* saved activations of the last forward */
-    int remaining[TR_MAX_GROUPS];        /* params of a group still to get their grad this backward */
+    int *remaining;                      /* per group: params still to get their grad this backward */
     bool last_micro;
 
     /* where the run is: random streams and fault injection key on these */
@@ -89,6 +94,11 @@ typedef struct tr_rank {
     bool training;                       /* a training forward/backward (dropout on) */
     bool inject;                         /* the main run: --inject-nan applies */
 } tr_rank;
+
+/* The per-parameter and per-group arrays of R (sized by R->g), zeroed;
+ * tr_rank_free releases them (not what they point to). */
+lpx_status tr_rank_alloc(tr_rank *R);
+void tr_rank_free(tr_rank *R);
 
 /* ---- recipes.c ---- */
 lpx_status tr_recipe_setup(tr_rank *R);
@@ -119,6 +129,10 @@ void tr_shard_teardown(tr_rank *R);
  * next one in the direction of R->bwd) */
 lpx_status tr_need(tr_rank *R, int p);
 lpx_status tr_unshard(tr_rank *R, int group);
+/* unshards p's group beside the last group only (every other group is
+ * resharded first) and prefetches nothing: the tied LM head, whose weight
+ * is the embedding's, at the root */
+lpx_status tr_need_alone(tr_rank *R, int p);
 void tr_reshard(tr_rank *R, int group);
 void tr_reshard_all(tr_rank *R);
 lpx_status tr_reduce_grads(tr_rank *R, int group);  /* set_grad + one reduce-scatter (avg) */

@@ -21,7 +21,7 @@
 #include "rank.h"
 
 static const char *const names[TR_RECIPE_COUNT] = {
-    "bf16", "float8-tensorwise", "float8-rowwise", "float8-delayed", "nf4-qlora", "mxfp8", "mxfp4",
+    "bf16", "float8-tensorwise", "float8-rowwise", "float8-delayed", "nf4-qlora", "mxfp8", "mxfp4", "f32",
 };
 
 const char *tr_recipe_name(tr_recipe r) { return (unsigned)r < TR_RECIPE_COUNT ? names[r] : "?"; }

@@ -3,8 +3,9 @@
  * its parameters to lpx_fsdp_* and drives one step.
  *
  *   setup     one lpx_fsdp over a 1-D mesh of the rank's comm; groups:
- *             "emb" (tok/pos embeddings), one per block (--wrap block) or
- *             one per parameter (--wrap linear), "root" (norm_f + head).
+ *             "emb" (the token embedding), one per block (--wrap block) or
+ *             one per parameter (--wrap linear), "root" (norm_f + head;
+ *             a tied head reads "emb" again: tr_need_alone).
  *             Block linears enter as float8_weight (float8 recipes: fp8 on
  *             the wire, tensorwise or rowwise), NF4 (nf4-qlora: frozen,
  *             with its LoRA adapters A and B in the same group) or dense
@@ -59,8 +60,10 @@ lpx_status tr_shard_setup(tr_rank *R, float *const *init)
     bool qlora = R->recipe == TR_NF4_QLORA;
     R->sharded = true;
     /* bf16 on the wire for dense f32 params (mixed precision); nf4-qlora
-     * keeps its frozen f32 embeddings/norms/head and f32 adapters as is */
-    lpx_fsdp_config cfg = {.struct_size = sizeof cfg, .max_unsharded = 2, .param_dtype = qlora ? 0 : LPX_BF16};
+     * keeps its frozen f32 embeddings/norms/head and f32 adapters as is;
+     * the f32 recipe (the reference) gathers f32 */
+    lpx_fsdp_config cfg = {.struct_size = sizeof cfg, .max_unsharded = 2,
+                           .param_dtype = qlora || R->recipe == TR_F32 ? 0 : LPX_BF16};
     TRY(lpx_mesh_new(R->comm, &R->mesh));
     TRY(lpx_fsdp_new(R->mesh, &cfg, &R->fsdp));
     for (int grp = 0; grp < g->ngroups; grp++) {
@@ -361,4 +364,36 @@ lpx_status tr_gather_masters(tr_rank *R, float **out)
     }
 out:
     return st;
+}
+
+lpx_status tr_need_alone(tr_rank *R, int p)
+{
+    int grp = R->g->p[p].group, G = R->g->ngroups;
+    for (int j = 0; j < G; j++)
+        if (j != grp && j != G - 1 && lpx_fsdp_is_unsharded(R->grp[j])) tr_reshard(R, j);
+    return tr_unshard(R, grp);
+}
+
+lpx_status tr_rank_alloc(tr_rank *R)
+{
+    size_t P = (size_t)R->g->nparams, G = (size_t)R->g->ngroups;
+    R->grp = calloc(G, sizeof *R->grp);
+    R->remaining = calloc(G, sizeof *R->remaining);
+    R->gi = calloc(P, sizeof *R->gi);
+    R->ai = calloc(P, sizeof *R->ai);
+    R->bi = calloc(P, sizeof *R->bi);
+    R->chunk = calloc(P, sizeof *R->chunk);
+    R->start = calloc(P, sizeof *R->start);
+    R->len = calloc(P, sizeof *R->len);
+    lpx_tensor ***ts[] = {&R->master, &R->full, &R->full_dense, &R->gacc, &R->nf4, &R->la, &R->lb, &R->ga, &R->gb};
+    bool ok = R->grp && R->remaining && R->gi && R->ai && R->bi && R->chunk && R->start && R->len;
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) ok = (*ts[i] = calloc(P, sizeof(lpx_tensor *))) && ok;
+    return ok ? LPX_OK : lpx_error(LPX_ENOMEM, "train: out of memory for %zu parameters' state", P);
+}
+
+void tr_rank_free(tr_rank *R)
+{
+    void *ps[] = {R->grp, R->remaining, R->gi, R->ai, R->bi, R->chunk, R->start, R->len, R->master, R->full,
+                  R->full_dense, R->gacc, R->nf4, R->la, R->lb, R->ga, R->gb};
+    for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) free(ps[i]);
 }

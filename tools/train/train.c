@@ -32,6 +32,7 @@
 #include "rank.h"
 #include "metrics.h"
 #include "mem.h"
+#include "hf.h"
 #include "../lpx/commands.h"
 
 typedef struct tr_shared {
@@ -115,10 +116,12 @@ static lpx_status sample(tr_rank *R, tr_shared *sh, char *out, size_t cap)
     tr_fwd f = {0};
     if (!ctx) FAIL(LPX_ENOMEM, "train: out of memory");
     TRY(tr_recipe_reset_eval(R));
-    /* the prompt: a line start in the validation text */
+    /* the prompt: a line start in the validation text (token ids: its
+     * first tokens) */
     size_t at = c->n_train;
-    while (at + 1 < c->n && c->char_of[c->tok[at]] != '\n') at++;
-    at++;
+    while (c->bytes && at + (size_t)plen + 1 < c->n && c->tok[at] != '\n') at++;
+    if (c->bytes && at + (size_t)plen + 1 < c->n) at++;
+    else at = c->n_train;
     for (int i = 0; i < plen; i++) ctx[i] = c->tok[at + (size_t)i];
     uint64_t rng = 0x9E3779B97F4A7C15ull ^ o->seed;
     int len = plen;
@@ -126,6 +129,7 @@ static lpx_status sample(tr_rank *R, tr_shared *sh, char *out, size_t cap)
         int t = len < o->seq ? len : o->seq;
         TRY(tr_forward(R, &f, ctx + len - t, NULL, 1, t, o->micro, false));
         const float *lg = (const float *)lpx_tensor_data(f.logits) + (size_t)(t - 1) * (size_t)c->vocab;
+        TRY(lpx_tensor_dtype(f.logits) == LPX_F32 ? LPX_OK : lpx_error(LPX_EINTERNAL, "train: logits are not f32"));
         double mx = -INFINITY, sum = 0;
         for (int v = 0; v < c->vocab; v++) mx = lg[v] > mx ? lg[v] : mx;
         for (int v = 0; v < c->vocab; v++) sum += exp((lg[v] - mx) / 0.8);
@@ -143,8 +147,14 @@ static lpx_status sample(tr_rank *R, tr_shared *sh, char *out, size_t cap)
         tr_fwd_clear(&f, R->g->layers);
         tr_reshard_all(R);
     }
-    for (int i = 0; i < len; i++) out[i] = c->char_of[ctx[i]];
-    out[len] = 0;
+    if (c->bytes) {
+        for (int i = 0; i < len; i++) out[i] = ctx[i] ? (char)ctx[i] : ' ';
+        out[len] = 0;
+    } else {
+        /* token ids: no tokenizer here to print them as text */
+        size_t k = 0;
+        for (int i = 0; i < len && k + 12 < cap; i++) k += (size_t)snprintf(out + k, cap - k, "%s%d", i ? " " : "", ctx[i]);
+    }
 out:
     tr_fwd_clear(&f, R->g->layers);
     free(ctx);
@@ -323,6 +333,13 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     R->rank = lpx_comm_rank(comm);
     R->world = lpx_comm_size(comm);
     R->inject = sh->main;
+    if ((st = tr_rank_alloc(R)) != LPX_OK) {
+        /* nothing set up yet: no teardown to run */
+        record_error(R, sh, st, -1);
+        tr_rank_free(R);
+        free(R);
+        return st;
+    }
     int nloc = o->micro / R->world, b = o->batch / o->micro;
     idx = malloc(sizeof(int32_t) * (size_t)(b * o->seq));
     tgt = malloc(sizeof(int32_t) * (size_t)(b * o->seq));
@@ -456,6 +473,7 @@ out:
     tr_model_teardown(R);
     tr_recipe_teardown(R);
     tr_shard_teardown(R);
+    tr_rank_free(R);
     free(R);
     free(idx);
     free(tgt);
@@ -544,7 +562,7 @@ static lpx_status init_params(const tr_geom *g, uint64_t seed, float **w)
             for (int64_t i = 0; i < n; i++) w[p][i] = 1.0f;
             continue;
         }
-        double std = P->kind == TR_P_TOK || P->kind == TR_P_POS ? 0.1 : 1.0 / sqrt((double)P->cols);
+        double std = P->kind == TR_P_TOK ? 0.1 : 1.0 / sqrt((double)P->cols);
         /* output projections of the residual branches start smaller */
         if (P->kind == TR_P_LIN && (P->lin == TR_L_O || P->lin == TR_L_W2)) std /= sqrt(2.0 * g->layers);
         int64_t shape[1] = {n};
@@ -558,10 +576,11 @@ out:
     return st;
 }
 
-#define CKPT_MAGIC 0x54504B43u /* "CKPT" */
+#define CKPT_MAGIC 0x32504B43u /* "CKP2": the Llama 3 model */
 
-/* model.bin: magic, vocab, dim, layers, heads, seq, nparams (u32 each),
- * then every parameter's f32 values in order. Written atomically. */
+/* model.bin: magic, vocab, dim, layers, heads, seq, nparams, kv_heads,
+ * ffn, tied (u32 each), then every parameter's f32 values in order.
+ * Written atomically. */
 static lpx_status save_ckpt(const char *dir, const tr_geom *g, float *const *w)
 {
     char path[1200], tmp[1300];
@@ -569,8 +588,8 @@ static lpx_status save_ckpt(const char *dir, const tr_geom *g, float *const *w)
     snprintf(tmp, sizeof tmp, "%s/.model.bin.tmp.%ld", dir, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     if (!f) return lpx_error(LPX_EIO, "cannot write '%s'", tmp);
-    uint32_t h[7] = {CKPT_MAGIC, (uint32_t)g->vocab, (uint32_t)g->dim, (uint32_t)g->layers, (uint32_t)g->heads,
-                     (uint32_t)g->seq, (uint32_t)g->nparams};
+    uint32_t h[10] = {CKPT_MAGIC, (uint32_t)g->vocab, (uint32_t)g->dim, (uint32_t)g->layers, (uint32_t)g->heads,
+                      (uint32_t)g->seq, (uint32_t)g->nparams, (uint32_t)g->kv_heads, (uint32_t)g->hidden, g->tied};
     bool ok = fwrite(h, sizeof h, 1, f) == 1;
     for (int p = 0; p < g->nparams && ok; p++)
         ok = fwrite(w[p], sizeof(float), (size_t)(g->p[p].rows * g->p[p].cols), f) ==
@@ -587,15 +606,18 @@ static lpx_status load_ckpt(const char *path, const tr_geom *g, float **w)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return lpx_error(LPX_EIO, "cannot open --init '%s'", path);
-    uint32_t h[7];
+    uint32_t h[10];
     lpx_status st = LPX_OK;
     if (fread(h, sizeof h, 1, f) != 1 || h[0] != CKPT_MAGIC) {
-        st = lpx_error(LPX_EINVAL, "--init '%s' is not an lpx train checkpoint", path);
+        st = lpx_error(LPX_EINVAL, "--init '%s' is not an lpx train model.bin of this version (or give a Hugging Face "
+                       "model directory)", path);
     } else if (h[1] != (uint32_t)g->vocab || h[2] != (uint32_t)g->dim || h[3] != (uint32_t)g->layers ||
-               h[4] != (uint32_t)g->heads || h[5] != (uint32_t)g->seq || h[6] != (uint32_t)g->nparams) {
+               h[4] != (uint32_t)g->heads || h[5] != (uint32_t)g->seq || h[6] != (uint32_t)g->nparams ||
+               h[7] != (uint32_t)g->kv_heads || h[8] != (uint32_t)g->hidden || h[9] != (uint32_t)g->tied) {
         st = lpx_error(LPX_EINVAL,
-                       "--init '%s' has vocab %u dim %u layers %u heads %u seq %u; this run has %d %d %d %d %d", path,
-                       h[1], h[2], h[3], h[4], h[5], g->vocab, g->dim, g->layers, g->heads, g->seq);
+                       "--init '%s' has vocab %u dim %u layers %u heads %u kv heads %u ffn %u seq %u; this run has "
+                       "%d %d %d %d %d %d %d", path, h[1], h[2], h[3], h[4], h[7], h[8], h[5], g->vocab, g->dim,
+                       g->layers, g->heads, g->kv_heads, g->hidden, g->seq);
     } else {
         for (int p = 0; p < g->nparams && st == LPX_OK; p++)
             if (fread(w[p], sizeof(float), (size_t)(g->p[p].rows * g->p[p].cols), f) !=
@@ -707,7 +729,7 @@ static void print_summary(const tr_opts *o, const tr_geom *g, const tr_result *r
         const tr_result *x = &res[r];
         tr_mem_est e;
         tr_mem_estimate_geom(g, x->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
-                             o->wrap_linear, &e);
+                             o->wrap_linear, 4, false, &e);
         int64_t meas[5] = {x->mem_peak[TR_MEM_PARAMS], x->mem_peak[TR_MEM_GRADS], x->mem_peak[TR_MEM_OPT],
                            x->mem_peak[TR_MEM_UNSHARDED], x->mem_peak[TR_MEM_ACT]};
         int64_t est[5] = {e.params, e.grads, e.optimizer, e.unsharded, e.activations};
@@ -784,6 +806,28 @@ static bool inject_target_ok(const tr_opts *o, const tr_geom *g)
 }
 
 static int train_run(tr_opts *op, const tr_ckpt *ck);
+
+/* A model too big for this machine is refused before anything is
+ * allocated: the `lpx mem` estimate of every rank (the local ranks share
+ * this machine's memory) plus the full f32 initial weights. */
+static bool fits_memory(const tr_opts *o, const tr_geom *g, bool lead)
+{
+    tr_mem_est e;
+    int world = strcmp(o->comm, "local") ? 1 : o->ranks;   /* ranks on this machine */
+    tr_mem_estimate_geom(g, o->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
+                         o->wrap_linear, 4, false, &e);
+    double per_rank = (double)e.params + (double)e.grads + (double)e.optimizer + (double)e.unsharded +
+                      (double)e.activations;
+    double need = per_rank * world + 4.0 * (double)tr_geom_numel(g) * (o->recipe == TR_NF4_QLORA ? 2 : 1);
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+    double have = pages > 0 && psize > 0 ? (double)pages * (double)psize : INFINITY;
+    if (need <= have) return true;
+    if (lead)
+        fprintf(stderr, "lpx train: the model (%lld params) needs about %.1f GiB here (lpx mem: %.1f GiB per rank x %d "
+                "ranks, plus the initial weights); this machine has %.1f GiB\n", (long long)tr_geom_numel(g),
+                need / 1073741824.0, per_rank / 1073741824.0, world, have / 1073741824.0);
+    return false;
+}
 
 int lpx_cmd_train(int argc, char **argv)
 {
@@ -875,28 +919,57 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
         }
     }
 
+    /* --init DIR: a Hugging Face model directory sets the model */
+    struct stat ist;
+    bool hf_init = o.init_path && stat(o.init_path, &ist) == 0 && S_ISDIR(ist.st_mode);
+    if (hf_init) {
+        const unsigned arch_given = TR_GIVEN_MODEL | TR_GIVEN_DIM | TR_GIVEN_LAYERS | TR_GIVEN_HEADS |
+                                    TR_GIVEN_KV_HEADS | TR_GIVEN_FFN | TR_GIVEN_VOCAB | TR_GIVEN_ROPE_THETA |
+                                    TR_GIVEN_TIED;
+        if (o.given & arch_given) {
+            if (lead) fprintf(stderr, "lpx train: --init '%s' sets the model from its config.json; leave out --model, "
+                              "--dim, --layers, --heads, --kv-heads, --ffn, --vocab, --rope-theta and --tied\n",
+                              o.init_path);
+            return 2;
+        }
+        if (tr_hf_config(o.init_path, &o.m) != LPX_OK) {
+            if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+            return 2;
+        }
+        if (tr_arch_check(&o.m, "lpx train")) return 2;
+    } else if (o.init_path && o.recipe != TR_NF4_QLORA) {
+        if (lead) fprintf(stderr, "lpx train: --init '%s' is not a directory: a model.bin is a base for --recipe "
+                          "nf4-qlora; other recipes start from a Hugging Face model directory\n", o.init_path);
+        return 2;
+    }
+
     one_blas_thread();
     char cpath[1200];
     if (o.data_path) snprintf(cpath, sizeof cpath, "%s", o.data_path);
     else default_corpus(cpath, sizeof cpath);
     tr_corpus corpus;
-    if (tr_corpus_load(cpath, &corpus) != LPX_OK) {
+    if (tr_corpus_load(cpath, o.m.vocab, o.tokens_dtype, &corpus) != LPX_OK) {
         if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
         return 2;
     }
+    o.m.vocab = corpus.vocab;
     if (corpus.n - corpus.n_train < (size_t)o.seq + 2) {
         if (lead) fprintf(stderr, "lpx train: corpus '%s' is too small for --seq %d\n", cpath, o.seq);
         tr_corpus_free(&corpus);
         return 2;
     }
-    tr_geom *g = malloc(sizeof *g);
+    tr_geom *g = calloc(1, sizeof *g);
     tr_result res[3];
     int nres = 0, main_idx = 0, base_idx = -1, rc = 1;
-    float **init = NULL, **base = NULL;
+    float **init = NULL, **base = NULL, **final = NULL;
     lpx_status st = LPX_OK;
     memset(res, 0, sizeof res);
     if (!g) FAIL(LPX_ENOMEM, "out of memory");
-    tr_geom_init(g, corpus.vocab, o.dim, o.layers, o.heads, o.seq, o.wrap_linear);
+    TRY(tr_geom_init(g, &o.m, o.seq, o.wrap_linear));
+    if (!fits_memory(&o, g, lead)) {
+        rc = 2;
+        goto out;
+    }
     if (!inject_target_ok(&o, g)) {
         if (lead) fprintf(stderr, "lpx train: --inject-nan: no parameter '%s' with a gradient (e.g. b0.wq%s, or loss)\n",
                           o.inject_nan_param, o.recipe == TR_NF4_QLORA ? ".lora_a" : "");
@@ -912,9 +985,9 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     if (lead && mkdir(o.out_dir, 0777) != 0 && access(o.out_dir, W_OK) != 0)
         FAIL(LPX_EIO, "cannot create --out '%s'", o.out_dir);
     if (!o.quiet)
-        printf("lpx train: %s on %d %s ranks, corpus %s (%zu chars, vocab %d), %lld params, wrap %s\n",
-               tr_recipe_name(o.recipe), o.ranks, o.comm, cpath, corpus.n, corpus.vocab,
-               (long long)tr_geom_numel(g), o.wrap_linear ? "linear" : "block");
+        printf("lpx train: %s on %d %s ranks, corpus %s (%zu %s, vocab %d), %lld params, wrap %s\n",
+               tr_recipe_name(o.recipe), o.ranks, o.comm, cpath, corpus.n, corpus.bytes ? "bytes" : "tokens",
+               corpus.vocab, (long long)tr_geom_numel(g), o.wrap_linear ? "linear" : "block");
     init = alloc_params(g);
     if (!init) FAIL(LPX_ENOMEM, "out of memory");
     if (ck) {
@@ -932,12 +1005,19 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
                 printf("  the checkpoint holds no float8-delayed amax histories (recipe %s): they start empty\n",
                        tr_recipe_name(ck->cfg.recipe));
         }
+    } else if (hf_init) {
+        if (tr_hf_load(o.init_path, g, init) != LPX_OK) {
+            if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+            rc = 2;
+            goto out;
+        }
+        if (!o.quiet) printf("  initial weights: %s (Hugging Face)\n", o.init_path);
     } else {
         TRY(init_params(g, o.seed, init));
     }
 
-    if (o.recipe == TR_NF4_QLORA && ck) {
-        /* the checkpoint's weights are the frozen base */
+    if (o.recipe == TR_NF4_QLORA && (ck || hf_init)) {
+        /* the checkpoint's (or the Hugging Face model's) weights are the frozen base */
         base = init;
         init = NULL;
     } else if (o.recipe == TR_NF4_QLORA) {
@@ -959,10 +1039,15 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     tr_span span = {.start = ck ? ck->step : 0, .end = o.stop_after ? o.stop_after : o.steps, .main = true, .ck = ck};
     TRY(lpx_trace_start(NULL));
     main_idx = nres;
-    st = run_recipe(&o, o.recipe, tr_recipe_name(o.recipe), o.steps, &span, g, &corpus, start, NULL, true, &res[nres]);
+    if (o.save_hf && !(final = alloc_params(g))) FAIL(LPX_ENOMEM, "out of memory");
+    st = run_recipe(&o, o.recipe, tr_recipe_name(o.recipe), o.steps, &span, g, &corpus, start, final, true, &res[nres]);
     lpx_trace_stop();
     if (st != LPX_OK) goto out;
     nres++;
+    if (final && lead) {
+        TRY(tr_hf_save(o.save_hf, g, final));
+        if (!o.quiet) printf("  wrote %s (Hugging Face: config.json, model.safetensors)\n", o.save_hf);
+    }
     if (o.compare && o.recipe != TR_BF16) {
         base_idx = nres;
         tr_span all = {.start = 0, .end = o.steps};
@@ -983,6 +1068,8 @@ out:
     if (g) {
         free_params(g, init);
         free_params(g, base);
+        free_params(g, final);
+        tr_geom_free(g);
     }
     free(g);
     tr_corpus_free(&corpus);

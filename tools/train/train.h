@@ -6,8 +6,10 @@
  * MX weights from a plugin) and sharded data parallelism over lpx_comm fit
  * together. One file per job:
  *   options.c  command line of `lpx train` / `lpx mem`
- *   data.c     the character corpus and deterministic batches
- *   model.c    parameters, forward and manual backward
+ *   data.c     the corpus (bytes, or token ids) and deterministic batches
+ *   arch.c     the model description: presets, overrides, rope frequencies
+ *   model.c    Llama 3: parameters, forward and manual backward
+ *   hf.c       Hugging Face checkpoints in (--init DIR) and out (--save-hf)
  *   recipes.c  one linear layer per recipe (bf16, float8, nf4, mx)
  *   shard.c    parameter sharding: unshard / reshard / reduce-scatter / scales
  *   optim.c    AdamW on local shards
@@ -39,6 +41,7 @@ typedef enum tr_recipe {
     TR_NF4_QLORA,
     TR_MXFP8,
     TR_MXFP4,
+    TR_F32,                 /* everything in f32 (f32 on the wire): the reference */
     TR_RECIPE_COUNT
 } tr_recipe;
 
@@ -59,8 +62,42 @@ enum {
     TR_GIVEN_SEQ = 1u << 4, TR_GIVEN_DIM = 1u << 5, TR_GIVEN_LAYERS = 1u << 6, TR_GIVEN_HEADS = 1u << 7,
     TR_GIVEN_LR = 1u << 8, TR_GIVEN_SEED = 1u << 9, TR_GIVEN_STEPS = 1u << 10, TR_GIVEN_WRAP = 1u << 11,
     TR_GIVEN_LORA_RANK = 1u << 12, TR_GIVEN_LORA_DROPOUT = 1u << 13, TR_GIVEN_DATA = 1u << 14,
-    TR_GIVEN_EVAL = 1u << 15
+    TR_GIVEN_EVAL = 1u << 15, TR_GIVEN_KV_HEADS = 1u << 16, TR_GIVEN_FFN = 1u << 17, TR_GIVEN_VOCAB = 1u << 18,
+    TR_GIVEN_ROPE_THETA = 1u << 19, TR_GIVEN_TIED = 1u << 20, TR_GIVEN_MODEL = 1u << 21
 };
+
+/* The model: Llama 3 as transformers' LlamaForCausalLM computes it. */
+typedef struct tr_arch {
+    int vocab;              /* 0: from the data (256 for a text corpus) */
+    int dim, layers, heads, kv_heads, ffn;
+    bool tied;              /* the LM head is the token embedding */
+    double rope_theta, norm_eps;
+    /* rope_scaling "llama3" (Llama 3.1): factor 0 = none */
+    double rope_factor, rope_low, rope_high;
+    int rope_orig;          /* original_max_position_embeddings */
+} tr_arch;
+
+/* ---- arch.c ---- */
+/* The preset `name` (llama3-8b, ..., tiny) into *a; false if unknown. */
+bool tr_arch_preset(const char *name, tr_arch *a);
+/* the preset names, comma-separated, for messages */
+const char *tr_arch_preset_names(void);
+/* The checks a model description must pass (from the command line, a
+ * checkpoint's manifest or a Hugging Face config alike): 0, or 2 after
+ * printing one line prefixed with `who` ("lpx train", "lpx mem"). */
+int tr_arch_check(const tr_arch *a, const char *who);
+/* Parses one architecture option (--dim --layers --heads --kv-heads --ffn
+ * --vocab --rope-theta --tied --model): 1 if `opt` is not one, 0 when
+ * parsed (*given |= its TR_GIVEN bit), 2 after printing the line. `tied`
+ * takes no value (v unused). */
+int tr_arch_option(const char *who, const char *opt, const char *v, tr_arch *a, unsigned *given);
+/* After the options: --dim without --ffn takes SwiGLU's 8/3 dim rounded up
+ * to a multiple of 32 (Llama's ratio) instead of the preset's ffn. */
+void tr_arch_finish(tr_arch *a, unsigned given);
+/* Hugging Face's inv_freq (f32, [head_dim / 2]) with the llama3 scaling */
+void tr_arch_inv_freq(const tr_arch *a, float *out);
+/* parameters of the model (embedding, blocks, norm, head) */
+int64_t tr_arch_params(const tr_arch *a);
 
 typedef struct tr_opts {
     tr_recipe recipe;
@@ -68,7 +105,10 @@ typedef struct tr_opts {
     bool ranks_given;       /* --ranks on the command line (--comm mpi: must equal the world size) */
     char comm[32];
     char device[16];
-    int steps, batch, seq, dim, layers, heads, micro;
+    int steps, batch, seq, micro;
+    tr_arch m;              /* the model */
+    const char *save_hf;    /* --save-hf DIR */
+    const char *tokens_dtype; /* --data FILE.bin: "u16" | "u32" (NULL: by vocab) */
     int pretrain_steps;     /* nf4-qlora without --init: bf16 steps that make the base */
     int lora_rank;
     int log_every;
@@ -113,15 +153,19 @@ int tr_check_opts(const tr_opts *o);
 
 /* ---- data.c ---- */
 typedef struct tr_corpus {
-    uint8_t *tok;            /* the text as token ids */
+    uint32_t *tok;           /* token ids */
     size_t n, n_train;       /* tokens; [0, n_train) trains, the rest validates */
-    int vocab;
-    uint8_t id_of[256];
-    char char_of[256];
+    int vocab;               /* the model's vocabulary (every id is below it) */
+    bool bytes;              /* a text file: token = byte (vocab 256) */
     char path[512];
 } tr_corpus;
 
-lpx_status tr_corpus_load(const char *path, tr_corpus *c);
+/* A text file (every byte a token), or pre-tokenized ids (FILE.bin,
+ * little-endian u16 or u32: `dtype`, NULL = u16 when vocab <= 65536).
+ * Every id is checked against vocab: LPX_ERANGE names the first one past
+ * it and its position. Errors: LPX_EIO, LPX_EINVAL (too small, a size
+ * that is not a whole number of ids), LPX_ENOMEM. */
+lpx_status tr_corpus_load(const char *path, int vocab, const char *dtype, tr_corpus *c);
 void tr_corpus_free(tr_corpus *c);
 /* Fills idx/tgt (i32, [b * seq]) with micro-batch `chunk` of step `step`
  * (val: validation micro-batch `chunk`). Depends only on (seed, step,
@@ -138,10 +182,10 @@ lpx_status tr_file_fnv(const char *path, uint64_t *hash, uint64_t *bytes);
 
 /* ---- model geometry (model.c) ---- */
 enum { TR_L_Q = 0, TR_L_K, TR_L_V, TR_L_O, TR_L_W1, TR_L_W2, TR_L_W3, TR_LIN_PER_BLOCK };
-typedef enum tr_pkind { TR_P_TOK, TR_P_POS, TR_P_NORM, TR_P_LIN, TR_P_NORMF, TR_P_HEAD } tr_pkind;
+typedef enum tr_pkind { TR_P_TOK, TR_P_NORM, TR_P_LIN, TR_P_NORMF, TR_P_HEAD } tr_pkind;
 
 typedef struct tr_param {
-    char name[32];
+    char name[32];          /* lpx's name (tok_emb, b0.wq, ...); hf.c maps Hugging Face's */
     tr_pkind kind;
     int layer;               /* -1 outside the blocks */
     int lin;                 /* TR_L_* for linears */
@@ -150,16 +194,18 @@ typedef struct tr_param {
     bool decay;              /* AdamW weight decay */
 } tr_param;
 
-#define TR_MAX_PARAMS 512
-#define TR_MAX_GROUPS 512
-
 typedef struct tr_geom {
-    int vocab, dim, hidden, layers, heads, seq;
+    tr_arch a;
+    int vocab, dim, hidden, layers, heads, kv_heads, head_dim, seq;
+    bool tied;
     int nparams, ngroups;
-    tr_param p[TR_MAX_PARAMS];
+    tr_param *p;             /* [nparams] */
 } tr_geom;
 
-void tr_geom_init(tr_geom *g, int vocab, int dim, int layers, int heads, int seq, bool wrap_linear);
+/* The parameters of model a (vocab set) for sequences of seq; groups per
+ * block or per linear. Errors: LPX_ENOMEM. tr_geom_free releases. */
+lpx_status tr_geom_init(tr_geom *g, const tr_arch *a, int seq, bool wrap_linear);
+void tr_geom_free(tr_geom *g);
 int64_t tr_geom_numel(const tr_geom *g);
 /* index of parameter (kind, layer, lin) */
 int tr_param_index(const tr_geom *g, tr_pkind kind, int layer, int lin);

@@ -1,0 +1,234 @@
+/* `lpx eval --init DIR --tokens FILE [--logits OUT] [--grads OUT]`: the
+ * forward of a Hugging Face Llama checkpoint on given token ids, so anyone
+ * can compare lpx with another implementation (transformers, the test
+ * fixture under tests/data/llama_tiny/).
+ *
+ * FILE holds one sequence of little-endian u32 ids. The loss is the mean
+ * next-token cross-entropy over positions 0..n-2 (targets 1..n-1), what
+ * transformers returns for labels = input_ids. --logits writes one f32
+ * tensor `logits` [n, vocab]; --grads the gradient of that loss for every
+ * parameter under its Hugging Face name (f32). One rank, the recipe's
+ * numerics (default f32: the reference). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "rank.h"
+#include "hf.h"
+#include "../lpx/commands.h"
+
+typedef struct ev_ctx {
+    const tr_opts *o;
+    const tr_geom *g;
+    float *const *w;
+    const int32_t *ids;
+    int n;
+    const char *logits_path, *grads_path;
+    double loss;
+} ev_ctx;
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: lpx eval --init DIR --tokens FILE [--logits OUT.safetensors] [--grads OUT.safetensors]\n"
+               "                [--recipe R]\n"
+               "  the forward of the Hugging Face Llama model in DIR on the token ids in FILE (one\n"
+               "  sequence, little-endian u32); prints the mean next-token loss. --logits writes the\n"
+               "  f32 logits [tokens, vocab] as tensor 'logits'; --grads the loss's gradient of every\n"
+               "  parameter (Hugging Face names). --recipe: f32 (default), bf16, float8-tensorwise, ...\n");
+}
+
+static lpx_status save_one(const char *path, const char *name, lpx_tensor *t)
+{
+    const char *names[1] = {name};
+    return lpx_safetensors_save(path, 1, names, &t, 0, NULL);
+}
+
+static lpx_status save_grads(tr_rank *R, const char *path)
+{
+    lpx_status st = LPX_OK;
+    const tr_geom *g = R->g;
+    char (*names)[96] = calloc((size_t)g->nparams, sizeof *names);
+    const char **np = calloc((size_t)g->nparams, sizeof *np);
+    lpx_tensor **ts = calloc((size_t)g->nparams, sizeof *ts);
+    if (!names || !np || !ts) FAIL(LPX_ENOMEM, "eval: out of memory");
+    for (int p = 0; p < g->nparams; p++) {
+        tr_hf_name(&g->p[p], names[p], sizeof names[p]);
+        np[p] = names[p];
+        /* one rank: the grad "shard" is the whole gradient */
+        ts[p] = lpx_fsdp_param_grad(R->grp[g->p[p].group], R->gi[p]);
+        if (!ts[p]) FAIL(LPX_EINTERNAL, "eval: no gradient for %s", names[p]);
+    }
+    TRY(lpx_safetensors_save(path, g->nparams, np, ts, 0, NULL));
+out:
+    free(names);
+    free(np);
+    free(ts);
+    return st;
+}
+
+static lpx_status ev_rank(lpx_comm *comm, void *arg)
+{
+    ev_ctx *E = arg;
+    lpx_status st = LPX_OK;
+    tr_rank *R = calloc(1, sizeof *R);
+    tr_fwd f = {0};
+    int32_t *tgt = malloc(sizeof(int32_t) * (size_t)E->n);
+    bool set_up = false;
+    if (!R || !tgt) FAIL(LPX_ENOMEM, "eval: out of memory");
+    R->o = E->o;
+    R->g = E->g;
+    R->recipe = E->o->recipe;
+    R->comm = comm;
+    R->rank = 0;
+    R->world = 1;
+    TRY(tr_rank_alloc(R));
+    set_up = true;
+    TRY(tr_shard_setup(R, E->w));
+    TRY(tr_recipe_setup(R));
+    TRY(tr_model_setup(R));
+    if (R->recipe == TR_F8_TENSORWISE) TRY(tr_precompute_scales(R));
+    for (int i = 0; i < E->n; i++) tgt[i] = i + 1 < E->n ? E->ids[i + 1] : -100;
+    bool grads = E->grads_path != NULL;
+    R->training = false;
+    TRY(tr_forward(R, &f, E->ids, tgt, 1, E->n, 0, grads));
+    E->loss = f.loss;
+    if (E->logits_path) TRY(save_one(E->logits_path, "logits", f.logits));
+    if (grads) {
+        TRY(tr_backward(R, &f, 1.0, true));
+        TRY(save_grads(R, E->grads_path));
+    }
+out:
+    if (R) {
+        tr_fwd_clear(&f, E->g->layers);
+        if (set_up) {
+            tr_model_teardown(R);
+            tr_recipe_teardown(R);
+            tr_shard_teardown(R);
+        }
+        tr_rank_free(R);
+        free(R);
+    }
+    free(tgt);
+    return st;
+}
+
+/* the ids of FILE (u32 LE), each below vocab */
+static lpx_status read_tokens(const char *path, int vocab, int32_t **out, int *n)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return lpx_error(LPX_EIO, "cannot open --tokens '%s': %s", path, strerror(errno));
+    lpx_status st = LPX_OK;
+    long bytes = -1;
+    uint8_t *buf = NULL;
+    if (fseek(f, 0, SEEK_END) != 0 || (bytes = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        st = lpx_error(LPX_EIO, "cannot read --tokens '%s'", path);
+    } else if (bytes % 4 || bytes < 8 || bytes > 4L * (1 << 20)) {
+        st = lpx_error(LPX_EINVAL, "--tokens '%s' has %ld bytes: expected 2..1048576 little-endian u32 ids", path, bytes);
+    } else if (!(buf = malloc((size_t)bytes)) || !(*out = malloc((size_t)bytes))) {
+        st = lpx_error(LPX_ENOMEM, "out of memory");
+    } else if (fread(buf, 1, (size_t)bytes, f) != (size_t)bytes) {
+        st = lpx_error(LPX_EIO, "cannot read --tokens '%s'", path);
+    } else {
+        *n = (int)(bytes / 4);
+        for (int i = 0; i < *n && st == LPX_OK; i++) {
+            const uint8_t *b = buf + 4 * i;
+            uint32_t id = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+            if (id >= (uint32_t)vocab)
+                st = lpx_error(LPX_ERANGE, "--tokens '%s': token id %u at position %d is past the vocabulary (%d)",
+                               path, id, i, vocab);
+            (*out)[i] = (int32_t)id;
+        }
+    }
+    fclose(f);
+    free(buf);
+    if (st) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+int lpx_cmd_eval(int argc, char **argv)
+{
+    const char *dir = NULL, *tokens = NULL, *logits = NULL, *grads = NULL;
+    int recipe = TR_F32;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "lpx eval: option %s needs a value\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--init")) dir = v;
+        else if (!strcmp(a, "--tokens")) tokens = v;
+        else if (!strcmp(a, "--logits")) logits = v;
+        else if (!strcmp(a, "--grads")) grads = v;
+        else if (!strcmp(a, "--recipe")) {
+            recipe = tr_recipe_from_name(v);
+            if (recipe < 0 || recipe == TR_NF4_QLORA || tr_recipe_is_mx((tr_recipe)recipe)) {
+                fprintf(stderr, "lpx eval: --recipe '%s': expected f32, bf16, float8-tensorwise, float8-rowwise or "
+                                "float8-delayed\n", v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "lpx eval: unknown option '%s' (lpx eval --help lists them)\n", a);
+            return 2;
+        }
+    }
+    if (!dir || !tokens) {
+        fprintf(stderr, "lpx eval: give --init DIR (a Hugging Face Llama model) and --tokens FILE\n");
+        return 2;
+    }
+    tr_opts o;
+    bool help;
+    char *targv[1] = {(char *)"train"};
+    tr_parse_train(1, targv, &o, &help);
+    o.recipe = (tr_recipe)recipe;
+    o.ranks = 1;
+    o.micro = 1;
+    o.batch = 1;
+    int rc = 2, n = 0;
+    int32_t *ids = NULL;
+    float **w = NULL;
+    tr_geom g = {0};
+    if (tr_hf_config(dir, &o.m) != LPX_OK) {
+        fprintf(stderr, "lpx eval: %s\n", lpx_last_error());
+        return 2;
+    }
+    if (tr_arch_check(&o.m, "lpx eval")) return 2;
+    if (read_tokens(tokens, o.m.vocab, &ids, &n) != LPX_OK) {
+        fprintf(stderr, "lpx eval: %s\n", lpx_last_error());
+        return 2;
+    }
+    o.seq = n;
+    if (tr_geom_init(&g, &o.m, n, false) != LPX_OK) goto fail;
+    w = calloc((size_t)g.nparams, sizeof *w);
+    if (!w) goto fail;
+    for (int p = 0; p < g.nparams; p++)
+        if (!(w[p] = malloc(sizeof(float) * (size_t)(g.p[p].rows * g.p[p].cols)))) goto fail;
+    if (tr_hf_load(dir, &g, w) != LPX_OK) {
+        fprintf(stderr, "lpx eval: %s\n", lpx_last_error());
+        goto done;
+    }
+    ev_ctx E = {.o = &o, .g = &g, .w = w, .ids = ids, .n = n, .logits_path = logits, .grads_path = grads};
+    if (lpx_comm_run("local", 1, 0, ev_rank, &E, NULL) != LPX_OK) goto fail;
+    printf("lpx eval: %s, %d tokens, recipe %s: mean next-token loss %.6f\n", dir, n, tr_recipe_name(o.recipe), E.loss);
+    if (logits) printf("  wrote %s (logits [%d, %d] f32)\n", logits, n, g.vocab);
+    if (grads) printf("  wrote %s (the loss's gradient of %d parameters, f32)\n", grads, g.nparams);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "lpx eval: %s\n", lpx_last_error());
+    rc = 1;
+done:
+    for (int p = 0; w && p < g.nparams; p++) free(w[p]);
+    free(w);
+    free(ids);
+    tr_geom_free(&g);
+    return rc;
+}

@@ -1,0 +1,384 @@
+/* Hugging Face checkpoints: a transformers Llama directory in (--init DIR,
+ * lpx eval) and out (--save-hf DIR).
+ *
+ * In: config.json as transformers 4.x writes it (rope_theta and
+ * rope_scaling at the top level) or as 5.x does (rope_parameters), and the
+ * weights in model.safetensors or sharded as model-0000N-of-0000M.safetensors
+ * with model.safetensors.index.json's weight_map; bf16, f16 or f32 (read
+ * as f32). Every Llama parameter must be there with its shape; a tensor
+ * that is not one (another architecture's, a bias) is refused, so a
+ * checkpoint is never half-read. A tied head may be present or absent.
+ * Out: config.json (4.x keys, which 5.x reads too) and model.safetensors
+ * with the f32 weights under the same names. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "hf.h"
+
+void tr_hf_name(const tr_param *P, char *buf, size_t n)
+{
+    static const char *const lin[TR_LIN_PER_BLOCK] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                      "self_attn.o_proj", "mlp.gate_proj",    "mlp.down_proj",
+                                                      "mlp.up_proj"};
+    switch (P->kind) {
+    case TR_P_TOK: snprintf(buf, n, "model.embed_tokens.weight"); break;
+    case TR_P_NORMF: snprintf(buf, n, "model.norm.weight"); break;
+    case TR_P_HEAD: snprintf(buf, n, "lm_head.weight"); break;
+    case TR_P_NORM:
+        snprintf(buf, n, "model.layers.%d.%s.weight", P->layer, P->lin == 0 ? "input_layernorm" : "post_attention_layernorm");
+        break;
+    case TR_P_LIN: snprintf(buf, n, "model.layers.%d.%s.weight", P->layer, lin[P->lin]); break;
+    }
+}
+
+static lpx_status read_text(const char *path, char **out)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return lpx_error(LPX_ENOTFOUND, "cannot open '%s': %s", path, strerror(errno));
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (64L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = 0;
+        *out = buf;
+    } else {
+        free(buf);
+    }
+    fclose(f);
+    return *out ? LPX_OK : lpx_error(LPX_EIO, "cannot read '%s'", path);
+}
+
+static bool get_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int *out)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(j) || !(j->valuedouble >= (double)lo && j->valuedouble <= (double)hi) ||
+        j->valuedouble != floor(j->valuedouble))
+        return false;
+    *out = (int)j->valuedouble;
+    return true;
+}
+
+static bool get_num(const cJSON *o, const char *key, double *out)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(j)) return false;
+    *out = j->valuedouble;
+    return true;
+}
+
+static bool is_llama(const cJSON *root, char *what, size_t n)
+{
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures"), *a;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    snprintf(what, n, "%s", cJSON_IsString(mt) ? mt->valuestring : "an unnamed");
+    cJSON_ArrayForEach(a, archs) {
+        if (cJSON_IsString(a) && !strcmp(a->valuestring, "LlamaForCausalLM")) return true;
+        if (cJSON_IsString(a)) snprintf(what, n, "%s", a->valuestring);
+    }
+    return !cJSON_IsArray(archs) && cJSON_IsString(mt) && !strcmp(mt->valuestring, "llama");
+}
+
+/* rope_theta and the llama3 scaling: 4.x (rope_theta, rope_scaling) or
+ * 5.x (rope_parameters holding both) */
+static lpx_status read_rope(const char *path, const cJSON *root, tr_arch *a)
+{
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *rs = cJSON_IsObject(rp) ? rp : cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    a->rope_theta = 10000.0;   /* LlamaConfig's default */
+    if (!get_num(root, "rope_theta", &a->rope_theta) && cJSON_IsObject(rp)) get_num(rp, "rope_theta", &a->rope_theta);
+    a->rope_factor = 0;
+    if (!cJSON_IsObject(rs)) return LPX_OK;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!cJSON_IsString(type)) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    const char *t = cJSON_IsString(type) ? type->valuestring : "default";
+    if (!strcmp(t, "default")) return LPX_OK;
+    if (strcmp(t, "llama3"))
+        return lpx_error(LPX_EINVAL, "%s: rope type '%s' is not supported (default and llama3 are)", path, t);
+    if (!get_num(rs, "factor", &a->rope_factor) || !get_num(rs, "low_freq_factor", &a->rope_low) ||
+        !get_num(rs, "high_freq_factor", &a->rope_high) ||
+        !get_int(rs, "original_max_position_embeddings", 1, INT32_MAX, &a->rope_orig))
+        return lpx_error(LPX_EINVAL, "%s: llama3 rope scaling needs factor, low_freq_factor, high_freq_factor and "
+                         "original_max_position_embeddings", path);
+    return LPX_OK;
+}
+
+lpx_status tr_hf_config(const char *dir, tr_arch *a)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = NULL;
+    lpx_status st = read_text(path, &text);
+    if (st) {
+        if (st == LPX_ENOTFOUND)
+            return lpx_error(LPX_ENOTFOUND, "--init '%s' has no config.json: not a Hugging Face model directory", dir);
+        return st;
+    }
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    char what[128];
+    memset(a, 0, sizeof *a);
+    if (!cJSON_IsObject(root)) FAIL(LPX_EINVAL, "%s is not a JSON object", path);
+    if (!is_llama(root, what, sizeof what))
+        FAIL(LPX_EINVAL, "%s describes %s model; lpx reads Llama checkpoints (LlamaForCausalLM)", path, what);
+    if (!get_int(root, "hidden_size", 1, INT32_MAX, &a->dim) || !get_int(root, "num_hidden_layers", 1, INT32_MAX, &a->layers) ||
+        !get_int(root, "num_attention_heads", 1, INT32_MAX, &a->heads) ||
+        !get_int(root, "intermediate_size", 1, INT32_MAX, &a->ffn) || !get_int(root, "vocab_size", 2, INT32_MAX, &a->vocab))
+        FAIL(LPX_EINVAL, "%s: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size and vocab_size must "
+             "be positive integers", path);
+    if (!get_int(root, "num_key_value_heads", 1, INT32_MAX, &a->kv_heads)) a->kv_heads = a->heads;
+    a->norm_eps = 1e-6;        /* LlamaConfig's default */
+    get_num(root, "rms_norm_eps", &a->norm_eps);
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    a->tied = cJSON_IsTrue(tie);
+    int hd;
+    if (get_int(root, "head_dim", 1, INT32_MAX, &hd) && hd * a->heads != a->dim)
+        FAIL(LPX_EINVAL, "%s: head_dim %d is not hidden_size / num_attention_heads (%d); lpx's Llama needs it to be", path,
+             hd, a->dim / a->heads);
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (cJSON_IsString(act) && strcmp(act->valuestring, "silu"))
+        FAIL(LPX_EINVAL, "%s: hidden_act '%s': Llama's MLP is SwiGLU (silu)", path, act->valuestring);
+    static const char *const biases[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++)
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, biases[i])))
+            FAIL(LPX_EINVAL, "%s: %s is true; lpx's Llama has no biases", path, biases[i]);
+    TRY(read_rope(path, root, a));
+out:
+    cJSON_Delete(root);
+    return st;
+}
+
+/* ---- the weights ---- */
+
+typedef struct hf_files {
+    int n;
+    char (*name)[256];
+    lpx_safetensors **f;
+    cJSON *map;               /* index.json's weight_map (NULL: one file) */
+    cJSON *index;
+} hf_files;
+
+static void files_close(hf_files *h)
+{
+    for (int i = 0; i < h->n; i++) lpx_safetensors_close(h->f[i]);
+    free(h->name);
+    free(h->f);
+    cJSON_Delete(h->index);
+    memset(h, 0, sizeof *h);
+}
+
+static lpx_status open_one(const char *dir, const char *file, hf_files *h, int *at)
+{
+    for (int i = 0; i < h->n; i++)
+        if (!strcmp(h->name[i], file)) {
+            *at = i;
+            return LPX_OK;
+        }
+    if (strlen(file) >= 256 || strchr(file, '/'))
+        return lpx_error(LPX_EINVAL, "--init '%s': index names a file '%s' outside the directory", dir, file);
+    void *nn = realloc(h->name, sizeof *h->name * (size_t)(h->n + 1)), *nf = nn ? realloc(h->f, sizeof *h->f * (size_t)(h->n + 1)) : NULL;
+    if (nn) h->name = nn;
+    if (nf) h->f = nf;
+    if (!nn || !nf) return lpx_error(LPX_ENOMEM, "out of memory");
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (access(path, R_OK) != 0)
+        return lpx_error(LPX_ENOTFOUND, "--init '%s': %s is missing (%s)", dir, file,
+                         h->map ? "a shard model.safetensors.index.json names" : "no weights");
+    lpx_status st = lpx_safetensors_open(path, &h->f[h->n]);
+    if (st) return st;
+    snprintf(h->name[h->n], 256, "%s", file);
+    *at = h->n++;
+    return LPX_OK;
+}
+
+static lpx_status files_open(const char *dir, hf_files *h)
+{
+    memset(h, 0, sizeof *h);
+    char path[1200], *text = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    int at;
+    if (access(path, F_OK) != 0) return open_one(dir, "model.safetensors", h, &at);
+    lpx_status st = read_text(path, &text);
+    if (st) return st;
+    h->index = cJSON_Parse(text);
+    free(text);
+    h->map = cJSON_GetObjectItemCaseSensitive(h->index, "weight_map");
+    if (!cJSON_IsObject(h->map)) {
+        files_close(h);
+        return lpx_error(LPX_EINVAL, "%s has no weight_map object", path);
+    }
+    /* every shard it names must be there (and valid) before anything is read */
+    const cJSON *e;
+    cJSON_ArrayForEach(e, h->map) {
+        if (!cJSON_IsString(e)) {
+            files_close(h);
+            return lpx_error(LPX_EINVAL, "%s: weight_map entry '%s' is not a file name", path, e->string);
+        }
+        if ((st = open_one(dir, e->valuestring, h, &at))) {
+            files_close(h);
+            return st;
+        }
+    }
+    return LPX_OK;
+}
+
+/* the file holding `name`, or NULL */
+static lpx_safetensors *file_of(const hf_files *h, const char *name)
+{
+    if (!h->map) return lpx_safetensors_kind_of(h->f[0], name) ? h->f[0] : NULL;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(h->map, name);
+    if (!cJSON_IsString(e)) return NULL;
+    for (int i = 0; i < h->n; i++)
+        if (!strcmp(h->name[i], e->valuestring)) return lpx_safetensors_kind_of(h->f[i], name) ? h->f[i] : NULL;
+    return NULL;
+}
+
+static bool known(const tr_geom *g, const char *name)
+{
+    char hn[96];
+    size_t n = strlen(name);
+    /* rotary tables older checkpoints carry: recomputed, never read */
+    if (n > 21 && !strcmp(name + n - 21, "rotary_emb.inv_freq")) return true;
+    if (g->tied && !strcmp(name, "lm_head.weight")) return true;   /* a tied copy: the embedding is read */
+    for (int p = 0; p < g->nparams; p++) {
+        tr_hf_name(&g->p[p], hn, sizeof hn);
+        if (!strcmp(hn, name)) return true;
+    }
+    return false;
+}
+
+lpx_status tr_hf_load(const char *dir, const tr_geom *g, float **w)
+{
+    lpx_status st = LPX_OK;
+    hf_files h;
+    lpx_tensor *t = NULL, *c = NULL;
+    TRY(files_open(dir, &h));
+    /* nothing that is not a Llama parameter of this shape of model */
+    for (int i = 0; i < h.n; i++)
+        for (int k = 0; k < lpx_safetensors_count(h.f[i]); k++) {
+            const char *name = lpx_safetensors_name(h.f[i], k);
+            if (!known(g, name))
+                FAIL(LPX_EINVAL, "--init '%s': %s holds '%s', which is not a parameter of the Llama model config.json "
+                     "describes (%d layers%s)", dir, h.name[i], name, g->layers, g->tied ? ", tied head" : "");
+        }
+    for (int p = 0; p < g->nparams; p++) {
+        const tr_param *P = &g->p[p];
+        char hn[96];
+        tr_hf_name(P, hn, sizeof hn);
+        lpx_safetensors *f = file_of(&h, hn);
+        if (!f) FAIL(LPX_EINVAL, "--init '%s': no tensor '%s' (the model config.json describes needs it)", dir, hn);
+        TRY(lpx_safetensors_get(f, hn, &t));
+        bool is1d = P->kind == TR_P_NORM || P->kind == TR_P_NORMF;
+        const int64_t *s = lpx_tensor_shape(t);
+        lpx_dtype dt = lpx_tensor_dtype(t);
+        bool shape_ok = lpx_tensor_ndim(t) == (is1d ? 1 : 2) && s[0] == P->rows && (is1d || s[1] == P->cols);
+        if (!shape_ok || lpx_tensor_kind(t) || (dt != LPX_BF16 && dt != LPX_F16 && dt != LPX_F32)) {
+            char sh[128];
+            FAIL(LPX_EINVAL, "--init '%s': %s is %s %s; config.json says [%lld%s%lld] (bf16, f16 or f32)", dir, hn,
+                 lpx_dtype_name(dt), lpx_tensor_shape_str(t, sh, sizeof sh), (long long)P->rows, is1d ? "" : ", ",
+                 is1d ? 0LL : (long long)P->cols);
+        }
+        TRY(lpx_cast(t, LPX_F32, false, &c));
+        memcpy(w[p], lpx_tensor_data(c), sizeof(float) * (size_t)(P->rows * P->cols));
+        lpx_tensor_release(t);
+        lpx_tensor_release(c);
+        t = c = NULL;
+    }
+out:
+    lpx_tensor_release(t);
+    lpx_tensor_release(c);
+    files_close(&h);
+    return st;
+}
+
+/* ---- out ---- */
+
+static cJSON *config_of(const tr_geom *g)
+{
+    const tr_arch *a = &g->a;
+    cJSON *c = cJSON_CreateObject();
+    cJSON *archs = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(archs, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "llama");
+    cJSON_AddNumberToObject(c, "hidden_size", a->dim);
+    cJSON_AddNumberToObject(c, "intermediate_size", a->ffn);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", a->layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", a->heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", a->kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", a->dim / a->heads);
+    cJSON_AddNumberToObject(c, "vocab_size", a->vocab);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", a->norm_eps);
+    cJSON_AddNumberToObject(c, "rope_theta", a->rope_theta);
+    if (a->rope_factor != 0) {
+        cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "llama3");
+        cJSON_AddNumberToObject(rs, "factor", a->rope_factor);
+        cJSON_AddNumberToObject(rs, "low_freq_factor", a->rope_low);
+        cJSON_AddNumberToObject(rs, "high_freq_factor", a->rope_high);
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", a->rope_orig);
+    } else {
+        cJSON_AddNullToObject(c, "rope_scaling");
+    }
+    int maxpos = a->rope_factor != 0 ? (int)(a->rope_orig * a->rope_factor) : (g->seq > 2048 ? g->seq : 2048);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", maxpos);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", a->tied);
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddBoolToObject(c, "attention_bias", false);
+    cJSON_AddBoolToObject(c, "mlp_bias", false);
+    cJSON_AddNumberToObject(c, "initializer_range", 0.02);
+    cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    cJSON_AddBoolToObject(c, "use_cache", true);
+    return c;
+}
+
+lpx_status tr_hf_save(const char *dir, const tr_geom *g, float *const *w)
+{
+    lpx_status st = LPX_OK;
+    int n = 0;
+    char (*names)[96] = calloc((size_t)g->nparams, sizeof *names);
+    const char **np = calloc((size_t)g->nparams, sizeof *np);
+    lpx_tensor **ts = calloc((size_t)g->nparams, sizeof *ts);
+    char *text = NULL, path[1200], tmp[1300];
+    cJSON *cfg = NULL;
+    if (!names || !np || !ts) FAIL(LPX_ENOMEM, "--save-hf: out of memory");
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) FAIL(LPX_EIO, "--save-hf: cannot create '%s': %s", dir, strerror(errno));
+    for (int p = 0; p < g->nparams; p++) {
+        const tr_param *P = &g->p[p];
+        bool is1d = P->kind == TR_P_NORM || P->kind == TR_P_NORMF;
+        int64_t shape[2] = {P->rows, P->cols};
+        tr_hf_name(P, names[n], sizeof names[n]);
+        np[n] = names[n];
+        TRY(lpx_tensor_from_blob(w[p], LPX_F32, is1d ? 1 : 2, shape, NULL, lpx_cpu(), NULL, NULL, &ts[n]));
+        n++;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    lpx_safetensors_kv meta = {"format", "pt"};
+    TRY(lpx_safetensors_save(path, n, np, ts, 1, &meta));
+    /* config.json last, atomically: its presence means the weights are complete */
+    cfg = config_of(g);
+    text = cfg ? cJSON_Print(cfg) : NULL;
+    if (!text) FAIL(LPX_ENOMEM, "--save-hf: out of memory");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(tmp, sizeof tmp, "%s/.config.json.tmp.%ld", dir, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    ok = f && fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
+    ok = f && fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        FAIL(LPX_EIO, "--save-hf: cannot write '%s': %s", path, strerror(errno));
+    }
+out:
+    for (int i = 0; ts && i < n; i++) lpx_tensor_release(ts[i]);
+    cJSON_free(text);
+    cJSON_Delete(cfg);
+    free(names);
+    free(np);
+    free(ts);
+    return st;
+}

@@ -1,0 +1,24 @@
+/* Hugging Face Llama checkpoints (hf.c): config.json and safetensors in
+ * transformers' names, read into and written from lpx train's model. */
+#ifndef LPX_TRAIN_HF_H
+#define LPX_TRAIN_HF_H
+
+#include "train.h"
+
+/* Hugging Face's name of parameter P (model.layers.N.self_attn.q_proj.weight, ...) */
+void tr_hf_name(const tr_param *P, char *buf, size_t n);
+/* The model DIR/config.json describes (transformers 4.x or 5.x keys).
+ * Errors: LPX_ENOTFOUND (no config.json), LPX_EINVAL (not a Llama, a
+ * setting lpx's Llama does not have), LPX_EIO. The caller still runs
+ * tr_arch_check on the result. */
+lpx_status tr_hf_config(const char *dir, tr_arch *a);
+/* Every parameter of g from DIR's safetensors (one file or an index and
+ * its shards) as f32 into w[p]. Errors: LPX_ENOTFOUND (a missing shard),
+ * LPX_EINVAL (a missing tensor, a wrong shape or dtype, a tensor that is
+ * not a parameter of g), LPX_EIO, LPX_ENOMEM. */
+lpx_status tr_hf_load(const char *dir, const tr_geom *g, float **w);
+/* Writes g's weights w (f32) and config.json to DIR (created if needed):
+ * model.safetensors first, atomically, then config.json, atomically. */
+lpx_status tr_hf_save(const char *dir, const tr_geom *g, float *const *w);
+
+#endif
