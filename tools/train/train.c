@@ -982,12 +982,6 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
             fprintf(stderr, "lpx train: warning: --resume: corpus '%s' is not the checkpoint's ('%s'); its batches "
                             "continue at step %d of this one\n", cpath, ck->data_path, ck->step + 1);
     }
-    if (lead && mkdir(o.out_dir, 0777) != 0 && access(o.out_dir, W_OK) != 0)
-        FAIL(LPX_EIO, "cannot create --out '%s'", o.out_dir);
-    if (!o.quiet)
-        printf("lpx train: %s on %d %s ranks, corpus %s (%zu %s, vocab %d), %lld params, wrap %s\n",
-               tr_recipe_name(o.recipe), o.ranks, o.comm, cpath, corpus.n, corpus.bytes ? "bytes" : "tokens",
-               corpus.vocab, (long long)tr_geom_numel(g), o.wrap_linear ? "linear" : "block");
     init = alloc_params(g);
     if (!init) FAIL(LPX_ENOMEM, "out of memory");
     if (ck) {
@@ -998,23 +992,30 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
             rc = 2;
             goto out;
         }
-        if (!o.quiet) {
-            printf("  resuming %s at step %d (checkpoint: %s on %d ranks; now %s on %d)\n", ck->dir, ck->step,
-                   tr_recipe_name(ck->cfg.recipe), ck->cfg.ranks, tr_recipe_name(o.recipe), o.ranks);
-            if (o.recipe == TR_F8_DELAYED && !ck->has_recipe_state)
-                printf("  the checkpoint holds no float8-delayed amax histories (recipe %s): they start empty\n",
-                       tr_recipe_name(ck->cfg.recipe));
-        }
     } else if (hf_init) {
         if (tr_hf_load(o.init_path, g, init) != LPX_OK) {
             if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
             rc = 2;
             goto out;
         }
-        if (!o.quiet) printf("  initial weights: %s (Hugging Face)\n", o.init_path);
     } else {
         TRY(init_params(g, o.seed, init));
     }
+    /* the weights are in and checked: from here on the run writes */
+    if (lead && mkdir(o.out_dir, 0777) != 0 && access(o.out_dir, W_OK) != 0)
+        FAIL(LPX_EIO, "cannot create --out '%s'", o.out_dir);
+    if (!o.quiet)
+        printf("lpx train: %s on %d %s ranks, corpus %s (%zu %s, vocab %d), %lld params, wrap %s\n",
+               tr_recipe_name(o.recipe), o.ranks, o.comm, cpath, corpus.n, corpus.bytes ? "bytes" : "tokens",
+               corpus.vocab, (long long)tr_geom_numel(g), o.wrap_linear ? "linear" : "block");
+    if (ck && !o.quiet) {
+        printf("  resuming %s at step %d (checkpoint: %s on %d ranks; now %s on %d)\n", ck->dir, ck->step,
+               tr_recipe_name(ck->cfg.recipe), ck->cfg.ranks, tr_recipe_name(o.recipe), o.ranks);
+        if (o.recipe == TR_F8_DELAYED && !ck->has_recipe_state)
+            printf("  the checkpoint holds no float8-delayed amax histories (recipe %s): they start empty\n",
+                   tr_recipe_name(ck->cfg.recipe));
+    }
+    if (hf_init && !o.quiet) printf("  initial weights: %s (Hugging Face)\n", o.init_path);
 
     if (o.recipe == TR_NF4_QLORA && (ck || hf_init)) {
         /* the checkpoint's (or the Hugging Face model's) weights are the frozen base */
