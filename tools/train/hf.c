@@ -336,6 +336,20 @@ static cJSON *config_of(const tr_geom *g)
     return c;
 }
 
+/* mkdir -p */
+static bool make_dirs(const char *dir)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST) return false;
+            *s = '/';
+        }
+    return mkdir(p, 0777) == 0 || errno == EEXIST;
+}
+
 lpx_status tr_hf_save(const char *dir, const tr_geom *g, float *const *w)
 {
     lpx_status st = LPX_OK;
@@ -346,7 +360,7 @@ lpx_status tr_hf_save(const char *dir, const tr_geom *g, float *const *w)
     char *text = NULL, path[1200], tmp[1300];
     cJSON *cfg = NULL;
     if (!names || !np || !ts) FAIL(LPX_ENOMEM, "--save-hf: out of memory");
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) FAIL(LPX_EIO, "--save-hf: cannot create '%s': %s", dir, strerror(errno));
+    if (!make_dirs(dir)) FAIL(LPX_EIO, "--save-hf: cannot create '%s': %s", dir, strerror(errno));
     for (int p = 0; p < g->nparams; p++) {
         const tr_param *P = &g->p[p];
         bool is1d = P->kind == TR_P_NORM || P->kind == TR_P_NORMF;
