@@ -234,6 +234,47 @@ static void test_ranks_same_losses(void)
     }
 }
 
+/* measured activations of a run's summary ("... activations measured") */
+static double act_mib(const char *out, const char *recipe, const char *which)
+{
+    char key[128];
+    snprintf(key, sizeof key, "  %-20s ", recipe);
+    const char *s = strstr(out, "peak memory per rank");
+    s = s ? strstr(s, key) : NULL;
+    if (s && !strcmp(which, "estimate")) s = strstr(s + 1, "\n");
+    double v[5] = {0};
+    if (s && sscanf(s + (which[0] == 'e' ? 1 : strlen(key)), " %lf MiB %lf MiB %lf MiB %lf MiB %lf MiB", &v[0], &v[1],
+                    &v[2], &v[3], &v[4]) == 5)
+        return v[4];
+    return NAN;
+}
+
+/* --ac full: the same losses bit for bit (the recomputed blocks are the
+ * same computation), fewer activation bytes, and the estimate within 10%
+ * of the measurement (a GQA model with a tied head) */
+static void test_activation_checkpointing(void)
+{
+    static char o1[32768], o2[32768];
+    char args[4096];
+    const char *model = "--heads 4 --kv-heads 1 --tied --layers 3";
+    snprintf(args, sizeof args, "train --recipe float8-tensorwise --ranks 2 --micro 2 --steps 4 " TINY " %s --log-exact "
+             "--data '%s' --out '%s/ac0'", model, corpus, outdir);
+    CHECK(run(args, o1, sizeof o1) == 0);
+    snprintf(args, sizeof args, "train --recipe float8-tensorwise --ranks 2 --micro 2 --steps 4 " TINY " %s --log-exact "
+             "--ac full --data '%s' --out '%s/ac1'", model, corpus, outdir);
+    CHECK(run(args, o2, sizeof o2) == 0);
+    double a[8], b[8];
+    int na = losses(o1, "float8-tensorwise", a, 8), nb = losses(o2, "float8-tensorwise", b, 8);
+    CHECKF(na == 4 && nb == 4, "%d and %d losses", na, nb);
+    for (int i = 0; i < na && i < nb; i++) CHECKF(a[i] == b[i], "step %d: %.6f vs %.6f", i + 1, a[i], b[i]);
+    double m0 = act_mib(o1, "float8-tensorwise", "measured"), m1 = act_mib(o2, "float8-tensorwise", "measured");
+    double e1 = act_mib(o2, "float8-tensorwise", "estimate");
+    CHECKF(m1 < 0.8 * m0, "activations %.2f MiB with --ac full, %.2f without", m1, m0);
+    CHECKF(fabs(e1 - m1) <= 0.1 * m1, "--ac full: estimate %.2f MiB, measured %.2f", e1, m1);
+    const char *s = strstr(o2, "estimate (worst ");
+    CHECKF(s && atof(s + strlen("estimate (worst ")) <= 10.0, "estimate off: %s", s ? s : o2);
+}
+
 static void test_nf4_qlora(void)
 {
     static char out[65536];
@@ -669,6 +710,7 @@ int main(int argc, char **argv)
         RUN(test_loss_goes_down_and_files);
         RUN(test_engine_stats);
         RUN(test_ranks_same_losses);
+        RUN(test_activation_checkpointing);
         RUN(test_nf4_qlora);
         RUN(test_mem);
         RUN(test_resume_float8_delayed);

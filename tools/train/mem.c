@@ -64,9 +64,9 @@ void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lor
      * lse [b, heads, seq] in f32 */
     int64_t per_block = A * (bt * (6 * D + 2 * KV + 4 * F)) + 4 * (2 * bt + (int64_t)b * g->heads * g->seq);
     int64_t head = A * (2 * bt * D) + 4 * bt + 4 * bt * g->vocab;   /* h_last, nf, rstd; f32 logits */
-    /* --ac full: each block keeps its input; one block's tensors live
-     * again while it is recomputed in the backward */
-    e->activations = (ac ? A * bt * D * g->layers + per_block : per_block * g->layers) + head;
+    /* --ac full: each block keeps its input; one block's tensors (its
+     * input among them) live again while it is recomputed in the backward */
+    e->activations = (ac ? A * bt * D * (g->layers - 1) + per_block : per_block * g->layers) + head;
     /* unsharded: the engine holds at most two groups (the one computed and
      * the prefetched next one; a tied head: the embedding beside the root) */
     for (int grp = 0; grp < g->ngroups; grp++) {
@@ -109,7 +109,10 @@ void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lor
         if (full) full[P->group] += 4 * P->rows * P->cols;
         full_all += 4 * P->rows * P->cols;
     }
-    for (int grp = 0; full && grp < g->ngroups; grp++) max_full = full[grp] > max_full ? full[grp] : max_full;
+    /* a tied head's grad (the embedding's) is accumulated from the start
+     * of the backward to its end, beside each other group's in turn */
+    for (int grp = g->tied ? 1 : 0; full && grp < g->ngroups; grp++) max_full = full[grp] > max_full ? full[grp] : max_full;
+    if (full && g->tied) max_full += full[0];
     if (!full) max_full = full_all;
     free(full);
     /* grad shards + the full f32 grads being accumulated: every group's

@@ -179,18 +179,74 @@ static int64_t blk_bytes(tr_block_saved *b)
 
 /* ---- forward ---- */
 
+/* One block: *x (taken over, kept as S->h_in) -> *x, the block's output;
+ * S keeps what the backward needs. */
+static lpx_status block_forward(tr_rank *R, int l, int slot, int b, int t, tr_block_saved *S, lpx_tensor **x)
+{
+    lpx_status st = LPX_OK;
+    const tr_geom *g = R->g;
+    lpx_tensor *q = NULL, *k = NULL, *v = NULL, *q4 = NULL, *k4 = NULL, *o4 = NULL, *a = NULL, *f2 = NULL;
+    int hd = g->head_dim;
+    int64_t bt = (int64_t)b * t;
+    double att_scale = 1.0 / sqrt((double)hd), eps = g->a.norm_eps;
+    int pn1 = tr_param_index(g, TR_P_NORM, l, 0), pn2 = tr_param_index(g, TR_P_NORM, l, 1);
+    int pl[TR_LIN_PER_BLOCK];
+    for (int j = 0; j < TR_LIN_PER_BLOCK; j++) pl[j] = tr_param_index(g, TR_P_LIN, l, j);
+    S->h_in = *x;
+    *x = NULL;
+    TRY(tr_need(R, pn1));
+    TRY(lpx_rmsnorm(S->h_in, R->full[pn1], eps, &S->n1, &S->rstd1));
+    TRY(tr_linear_forward(R, pl[TR_L_Q], slot, S->n1, &q, &S->lin[TR_L_Q]));
+    TRY(tr_linear_forward(R, pl[TR_L_K], slot, S->n1, &k, &S->lin[TR_L_K]));
+    TRY(tr_linear_forward(R, pl[TR_L_V], slot, S->n1, &v, &S->lin[TR_L_V]));
+    TRY(as_heads(q, b, t, g->heads, hd, &q4));
+    TRY(as_heads(k, b, t, g->kv_heads, hd, &k4));
+    TRY(as_heads(v, b, t, g->kv_heads, hd, &S->v));
+    TRY(lpx_rope(q4, R->inv_freq, 0, &S->q));                 /* [b, t, H, hd] */
+    TRY(lpx_rope(k4, R->inv_freq, 0, &S->k));                 /* [b, t, KV, hd] */
+    TRY(lpx_attention(S->q, S->k, S->v, true, att_scale, &o4, &S->lse));
+    TRY(as_rows(o4, bt, g->dim, &S->att));
+    TRY(tr_linear_forward(R, pl[TR_L_O], slot, S->att, &a, &S->lin[TR_L_O]));
+    TRY(lpx_add(S->h_in, a, &S->h1));
+    TRY(tr_need(R, pn2));
+    TRY(lpx_rmsnorm(S->h1, R->full[pn2], eps, &S->n2, &S->rstd2));
+    TRY(tr_linear_forward(R, pl[TR_L_W1], slot, S->n2, &S->u1, &S->lin[TR_L_W1]));
+    TRY(tr_linear_forward(R, pl[TR_L_W3], slot, S->n2, &S->u3, &S->lin[TR_L_W3]));
+    TRY(lpx_silu(S->u1, &S->s));
+    TRY(lpx_mul(S->s, S->u3, &S->pp));
+    TRY(tr_linear_forward(R, pl[TR_L_W2], slot, S->pp, &f2, &S->lin[TR_L_W2]));
+    TRY(lpx_add(S->h1, f2, x));
+out:;
+    lpx_tensor *rel[] = {q, k, v, q4, k4, o4, a, f2};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) lpx_tensor_release(rel[i]);
+    return st;
+}
+
+/* --ac full, in the backward: block l's forward again from its saved input
+ * (its output is dropped); returns the bytes it added to the activations */
+static lpx_status block_recompute(tr_rank *R, tr_fwd *f, int l, int64_t *added)
+{
+    tr_block_saved *S = &f->blk[l];
+    int64_t before = blk_bytes(S);
+    lpx_tensor *x = S->h_in;
+    S->h_in = NULL;
+    lpx_status st = block_forward(R, l, f->slot, f->b, f->t, S, &x);
+    lpx_tensor_release(x);
+    *added = blk_bytes(S) - before;
+    return st;
+}
+
 lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *tgt, int b, int t, int slot,
                       bool grads)
 {
     lpx_status st = LPX_OK;
     const tr_geom *g = R->g;
-    lpx_tensor *emb = NULL, *x = NULL, *q = NULL, *k = NULL, *v = NULL, *q4 = NULL, *k4 = NULL, *v4 = NULL,
-               *o4 = NULL, *a = NULL, *f2 = NULL, *loss = NULL;
+    lpx_tensor *emb = NULL, *x = NULL, *loss = NULL;
     int64_t bt = (int64_t)b * t;
-    int hd = g->head_dim;
     memset(f, 0, sizeof *f);
     f->b = b;
     f->t = t;
+    f->slot = slot;
     f->blk = calloc((size_t)g->layers, sizeof *f->blk);
     if (!f->blk) FAIL(LPX_ENOMEM, "train: out of memory");
 
@@ -208,46 +264,21 @@ lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *
     int64_t s2[2] = {bt, g->dim};
     TRY(lpx_view(emb, 2, s2, &x));
     REL(emb);
-    double att_scale = 1.0 / sqrt((double)hd), eps = g->a.norm_eps;
+    double eps = g->a.norm_eps;
 
     for (int l = 0; l < g->layers; l++) {
         tr_block_saved *S = &f->blk[l];
-        int pn1 = tr_param_index(g, TR_P_NORM, l, 0), pn2 = tr_param_index(g, TR_P_NORM, l, 1);
-        int pl[TR_LIN_PER_BLOCK];
-        for (int j = 0; j < TR_LIN_PER_BLOCK; j++) pl[j] = tr_param_index(g, TR_P_LIN, l, j);
-        TRY(tr_need(R, pn1));
-        S->h_in = x;
-        x = NULL;
-        TRY(lpx_rmsnorm(S->h_in, R->full[pn1], eps, &S->n1, &S->rstd1));
-        TRY(tr_linear_forward(R, pl[TR_L_Q], slot, S->n1, &q, &S->lin[TR_L_Q]));
-        TRY(tr_linear_forward(R, pl[TR_L_K], slot, S->n1, &k, &S->lin[TR_L_K]));
-        TRY(tr_linear_forward(R, pl[TR_L_V], slot, S->n1, &v, &S->lin[TR_L_V]));
-        TRY(as_heads(q, b, t, g->heads, hd, &q4));
-        TRY(as_heads(k, b, t, g->kv_heads, hd, &k4));
-        TRY(as_heads(v, b, t, g->kv_heads, hd, &S->v));
-        TRY(lpx_rope(q4, R->inv_freq, 0, &S->q));                 /* [b, t, H, hd] */
-        TRY(lpx_rope(k4, R->inv_freq, 0, &S->k));                 /* [b, t, KV, hd] */
-        REL(q);
-        REL(k);
-        REL(v);
-        REL(q4);
-        REL(k4);
-        TRY(lpx_attention(S->q, S->k, S->v, true, att_scale, &o4, &S->lse));
-        TRY(as_rows(o4, bt, g->dim, &S->att));
-        REL(o4);
-        TRY(tr_linear_forward(R, pl[TR_L_O], slot, S->att, &a, &S->lin[TR_L_O]));
-        TRY(lpx_add(S->h_in, a, &S->h1));
-        REL(a);
-        TRY(tr_need(R, pn2));
-        TRY(lpx_rmsnorm(S->h1, R->full[pn2], eps, &S->n2, &S->rstd2));
-        TRY(tr_linear_forward(R, pl[TR_L_W1], slot, S->n2, &S->u1, &S->lin[TR_L_W1]));
-        TRY(tr_linear_forward(R, pl[TR_L_W3], slot, S->n2, &S->u3, &S->lin[TR_L_W3]));
-        TRY(lpx_silu(S->u1, &S->s));
-        TRY(lpx_mul(S->s, S->u3, &S->pp));
-        TRY(tr_linear_forward(R, pl[TR_L_W2], slot, S->pp, &f2, &S->lin[TR_L_W2]));
-        TRY(lpx_add(S->h1, f2, &x));
-        REL(f2);
-        if (!grads) block_clear(S);   /* inference keeps only the running activation x */
+        TRY(block_forward(R, l, slot, b, t, S, &x));
+        if (!grads) {
+            block_clear(S);   /* inference keeps only the running activation x */
+        } else if (R->o->ac) {
+            /* activation checkpointing: the block keeps its input; the
+             * backward recomputes the rest (block_recompute) */
+            lpx_tensor *in = S->h_in;
+            S->h_in = NULL;
+            block_clear(S);
+            S->h_in = in;
+        }
     }
 
     int pnf = tr_param_index(g, TR_P_NORMF, -1, -1), phead = head_index(g);
@@ -272,7 +303,7 @@ lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *
         R->act_bytes = n;
     }
 out:;
-    lpx_tensor *rel[] = {emb, x, q, k, v, q4, k4, v4, o4, a, f2, loss};
+    lpx_tensor *rel[] = {emb, x, loss};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) lpx_tensor_release(rel[i]);
     return st;
 }
@@ -355,6 +386,11 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
         int pn1 = tr_param_index(g, TR_P_NORM, l, 0), pn2 = tr_param_index(g, TR_P_NORM, l, 1);
         int pl[TR_LIN_PER_BLOCK];
         for (int j = 0; j < TR_LIN_PER_BLOCK; j++) pl[j] = tr_param_index(g, TR_P_LIN, l, j);
+        int64_t recomputed = 0;
+        if (R->o->ac) {
+            TRY(block_recompute(R, f, l, &recomputed));
+            tr_mem_add(&R->mem, TR_MEM_ACT, recomputed);
+        }
 
         /* feed-forward: x = h1 + W2 (silu(u1) * u3) */
         TRY(lin_bwd(R, pl[TR_L_W2], &S->lin[TR_L_W2], dh, &dp));
@@ -404,6 +440,7 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
         for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) lpx_tensor_release(rel[i]);
         dx = dh1 = da = da4 = o4 = dq4 = dk4 = dv4 = dqr = dkr = dq = dk = dv = dn1 = NULL;
         block_clear(S);   /* this block's activations are no longer needed */
+        tr_mem_add(&R->mem, TR_MEM_ACT, -recomputed);
     }
 
     /* the embedding: x = tok_emb[idx] */

@@ -33,6 +33,8 @@ void tr_train_usage(FILE *f)
             "  --lr X          peak learning rate (default 3e-3)\n"
             "  --seed N        seed of init and data (default 1)\n"
             "  --wrap W        block (default) | linear: one shard group per block or per linear\n"
+            "  --ac A          none (default) | full: activation checkpointing, each block keeps\n"
+            "                  its input and is recomputed in the backward\n"
             "  --lora-rank N   nf4-qlora adapter rank (default 8)\n"
             "  --pretrain N    nf4-qlora without --init: bf16 steps that make the base (default 150)\n"
             "  --init DIR      start from a Hugging Face Llama checkpoint (config.json and\n"
@@ -238,6 +240,9 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
             if (strcmp(v, "block") && strcmp(v, "linear")) return bad("unknown --wrap '%s' (%s)", v, "block, linear");
             o->wrap_linear = !strcmp(v, "linear");
             o->given |= TR_GIVEN_WRAP;
+        } else if (!strcmp(a, "--ac")) {
+            if (strcmp(v, "none") && strcmp(v, "full")) return bad("unknown --ac '%s' (%s)", v, "none, full");
+            o->ac = !strcmp(v, "full");
         } else if (!strcmp(a, "--init")) o->init_path = v;
         else if (!strcmp(a, "--save-hf")) o->save_hf = v;
         else if (!strcmp(a, "--data-dtype")) {

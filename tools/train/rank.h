@@ -38,6 +38,7 @@ typedef struct tr_block_saved {
 /* One micro-batch's forward, kept for its backward. */
 typedef struct tr_fwd {
     int b, t;
+    int slot;                     /* the forward's delayed-scaling slot (recomputation reuses it) */
     lpx_tensor *idx, *tgt;
     tr_block_saved *blk;          /* [layers] */
     lpx_tensor *h_last, *nf, *rstdf, *logits;

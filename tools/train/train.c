@@ -676,8 +676,10 @@ static void print_summary(const tr_opts *o, const tr_geom *g, const tr_result *r
                           int base_idx)
 {
     const tr_result *M = &res[main_idx];
-    printf("\n== summary: %d ranks (%s), dim %d, layers %d, heads %d, seq %d, batch %d, %lld params ==\n", o->ranks,
-           o->comm, g->dim, g->layers, g->heads, g->seq, o->batch, (long long)tr_geom_numel(g));
+    printf("\n== summary: %d ranks (%s), dim %d, layers %d, heads %d (kv %d), ffn %d, vocab %d%s, seq %d, batch %d, "
+           "%lld params%s ==\n", o->ranks, o->comm, g->dim, g->layers, g->heads, g->kv_heads, g->hidden, g->vocab,
+           g->tied ? " (tied head)" : "", g->seq, o->batch, (long long)tr_geom_numel(g),
+           o->ac ? ", activation checkpointing" : "");
     printf("  %-20s %10s %10s %10s %9s %8s\n", "recipe", "train", "val", "val gap", "tok/s", "time");
     for (int r = 0; r < nres; r++) {
         const tr_result *x = &res[r];
@@ -729,7 +731,7 @@ static void print_summary(const tr_opts *o, const tr_geom *g, const tr_result *r
         const tr_result *x = &res[r];
         tr_mem_est e;
         tr_mem_estimate_geom(g, x->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
-                             o->wrap_linear, 4, false, &e);
+                             o->wrap_linear, 4, o->ac, &e);
         int64_t meas[5] = {x->mem_peak[TR_MEM_PARAMS], x->mem_peak[TR_MEM_GRADS], x->mem_peak[TR_MEM_OPT],
                            x->mem_peak[TR_MEM_UNSHARDED], x->mem_peak[TR_MEM_ACT]};
         int64_t est[5] = {e.params, e.grads, e.optimizer, e.unsharded, e.activations};
@@ -815,7 +817,7 @@ static bool fits_memory(const tr_opts *o, const tr_geom *g, bool lead)
     tr_mem_est e;
     int world = strcmp(o->comm, "local") ? 1 : o->ranks;   /* ranks on this machine */
     tr_mem_estimate_geom(g, o->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
-                         o->wrap_linear, 4, false, &e);
+                         o->wrap_linear, 4, o->ac, &e);
     double per_rank = (double)e.params + (double)e.grads + (double)e.optimizer + (double)e.unsharded +
                       (double)e.activations;
     double need = per_rank * world + 4.0 * (double)tr_geom_numel(g) * (o->recipe == TR_NF4_QLORA ? 2 : 1);

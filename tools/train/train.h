@@ -117,6 +117,7 @@ typedef struct tr_opts {
     double lr;
     uint64_t seed;
     bool wrap_linear;       /* shard groups per linear instead of per block */
+    bool ac;                /* --ac full: activation checkpointing per block */
     bool compare;
     bool quiet;
     const char *out_dir;
