@@ -119,6 +119,7 @@ lpx_status cu_register_gemm(const lpx_host *h);       /* cuda_gemm_*.c: cuBLASLt
 lpx_status cu_register_float8(const lpx_host *h);     /* cuda_fp8_*.cu */
 lpx_status cu_register_nf4(const lpx_host *h);        /* cuda_nf4.cu */
 lpx_status cu_register_adamw(const lpx_host *h);      /* cuda_adamw.cu */
+lpx_status cu_register_attention(const lpx_host *h);  /* cuda_attention.cu: rope, attention */
 
 /* Device copies shared by the groups (cuda_copy.cu). Both take dense CUDA
  * tensors on one device (the caller checked) and name the call's op in

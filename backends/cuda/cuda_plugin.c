@@ -32,7 +32,7 @@ LPX_PLUGIN_EXPORT lpx_status lpx_plugin_init(const lpx_host *host, lpx_plugin_in
     lpx_status (*const groups[])(const lpx_host *) = {
         cu_register_backend, cu_register_views, cu_register_creation, cu_register_copy,
         cu_register_elementwise, cu_register_reduce, cu_register_nn, cu_register_gemm,
-        cu_register_float8, cu_register_nf4, cu_register_adamw,
+        cu_register_float8, cu_register_nf4, cu_register_adamw, cu_register_attention,
     };
     for (size_t i = 0; i < sizeof groups / sizeof *groups; i++) {
         lpx_status st = groups[i](host);
