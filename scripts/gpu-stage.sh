@@ -56,6 +56,8 @@ done
 cjson=$(ls /lib/x86_64-linux-gnu/libcjson.so.1 2>/dev/null || ls /usr/lib/x86_64-linux-gnu/libcjson.so.1 2>/dev/null || true)
 if [ -n "$cjson" ]; then cp -L "$cjson" "$stage/libcjson.so.1"; else echo "gpu-stage.sh: warning: libcjson.so.1 not found" >&2; fi
 cp bench/gpu/run.sh bench/gpu/torch_bench.py bench/gpu/compare.py "$stage/bench/"
+# the Llama fixture the GPU suite checks its kernels' composition against
+cp -r tests/data/llama_tiny "$stage/llama_tiny"
 chmod +x "$stage/bench/run.sh"
 
 # strip (the plugins keep their dynamic symbols), and check that nothing
@@ -77,13 +79,19 @@ done
 tests_sh=$(python3 - "$build" "$stage" <<'PY'
 import json, os, shlex, subprocess, sys
 build, stage = sys.argv[1], sys.argv[2]
-staged = {}
-for dirpath, _, files in os.walk(stage):
+staged, staged_dirs = {}, {}
+for dirpath, dirs, files in os.walk(stage):
     for f in files:
         staged[f] = os.path.relpath(os.path.join(dirpath, f), stage)
+    for d in dirs:
+        staged_dirs[d] = os.path.relpath(os.path.join(dirpath, d), stage)
+src = os.path.dirname(os.path.abspath(build))
 def mapped(v):
     if v.startswith(build + "/") and os.path.basename(v) in staged:
         return '"$D/%s"' % staged[os.path.basename(v)]
+    # a directory of the source tree that was staged (the Llama fixture)
+    if v.startswith(src + "/") and os.path.isdir(v) and os.path.basename(v) in staged_dirs:
+        return '"$D/%s"' % staged_dirs[os.path.basename(v)]
     return shlex.quote(v)
 try:
     tests = json.loads(subprocess.run(["meson", "introspect", build, "--tests"], check=True,

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
+#include "llama_ref.h"
 #include "lpx/lpx.h"
 
 static const char *exe;
@@ -139,6 +140,27 @@ static void test_logits_and_grads_equal_transformers(void)
     w = worst_rel(gr, ref, &n, name, sizeof name);
     printf("  gradients: %d parameters, worst %.2e of the tensor's max (%s)\n", n, w, name);
     CHECKF(n == 21 && w <= 1e-4, "gradients: %d compared, worst %.3g (%s)", n, w, name);
+}
+
+/* The ops a Llama needs, composed directly (tests/llama_ref.h, not
+ * tools/train), give transformers' logits in f32 and in bf16 (weights and
+ * activations bf16, each op's result rounded once): the bounds the GPU
+ * suite holds its kernels to on the same composition. */
+static void test_ops_compose_to_transformers(void)
+{
+    int32_t ids[64];
+    int n = lref_tokens(fixture, ids, 64);
+    CHECK(n == 24);
+    const lpx_dtype dts[2] = {LPX_F32, LPX_BF16};
+    const double bound[2] = {1e-5, 3e-2};
+    for (int i = 0; i < 2; i++) {
+        lpx_tensor *lg = NULL;
+        CHECK_OK(lref_forward(fixture, dts[i], lpx_cpu(), ids, n, &lg));
+        double e = lg ? lref_logits_error(fixture, lg) : NAN;
+        printf("  %s composition: logits %.2e of max |logit| from transformers'\n", lpx_dtype_name(dts[i]), e);
+        CHECKF(e <= bound[i], "%s: logits off by %.3g (bound %.3g)", lpx_dtype_name(dts[i]), e, bound[i]);
+        lpx_tensor_release(lg);
+    }
 }
 
 /* The same checkpoint with a transformers 4.x config.json (rope_theta and
@@ -375,6 +397,7 @@ int main(void)
     snprintf(outdir, sizeof outdir, "/tmp/lpx-test-llama.%ld", (long)getpid());
     mkdir(outdir, 0777);
     RUN(test_logits_and_grads_equal_transformers);
+    RUN(test_ops_compose_to_transformers);
     RUN(test_config_4x);
     RUN(test_train_from_hf_and_save_hf);
     RUN(test_tied_round_trip);

@@ -75,7 +75,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         bool help = false;
         rc = tr_parse_train(argc - 1, args + 1, &o, &help);
         ok = rc == 0 || rc == 2 || (rc == 1 && help);
-        if (rc == 0) ok = o.ranks >= 1 && o.micro % o.ranks == 0 && o.batch % o.micro == 0 && o.dim % 32 == 0;
+        if (rc == 0) ok = o.ranks >= 1 && o.micro % o.ranks == 0 && o.batch % o.micro == 0 && o.m.dim % 32 == 0 &&
+                              o.m.heads % o.m.kv_heads == 0 && (o.m.dim / o.m.heads) % 2 == 0;
     } else {
         rc = lpx_tool_main(argc, args);
         ok = rc >= 0 && rc <= 2;
