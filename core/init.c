@@ -12,6 +12,7 @@ static lpx_status init_status = LPX_OK;
 static char init_message[512];
 
 const char *lpx_version(void) { return LPX_VERSION_STRING; }
+int lpx_version_number(void) { return LPX_VERSION_NUMBER; }
 
 lpx_status lpx_init(void)
 {

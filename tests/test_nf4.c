@@ -1,6 +1,6 @@
 /* The nf4 kind: quantization bit-exact against an independent scalar
- * reference written here from the formulas of DESIGN.md ("Numerics
- * reference"), round-trip error, special blocks, padding, sizes, the NF4
+ * reference written here from the formulas of docs/NF4.md ("The
+ * format"), round-trip error, special blocks, padding, sizes, the NF4
  * linear and the QLoRA linear against f64 references, handlers, the
  * fallback switch, the all-gather hooks and untrusted unflatten. */
 #include <float.h>

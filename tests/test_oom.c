@@ -52,7 +52,7 @@ static const struct {
     {"lpx_status_string", NOALLOC}, {"lpx_last_error", NOALLOC}, {"lpx_clear_error", NOALLOC},
     {"lpx_error", "formats into the thread-local 1 KiB buffer, never allocates"},
     /* lpx.h */
-    {"lpx_version", NOALLOC},
+    {"lpx_version", NOALLOC}, {"lpx_version_number", NOALLOC},
     {"lpx_meta_rope", NOALLOC}, {"lpx_meta_attention", NOALLOC}, {"lpx_meta_attention_backward", NOALLOC},
     {"lpx_init", "not applicable: runs once per process, before the sweep; every entry point reports an init "
                  "failure as its own status"},

@@ -61,8 +61,36 @@ static void test_builtin_schemas(void)
     CHECK(lpx_op_nrets(LPX_OP_rmsnorm) == 2);
 }
 
+/* Op ids are ABI: plugins compile LPX_OP_* in. Every id of this list is
+ * pinned; new ops are appended after the last one (ops.def's rule), so an
+ * insertion or a reordering fails here, naming the first moved op. */
+static void test_op_ids_pinned(void)
+{
+    static const char *const pinned[] = {
+    "empty", "zeros", "full", "arange", "randn", "rand", "view", "reshape", "transpose", "t", "permute", "slice",
+    "narrow", "expand", "contiguous", "cat", "clone", "detach", "add", "sub", "mul", "div", "add_scalar",
+    "mul_scalar", "neg", "abs", "sqrt", "exp", "relu", "silu", "gelu", "relu_backward", "silu_backward",
+    "gelu_backward", "cast", "copy_", "fill_", "sum", "mean", "max", "amax", "norm", "matmul", "linear", "addmm",
+    "rmsnorm", "rmsnorm_backward", "softmax", "softmax_backward", "cross_entropy", "cross_entropy_backward",
+    "mse_loss", "mse_loss_backward", "embedding", "embedding_backward", "fp8_quantize", "fp8_quantize_t",
+    "fp8_dequantize", "fp8_scaled_mm", "fp8_scale_from_amax", "nf4_quantize", "nf4_dequantize", "nf4_mm",
+    "qlora_dropout", "adamw_", "rope", "rope_backward", "attention", "attention_backward",
+    };
+    int n = (int)(sizeof pinned / sizeof *pinned);
+    CHECK_OK(lpx_init());
+    CHECKF(LPX_OP_BUILTIN_COUNT >= n, "%d built-in ops, %d pinned: an op was removed", (int)LPX_OP_BUILTIN_COUNT, n);
+    for (int i = 0; i < n && i < LPX_OP_BUILTIN_COUNT; i++)
+        if (!lpx_op_name((lpx_op)i) || strcmp(lpx_op_name((lpx_op)i), pinned[i])) {
+            CHECKF(0, "op id %d is '%s', pinned as '%s': ops were inserted or reordered (append new ops at the end "
+                   "of ops.def)", i, lpx_op_name((lpx_op)i) ? lpx_op_name((lpx_op)i) : "(none)", pinned[i]);
+            break;
+        }
+    CHECK(LPX_OP_rope == 65 && LPX_OP_attention_backward == 68);
+}
+
 int main(void)
 {
+    RUN(test_op_ids_pinned);
     RUN(test_good_schemas);
     RUN(test_bad_schemas);
     RUN(test_builtin_schemas);

@@ -297,7 +297,7 @@ static lpx_status check_fp8_dtype(const lpx_call *c, const char *arg, lpx_dtype 
     return LPX_OK;
 }
 
-/* The dynamic scale formula (DESIGN.md): fp8_max / max(amax, 1e-12) in
+/* The dynamic scale formula (docs/NUMERICS.md): fp8_max / max(amax, 1e-12) in
  * double, clamped to scale_max (> 0), rounded down to a power of two. */
 static void dynamic_scale(double amax, double fp8_max, bool pow2, double scale_max, float *scale, float *scale_inv)
 {

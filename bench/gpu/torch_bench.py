@@ -24,7 +24,7 @@ import traceback
 GIB = 1 << 30
 MIB = 1 << 20
 
-# NF4 codebook (DESIGN.md "Numerics reference")
+# NF4 codebook (docs/NF4.md "The format")
 NF4_TABLE = [
     -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
     -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,

@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include "hd.h"
 
-/* The 16 NF4 values, lowest first (DESIGN.md "Numerics reference"). */
+/* The 16 NF4 values, lowest first (docs/NF4.md "The format"). */
 #define LPX_NF4_CODEBOOK_VALUES                                                          \
     -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,            \
         -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,       \

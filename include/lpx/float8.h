@@ -145,7 +145,7 @@ typedef struct lpx_float8_quant_opts {
 /** Quantizes dense x (f32, bf16 or f16: the logical dtype) into a new
  *  float8 tensor in one fused call (amax, scale, cast; two passes over x
  *  for dynamic scaling, one for static/delayed). Dynamic scales follow
- *  DESIGN.md (fp8_max / max(amax, 1e-12), optional power of 2), clamped to
+ *  docs/NUMERICS.md (fp8_max / max(amax, 1e-12), optional power of 2), clamped to
  *  65504 when x is f16 so that scale and scale_inv are f16-representable;
  *  delayed scales are clamped the same way; static scales are used as
  *  given. `opts` may be NULL (defaults); `stats` may be NULL. With a

@@ -8,7 +8,7 @@
  * piece. On a 2-D mesh the result is then averaged over the replicate
  * group (hybrid sharding).
  *
- * fp8 mode (FP8-LM / MS-AMP, DESIGN.md): the local amax of every grad of
+ * fp8 mode (FP8-LM / MS-AMP, docs/SHARDING.md): the local amax of every grad of
  * the group, ONE all-reduce(MAX) for the global amax, a shared scale
  * s = fp8_max / (amax * N) so that a sum of N values cannot overflow;
  * every grad is encoded to fp8 with s and reduced with SUM; the result is
