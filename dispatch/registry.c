@@ -413,6 +413,13 @@ lpx_status lpx_kind_register(const lpx_kind_i *vt, const lpx_kind **out)
     if (vt->abi_version != LPX_KIND_ABI_VERSION)
         return lpx_error(LPX_EABI, "lpx_kind_register(%s): abi_version %u, this lpx speaks %u",
                          vt->name, vt->abi_version, LPX_KIND_ABI_VERSION);
+    /* the agreement slots come together (read only where struct_size covers them) */
+    if (vt->struct_size >= offsetof(lpx_kind_i, sync_apply) + sizeof vt->sync_apply) {
+        int set = !!vt->sync_count + !!vt->sync_local + !!vt->sync_apply;
+        if (set != 0 && set != 3)
+            return lpx_error(LPX_EINVAL, "lpx_kind_register(%s): sync_count, sync_local and sync_apply come together "
+                             "(%d of 3 given)", vt->name, set);
+    }
     int lo, hi;
     switch (vt->priority) {
     case LPX_PRIORITY_PAYLOAD: lo = LPX_KEY_PAYLOAD_FIRST; hi = LPX_KEY_PAYLOAD_LAST; break;

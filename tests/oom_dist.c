@@ -501,7 +501,7 @@ static lpx_status call_adamw(fsdp_state *s)
     lpx_status st = lpx_fsdp_adamw_step(s->g[0], &o);
     return st ? st : lpx_fsdp_adamw_step(s->g[1], &o);
 }
-static lpx_status call_pre_group(fsdp_state *s) { return lpx_float8_precompute_scales(s->g[1]); }
+static lpx_status call_pre_group(fsdp_state *s) { return lpx_fsdp_group_precompute_scales(s->g[1]); }
 static lpx_status call_pre_all(fsdp_state *s) { return lpx_fsdp_precompute_scales(s->f); }
 
 #define PLAN_CASE(cname, stage_, call_, ...)                                              \
@@ -704,7 +704,7 @@ const oom_case oom_cases_dist[] = {
     {"lpx_fsdp_adamw_step", "2 ranks", c_fsdp_adamw, 0},
     {"lpx_fsdp_param_adamw_state", "1 rank", c_adamw_state, 0},
     {"lpx_fsdp_param_set_adamw_state", "1 rank", c_set_adamw_state, 0},
-    {"lpx_float8_precompute_scales", "2 ranks", c_fsdp_pre_group, 0},
+    {"lpx_fsdp_group_precompute_scales", "2 ranks", c_fsdp_pre_group, 0},
     {"lpx_fsdp_precompute_scales", "2 ranks", c_fsdp_pre_all, 0},
     {"lpx_float8_weight_new", "rowwise", c_f8w_new, 0},
     {"lpx_float8_weight_set_scale", NULL, c_f8w_set_scale, 0},

@@ -144,7 +144,7 @@ static lpx_status f8_count_rank(lpx_comm *comm, void *vctx)
         RCHECK_OK(r, lpx_fsdp_shard(f));
         lpx_fsdp_stats_reset(f);
         /* one step: (precompute), unshard forward, reshard, unshard backward */
-        if (pre) RCHECK_OK(r, lpx_float8_precompute_scales(g));
+        if (pre) RCHECK_OK(r, lpx_fsdp_group_precompute_scales(g));
         for (int k = 0; k < 2; k++) {
             RCHECK_OK(r, lpx_fsdp_unshard(g));
             RCHECK_OK(r, lpx_fsdp_reshard(g));
@@ -203,7 +203,7 @@ static lpx_status bytes_rank(lpx_comm *comm, void *vctx)
         RCHECK_OK(r, lpx_fsdp_param_add(g, "w", p, 0, NULL));
         lpx_tensor_release(p);
         RCHECK_OK(r, lpx_fsdp_shard(f));
-        RCHECK_OK(r, lpx_float8_precompute_scales(g));
+        RCHECK_OK(r, lpx_fsdp_group_precompute_scales(g));
         lpx_fsdp_stats_reset(f);
         RCHECK_OK(r, lpx_fsdp_unshard(g));
         lpx_fsdp_stats s = {.struct_size = sizeof s};
@@ -1058,7 +1058,7 @@ static lpx_status ps_rank(lpx_comm *comm, void *vctx)
         bool any = false;
         for (int i = 0; i < PS_P; i++) any |= c->masters[j][i] && !c->dense[j][i] && !c->opts[j][i].rowwise;
         groups_f8 += any;
-        RCHECK_OK(r, lpx_float8_precompute_scales(gb[j]));
+        RCHECK_OK(r, lpx_fsdp_group_precompute_scales(gb[j]));
     }
     lpx_fsdp_stats sb = {.struct_size = sizeof sb};
     RCHECK_OK(r, lpx_fsdp_stats_get(fb, &sb));
@@ -1231,7 +1231,7 @@ static lpx_status rw_rank(lpx_comm *comm, void *vctx)
     }
     RCHECK_OK(r, lpx_fsdp_shard(f));
     /* (b) the precompute finds nothing to agree on */
-    RCHECK_OK(r, lpx_float8_precompute_scales(g));
+    RCHECK_OK(r, lpx_fsdp_group_precompute_scales(g));
     RCHECK_OK(r, lpx_fsdp_precompute_scales(f));
     lpx_fsdp_stats s = {.struct_size = sizeof s};
     RCHECK_OK(r, lpx_fsdp_stats_get(f, &s));

@@ -372,6 +372,42 @@ LPX_API lpx_status lpx_float8_linear_backward(lpx_float8_linear_ctx *ctx, lpx_te
 /** Frees a forward context and its references. NULL is ignored. */
 LPX_API void lpx_float8_linear_ctx_free(lpx_float8_linear_ctx *ctx);
 
+/* ---- the float8_weight wrapper kind ---------------------------------- */
+/* A dense master weight whose all-gather under lpx's sharding engine
+ * (lpx/fsdp.h) travels as fp8. The engine sees it only through the kind
+ * slots (pre/post_all_gather, master, sync_*). */
+
+/** Options of a float8_weight (zero = tensorwise e4m3fn). */
+typedef struct lpx_float8_weight_opts {
+    size_t struct_size;     /* sizeof; 0 accepted */
+    lpx_dtype fp8;          /* LPX_F8E4M3FN (also 0) or LPX_F8E5M2 */
+    bool rowwise;           /* one scale per row, local to the owning rank:
+                               no amax all-reduce at all */
+} lpx_float8_weight_opts;
+
+/** The float8_weight kind (priority WRAPPER), or NULL before init. */
+LPX_API const lpx_kind *lpx_float8_weight_kind(void);
+/** True if t is a float8_weight. */
+LPX_API bool lpx_float8_weight_is(const lpx_tensor *t);
+/** Wraps a dense high-precision master weight (f32/bf16/f16, >= 1-D;
+ *  retained, updated in place by the optimizer) into a float8_weight: its
+ *  pre_all_gather casts the local shard to fp8 with the replicated scale
+ *  (precomputed, or from its own amax all-reduce), post_all_gather builds
+ *  a float8 tensor (role WEIGHT) for the GEMM. Errors: LPX_EINVAL,
+ *  LPX_EDTYPE, LPX_ENOMEM. */
+LPX_API lpx_status lpx_float8_weight_new(lpx_tensor *master, const lpx_float8_weight_opts *opts, lpx_tensor **out);
+/** The master weight of a float8_weight (borrowed), or NULL. */
+LPX_API lpx_tensor *lpx_float8_weight_master(const lpx_tensor *w);
+/** Sets the scale the next pre_all_gather uses (> 0, finite; what
+ *  lpx_fsdp_precompute_scales stores); 0 clears it. Errors: LPX_EINVAL. */
+LPX_API lpx_status lpx_float8_weight_set_scale(lpx_tensor *w, float scale);
+/** The fp8 format of a float8_weight (-1 if w is not one). */
+LPX_API lpx_dtype lpx_float8_weight_fp8(const lpx_tensor *w);
+/** True if w is a rowwise float8_weight. */
+LPX_API bool lpx_float8_weight_rowwise(const lpx_tensor *w);
+/** The precomputed scale (0 when none). */
+LPX_API float lpx_float8_weight_scale(const lpx_tensor *w);
+
 LPX_END_DECLS
 
 #endif

@@ -17,7 +17,7 @@
  *     lpx_fsdp_reduce_scatter_grads(g)  one reduce-scatter per grad dtype,
  *                             averaged (or fp8 with a shared scale)
  *     lpx_fsdp_adamw_step(g)  one fused pass over the group's local shards
- *     lpx_float8_precompute_scales(g)   one all-reduce(MAX) of the amaxes
+ *     lpx_fsdp_group_precompute_scales(g)  one all-reduce of the statistics kinds agree
  *
  * CPU offload (lpx_fsdp_config.compute_device = a CUDA device, NCCL
  * comms): the same calls; shards, grad shards and AdamW state stay in
@@ -79,12 +79,13 @@ typedef struct lpx_fsdp_config {
 
 /** The context the engine passes to a kind's pre_all_gather as `ctx`
  *  (hooks that need no collective ignore it). A hook that runs a
- *  collective of its own (float8_weight without precomputed scales) uses
- *  `comm` and bumps `amax_allreduces`. */
+ *  collective of its own (a wrapper whose scale was not agreed by
+ *  lpx_fsdp_precompute_scales, e.g. a float8_weight) uses `comm` and bumps
+ *  `amax_allreduces`. */
 typedef struct lpx_fsdp_hook_ctx {
     size_t struct_size;          /* sizeof(lpx_fsdp_hook_ctx) */
     lpx_comm *comm;              /* the shard group's comm */
-    uint64_t amax_allreduces;    /* incremented by hooks that all-reduce an amax */
+    uint64_t amax_allreduces;    /* incremented by hooks that all-reduce a statistic (an amax) */
     lpx_device device;           /* where `comm` wants collective buffers: the CPU (zero counts as
                                     the CPU) or, with an offloading engine, its compute device: a
                                     hook stages its collective's host values through device memory
@@ -99,8 +100,9 @@ typedef struct lpx_fsdp_stats {
     uint64_t calls[LPX_COLL_MAX];        /* collectives the engine ran, by kind */
     uint64_t bytes[LPX_COLL_MAX];
     uint64_t ns[LPX_COLL_MAX];           /* wall time inside those collectives */
-    uint64_t amax_allreduces;            /* all-reduces of float8 amaxes (precompute: 1 per
-                                            call; without: one per float8_weight per unshard) */
+    uint64_t amax_allreduces;            /* all-reduces of agreed statistics, e.g. fp8 amaxes
+                                            (precompute: 1 per call and reduction; without: one
+                                            per float8_weight per unshard) */
     uint64_t unshards, reshards;
     uint64_t unsharded_bytes;            /* bytes of unsharded tensors alive now */
     uint64_t peak_unsharded_bytes;       /* the most alive at once */
@@ -224,7 +226,8 @@ LPX_API lpx_adamw_opts lpx_adamw_opts_default(void);
  *  param in its dtype): p -= lr * wd * p; m = b1 m + (1-b1) g;
  *  v = b2 v + (1-b2) g^2; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps),
  *  all in f32 (docs/SHARDING.md has the exact order). Dense f32/bf16/f16
- *  shards and float8_weight masters are updated; frozen ones skipped.
+ *  shards and the masters of wrapper kinds (lpx_kind_i.master: a
+ *  float8_weight's, a plugin wrapper's) are updated; frozen ones skipped.
  *  Local, no collective. Errors: LPX_EINVAL (no grads), LPX_ENOMEM. */
 LPX_API lpx_status lpx_fsdp_adamw_step(lpx_fsdp_group *g, const lpx_adamw_opts *opts);
 
@@ -245,16 +248,20 @@ LPX_API lpx_status lpx_fsdp_param_adamw_state(const lpx_fsdp_group *g, int i, lp
 LPX_API lpx_status lpx_fsdp_param_set_adamw_state(lpx_fsdp_group *g, int i, const lpx_tensor *m,
                                                   const lpx_tensor *v, int64_t step);
 
-/** Computes the local amax of every float8_weight parameter of g, runs
- *  ONE all-reduce(MAX) for all of them and stores each weight's scale, so
- *  the next unshard casts with it and runs no collective besides the
- *  all-gather. Without it, each float8_weight all-reduces its own amax at
- *  unshard. Collective. Errors: LPX_ECOMM, LPX_ETIMEOUT, LPX_ENOMEM. */
-LPX_API lpx_status lpx_float8_precompute_scales(lpx_fsdp_group *g);
-/** lpx_float8_precompute_scales over every group of the engine with ONE
- *  all-reduce(MAX) in all (none when no group holds a tensorwise
- *  float8_weight): exactly one amax all-reduce per step for the model.
- *  Collective. Errors: as lpx_float8_precompute_scales. */
+/** Agrees what the parameters of g need agreed before their next
+ *  all-gather: each local tensor's kind says how many f32 values and which
+ *  reduction (lpx_kind_i.sync_count; a tensorwise float8_weight: its amax,
+ *  MAX), the engine packs every parameter's values into ONE all-reduce per
+ *  reduction and hands them back (sync_apply: the weight keeps its scale),
+ *  so the next unshard runs no collective besides the all-gather. Kinds of
+ *  plugins take part like the built-in ones. Without it, a float8_weight
+ *  all-reduces its own amax at each unshard. Collective. Errors:
+ *  LPX_EINVAL (a kind's bad count or reduction, before shard), a kind's
+ *  error, LPX_ECOMM, LPX_ETIMEOUT, LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_group_precompute_scales(lpx_fsdp_group *g);
+/** lpx_fsdp_group_precompute_scales over every group of the engine at
+ *  once: ONE all-reduce per reduction for the model (one MAX for fp8
+ *  scales; none when no parameter asks). Collective. Errors: as above. */
 LPX_API lpx_status lpx_fsdp_precompute_scales(lpx_fsdp *f);
 
 /** Copies the statistics into *out (struct_size set by the caller: the
@@ -263,39 +270,6 @@ LPX_API lpx_status lpx_fsdp_precompute_scales(lpx_fsdp *f);
 LPX_API lpx_status lpx_fsdp_stats_get(const lpx_fsdp *f, lpx_fsdp_stats *out);
 /** Zeroes the counters (keeps unsharded_bytes; the peak restarts from it). */
 LPX_API void lpx_fsdp_stats_reset(lpx_fsdp *f);
-
-/* ---- the float8_weight wrapper kind ---------------------------------- */
-
-/** Options of a float8_weight (zero = tensorwise e4m3fn). */
-typedef struct lpx_float8_weight_opts {
-    size_t struct_size;     /* sizeof; 0 accepted */
-    lpx_dtype fp8;          /* LPX_F8E4M3FN (also 0) or LPX_F8E5M2 */
-    bool rowwise;           /* one scale per row, local to the owning rank:
-                               no amax all-reduce at all */
-} lpx_float8_weight_opts;
-
-/** The float8_weight kind (priority WRAPPER), or NULL before init. */
-LPX_API const lpx_kind *lpx_float8_weight_kind(void);
-/** True if t is a float8_weight. */
-LPX_API bool lpx_float8_weight_is(const lpx_tensor *t);
-/** Wraps a dense high-precision master weight (f32/bf16/f16, >= 1-D;
- *  retained, updated in place by the optimizer) into a float8_weight: its
- *  pre_all_gather casts the local shard to fp8 with the replicated scale
- *  (precomputed, or from its own amax all-reduce), post_all_gather builds
- *  a float8 tensor (role WEIGHT) for the GEMM. Errors: LPX_EINVAL,
- *  LPX_EDTYPE, LPX_ENOMEM. */
-LPX_API lpx_status lpx_float8_weight_new(lpx_tensor *master, const lpx_float8_weight_opts *opts, lpx_tensor **out);
-/** The master weight of a float8_weight (borrowed), or NULL. */
-LPX_API lpx_tensor *lpx_float8_weight_master(const lpx_tensor *w);
-/** Sets the scale the next pre_all_gather uses (> 0, finite; what
- *  lpx_float8_precompute_scales stores); 0 clears it. Errors: LPX_EINVAL. */
-LPX_API lpx_status lpx_float8_weight_set_scale(lpx_tensor *w, float scale);
-/** The fp8 format of a float8_weight (-1 if w is not one). */
-LPX_API lpx_dtype lpx_float8_weight_fp8(const lpx_tensor *w);
-/** True if w is a rowwise float8_weight. */
-LPX_API bool lpx_float8_weight_rowwise(const lpx_tensor *w);
-/** The precomputed scale (0 when none). */
-LPX_API float lpx_float8_weight_scale(const lpx_tensor *w);
 
 LPX_END_DECLS
 

@@ -84,7 +84,33 @@ typedef struct lpx_kind_i {
     /** What the conformance kit may expect of this kind (NULL: the kit
      *  uses its defaults; see lpx_kind_conformance). */
     const struct lpx_kind_conformance *conformance;
+
+    /* ---- appended: what a sharding engine asks a kind (read only when
+     * struct_size covers them). The engine names no kind: these slots are
+     * how a wrapper of any kind gets its master updated and its scales
+     * agreed, built in or from a plugin. */
+
+    /** The dense tensor an optimizer updates in place for a (local shard)
+     *  tensor `t` of this kind, borrowed (a wrapper's master weight); NULL
+     *  when t has none. NULL slot: tensors of this kind are not updated. */
+    lpx_tensor *(*master)(const lpx_tensor *t);
+
+    /** Statistics `t` needs agreed across the ranks holding its shards
+     *  before its next all-gather (a replicated scale from a global amax):
+     *  returns how many f32 values (0..LPX_MAX_SYNC_VALUES; 0: none) and
+     *  stores their reduction (an lpx_reduce_op) in *reduce_op. The engine
+     *  (lpx_fsdp_precompute_scales) packs every parameter's values, of
+     *  every kind, into ONE all-reduce per reduction and hands each tensor
+     *  its results. NULL: nothing to agree. */
+    int (*sync_count)(const lpx_tensor *t, int *reduce_op);
+    /** This rank's sync_count values for t into values[]. */
+    lpx_status (*sync_local)(const lpx_tensor *t, float *values);
+    /** The agreed values: t keeps what its next pre_all_gather needs. */
+    lpx_status (*sync_apply)(lpx_tensor *t, const float *values);
 } lpx_kind_i;
+
+/** Most values one tensor may ask to agree (lpx_kind_i.sync_count). */
+#define LPX_MAX_SYNC_VALUES 64
 
 /** Declared properties the conformance kit (`lpx conformance`) checks a
  *  kind against. Zero fields take the kit's defaults (given in brackets). */

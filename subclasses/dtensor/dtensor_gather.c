@@ -189,7 +189,7 @@ lpx_status dt_gather_dim0(const char *op, lpx_comm *comm, const lpx_tensor *shar
     int n = 0;
     dt_wire_desc mine, *descs = NULL;
     unsigned char *send = NULL, *recv = NULL;
-    /* hooks that need a collective of their own (float8_weight without a
+    /* hooks that need a collective of their own (a wrapper without an agreed
      * precomputed scale) find the comm here */
     lpx_fsdp_hook_ctx hctx = {sizeof hctx, comm, 0, lpx_cpu()};
     lpx_status st = dt_pre_gather(op, shard, &hctx, inputs, &n, meta, &meta_size, &mine);

@@ -1,6 +1,6 @@
 /* The sharding engine: groups, fully_shard, unshard / reshard, prefetch,
  * statistics. Gradients are in fsdp_grads.c, AdamW in fsdp_adamw.c, the
- * float8 scale precompute in fsdp_float8.c.
+ * agreement of the kinds' statistics (scales) in fsdp_sync.c.
  *
  * The engine moves bytes: a param's kind says what goes on the wire
  * (pre_all_gather) and how to rebuild it (post_all_gather); dense params
@@ -209,8 +209,9 @@ static lpx_status wire_src(const lpx_fsdp *f, const fsdp_param *p, lpx_tensor **
     return lpx_cast(l, f->cfg.param_dtype, false, out);
 }
 
-/* Cuts every param, describes its wire inputs. Local (the float8_weight
- * hook may all-reduce: every rank does it in the same order). */
+/* Cuts every param, describes its wire inputs. Local (a kind's hook may
+ * all-reduce, e.g. a float8_weight without an agreed scale: every rank does
+ * it in the same order). */
 static lpx_status shard_param(lpx_fsdp *f, fsdp_param *p, dt_wire_desc *mine)
 {
     const char *op = "lpx_fsdp_shard";

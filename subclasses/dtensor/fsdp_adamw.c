@@ -20,12 +20,15 @@ lpx_adamw_opts lpx_adamw_opts_default(void)
     return o;
 }
 
-/* The dense tensor the optimizer updates in place for a local shard. */
+/* The dense tensor the optimizer updates in place for a local shard: the
+ * shard itself, or what its kind names (lpx_kind_i.master: a wrapper's
+ * master weight, built in or from a plugin). */
 static lpx_tensor *weight_of(lpx_tensor *local)
 {
-    if (!lpx_tensor_kind(local)) return local;
-    if (lpx_float8_weight_is(local)) return lpx_float8_weight_master(local);
-    return NULL;
+    const lpx_kind *k = lpx_tensor_kind(local);
+    if (!k) return local;
+    const lpx_kind_i *vt = lpx_kind_vtable(k);
+    return vt->master ? vt->master(local) : NULL;
 }
 
 static lpx_status step_param(fsdp_param *p, const lpx_adamw_opts *o_in)
@@ -91,7 +94,7 @@ lpx_status lpx_fsdp_adamw_step(lpx_fsdp_group *g, const lpx_adamw_opts *opts)
 }
 
 /* The trainable parameter i of g whose AdamW state a checkpoint reads or
- * writes, with its dense weight (the local shard, or a float8_weight's
+ * writes, with its dense weight (the local shard, or a wrapper kind's
  * master). */
 static lpx_status state_param(const lpx_fsdp_group *g, int i, const char *op, fsdp_param **p, lpx_tensor **w)
 {

@@ -111,5 +111,14 @@ static inline void f8_release_all(lpx_tensor **ts, int n)
 /* Logical dtypes a float8 tensor may claim. */
 static inline bool f8_logical_ok(lpx_dtype d) { return d == LPX_F32 || d == LPX_BF16 || d == LPX_F16; }
 static inline bool f8_is_fp8(lpx_dtype d) { return d == LPX_F8E4M3FN || d == LPX_F8E5M2; }
+/* The largest scale (and scale_inv) a tensor of logical dtype d may carry,
+ * so both stay representable in d (0: no limit, f32); from the dtype
+ * table, not a constant: f16's 65504, bf16's ~3.4e38 (never reached by
+ * fp8_max / 1e-12). */
+static inline double f8_scale_limit(lpx_dtype d)
+{
+    const lpx_dtype_traits *t = lpx_dtype_get(d);
+    return d == LPX_F32 || !t ? 0.0 : t->max;
+}
 
 #endif

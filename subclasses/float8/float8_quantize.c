@@ -187,7 +187,7 @@ lpx_status f8_quantize2(const char *op, lpx_tensor *x, const lpx_float8_quant_op
                              lpx_dtype_name(dc.fp8), lpx_dtype_name(o.fp8));
     }
     /* f16 models: keep scale and scale_inv f16-representable */
-    double smax = logical == LPX_F16 ? 65504.0 : 0.0;
+    double smax = f8_scale_limit(logical);
     lpx_tensor *given = NULL;
     if (o.delayed) {
         double s = lpx_float8_delayed_scale(o.delayed);

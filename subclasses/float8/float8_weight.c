@@ -11,7 +11,7 @@
  * the float8 kind's pre_all_gather the result, so the wire is exactly the
  * float8 kind's (1 byte per element):
  *   tensorwise: the scale is replicated: the precomputed one
- *               (lpx_float8_precompute_scales: one all-reduce MAX for all
+ *               (lpx_fsdp_group_precompute_scales: one all-reduce MAX for all
  *               weights), else this weight's own all-reduce MAX of its
  *               amax over ctx->comm (counted in ctx->amax_allreduces);
  *               scale = fp8_max / max(amax, 1e-12) (fp8_scale_from_amax),
@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <string.h>
 #include "float8_internal.h"
+#include "lpx/comm.h"
 #include "lpx/fsdp.h"
 
 #define F8W_MAGIC 0x57384657u /* "WF8W" */
@@ -118,6 +119,20 @@ lpx_status lpx_float8_weight_new(lpx_tensor *master, const lpx_float8_weight_opt
  * its buffers (lpx_fsdp_hook_ctx.device): host memory for the CPU (or
  * zero), else the value makes a round trip through a one-element tensor
  * on that device (an NCCL comm refuses host memory). */
+/* this rank's amax of a master shard (0 when empty) */
+static lpx_status master_amax(const lpx_tensor *master, float *out)
+{
+    *out = 0.0f;
+    if (lpx_tensor_numel(master) == 0) return LPX_OK;
+    lpx_tensor *a = NULL;
+    double v = 0;
+    lpx_status st = lpx_amax((lpx_tensor *)master, 0, NULL, false, &a);
+    if (!st) st = lpx_item(a, 0, &v);
+    lpx_tensor_release(a);
+    *out = (float)v;
+    return st;
+}
+
 static lpx_status amax_all_reduce(lpx_comm *comm, lpx_device dev, float *amax)
 {
     if (dev.type == 0 || dev.type == LPX_DEVICE_CPU)
@@ -134,6 +149,17 @@ static lpx_status amax_all_reduce(lpx_comm *comm, lpx_device dev, float *amax)
     return st;
 }
 
+/* scale = fp8_max / max(amax, 1e-12) (the dynamic formula), as a scalar
+ * tensor, clamped to what the master's dtype can hold (docs/NUMERICS.md) */
+static lpx_status scale_of_amax(float amax, lpx_dtype fp8, lpx_dtype master, lpx_tensor **scale)
+{
+    lpx_tensor *at = NULL;
+    lpx_status st = lpx_full(0, NULL, amax, LPX_F32, lpx_cpu(), &at);
+    if (!st) st = lpx_fp8_scale_from_amax(at, fp8, false, f8_scale_limit(master), scale, NULL);
+    lpx_tensor_release(at);
+    return st;
+}
+
 /* The replicated tensorwise scale of this shard (precomputed, or one
  * all-reduce MAX of the amax over ctx's comm). */
 static lpx_status shard_scale(const lpx_tensor *shard, void *ctx, lpx_tensor **scale)
@@ -142,16 +168,8 @@ static lpx_status shard_scale(const lpx_tensor *shard, void *ctx, lpx_tensor **s
     lpx_tensor *master = lpx_tensor_inner(shard, 0);
     if (m->state->scale > 0) return lpx_full(0, NULL, m->state->scale, LPX_F32, lpx_cpu(), scale);
     float amax = 0.0f;
-    lpx_status st;
-    if (lpx_tensor_numel(master) > 0) {
-        lpx_tensor *a = NULL;
-        double v;
-        if ((st = lpx_amax(master, 0, NULL, false, &a))) return st;
-        st = lpx_item(a, 0, &v);
-        lpx_tensor_release(a);
-        if (st) return st;
-        amax = (float)v;
-    }
+    lpx_status st = master_amax(master, &amax);
+    if (st) return st;
     lpx_fsdp_hook_ctx *h = ctx;
     /* the fields a caller's struct_size covers: comm and the counter since
      * the first version, the device since offload */
@@ -161,12 +179,7 @@ static lpx_status shard_scale(const lpx_tensor *shard, void *ctx, lpx_tensor **s
         if ((st = amax_all_reduce(h->comm, dev, &amax))) return st;
         h->amax_allreduces++;
     }
-    lpx_tensor *at = NULL;
-    if ((st = lpx_full(0, NULL, amax, LPX_F32, lpx_cpu(), &at))) return st;
-    double smax = lpx_tensor_dtype(master) == LPX_F16 ? 65504.0 : 0.0;
-    st = lpx_fp8_scale_from_amax(at, m->fp8, false, smax, scale, NULL);
-    lpx_tensor_release(at);
-    return st;
+    return scale_of_amax(amax, m->fp8, lpx_tensor_dtype(master), scale);
 }
 
 /* Casts a master shard to float8 the way the all-gather sends it. */
@@ -231,11 +244,11 @@ static lpx_status f8w_to_dense(const lpx_tensor *t, lpx_tensor **out)
 }
 
 /* from_dense: a copy of x as the master, tensorwise e4m3fn, with the scale
- * of the whole tensor precomputed (what lpx_float8_precompute_scales sets
+ * of the whole tensor precomputed (what lpx_fsdp_group_precompute_scales sets
  * on one rank). Precomputing is what makes every dim-0 shard cast with the
  * same replicated scale without a comm, so sharding such a tensor is
  * self-contained. A caller that then updates the master re-runs
- * lpx_float8_precompute_scales (or sets the scale to 0 for the per-gather
+ * lpx_fsdp_group_precompute_scales (or sets the scale to 0 for the per-gather
  * all-reduce) as with any float8_weight. */
 static lpx_status f8w_from_dense(const lpx_kind *kind, lpx_tensor *x, lpx_tensor **out)
 {
@@ -367,6 +380,34 @@ static lpx_status f8w_rewrap(lpx_call *c)
     return LPX_OK;
 }
 
+/* ---- what the sharding engine asks (lpx_kind_i.master, sync_*) ------ */
+
+static lpx_tensor *f8w_master(const lpx_tensor *t) { return lpx_float8_weight_master(t); }
+
+/* tensorwise: one value, the amax, agreed by MAX into the replicated
+ * scale; rowwise scales are each row's own: nothing to agree */
+static int f8w_sync_count(const lpx_tensor *t, int *reduce_op)
+{
+    *reduce_op = LPX_REDUCE_MAX;
+    return lpx_float8_weight_is(t) && !meta_of(t)->rowwise ? 1 : 0;
+}
+
+static lpx_status f8w_sync_local(const lpx_tensor *t, float *values)
+{
+    return master_amax(lpx_tensor_inner(t, 0), values);
+}
+
+static lpx_status f8w_sync_apply(lpx_tensor *t, const float *values)
+{
+    lpx_tensor *s = NULL;
+    double sv = 0;
+    lpx_status st = scale_of_amax(values[0], meta_of(t)->fp8, lpx_tensor_dtype(lpx_tensor_inner(t, 0)), &s);
+    if (!st) st = lpx_item(s, 0, &sv);
+    if (!st) st = lpx_float8_weight_set_scale(t, (float)sv);
+    lpx_tensor_release(s);
+    return st;
+}
+
 lpx_status lpx_float8_weight_register_kind(void)
 {
     lpx_kind_i vt;
@@ -383,6 +424,10 @@ lpx_status lpx_float8_weight_register_kind(void)
     vt.from_dense = f8w_from_dense;
     vt.unflatten = f8w_unflatten;
     vt.conformance = &f8w_conformance;
+    vt.master = f8w_master;
+    vt.sync_count = f8w_sync_count;
+    vt.sync_local = f8w_sync_local;
+    vt.sync_apply = f8w_sync_apply;
     const lpx_kind *k = NULL;
     lpx_status st = lpx_kind_register(&vt, &k);
     if (st) return st;

@@ -57,7 +57,7 @@ static lpx_status bench_rank(lpx_comm *comm, void *vctx)
         lpx_tensor_release(p);
     }
     if (!st) st = lpx_fsdp_shard(f);
-    if (!st) st = lpx_float8_precompute_scales(g);
+    if (!st) st = lpx_fsdp_group_precompute_scales(g);
     double *t = calloc((size_t)c->iters, sizeof *t);
     if (!t && !st) st = lpx_error(LPX_ENOMEM, "bench fsdp: out of memory");
     for (long k = -1; k < c->iters && !st; k++) { /* k = -1: warm-up */
