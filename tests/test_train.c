@@ -452,6 +452,103 @@ static void test_resume_cross_recipe(void)
     CHECKF(rc == 2 && strstr(o2, "cannot resume under --recipe nf4-qlora"), "nf4 from float8: %d %s", rc, o2);
 }
 
+/* Rewrites checkpoint dir's manifest.json with `key`'s number set to
+ * `value` (a top-level or config key; the first occurrence), and with the
+ * manifest's own checksum recomputed as lpx writes it (FNV-1a 64 of the
+ * file with the 16 digits of "checksum" as zeros) when `resum`. */
+static bool edit_manifest(const char *dir, const char *key, const char *value, bool resum)
+{
+    char path[1024], *text = NULL;
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    text = malloc((size_t)n + 64);
+    if (!text || fread(text, 1, (size_t)n, f) != (size_t)n) n = -1;
+    fclose(f);
+    if (n < 0) {
+        free(text);
+        return false;
+    }
+    text[n] = 0;
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    char *k = strstr(text, pat);
+    if (!k) {
+        free(text);
+        return false;
+    }
+    char *v = k + strlen(pat);
+    while (*v == ' ' || *v == '\t') v++;
+    char *e = v;
+    while (*e && *e != ',' && *e != '\n' && *e != '}') e++;
+    char *out = malloc((size_t)n + 64);
+    size_t a = (size_t)(v - text);
+    memcpy(out, text, a);
+    size_t m = a + (size_t)sprintf(out + a, "%s", value);
+    strcpy(out + m, e);
+    n = (long)strlen(out);
+    char *d = strstr(out, "\"checksum\":");
+    d = d ? strchr(d + 11, '"') : NULL;
+    if (resum && d) {
+        memset(d + 1, '0', 16);
+        uint64_t h = 0xCBF29CE484222325ull;
+        for (long i = 0; i < n; i++) h = (h ^ (unsigned char)out[i]) * 0x100000001B3ull;
+        char hx[17];
+        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)h);
+        memcpy(d + 1, hx, 16);
+    }
+    f = fopen(path, "wb");
+    bool ok = f && fwrite(out, 1, (size_t)n, f) == (size_t)n;
+    if (f) fclose(f);
+    free(text);
+    free(out);
+    return ok;
+}
+
+/* Resume trusts nothing in the manifest: an edit without the checksum is
+ * refused; with the checksum recomputed, every value still passes the
+ * command line's validation (these once crashed or ran garbage: SIGFPE on
+ * heads 0 and micro 0, a write past the parameter table at 200 layers,
+ * loss 0 at batch 0). One line, exit 2, never a crash. */
+static void test_manifest_validated(void)
+{
+    static char out[65536];
+    char args[4096], cmd[4096], dir[600];
+    snprintf(dir, sizeof dir, "%s/mf", outdir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s/float8-delayed-ck-half' '%s'", dir, outdir, dir);
+    CHECK(system(cmd) == 0);
+    CHECK(edit_manifest(dir, "micro", "3", false));
+    snprintf(args, sizeof args, "train --resume '%s' --out '%s/mfo'", dir, outdir);
+    int rc = run(args, out, sizeof out);
+    CHECKF(rc == 2 && strstr(out, "the manifest was edited or damaged") && count_lines(out) == 1, "edited: %d %s", rc,
+           out);
+    static const char *const cases[][3] = {
+        {"heads", "0", "is not divisible by --heads 0"},
+        {"micro", "0", "--micro 0: expected an integer in 1..4096"},
+        {"batch", "0", "--batch 0: expected an integer in 1..65536"},
+        {"ranks", "0", "--ranks 0: expected an integer in 1..64"},
+        {"seq", "1", "--seq 1: expected an integer in 2..1048576"},
+        {"layers", "200", "parameter b1.norm1 [32] of this run is not in the checkpoint"},
+        {"kv_heads", "3", "is not a multiple of --kv-heads 3"},
+        {"eval", "0", NULL},   /* optional: 0 keeps the run's */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s/float8-delayed-ck-half' '%s'", dir, outdir, dir);
+        CHECK(system(cmd) == 0);
+        CHECKF(edit_manifest(dir, cases[i][0], cases[i][1], true), "cannot edit %s", cases[i][0]);
+        snprintf(args, sizeof args, "train --resume '%s' --steps 7 --sample 0 --out '%s/mfo'", dir, outdir);
+        rc = run(args, out, sizeof out);
+        if (cases[i][2])
+            CHECKF(rc == 2 && strstr(out, cases[i][2]) && count_lines(out) == 1, "%s %s: exit %d: %s", cases[i][0],
+                   cases[i][1], rc, out);
+        else
+            CHECKF(rc == 0, "%s %s: exit %d: %s", cases[i][0], cases[i][1], rc, out);
+    }
+}
+
 static void test_resume_refusals(void)
 {
     static char out[65536];
@@ -717,6 +814,7 @@ int main(int argc, char **argv)
         RUN(test_resume_nf4_qlora);
         RUN(test_resume_cross_recipe);
         RUN(test_resume_refusals);
+        RUN(test_manifest_validated);
         RUN(test_nonfinite);
         RUN(test_comm_fault);
     }

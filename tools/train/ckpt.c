@@ -13,7 +13,9 @@
  *                          of every linear and micro-batch slot
  *                          (NAME.slotS.input|weight|grad_output: u8 blobs
  *                          of lpx_float8_delayed_save: history, scale, steps)
- *   manifest.json          written last: format and version, the step, the
+ *   manifest.json          written last, covered by its own checksum (the
+ *                          "checksum" field: FNV-1a 64 of the file with
+ *                          that field's digits as zeros): format and version, the step, the
  *                          run configuration, the data position and random
  *                          state, the loss history, and each file's size
  *                          and FNV-1a 64 checksum
@@ -280,10 +282,43 @@ static cJSON *config_json(const tr_opts *o, int world, int vocab)
     return c;
 }
 
+/* The manifest covers itself: its "checksum" field holds the FNV-1a 64 of
+ * the whole text with that field's 16 hex digits written as zeros. */
+#define SUM_KEY "\"checksum\":"
+static const char zeros16[] = "0000000000000000";
+
+static uint64_t fnv_mem(const char *p, size_t n)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 0x100000001B3ull;
+    return h;
+}
+
+/* the 16 digits of the text's checksum field, or NULL (exactly one, a
+ * string of 16 characters) */
+static char *sum_digits(char *text)
+{
+    char *k = strstr(text, SUM_KEY);
+    if (!k || strstr(k + 1, SUM_KEY)) return NULL;
+    char *q = strchr(k + strlen(SUM_KEY), '"');
+    if (!q || strlen(q) < 18 || q[17] != '"') return NULL;
+    return q + 1;
+}
+
 static lpx_status write_manifest(const char *path, cJSON *root)
 {
+    cJSON_AddStringToObject(root, "checksum", zeros16);
     char *text = cJSON_Print(root);
     if (!text) return lpx_error(LPX_ENOMEM, "checkpoint: out of memory for the manifest");
+    char *d = sum_digits(text);
+    if (!d) {
+        cJSON_free(text);
+        return lpx_error(LPX_EINTERNAL, "checkpoint: the manifest's checksum field is not where it is expected");
+    }
+    /* over the bytes the file will hold: the text and its final newline */
+    char hx[17];
+    uint64_t h = (fnv_mem(text, strlen(text)) ^ (unsigned char)'\n') * 0x100000001B3ull;
+    memcpy(d, hex64(h, hx), 16);
     lpx_status st = LPX_OK;
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -597,6 +632,21 @@ lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck)
     fclose(f);
     if (!text || got != (size_t)n) FAIL(LPX_EIO, "--resume '%s': cannot read %s", dir, MANIFEST);
     text[n] = 0;
+    /* the manifest's own checksum first: every value in it is trusted
+     * only after that (and then validated like the command line) */
+    {
+        char *d = sum_digits(text), want[17], hx[17];
+        if (!d) FAIL(LPX_EINVAL, "--resume '%s': %s has no checksum: not a manifest this lpx wrote, or damaged", dir,
+                     MANIFEST);
+        memcpy(want, d, 16);
+        want[16] = 0;
+        memcpy(d, zeros16, 16);
+        hex64(fnv_mem(text, (size_t)n), hx);
+        memcpy(d, want, 16);
+        if (strcmp(hx, want))
+            FAIL(LPX_EINVAL, "--resume '%s': %s has checksum (FNV-1a 64) %s, it records %s: the manifest was "
+                 "edited or damaged", dir, MANIFEST, hx, want);
+    }
     root = cJSON_Parse(text);
     if (!root || !cJSON_IsObject(root)) FAIL(LPX_EINVAL, "--resume '%s': %s is not valid JSON", dir, MANIFEST);
     const char *fmt = json_str(root, "format");

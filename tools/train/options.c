@@ -1,6 +1,8 @@
 /* Command line of `lpx train`. Every bad option ends in exactly one line on
  * stderr ("lpx train: ...") and exit code 2. */
 #include <errno.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "train.h"
@@ -68,12 +70,47 @@ void tr_train_usage(FILE *f)
             "  --inject-comm-fault STEP:RANK RANK aborts the comm at STEP\n");
 }
 
+/* The integer options and their ranges: the parser reads them through
+ * this table, and tr_check_opts checks the values again through it, so a
+ * value a checkpoint's manifest supplies passes exactly the command line's
+ * validation (one validator for both). */
+typedef struct int_limit {
+    const char *opt;
+    size_t off;
+    long lo, hi;
+} int_limit;
+
+#define LIM(opt, field, lo, hi) {opt, offsetof(tr_opts, field), lo, hi}
+static const int_limit limits[] = {
+    LIM("--ranks", ranks, 1, 64),           LIM("--steps", steps, 1, 1000000),
+    LIM("--batch", batch, 1, 65536),        LIM("--micro", micro, 1, 4096),
+    LIM("--seq", seq, 2, 1 << 20),          LIM("--lora-rank", lora_rank, 1, 1024),
+    LIM("--pretrain", pretrain_steps, 1, 1000000), LIM("--log-every", log_every, 1, 1000000),
+    LIM("--eval", eval_batches, 1, 100000), LIM("--sample", sample_len, 0, 100000),
+};
+
+static const int_limit *limit_of(const char *opt)
+{
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++)
+        if (!strcmp(limits[i].opt, opt)) return &limits[i];
+    return NULL;
+}
+
 static int bad(const char *fmt, const char *a, const char *b)
 {
     fprintf(stderr, "lpx train: ");
     fprintf(stderr, fmt, a, b);
     fputc('\n', stderr);
     return 2;
+}
+
+static int parse_int(const char *opt, const char *v, long lo, long hi, int *out);
+
+/* an option of the limits table */
+static int parse_lim(const char *opt, const char *v, int *out)
+{
+    const int_limit *l = limit_of(opt);
+    return parse_int(opt, v, l ? l->lo : INT_MIN, l ? l->hi : INT_MAX, out);
 }
 
 static int parse_int(const char *opt, const char *v, long lo, long hi, int *out)
@@ -106,6 +143,22 @@ int tr_check_opts(const tr_opts *o)
 {
     char buf[160];
     int rc;
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        int v = *(const int *)((const char *)o + limits[i].off);
+        if (v < limits[i].lo || v > limits[i].hi) {
+            snprintf(buf, sizeof buf, "%s %d: expected an integer in %ld..%ld", limits[i].opt, v, limits[i].lo,
+                     limits[i].hi);
+            return bad("%s%s", buf, "");
+        }
+    }
+    if (!(o->lr > 0 && o->lr < 10)) {
+        snprintf(buf, sizeof buf, "--lr %g: expected a number in (0, 10)", o->lr);
+        return bad("%s%s", buf, "");
+    }
+    if (!(o->lora_dropout >= 0 && o->lora_dropout < 1)) {
+        snprintf(buf, sizeof buf, "--lora-dropout %g: expected a number in [0, 1)", o->lora_dropout);
+        return bad("%s%s", buf, "");
+    }
     if ((rc = tr_arch_check(&o->m, "lpx train"))) return rc;
     /* --comm mpi without --ranks: the world size is known once MPI runs
      * (train.c checks it then) */
@@ -186,7 +239,7 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
             o->recipe = (tr_recipe)r;
             o->given |= TR_GIVEN_RECIPE;
         } else if (!strcmp(a, "--ranks")) {
-            rc = parse_int(a, v, 1, 64, &o->ranks);
+            rc = parse_lim(a, v, &o->ranks);
             o->ranks_given = true;
             o->given |= TR_GIVEN_RANKS;
         }
@@ -197,15 +250,15 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
         } else if (!strcmp(a, "--device")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda")) return bad("unknown device '%s' (%s)", v, "cpu, cuda");
             snprintf(o->device, sizeof o->device, "%s", v);
-        } else if (!strcmp(a, "--steps")) { rc = parse_int(a, v, 1, 1000000, &o->steps); o->given |= TR_GIVEN_STEPS; }
-        else if (!strcmp(a, "--batch")) { rc = parse_int(a, v, 1, 65536, &o->batch); o->given |= TR_GIVEN_BATCH; }
-        else if (!strcmp(a, "--micro")) { rc = parse_int(a, v, 1, 4096, &o->micro); o->given |= TR_GIVEN_MICRO; }
-        else if (!strcmp(a, "--seq")) { rc = parse_int(a, v, 2, 1 << 20, &o->seq); o->given |= TR_GIVEN_SEQ; }
-        else if (!strcmp(a, "--lora-rank")) { rc = parse_int(a, v, 1, 1024, &o->lora_rank); o->given |= TR_GIVEN_LORA_RANK; }
-        else if (!strcmp(a, "--pretrain")) rc = parse_int(a, v, 1, 1000000, &o->pretrain_steps);
-        else if (!strcmp(a, "--log-every")) rc = parse_int(a, v, 1, 1000000, &o->log_every);
-        else if (!strcmp(a, "--eval")) { rc = parse_int(a, v, 1, 100000, &o->eval_batches); o->given |= TR_GIVEN_EVAL; }
-        else if (!strcmp(a, "--sample")) rc = parse_int(a, v, 0, 100000, &o->sample_len);
+        } else if (!strcmp(a, "--steps")) { rc = parse_lim(a, v, &o->steps); o->given |= TR_GIVEN_STEPS; }
+        else if (!strcmp(a, "--batch")) { rc = parse_lim(a, v, &o->batch); o->given |= TR_GIVEN_BATCH; }
+        else if (!strcmp(a, "--micro")) { rc = parse_lim(a, v, &o->micro); o->given |= TR_GIVEN_MICRO; }
+        else if (!strcmp(a, "--seq")) { rc = parse_lim(a, v, &o->seq); o->given |= TR_GIVEN_SEQ; }
+        else if (!strcmp(a, "--lora-rank")) { rc = parse_lim(a, v, &o->lora_rank); o->given |= TR_GIVEN_LORA_RANK; }
+        else if (!strcmp(a, "--pretrain")) rc = parse_lim(a, v, &o->pretrain_steps);
+        else if (!strcmp(a, "--log-every")) rc = parse_lim(a, v, &o->log_every);
+        else if (!strcmp(a, "--eval")) { rc = parse_lim(a, v, &o->eval_batches); o->given |= TR_GIVEN_EVAL; }
+        else if (!strcmp(a, "--sample")) rc = parse_lim(a, v, &o->sample_len);
         else if (!strcmp(a, "--seed")) {
             rc = parse_int(a, v, 0, 2147483647, &seed);
             o->seed = (uint64_t)seed;
