@@ -81,12 +81,17 @@ typedef struct st_entry {
     lpx_dtype dtype;
     int ndim;
     int64_t shape[LPX_MAX_DIMS];
+    struct st_kind *k;         /* kind entries only (NULL for dense: keeps an entry small) */
+} st_entry;
+
+/* what a kind entry adds: its inner tensors and metadata */
+typedef struct st_kind {
     int ninner;
     char inner_names[LPX_MAX_INNER][32];
     int inner_raw[LPX_MAX_INNER];
     size_t meta_size;
     unsigned char meta[LPX_MAX_META];
-} st_entry;
+} st_kind;
 
 struct lpx_safetensors {
     st_map *map;
@@ -97,6 +102,8 @@ struct lpx_safetensors {
     st_entry *ent;
     char **mkey, **mval;
     char *path;
+    int *ent_order;            /* entries by name (lookups by bsearch) */
+    int *meta_order;           /* metadata keys by key */
 };
 
 void lpx_safetensors_close(lpx_safetensors *f)
@@ -106,6 +113,7 @@ void lpx_safetensors_close(lpx_safetensors *f)
     for (int i = 0; i < f->nent; i++) {
         lpx_free(f->ent[i].name);
         lpx_free(f->ent[i].kind);
+        lpx_free(f->ent[i].k);
     }
     for (int i = 0; i < f->nmeta; i++) {
         lpx_free(f->mkey[i]);
@@ -115,6 +123,8 @@ void lpx_safetensors_close(lpx_safetensors *f)
     lpx_free(f->ent);
     lpx_free(f->mkey);
     lpx_free(f->mval);
+    lpx_free(f->ent_order);
+    lpx_free(f->meta_order);
     lpx_free(f->path);
     map_unref(f->map);
     lpx_free(f);
@@ -184,7 +194,8 @@ static lpx_status parse_kind_desc(const char *path, const char *key, const char 
     int64_t numel;
     e->name = lpx_malloc(nlen + 1);
     e->kind = lpx_strdup(sep + 2);
-    if (!e->name || !e->kind) { st = lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path); goto done; }
+    e->k = lpx_calloc(1, sizeof *e->k);
+    if (!e->name || !e->kind || !e->k) { st = lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path); goto done; }
     memcpy(e->name, key, nlen);
     e->name[nlen] = 0;
     e->raw = -1;
@@ -205,34 +216,34 @@ static lpx_status parse_kind_desc(const char *path, const char *key, const char 
     }
     const cJSON *it;
     cJSON_ArrayForEach(it, inner) {
-        if (!cJSON_IsString(it) || !it->valuestring[0] || strlen(it->valuestring) >= sizeof e->inner_names[0] ||
+        if (!cJSON_IsString(it) || !it->valuestring[0] || strlen(it->valuestring) >= sizeof e->k->inner_names[0] ||
             strstr(it->valuestring, SEP)) {
             st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s': field 'inner'[%d] is not a valid name",
-                           path, e->name, e->ninner);
+                           path, e->name, e->k->ninner);
             goto done;
         }
-        for (int k = 0; k < e->ninner; k++)
-            if (!strcmp(e->inner_names[k], it->valuestring)) {
+        for (int k = 0; k < e->k->ninner; k++)
+            if (!strcmp(e->k->inner_names[k], it->valuestring)) {
                 st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s': field 'inner' names '%s' twice",
                                path, e->name, it->valuestring);
                 goto done;
             }
-        e->inner_raw[e->ninner] = -1;
-        snprintf(e->inner_names[e->ninner++], sizeof e->inner_names[0], "%s", it->valuestring);
+        e->k->inner_raw[e->k->ninner] = -1;
+        snprintf(e->k->inner_names[e->k->ninner++], sizeof e->k->inner_names[0], "%s", it->valuestring);
     }
     if (!cJSON_IsString(meta) || strlen(meta->valuestring) % 2 || strlen(meta->valuestring) / 2 > LPX_MAX_META) {
         st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s': field 'meta' is missing, odd-length or longer "
                        "than %d bytes", path, e->name, LPX_MAX_META);
         goto done;
     }
-    e->meta_size = strlen(meta->valuestring) / 2;
-    for (size_t i = 0; i < e->meta_size; i++) {
+    e->k->meta_size = strlen(meta->valuestring) / 2;
+    for (size_t i = 0; i < e->k->meta_size; i++) {
         int hi = hexval(meta->valuestring[2 * i]), lo = hexval(meta->valuestring[2 * i + 1]);
         if (hi < 0 || lo < 0) {
             st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s': field 'meta' is not hex", path, e->name);
             goto done;
         }
-        e->meta[i] = (unsigned char)(hi * 16 + lo);
+        e->k->meta[i] = (unsigned char)(hi * 16 + lo);
     }
 done:
     cJSON_Delete(j);
@@ -252,17 +263,205 @@ static int cmp_names(const void *a, const void *b, void *ctx)
     return strcmp(r[*(const int *)a].name, r[*(const int *)b].name);
 }
 
+static int cmp_ent_names(const void *a, const void *b, void *ctx)
+{
+    const st_entry *e = ctx;
+    return strcmp(e[*(const int *)a].name, e[*(const int *)b].name);
+}
+
+static int cmp_keys(const void *a, const void *b, void *ctx)
+{
+    char *const *k = ctx;
+    return strcmp(k[*(const int *)a], k[*(const int *)b]);
+}
+
+/* 0..n-1 sorted by cmp(ctx): duplicates end up adjacent, and lookups
+ * bisect (open is O(n log n) in the entry count, not O(n^2)) */
+static int *sorted_index(int n, int (*cmp)(const void *, const void *, void *), void *ctx)
+{
+    int *o = lpx_calloc((size_t)n + 1, sizeof *o);
+    if (!o) return NULL;
+    for (int i = 0; i < n; i++) o[i] = i;
+    qsort_r(o, (size_t)n, sizeof *o, cmp, ctx);
+    return o;
+}
+
+/* the index in order[0..n) whose name (through get) equals key[0..len)
+ * exactly, or -1 */
+static int bisect(const int *order, int n, const char *key, size_t len, const char *(*get)(const void *, int),
+                  const void *ctx)
+{
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        const char *s = get(ctx, order[mid]);
+        int c = strncmp(s, key, len);
+        if (c == 0 && s[len]) c = 1;
+        if (c == 0) return order[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+static const char *ent_name_at(const void *ctx, int i) { return ((const st_entry *)ctx)[i].name; }
+static const char *key_at(const void *ctx, int i) { return ((char *const *)ctx)[i]; }
+
+/* ---- the header's top level, scanned without building its tree: each
+ * member's value (a small object) is parsed with cJSON on its own and
+ * freed, so opening a header of a million tensors holds one tensor's JSON
+ * tree at a time, not the whole header's (memory O(header), not O(nodes)) */
+
+typedef struct hdr_member {
+    const char *key, *val;     /* spans in the header: the quoted key, the value */
+    size_t key_len, val_len;
+} hdr_member;
+
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* end of the JSON string starting at p ('"'), or NULL */
+static const char *str_end(const char *p, const char *end)
+{
+    for (p++; p < end; p++) {
+        if (*p == '\\') {
+            if (++p >= end) return NULL;
+        } else if (*p == '"') {
+            return p + 1;
+        } else if ((unsigned char)*p < 0x20) {
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+/* end of the JSON value starting at p: a string, an object or array
+ * (brackets counted outside strings; their grammar is cJSON's to check),
+ * or a scalar; NULL when it does not end inside the header */
+static const char *value_end(const char *p, const char *end)
+{
+    if (p >= end) return NULL;
+    if (*p == '"') return str_end(p, end);
+    if (*p == '{' || *p == '[') {
+        long depth = 0;
+        while (p < end) {
+            char c = *p;
+            if (c == '"') {
+                if (!(p = str_end(p, end))) return NULL;
+                continue;
+            }
+            if (c == '{' || c == '[') depth++;
+            else if ((c == '}' || c == ']') && --depth == 0) return p + 1;
+            p++;
+        }
+        return NULL;
+    }
+    while (p < end && *p != ',' && *p != '}' && *p != ']' && !is_ws(*p)) p++;
+    return p;
+}
+
+/* The next member of the top-level object at *at (after '{' or ','):
+ * 1 with *m filled, 0 at the closing '}', -1 on bad JSON (*at: where) */
+static int next_member(const char **at, const char *end, bool first, hdr_member *m)
+{
+    const char *p = *at;
+    while (p < end && is_ws(*p)) p++;
+    if (p < end && *p == '}' && first) {
+        *at = p + 1;
+        return 0;
+    }
+    if (!first) {
+        if (p < end && *p == '}') {
+            *at = p + 1;
+            return 0;
+        }
+        if (p >= end || *p != ',') goto bad;
+        for (p++; p < end && is_ws(*p); p++) {}
+    }
+    if (p >= end || *p != '"') goto bad;
+    const char *ke = str_end(p, end);
+    if (!ke) goto bad;
+    m->key = p;
+    m->key_len = (size_t)(ke - p);
+    for (p = ke; p < end && is_ws(*p); p++) {}
+    if (p >= end || *p != ':') goto bad;
+    for (p++; p < end && is_ws(*p); p++) {}
+    const char *ve = value_end(p, end);
+    if (!ve || ve == p) goto bad;
+    m->val = p;
+    m->val_len = (size_t)(ve - p);
+    *at = ve;
+    return 1;
+bad:
+    *at = p;
+    return -1;
+}
+
+static lpx_status bad_json(const char *path, const char *hdr, const char *where)
+{
+    return lpx_error(LPX_EINVAL, "safetensors %s: the header is not valid JSON (near byte %zu)", path,
+                     (size_t)(where - hdr));
+}
+
+/* the decoded key of m (cJSON decodes the escapes) into a new string */
+static lpx_status member_key(const char *path, const char *hdr, const hdr_member *m, char **out)
+{
+    cJSON *k = cJSON_ParseWithLength(m->key, m->key_len);
+    if (!cJSON_IsString(k)) {
+        cJSON_Delete(k);
+        return bad_json(path, hdr, m->key);
+    }
+    *out = lpx_strdup(k->valuestring);
+    cJSON_Delete(k);
+    return *out ? LPX_OK : lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path);
+}
+
+/* Counts the top-level members and finds __metadata__'s value (once). */
+static lpx_status scan_top(const char *path, const char *hdr, size_t hlen, int *n, hdr_member *meta, bool *has_meta)
+{
+    const char *p = hdr, *end = hdr + hlen;
+    while (p < end && is_ws(*p)) p++;
+    if (p >= end || *p != '{') {
+        cJSON *j = cJSON_ParseWithLength(hdr, hlen);   /* only to tell bad JSON from another value */
+        bool valid = j != NULL;
+        cJSON_Delete(j);
+        return valid ? lpx_error(LPX_EINVAL, "safetensors %s: the header is not a JSON object", path)
+                     : bad_json(path, hdr, p);
+    }
+    p++;
+    *n = 0;
+    *has_meta = false;
+    hdr_member m;
+    int r;
+    for (bool first = true; (r = next_member(&p, end, first, &m)) == 1; first = false) {
+        if (*n == INT32_MAX - 1) return lpx_error(LPX_EINVAL, "safetensors %s: too many entries", path);
+        ++*n;
+        if (m.key_len == 14 && !memcmp(m.key, "\"__metadata__\"", 14)) {
+            if (*has_meta) return lpx_error(LPX_EINVAL, "safetensors %s: '__metadata__' appears twice", path);
+            *has_meta = true;
+            *meta = m;
+        }
+    }
+    if (r < 0) return bad_json(path, hdr, p);
+    while (p < end && is_ws(*p)) p++;
+    if (p != end) return bad_json(path, hdr, p);
+    return LPX_OK;
+}
+
 static lpx_status parse_header(lpx_safetensors *f, const char *hdr, size_t hlen)
 {
     const char *path = f->path;
-    cJSON *root = cJSON_ParseWithLength(hdr, hlen);
-    if (!root) return lpx_error(LPX_EINVAL, "safetensors %s: the header is not valid JSON (near byte %zu)", path,
-                                (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - hdr : 0));
-    lpx_status st = LPX_OK;
-    int *order = NULL;
-    if (!cJSON_IsObject(root)) { st = lpx_error(LPX_EINVAL, "safetensors %s: the header is not a JSON object", path); goto done; }
-    int n = cJSON_GetArraySize(root);
-    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    int n = 0;
+    hdr_member mm = {NULL, NULL, 0, 0};
+    bool has_meta = false;
+    lpx_status st = scan_top(path, hdr, hlen, &n, &mm, &has_meta);
+    if (st) return st;
+    cJSON *meta = NULL, *t = NULL;
+    char *name = NULL;
+    int *order = NULL, *kind_order = NULL;
+    if (has_meta && !(meta = cJSON_ParseWithLength(mm.val, mm.val_len))) {
+        st = bad_json(path, hdr, cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : mm.val);
+        goto done;
+    }
     int nm = meta ? cJSON_GetArraySize(meta) : 0;
     f->raw = lpx_calloc((size_t)n + 1, sizeof *f->raw);
     f->ent = lpx_calloc((size_t)n + (size_t)nm + 1, sizeof *f->ent);
@@ -279,23 +478,11 @@ static lpx_status parse_header(lpx_safetensors *f, const char *hdr, size_t hlen)
                 st = lpx_error(LPX_EINVAL, "safetensors %s: __metadata__ '%s' is not a string", path, kv->string);
                 goto done;
             }
-            for (int i = 0; i < f->nmeta; i++)
-                if (!strcmp(f->mkey[i], kv->string)) {
-                    st = lpx_error(LPX_EINVAL, "safetensors %s: __metadata__ key '%s' appears twice", path, kv->string);
-                    goto done;
-                }
-            for (int i = 0; i < f->nent; i++) {
-                char k[512];
-                snprintf(k, sizeof k, "%s" SEP "%s", f->ent[i].name, f->ent[i].kind);
-                if (!strcmp(k, kv->string)) {
-                    st = lpx_error(LPX_EINVAL, "safetensors %s: __metadata__ key '%s' appears twice", path, kv->string);
-                    goto done;
-                }
-            }
             if (strstr(kv->string, SEP)) {
                 if ((st = parse_kind_desc(path, kv->string, kv->valuestring, &f->ent[f->nent]))) {
                     lpx_free(f->ent[f->nent].name);
                     lpx_free(f->ent[f->nent].kind);
+                    lpx_free(f->ent[f->nent].k);
                     memset(&f->ent[f->nent], 0, sizeof f->ent[0]);
                     goto done;
                 }
@@ -312,11 +499,57 @@ static lpx_status parse_header(lpx_safetensors *f, const char *hdr, size_t hlen)
         }
     }
     int nkinds = f->nent;
-    /* tensors */
-    const cJSON *t;
-    cJSON_ArrayForEach(t, root) {
-        if (!strcmp(t->string, "__metadata__")) continue;
-        const char *name = t->string;
+    /* repeated __metadata__ keys (the JSON object may repeat a key): user
+     * keys among themselves, kind descriptors by tensor name */
+    if (!(f->meta_order = sorted_index(f->nmeta, cmp_keys, f->mkey))) {
+        st = lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path);
+        goto done;
+    }
+    for (int i = 1; i < f->nmeta; i++)
+        if (!strcmp(f->mkey[f->meta_order[i]], f->mkey[f->meta_order[i - 1]])) {
+            st = lpx_error(LPX_EINVAL, "safetensors %s: __metadata__ key '%s' appears twice", path,
+                           f->mkey[f->meta_order[i]]);
+            goto done;
+        }
+    kind_order = sorted_index(nkinds, cmp_ent_names, f->ent);
+    if (!kind_order) {
+        st = lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path);
+        goto done;
+    }
+    for (int i = 1; i < nkinds; i++)
+        if (!strcmp(f->ent[kind_order[i]].name, f->ent[kind_order[i - 1]].name)) {
+            const st_entry *a = &f->ent[kind_order[i]], *b = &f->ent[kind_order[i - 1]];
+            if (!strcmp(a->kind, b->kind))
+                st = lpx_error(LPX_EINVAL, "safetensors %s: __metadata__ key '%s" SEP "%s' appears twice", path,
+                               a->name, a->kind);
+            else
+                st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' appears twice (dense and kind, or two kinds)",
+                               path, a->name);
+            goto done;
+        }
+    /* tensors: one member at a time */
+    const char *at = hdr;
+    while (is_ws(*at)) at++;
+    at++;   /* '{' (scan_top checked the grammar of the top level) */
+    hdr_member m;
+    for (bool first = true; next_member(&at, hdr + hlen, first, &m) == 1; first = false) {
+        cJSON_Delete(t);
+        lpx_free(name);
+        t = NULL;
+        name = NULL;
+        if ((st = member_key(path, hdr, &m, &name))) goto done;
+        if (!strcmp(name, "__metadata__")) {
+            /* the one scan_top found, not a second one spelled with escapes */
+            if (!has_meta || m.val != mm.val) {
+                st = lpx_error(LPX_EINVAL, "safetensors %s: '__metadata__' appears twice", path);
+                goto done;
+            }
+            continue;
+        }
+        if (!(t = cJSON_ParseWithLength(m.val, m.val_len))) {
+            st = bad_json(path, hdr, cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : m.val);
+            goto done;
+        }
         st_raw *r = &f->raw[f->nraw];
         if (!name[0]) { st = lpx_error(LPX_EINVAL, "safetensors %s: a tensor has an empty name", path); goto done; }
         if (!cJSON_IsObject(t)) { st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' is not an object", path, name); goto done; }
@@ -355,24 +588,25 @@ static lpx_status parse_header(lpx_safetensors *f, const char *hdr, size_t hlen)
         /* kind inner tensor "N::kind::inner" or dense */
         const char *sep = strstr(name, SEP);
         if (sep) {
-            int g = -1, k = -1;
-            for (int i = 0; i < nkinds && g < 0; i++) {
-                size_t nl = strlen(f->ent[i].name), kl = strlen(f->ent[i].kind);
-                if (!strncmp(name, f->ent[i].name, nl) && !strncmp(name + nl, SEP, 2) &&
-                    !strncmp(name + nl + 2, f->ent[i].kind, kl) && !strncmp(name + nl + 2 + kl, SEP, 2))
-                    for (int j = 0; j < f->ent[i].ninner; j++)
-                        if (!strcmp(name + nl + 4 + kl, f->ent[i].inner_names[j])) { g = i; k = j; break; }
+            /* "N::kind::inner": the kind entry named N (a name holds no
+             * "::"), by bisection */
+            int g = -1, k = -1, i = bisect(kind_order, nkinds, name, (size_t)(sep - name), ent_name_at, f->ent);
+            if (i >= 0) {
+                size_t nl = (size_t)(sep - name), kl = strlen(f->ent[i].kind);
+                if (!strncmp(name + nl + 2, f->ent[i].kind, kl) && !strncmp(name + nl + 2 + kl, SEP, 2))
+                    for (int j = 0; j < f->ent[i].k->ninner; j++)
+                        if (!strcmp(name + nl + 4 + kl, f->ent[i].k->inner_names[j])) { g = i; k = j; break; }
             }
             if (g < 0) {
                 st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' looks like a kind inner tensor but no "
                                "__metadata__ kind entry lists it", path, name);
                 goto done;
             }
-            if (f->ent[g].inner_raw[k] >= 0) {
+            if (f->ent[g].k->inner_raw[k] >= 0) {
                 st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' appears twice", path, name);
                 goto done;
             }
-            f->ent[g].inner_raw[k] = f->nraw - 1;
+            f->ent[g].k->inner_raw[k] = f->nraw - 1;
             r->group = g;
         } else {
             st_entry *e = &f->ent[f->nent];
@@ -390,10 +624,10 @@ static lpx_status parse_header(lpx_safetensors *f, const char *hdr, size_t hlen)
         }
     }
     for (int i = 0; i < nkinds; i++)
-        for (int j = 0; j < f->ent[i].ninner; j++)
-            if (f->ent[i].inner_raw[j] < 0) {
+        for (int j = 0; j < f->ent[i].k->ninner; j++)
+            if (f->ent[i].k->inner_raw[j] < 0) {
                 st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s' (%s): inner tensor '%s" SEP "%s" SEP "%s' is missing",
-                               path, f->ent[i].name, f->ent[i].kind, f->ent[i].name, f->ent[i].kind, f->ent[i].inner_names[j]);
+                               path, f->ent[i].name, f->ent[i].kind, f->ent[i].name, f->ent[i].kind, f->ent[i].k->inner_names[j]);
                 goto done;
             }
     /* duplicate names (the JSON object may repeat a key), across dense and kind names */
@@ -403,13 +637,16 @@ static lpx_status parse_header(lpx_safetensors *f, const char *hdr, size_t hlen)
             st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' appears twice", path, f->raw[order[i]].name);
             goto done;
         }
-    for (int i = 0; i < f->nent; i++)
-        for (int j = 0; j < i; j++)
-            if (!strcmp(f->ent[i].name, f->ent[j].name)) {
-                st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' appears twice (dense and kind, or two kinds)",
-                               path, f->ent[i].name);
-                goto done;
-            }
+    if (!(f->ent_order = sorted_index(f->nent, cmp_ent_names, f->ent))) {
+        st = lpx_error(LPX_ENOMEM, "safetensors %s: out of memory", path);
+        goto done;
+    }
+    for (int i = 1; i < f->nent; i++)
+        if (!strcmp(f->ent[f->ent_order[i]].name, f->ent[f->ent_order[i - 1]].name)) {
+            st = lpx_error(LPX_EINVAL, "safetensors %s: tensor '%s' appears twice (dense and kind, or two kinds)", path,
+                           f->ent[f->ent_order[i]].name);
+            goto done;
+        }
     /* overlapping offsets */
     qsort_r(order, (size_t)f->nraw, sizeof *order, cmp_raw_offset, f->raw);
     uint64_t prev_end = 0;
@@ -427,7 +664,10 @@ static lpx_status parse_header(lpx_safetensors *f, const char *hdr, size_t hlen)
     }
 done:
     lpx_free(order);
-    cJSON_Delete(root);
+    lpx_free(kind_order);
+    lpx_free(name);
+    cJSON_Delete(t);
+    cJSON_Delete(meta);
     return st;
 }
 
@@ -515,9 +755,9 @@ const char *lpx_safetensors_name(const lpx_safetensors *f, int i)
 
 static st_entry *find_entry(const lpx_safetensors *f, const char *name)
 {
-    for (int i = 0; f && name && i < f->nent; i++)
-        if (!strcmp(f->ent[i].name, name)) return &f->ent[i];
-    return NULL;
+    if (!f || !name || !f->ent_order) return NULL;
+    int i = bisect(f->ent_order, f->nent, name, strlen(name), ent_name_at, f->ent);
+    return i >= 0 ? &f->ent[i] : NULL;
 }
 
 const char *lpx_safetensors_kind_of(const lpx_safetensors *f, const char *name)
@@ -528,9 +768,9 @@ const char *lpx_safetensors_kind_of(const lpx_safetensors *f, const char *name)
 
 const char *lpx_safetensors_metadata(const lpx_safetensors *f, const char *key)
 {
-    for (int i = 0; f && key && i < f->nmeta; i++)
-        if (!strcmp(f->mkey[i], key)) return f->mval[i];
-    return NULL;
+    if (!f || !key || !f->meta_order) return NULL;
+    int i = bisect(f->meta_order, f->nmeta, key, strlen(key), key_at, f->mkey);
+    return i >= 0 ? f->mval[i] : NULL;
 }
 
 int lpx_safetensors_metadata_count(const lpx_safetensors *f) { return f ? f->nmeta : 0; }
@@ -580,29 +820,29 @@ lpx_status lpx_safetensors_get(lpx_safetensors *f, const char *name, lpx_tensor 
         return lpx_error(LPX_ENOTFOUND, "safetensors %s: tensor '%s' is of kind '%s', which is not registered "
                          "(plugin not loaded?)", f->path, name, e->kind);
     lpx_tensor *inner[LPX_MAX_INNER] = {0};
-    for (int i = 0; i < e->ninner && !st; i++) {
+    for (int i = 0; i < e->k->ninner && !st; i++) {
         char want[32];
         lpx_kind_inner_name(k, i, want, sizeof want);
-        if (strcmp(want, e->inner_names[i]))
+        if (strcmp(want, e->k->inner_names[i]))
             st = lpx_error(LPX_EINVAL, "safetensors %s: kind tensor '%s' (%s): inner tensor %d is '%s', the kind's is '%s'",
-                           f->path, name, e->kind, i, e->inner_names[i], want);
+                           f->path, name, e->kind, i, e->k->inner_names[i], want);
         else
-            st = get_raw(f, &f->raw[e->inner_raw[i]], &inner[i]);
+            st = get_raw(f, &f->raw[e->k->inner_raw[i]], &inner[i]);
     }
     if (!st) {
         const lpx_kind_i *vt = lpx_kind_vtable(k);
         if (vt->unflatten)
-            st = vt->unflatten(k, e->dtype, e->ndim, e->shape, inner, e->ninner, e->meta, e->meta_size, out);
+            st = vt->unflatten(k, e->dtype, e->ndim, e->shape, inner, e->k->ninner, e->k->meta, e->k->meta_size, out);
         else
-            st = lpx_tensor_new_kind(k, e->dtype, e->ndim, e->shape, lpx_cpu(), inner, e->ninner, e->meta,
-                                     e->meta_size, out);
+            st = lpx_tensor_new_kind(k, e->dtype, e->ndim, e->shape, lpx_cpu(), inner, e->k->ninner, e->k->meta,
+                                     e->k->meta_size, out);
         if (st) {
             char msg[700];
             snprintf(msg, sizeof msg, "%s", lpx_last_error());
             st = lpx_error(st, "safetensors %s: kind tensor '%s' (%s) refused: %s", f->path, name, e->kind, msg);
         }
     }
-    for (int i = 0; i < e->ninner; i++) lpx_tensor_release(inner[i]);
+    for (int i = 0; i < e->k->ninner; i++) lpx_tensor_release(inner[i]);
     return st;
 }
 
@@ -698,6 +938,24 @@ static lpx_status add_item(wr_item *items, int *nitems, const char *name, lpx_te
     return LPX_OK;
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* the first string of s[0..n) that appears twice (sorted: a repeat is
+ * adjacent), or *twice = NULL */
+static lpx_status first_repeat(const char *const *s, int n, const char **twice)
+{
+    *twice = NULL;
+    if (n < 2) return LPX_OK;
+    const char **c = lpx_malloc((size_t)n * sizeof *c);
+    if (!c) return lpx_error(LPX_ENOMEM, "lpx_safetensors_save: out of memory");
+    memcpy(c, s, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_str);
+    for (int i = 1; i < n && !*twice; i++)
+        if (!strcmp(c[i], c[i - 1])) *twice = c[i];
+    lpx_free(c);
+    return LPX_OK;
+}
+
 lpx_status lpx_safetensors_save(const char *path, int n, const char *const *names, lpx_tensor *const *tensors,
                                 int nmeta, const lpx_safetensors_kv *meta)
 {
@@ -711,18 +969,26 @@ lpx_status lpx_safetensors_save(const char *path, int n, const char *const *name
         if (strstr(names[i], SEP) || !strcmp(names[i], "__metadata__"))
             return lpx_error(LPX_EINVAL, "lpx_safetensors_save: tensor name '%s' is reserved (contains '::' or is "
                              "__metadata__)", names[i]);
-        for (int j = 0; j < i; j++)
-            if (!strcmp(names[i], names[j]))
-                return lpx_error(LPX_EINVAL, "lpx_safetensors_save: tensor name '%s' appears twice", names[i]);
     }
+    /* repeated names and keys, by sorting (O(n log n), not pairwise) */
+    const char *twice = NULL;
+    lpx_status dst = first_repeat(names, n, &twice);
+    if (dst) return dst;
+    if (twice) return lpx_error(LPX_EINVAL, "lpx_safetensors_save: tensor name '%s' appears twice", twice);
     for (int i = 0; i < nmeta; i++) {
         if (!meta[i].key || !meta[i].value)
             return lpx_error(LPX_EINVAL, "lpx_safetensors_save: metadata entry %d has a NULL key or value", i);
         if (strstr(meta[i].key, SEP))
             return lpx_error(LPX_EINVAL, "lpx_safetensors_save: metadata key '%s' is reserved (contains '::')", meta[i].key);
-        for (int j = 0; j < i; j++)
-            if (!strcmp(meta[i].key, meta[j].key))
-                return lpx_error(LPX_EINVAL, "lpx_safetensors_save: metadata key '%s' appears twice", meta[i].key);
+    }
+    if (nmeta) {
+        const char **keys = lpx_calloc((size_t)nmeta, sizeof *keys);
+        if (!keys) return lpx_error(LPX_ENOMEM, "lpx_safetensors_save: out of memory");
+        for (int i = 0; i < nmeta; i++) keys[i] = meta[i].key;
+        dst = first_repeat(keys, nmeta, &twice);
+        lpx_free(keys);
+        if (dst) return dst;
+        if (twice) return lpx_error(LPX_EINVAL, "lpx_safetensors_save: metadata key '%s' appears twice", twice);
     }
     size_t cap = (size_t)n * LPX_MAX_INNER + 1;
     wr_item *items = lpx_calloc(cap, sizeof *items);
