@@ -280,6 +280,10 @@ static const char *object_of(const void *addr)
 static lpx_status open_plugin(lpx_plugin *p, lpx_plugin_init_fn *init, lpx_plugin_probe_fn *probe)
 {
     char reason[1024];
+    /* what can be checked before dlopen maps the file (plugins/elf_check.c):
+     * a FIFO, a truncated or foreign ELF is skipped with a reason instead
+     * of hanging or faulting the process */
+    if (!lpx_plugin_file_ok(p->path, reason, sizeof reason)) return fail(LPX_EPLUGIN, p->path, "", reason);
     dlerror();
     p->handle = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
     if (!p->handle) {

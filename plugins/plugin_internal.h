@@ -81,4 +81,9 @@ lpx_status lpx_plugin_gate(void *ctx, const char *what);
  * a successful init filled (`info`: LPX_PLUGIN_INFO_CAPACITY bytes). */
 lpx_status lpx__plugin_accept_info(lpx_plugin_info *info, char *reason, size_t len);
 
+/* True when `path` can be handed to dlopen: a regular file holding a
+ * shared object for this machine whose headers and segments lie inside it
+ * (plugins/elf_check.c); else false with the reason. Never blocks. */
+bool lpx_plugin_file_ok(const char *path, char *reason, size_t len);
+
 #endif
