@@ -92,7 +92,8 @@ extern atomic_bool lpx__trace_on;
  * threads without a journal. A failed load replays the journal backwards
  * through the unregister functions below. */
 typedef enum lpx_reg_what {
-    LPX_REG_DTYPE, LPX_REG_OP, LPX_REG_KIND, LPX_REG_KERNEL, LPX_REG_FALLBACK, LPX_REG_BACKEND
+    LPX_REG_DTYPE, LPX_REG_OP, LPX_REG_KIND, LPX_REG_KERNEL, LPX_REG_FALLBACK, LPX_REG_BACKEND,
+    LPX_REG_COMM_BACKEND          /* a comm backend (core/comm/comm_registry.c) */
 } lpx_reg_what;
 lpx_status lpx__journal_reserve(const char *what);
 void lpx__journal_note(lpx_reg_what what, int a, int b, const void *p);
@@ -101,6 +102,9 @@ void lpx__journal_note(lpx_reg_what what, int a, int b, const void *p);
  * see include/lpx/plugin.h for why plugins are never unloaded). */
 lpx_status lpx__dtype_unregister(lpx_dtype d);          /* core/dtype.c */
 lpx_status lpx__op_unregister(lpx_op op);               /* dispatch/registry.c */
+/* comm backend at table index `index`: retired (its entry stays valid for
+ * pointers handed out, and its name is free again) */
+void lpx__comm_backend_unregister(int index);
 lpx_status lpx__backend_unregister(int key);            /* the last one only */
 lpx_status lpx__kind_unregister_force(const lpx_kind *k); /* even with live tensors */
 

@@ -66,6 +66,7 @@ void lpx_journal_rollback(lpx_journal *j)
         case LPX_REG_OP: (void)lpx__op_unregister(e->a); break;
         case LPX_REG_BACKEND: (void)lpx__backend_unregister(e->a); break;
         case LPX_REG_DTYPE: (void)lpx__dtype_unregister(e->a); break;
+        case LPX_REG_COMM_BACKEND: lpx__comm_backend_unregister(e->a); break;
         }
     }
     j->n = 0;

@@ -405,7 +405,7 @@ static lpx_status run_init(lpx_plugin *p, lpx_plugin_init_fn init)
         atomic_store(&p->state, PLUGIN_FAILED);
         return fail(st, p->path, name, reason);
     }
-    for (int w = 0; w <= LPX_REG_BACKEND; w++) p->counts[w] = lpx_journal_count(&p->journal, (lpx_reg_what)w);
+    for (int w = 0; w <= LPX_REG_COMM_BACKEND; w++) p->counts[w] = lpx_journal_count(&p->journal, (lpx_reg_what)w);
     lpx_journal_free(&p->journal);
     return LPX_OK;
 }

@@ -58,7 +58,7 @@ struct lpx_plugin {
     lpx_host host;                 /* the table handed to this plugin */
     lpx_plugin_info *info;         /* LPX_PLUGIN_INFO_CAPACITY bytes, during init */
     lpx_journal journal;           /* open while init runs */
-    int counts[LPX_REG_BACKEND + 1];
+    int counts[LPX_REG_COMM_BACKEND + 1];
     struct lpx_plugin *failed_next;  /* failed loads stay reachable */
     char strs[];                   /* path and real, sized to fit: failed loads whose
                                       code ran are kept, so a record stays small */

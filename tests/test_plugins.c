@@ -127,6 +127,11 @@ static void test_init_fails_half_way(void)
         CHECK_ERR(lpx_op_find("half_op", &op), LPX_ENOTFOUND);
         const lpx_kind *k;
         CHECK_ERR(lpx_kind_find("half_kind", &k), LPX_ENOTFOUND);
+        /* the comm backend too (it once stayed registered) */
+        const lpx_comm_backend_i *cb = NULL;
+        CHECK_ERR(lpx_comm_backend_find("half_comm", &cb), LPX_ENOTFOUND);
+        for (int i = 0; i < lpx_comm_backend_count(); i++)
+            CHECK(lpx_comm_backend_at(i) && strcmp(lpx_comm_backend_at(i)->name, "half_comm"));
         CHECK_ERR(lpx_plugin_find("test-half", &(const lpx_plugin *){0}), LPX_ENOTFOUND);
         check_unchanged(&s);
     }

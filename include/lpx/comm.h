@@ -276,7 +276,9 @@ typedef struct lpx_comm_backend_i {
 } lpx_comm_backend_i;
 
 /** Registers a backend under its name (copied; `run` must stay valid for
- *  the process). "local" is always registered. Errors: LPX_EINVAL (NULL,
+ *  the process). "local" is always registered. Called from a plugin's init
+ *  it is journaled like every registration: a failed load retires it (no
+ *  lookup finds it, its name is free again). Errors: LPX_EINVAL (NULL,
  *  missing name or run, name longer than 31 chars), LPX_EEXIST, LPX_EFULL.
  *  Thread-safe. */
 LPX_API lpx_status lpx_comm_backend_register(const lpx_comm_backend_i *backend);

@@ -1,6 +1,7 @@
 /* Broken plugin: init registers a dtype, an op, a kind, kernels (boxed and
- * typed) and a fallback, one dtype directly through the public function
- * rather than the host table, then fails. The loader must undo all of it. */
+ * typed), a fallback and a comm backend, one dtype and the comm backend
+ * directly through the public functions rather than the host table, then
+ * fails. The loader must undo all of it. */
 #include "lpx/lpx.h"
 
 static void dec(const void *src, float *dst, size_t n)
@@ -28,6 +29,12 @@ lpx_status test_half_late_register(void)
     return stashed->dtype_register(stashed, &t, &d);
 }
 static lpx_status typed(lpx_tensor *x, lpx_tensor **out) { (void)x; *out = NULL; return LPX_OK; }
+static lpx_status comm_run(const lpx_comm_backend_i *b, int n, int64_t t, lpx_comm_rank_fn fn, void *ctx,
+                           lpx_status *sts)
+{
+    (void)b, (void)n, (void)t, (void)fn, (void)ctx, (void)sts;
+    return LPX_OK;
+}
 
 LPX_PLUGIN_EXPORT lpx_status lpx_plugin_init(const lpx_host *host, lpx_plugin_info *info)
 {
@@ -55,6 +62,9 @@ LPX_PLUGIN_EXPORT lpx_status lpx_plugin_init(const lpx_host *host, lpx_plugin_in
     if ((st = host->kernel_register(host, LPX_OP_neg, lpx_kind_key(k), boxed, NULL))) return st;
     if ((st = host->kernel_register_typed(host, op, LPX_KEY_CPU, "Tensor -> Tensor", (void (*)(void))typed))) return st;
     if ((st = host->fallback_register(host, lpx_kind_key(k), boxed, NULL))) return st;
+    lpx_comm_backend_i cb = {.struct_size = sizeof cb, .name = "half_comm", .description = "rolled back",
+                             .run = comm_run};
+    if ((st = lpx_comm_backend_register(&cb))) return st;   /* public function: journaled too */
     return lpx_error(LPX_EINTERNAL, "test-half: simulated failure after registering dtypes, an op, a kind, "
-                                    "kernels and a fallback");
+                                    "kernels, a fallback and a comm backend");
 }
