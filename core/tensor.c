@@ -13,15 +13,22 @@ lpx_status lpx_shape_numel(const char *op, int ndim, const int64_t *shape, int64
         return lpx_error(LPX_EINVAL, "%s: ndim %d out of range 0..%d", op, ndim, LPX_MAX_DIMS);
     if (ndim > 0 && !shape)
         return lpx_error(LPX_EINVAL, "%s: shape is NULL with ndim %d", op, ndim);
+    /* the product of the dims other than 0 must fit too: an empty tensor
+     * with huge dims would overflow every later computation that walks its
+     * dims (strides, broadcast shapes, iterators) before meeting the 0 */
     int64_t n = 1;
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) empty |= shape[i] == 0;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return lpx_error(LPX_EINVAL, "%s: shape[%d] = %lld is negative", op, i, (long long)shape[i]);
-        if (shape[i] != 0 && n > INT64_MAX / shape[i])
-            return lpx_error(LPX_ERANGE, "%s: element count of the shape overflows int64 at dim %d", op, i);
+        if (shape[i] == 0) continue;
+        if (n > INT64_MAX / shape[i])
+            return lpx_error(LPX_ERANGE, "%s: element count of the shape overflows int64 at dim %d%s", op, i,
+                             empty ? " (counting the dims other than 0)" : "");
         n *= shape[i];
     }
-    *numel = n;
+    *numel = empty ? 0 : n;
     return LPX_OK;
 }
 

@@ -219,8 +219,12 @@ static lpx_status import_dl(const char *op, const DLTensor *dl, lpx_deleter del,
             return lpx_error(LPX_EINVAL, "%s: strides[%d] = %lld is negative (lpx views have non-negative strides)",
                              op, i, (long long)dl->strides[i]);
     }
+    /* every later walk over the dims (strides, extents) relies on this */
+    int64_t numel;
+    lpx_status st = lpx_shape_numel(op, dl->ndim, dl->shape, &numel);
+    if (st) return st;
     lpx_dtype d;
-    lpx_status st = lpx_dlpack_dtype_from(dl->dtype, &d);
+    st = lpx_dlpack_dtype_from(dl->dtype, &d);
     if (st) return lpx_error(st, "%s: type code %u, %u bits, %u lanes has no lpx dtype", op,
                              (unsigned)dl->dtype.code, (unsigned)dl->dtype.bits, (unsigned)dl->dtype.lanes);
     const lpx_dtype_traits *tr = lpx_dtype_get(d);

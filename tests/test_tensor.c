@@ -181,6 +181,44 @@ static void test_kind_payload(void)
     CHECK_ERR(lpx_kind_find("test_box", &again), LPX_ENOTFOUND);
 }
 
+/* Extreme shapes, every size computation checked (UBSan in CI): an empty
+ * tensor whose other dims multiply past int64 is refused at creation (it
+ * was accepted, then clone/cast/add overflowed walking its dims); one
+ * that fits works through those ops; two shapes that each fit but whose
+ * broadcast does not are refused by the op; a DLPack-sized shape past
+ * int64 is refused by from_blob. */
+static void test_extreme_shapes(void)
+{
+    int64_t huge[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 0}, fits[3] = {INT64_C(1) << 40, 3, 0};
+    lpx_tensor *t = NULL, *c = NULL, *k = NULL, *a = NULL, *s = NULL;
+    CHECK_ERR(lpx_empty(3, huge, LPX_F32, lpx_cpu(), &t), LPX_ERANGE);
+    CHECKF(strstr(lpx_last_error(), "counting the dims other than 0") != NULL, "%s", lpx_last_error());
+    CHECK(t == NULL);
+    CHECK_OK(lpx_empty(3, fits, LPX_F32, lpx_cpu(), &t));
+    if (t) {
+        CHECK(lpx_tensor_numel(t) == 0);
+        CHECK_OK(lpx_clone(t, &c));
+        CHECK_OK(lpx_cast(t, LPX_BF16, false, &k));
+        CHECK_OK(lpx_add(t, t, &a));
+        CHECK_OK(lpx_sum(t, 0, NULL, false, &s));
+        CHECK(c && k && a && lpx_tensor_numel(a) == 0);
+    }
+    /* [2^31, 1, 0] + [1, 2^33, 0]: each fits, the broadcast does not */
+    int64_t sa[3] = {INT64_C(1) << 31, 1, 0}, sb[3] = {1, INT64_C(1) << 33, 0};
+    lpx_tensor *x = NULL, *y = NULL, *z = NULL;
+    CHECK_OK(lpx_empty(3, sa, LPX_F32, lpx_cpu(), &x));
+    CHECK_OK(lpx_empty(3, sb, LPX_F32, lpx_cpu(), &y));
+    CHECK_ERR(lpx_add(x, y, &z), LPX_ERANGE);
+    CHECK(z == NULL);
+    /* a borrowed buffer described with a shape past int64 */
+    float one = 1;
+    int64_t wide[2] = {INT64_C(1) << 62, 4};
+    lpx_tensor *b = NULL;
+    CHECK_ERR(lpx_tensor_from_blob(&one, LPX_F32, 2, wide, NULL, lpx_cpu(), NULL, NULL, &b), LPX_ERANGE);
+    lpx_tensor *rel[] = {t, c, k, a, s, x, y, z, b};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
+}
+
 static void test_status_strings(void)
 {
     for (int s = 0; s >= LPX_EINTERNAL; s--) {
@@ -202,6 +240,7 @@ int main(void)
     RUN(test_from_blob);
     RUN(test_view_bounds);
     RUN(test_kind_payload);
+    RUN(test_extreme_shapes);
     RUN(test_status_strings);
     return CHECK_DONE();
 }

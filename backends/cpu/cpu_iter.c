@@ -54,7 +54,9 @@ lpx_status cpu_broadcast_shapes(const char *op, const lpx_tensor *a, const lpx_t
         shape[i] = da == 1 ? db : da;
     }
     *ndim = n;
-    return LPX_OK;
+    /* two shapes that fit can broadcast to one that does not */
+    int64_t numel;
+    return lpx_shape_numel(op, n, shape, &numel);
 }
 
 lpx_status cpu_norm_dim(const char *op, int64_t dim, int ndim, int *out)
