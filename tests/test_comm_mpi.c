@@ -11,6 +11,7 @@
  * Environment (set by tests/meson.build): LPX_TEST_MPI_PLUGIN, the path of
  * lpx-mpi.so; LPX_TEST_MPIRUN, the mpirun to use. */
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,9 +367,60 @@ static int child(void)
     return CHECK_DONE();
 }
 
+/* `test_comm_mpi stall`: rank 1 stops itself (SIGSTOP) after a barrier;
+ * rank 0 times out and exits without finalizing. Before, its exit handler
+ * called MPI_Finalize, which waits for every process: the job hung until
+ * mpirun's own timeout. Now the handler ends the job with MPI_Abort, so
+ * mpirun exits non-zero within the comm timeout plus start-up. */
+#define STALL_TIMEOUT_MS 1500
+
+static int stall_child(void)
+{
+    const char *path = getenv("LPX_TEST_MPI_PLUGIN");
+    if (lpx_plugin_load(path, NULL)) return 1;
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    comm_create = h ? (lpx_mpi_comm_create_fn)(uintptr_t)dlsym(h, "lpx_mpi_comm_create") : NULL;
+    if (!comm_create) return 1;
+    lpx_comm *c = world(STALL_TIMEOUT_MS);
+    if (!c || lpx_comm_barrier(c)) return 1;
+    if (lpx_comm_rank(c) == 1) raise(SIGSTOP);   /* a stalled peer: alive, silent */
+    unsigned char s[4] = {0}, r[4 * MAXR];
+    lpx_status st = lpx_comm_all_gather_buf(c, s, r, 4);
+    fprintf(stderr, "rank %d: %s (%s)\n", lpx_comm_rank(c), lpx_status_string(st), lpx_last_error());
+    return 1;   /* exit after a failed comm, without lpx_mpi_finalize */
+}
+
+static const char *self_path;
+
+static void test_stalled_rank_ends_the_job(void)
+{
+    const char *self = self_path;
+    setenv("LPX_TEST_MPI_STALL", "1", 1);
+    uint64_t t0 = lpx_now_ns();
+    int rc = launch(self, "2");
+    double s = ms_since(t0) / 1000.0;
+    unsetenv("LPX_TEST_MPI_STALL");
+    if (rc == 77) return;
+    printf("  stalled rank: mpirun exited %d after %.1f s (comm timeout %.1f s)\n", rc, s, STALL_TIMEOUT_MS / 1000.0);
+    CHECKF(rc != 0, "the job with a stalled rank exited 0");
+    CHECKF(s < STALL_TIMEOUT_MS / 1000.0 + 15.0, "the job took %.1f s to end (timeout %.1f s)", s,
+           STALL_TIMEOUT_MS / 1000.0);
+}
+
 int main(int argc, char **argv)
 {
     /* under mpirun the launcher's environment names our rank */
-    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK")) return child();
+    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK"))
+        return getenv("LPX_TEST_MPI_STALL") ? stall_child() : child();
+    if (argc > 1 && !strcmp(argv[1], "stall")) {
+        if (!getenv("LPX_TEST_MPI_PLUGIN") || !*getenv("LPX_TEST_MPI_PLUGIN") || !getenv("LPX_TEST_MPIRUN") ||
+            !*getenv("LPX_TEST_MPIRUN")) {
+            printf("skip: no lpx-mpi.so or no mpirun\n");
+            return 77;
+        }
+        self_path = argv[0];
+        RUN(test_stalled_rank_ends_the_job);
+        return CHECK_DONE();
+    }
     return launch(argv[0], argc > 1 ? argv[1] : "2");
 }

@@ -27,7 +27,10 @@ typedef lpx_status (*lpx_mpi_register_fn)(void);
 LPX_PLUGIN_EXPORT lpx_status lpx_mpi_register(void);
 
 /** Finalizes MPI if lpx initialized it and it is not finalized yet; later
- *  lpx_mpi_comm_create calls fail. Call after destroying every comm. */
+ *  lpx_mpi_comm_create calls fail. Call after destroying every comm. A
+ *  process that exits without calling it after a comm of it failed ends
+ *  the job with MPI_Abort(1) from lpx's exit handler (MPI_Finalize would
+ *  wait forever for a stalled peer). */
 typedef void (*lpx_mpi_finalize_fn)(void);
 LPX_PLUGIN_EXPORT void lpx_mpi_finalize(void);
 

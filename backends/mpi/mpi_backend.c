@@ -17,7 +17,22 @@ void lpx_mpi_finalize(void)
     if (lpx_owns_mpi && inited && !finalized) MPI_Finalize();
 }
 
-static void finalize_at_exit(void) { lpx_mpi_finalize(); }
+/* At exit: MPI_Finalize is collective and never returns while a peer is
+ * stalled (SIGSTOP, a hung GPU), so after a failed comm the process ends
+ * the whole job with MPI_Abort (exit code 1 for every rank, mpirun
+ * included) instead: a failed comm must not leave a job hung. */
+static void finalize_at_exit(void)
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized && atomic_load(&mpi_any_failed)) {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    lpx_mpi_finalize();
+}
 
 static lpx_status ensure_mpi(void)
 {

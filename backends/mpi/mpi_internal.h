@@ -23,6 +23,7 @@
 #define LPX_MPI_INTERNAL_H
 
 #include <mpi.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include "lpx_mpi.h"
 
@@ -53,6 +54,11 @@ typedef struct mpi_rank {
 } mpi_rank;
 
 /* mpi_wait.c */
+/* Set once any comm of this process failed (timeout, abort, a peer's
+ * notice, an MPI error): the exit handler then ends the whole job with
+ * MPI_Abort instead of MPI_Finalize, which waits for every process and
+ * never returns when a peer is stalled. */
+extern atomic_bool mpi_any_failed;
 /* Marks the comm failed with `reason` (first wins) and, if `tell`, sends
  * the notice to every peer. */
 void mpi_fail(mpi_rank *m, bool tell, const char *fmt, ...)

@@ -4,8 +4,10 @@
  * what drives Open MPI's progress for it). Between polls the pre-posted
  * receive on the ctrl communicator is tested: a peer that aborts or times
  * out sends every rank a one-line notice there, so they fail at once with
- * its reason instead of waiting for their own deadline. MPI_Abort is never
- * called: the caller decides what a failure means. */
+ * its reason instead of waiting for their own deadline. MPI_Abort is not
+ * called here: the caller decides what a failure means, but a process that
+ * exits after one without finalizing explicitly ends the job (the exit
+ * handler in mpi_backend.c). */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -62,8 +64,11 @@ static void tell_peers(mpi_rank *m)
     }
 }
 
+atomic_bool mpi_any_failed;
+
 void mpi_fail(mpi_rank *m, bool tell, const char *fmt, ...)
 {
+    atomic_store(&mpi_any_failed, true);
     if (!m->failed) {
         va_list ap;
         va_start(ap, fmt);
