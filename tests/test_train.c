@@ -56,6 +56,13 @@ static void test_bad_options(void)
         {"train --wrap nope", "unknown --wrap"},
         {"train --steps", "needs a value"},
         {"train --bogus 1", "unknown option '--bogus'"},
+        {"train --bogus", "unknown option '--bogus'"},            /* not "needs a value" */
+        {"train --steps=0", "--steps '0': expected an integer"},   /* --opt=value is read */
+        {"train --quiet=1", "option --quiet takes no value"},
+        {"train --data /etc", "corpus '/etc' is a directory"},
+        {"mem --bogus", "unknown option"},
+        {"mem --ranks=0", "--ranks expects"},
+        {"eval --bogus", "unknown option '--bogus'"},
         {"train --init x.bin", "--init 'x.bin' is not a directory"},
         {"train --recipe nf4-qlora --save-hf x", "--save-hf writes a dense model"},
         {"mem --recipe nosuch", "unknown recipe"},
@@ -64,6 +71,14 @@ static void test_bad_options(void)
         {"mem --ranks 2,x", "--ranks expects"},
     };
     char out[4096];
+    /* an output path that cannot be written is refused before step 1 */
+    char save_args[1024];
+    snprintf(save_args, sizeof save_args, "mkdir -p '%s/mine' && touch '%s/mine/keep.txt'", outdir, outdir);
+    CHECK(system(save_args) == 0);
+    snprintf(save_args, sizeof save_args, "train --steps 1 --save '%s/mine'", outdir);
+    int src = run(save_args, out, sizeof out);
+    CHECKF(src == 2 && strstr(out, "it exists and is not an lpx train checkpoint") && count_lines(out) == 1,
+           "--save onto another directory: %d %s", src, out);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run(cases[i][0], out, sizeof out);
         CHECKF(rc == 2, "'%s' exited %d", cases[i][0], rc);
@@ -609,7 +624,9 @@ static void test_resume_refusals(void)
     snprintf(args, sizeof args, "train --recipe bf16 --ranks 2 --micro 2 --steps 2 " TINY " --data '%s' --out '%s/ref' "
              "--save '%s/user'", corpus, outdir, outdir);
     rc = run(args, out, sizeof out);
-    CHECKF(rc == 1 && strstr(out, "refusing to replace"), "--save over user files: %d %s", rc, out);
+    /* refused before step 1 (it was refused only at the end of the run) */
+    CHECKF(rc == 2 && strstr(out, "it exists and is not an lpx train checkpoint (it holds other files)") &&
+           count_lines(out) == 1, "--save over user files: %d %s", rc, out);
     snprintf(cmd, sizeof cmd, "test -f '%s/user/notes.txt'", outdir);
     CHECK(system(cmd) == 0);
 

@@ -230,6 +230,16 @@ static bool replaceable(const char *path)
     return ok;
 }
 
+lpx_status tr_ckpt_check_target(const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return LPX_OK;   /* made at the first save */
+    if (!S_ISDIR(sb.st_mode) || !replaceable(dir))
+        return lpx_error(LPX_EINVAL, "--save '%s': it exists and is not an lpx train checkpoint (%s); a save replaces "
+                         "the directory, so choose another", dir, S_ISDIR(sb.st_mode) ? "it holds other files" : "a file");
+    return LPX_OK;
+}
+
 static void parent_of(const char *path, char *out, size_t n)
 {
     snprintf(out, n, "%s", path);

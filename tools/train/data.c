@@ -10,6 +10,7 @@
  * compute the same losses. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "train.h"
 
 static bool ends_with(const char *s, const char *suffix)
@@ -20,6 +21,9 @@ static bool ends_with(const char *s, const char *suffix)
 
 static lpx_status read_all(const char *path, uint8_t **out, size_t *len)
 {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return lpx_error(LPX_EINVAL, "corpus '%s' is a directory (give a file with --data)", path);
     FILE *f = fopen(path, "rb");
     if (!f) return lpx_error(LPX_EIO, "cannot open corpus '%s' (give one with --data FILE)", path);
     size_t cap = 1 << 20, n = 0;

@@ -154,16 +154,22 @@ int lpx_cmd_eval(int argc, char **argv)
     const char *dir = NULL, *tokens = NULL, *logits = NULL, *grads = NULL;
     int recipe = TR_F32;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        char buf[64];
+        const char *iv = NULL, *a = tr_split_opt(argv[i], buf, sizeof buf, &iv);   /* --opt=value too */
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         }
-        if (i + 1 >= argc) {
+        if (strcmp(a, "--init") && strcmp(a, "--tokens") && strcmp(a, "--logits") && strcmp(a, "--grads") &&
+            strcmp(a, "--recipe")) {
+            fprintf(stderr, "lpx eval: unknown option '%s' (lpx eval --help lists them)\n", a);
+            return 2;
+        }
+        if (!iv && i + 1 >= argc) {
             fprintf(stderr, "lpx eval: option %s needs a value\n", a);
             return 2;
         }
-        const char *v = argv[++i];
+        const char *v = iv ? iv : argv[++i];
         if (!strcmp(a, "--init")) dir = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
         else if (!strcmp(a, "--logits")) logits = v;

@@ -166,22 +166,27 @@ int lpx_cmd_mem(int argc, char **argv)
     unsigned given = 0;
     tr_arch a;
     tr_arch_preset("tiny", &a);
+    static const char *const valued[] = {"--model", "--dim", "--layers", "--heads", "--kv-heads", "--ffn",
+                                         "--vocab", "--rope-theta", "--params", "--recipe", "--ranks", "--batch",
+                                         "--seq", "--ac", "--act", "--lora-rank", "--wrap"};
     for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
+        char buf[64];
+        const char *iv = NULL, *o = tr_split_opt(argv[i], buf, sizeof buf, &iv);   /* --opt=value too */
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(o, "--offload")) {
-            offload = true;
+        if (!strcmp(o, "--offload") || !strcmp(o, "--tied")) {
+            if (iv) return bad("option takes no value:", o);
+            if (!strcmp(o, "--offload")) offload = true;
+            else tr_arch_option("lpx mem", o, NULL, &a, &given);
             continue;
         }
-        if (!strcmp(o, "--tied")) {
-            tr_arch_option("lpx mem", o, NULL, &a, &given);
-            continue;
-        }
-        if (i + 1 >= argc) return bad("option needs a value:", o);
-        const char *v = argv[++i];
+        bool known = false;
+        for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) known |= !strcmp(o, valued[k]);
+        if (!known) return bad("unknown option (lpx mem --help lists them)", o);
+        if (!iv && i + 1 >= argc) return bad("option needs a value:", o);
+        const char *v = iv ? iv : argv[++i];
         int rc = tr_arch_option("lpx mem", o, v, &a, &given);
         if (rc == 2) return 2;
         if (rc == 0) continue;

@@ -190,6 +190,42 @@ static int parse_step_arg(const char *opt, const char *v, int *step, const char 
     return 0;
 }
 
+const char *tr_split_opt(const char *arg, char *buf, size_t n, const char **inline_v)
+{
+    *inline_v = NULL;
+    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    if (!eq) return arg;
+    if ((size_t)(eq - arg) >= n) return arg;   /* too long to be an option: left whole, refused as unknown */
+    memcpy(buf, arg, (size_t)(eq - arg));
+    buf[eq - arg] = 0;
+    *inline_v = eq + 1;
+    return buf;
+}
+
+/* the options of `lpx train` that take a value, and those that do not */
+static const char *const valued[] = {
+    "--recipe", "--ranks", "--comm", "--device", "--steps", "--batch", "--micro", "--seq", "--model", "--dim",
+    "--layers", "--heads", "--kv-heads", "--ffn", "--vocab", "--rope-theta", "--lr", "--seed", "--wrap", "--ac",
+    "--lora-rank", "--pretrain", "--init", "--save-hf", "--data", "--data-dtype", "--out", "--log-every", "--eval",
+    "--sample", "--lora-dropout", "--save", "--save-every", "--resume", "--stop-after", "--inject-nan",
+    "--inject-comm-fault",
+};
+static const char *const flags[] = {"--compare", "--quiet", "--skip-nonfinite", "--log-exact", "--tied"};
+
+bool tr_train_option(const char *a)
+{
+    for (size_t i = 0; i < sizeof valued / sizeof *valued; i++)
+        if (!strcmp(a, valued[i])) return true;
+    return false;
+}
+
+bool tr_train_flag(const char *a)
+{
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
+        if (!strcmp(a, flags[i])) return true;
+    return false;
+}
+
 int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
 {
     memset(o, 0, sizeof *o);
@@ -215,19 +251,23 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
     *help = false;
     int rc = 0, seed = 1;
     for (int i = 1; i < argc && rc == 0; i++) {
-        const char *a = argv[i];
+        const char *inline_v = NULL;
+        char opt[64];
+        const char *a = tr_split_opt(argv[i], opt, sizeof opt, &inline_v);   /* --opt=value too */
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             *help = true;
             return 1;
         }
+        if (inline_v && tr_train_flag(a)) return bad("option %s takes no value%s", a, "");
         if (!strcmp(a, "--compare")) { o->compare = true; continue; }
         if (!strcmp(a, "--quiet")) { o->quiet = true; continue; }
         if (!strcmp(a, "--skip-nonfinite")) { o->skip_nonfinite = true; continue; }
         if (!strcmp(a, "--log-exact")) { o->log_exact = true; continue; }
         if (!strcmp(a, "--tied")) { tr_arch_option("lpx train", a, NULL, &o->m, &o->given); continue; }
         if (strncmp(a, "--", 2) != 0) return bad("unexpected argument '%s'%s", a, "");
-        if (i + 1 >= argc) return bad("option %s needs a value%s", a, "");
-        const char *v = argv[++i];
+        if (!tr_train_option(a)) return bad("unknown option '%s'%s (lpx train --help lists them)", a, "");
+        if (!inline_v && i + 1 >= argc) return bad("option %s needs a value%s", a, "");
+        const char *v = inline_v ? inline_v : argv[++i];
         int arch = tr_arch_option("lpx train", a, v, &o->m, &o->given);
         if (arch == 2) return 2;
         if (arch == 0) continue;

@@ -194,6 +194,9 @@ typedef struct tr_ckpt_info {
     const char *data_path;
     float *const *weights;    /* nf4-qlora: the frozen base (full f32) */
 } tr_ckpt_info;
+/* Before the run: DIR is absent, or a checkpoint a save may replace.
+ * Errors: LPX_EINVAL naming DIR. */
+lpx_status tr_ckpt_check_target(const char *dir);
 /* Every rank (collective): gathers the state; rank 0 writes DIR
  * atomically. Every rank returns rank 0's result. */
 lpx_status tr_ckpt_save(tr_rank *R, const tr_ckpt_info *info);

@@ -921,6 +921,20 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
         }
     }
 
+    /* every output path is checked before the first step, not after the run */
+    if (o.save_dir && tr_ckpt_check_target(o.save_dir) != LPX_OK) {
+        if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+        return 2;
+    }
+    struct stat hst;
+    if (o.save_hf && stat(o.save_hf, &hst) == 0 && !S_ISDIR(hst.st_mode)) {
+        if (lead) fprintf(stderr, "lpx train: --save-hf '%s' is a file; it names the directory to write\n", o.save_hf);
+        return 2;
+    }
+    if (stat(o.out_dir, &hst) == 0 && !S_ISDIR(hst.st_mode)) {
+        if (lead) fprintf(stderr, "lpx train: --out '%s' is a file; it names the directory to write\n", o.out_dir);
+        return 2;
+    }
     /* --init DIR: a Hugging Face model directory sets the model */
     struct stat ist;
     bool hf_init = o.init_path && stat(o.init_path, &ist) == 0 && S_ISDIR(ist.st_mode);

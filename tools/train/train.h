@@ -142,6 +142,12 @@ typedef struct tr_opts {
 } tr_opts;
 
 /* ---- options.c ---- */
+/* "--opt=value": the option into buf (returned) and *inline_v = "value";
+ * any other argument is returned as it is with *inline_v NULL */
+const char *tr_split_opt(const char *arg, char *buf, size_t n, const char **inline_v);
+/* true for an option of `lpx train` that takes a value / that takes none */
+bool tr_train_option(const char *opt);
+bool tr_train_flag(const char *opt);
 /* Parses `lpx train` options (argv[0] is "train"). Returns 0, or 2 after
  * printing one clear line to stderr; 1 with *help set for --help. */
 int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help);
