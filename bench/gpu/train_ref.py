@@ -102,7 +102,7 @@ def run_mode(a, mode, torch, transformers):
         loss = step()
     sync()
     dt = (time.perf_counter() - t0) / a.steps
-    peak = torch.cuda.max_memory_allocated() / 2**30 if a.device.startswith("cuda") else float("nan")
+    peak = torch.cuda.max_memory_allocated() / 2**30 if a.device.startswith("cuda") else None   # null in JSON
     del model, opt
     if a.device.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -133,8 +133,9 @@ def main():
         elif "skipped" in r:
             print("  %-14s skipped: %s" % (r["mode"], r["skipped"]))
         else:
-            print("  %-14s %10.0f tok/s %9.1f ms/step   peak %6.2f GiB   loss %.4f" %
-                  (r["mode"], r["tokens_per_s"], r["ms_per_step"], r["peak_gib"], r["loss"]))
+            peak = "%6.2f GiB" % r["peak_gib"] if r["peak_gib"] is not None else "     - (cpu)"
+            print("  %-14s %10.0f tok/s %9.1f ms/step   peak %s   loss %.4f" %
+                  (r["mode"], r["tokens_per_s"], r["ms_per_step"], peak, r["loss"]))
     return 0
 
 
