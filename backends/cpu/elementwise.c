@@ -19,6 +19,7 @@
 #include <math.h>
 #include <string.h>
 #include "cpu_internal.h"
+#include "../../core/numerics/activations.h"
 
 #define CPU_ONLY_KEYS (UINT64_C(1) << LPX_KEY_CPU)
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -32,27 +33,7 @@ static const char *const bop_arg[][2] = {
     [B_RELU_BW] = {"grad", "x"}, [B_SILU_BW] = {"grad", "x"}, [B_GELU_BW] = {"grad", "x"},
 };
 
-/* ---- scalar math (f32) ----------------------------------------------- */
-
-#define INV_SQRT2 0.70710678118654752440f
-#define INV_SQRT_2PI 0.39894228040143267794f
-
-static inline float silu_f(float x) { return x / (1.0f + expf(-x)); }
-static inline float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * INV_SQRT2)); }
-
-/* d/dx x*sigmoid(x) = s * (1 + x * (1 - s)) */
-static inline float silu_grad(float x)
-{
-    float s = 1.0f / (1.0f + expf(-x));
-    return s * (1.0f + x * (1.0f - s));
-}
-
-/* d/dx x*Phi(x) = Phi(x) + x * phi(x) */
-static inline float gelu_grad(float x)
-{
-    float cdf = 0.5f * (1.0f + erff(x * INV_SQRT2));
-    return cdf + x * INV_SQRT_2PI * expf(-0.5f * x * x);
-}
+/* ---- scalar math (f32): core/numerics/activations.h, shared with CUDA -- */
 
 /* One loop per op (the switch sits outside the loops, so each loop is a
  * plain vectorizable body). No restrict: o may alias a or b exactly. */
@@ -64,8 +45,8 @@ static ALWAYS_INLINE void bin_loop(bop op, float *o, const float *a, const float
     case B_MUL: for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
     case B_DIV: for (int64_t i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
     case B_RELU_BW: for (int64_t i = 0; i < n; i++) o[i] = b[i] > 0.0f ? a[i] : 0.0f; break;
-    case B_SILU_BW: for (int64_t i = 0; i < n; i++) o[i] = a[i] * silu_grad(b[i]); break;
-    case B_GELU_BW: for (int64_t i = 0; i < n; i++) o[i] = a[i] * gelu_grad(b[i]); break;
+    case B_SILU_BW: for (int64_t i = 0; i < n; i++) o[i] = a[i] * lpx_silu_grad(b[i]); break;
+    case B_GELU_BW: for (int64_t i = 0; i < n; i++) o[i] = a[i] * lpx_gelu_grad(b[i]); break;
     }
 }
 
@@ -78,8 +59,8 @@ static ALWAYS_INLINE void un_loop(uop op, float *o, const float *x, float s, int
     case U_EXP: for (int64_t i = 0; i < n; i++) o[i] = expf(x[i]); break;
     /* x > 0 ? x : 0 would turn NaN into 0; torch keeps NaN */
     case U_RELU: for (int64_t i = 0; i < n; i++) o[i] = x[i] < 0.0f ? 0.0f : x[i]; break;
-    case U_SILU: for (int64_t i = 0; i < n; i++) o[i] = silu_f(x[i]); break;
-    case U_GELU: for (int64_t i = 0; i < n; i++) o[i] = gelu_f(x[i]); break;
+    case U_SILU: for (int64_t i = 0; i < n; i++) o[i] = lpx_silu_f(x[i]); break;
+    case U_GELU: for (int64_t i = 0; i < n; i++) o[i] = lpx_gelu_f(x[i]); break;
     case U_ADDS: for (int64_t i = 0; i < n; i++) o[i] = x[i] + s; break;
     case U_MULS: for (int64_t i = 0; i < n; i++) o[i] = x[i] * s; break;
     }

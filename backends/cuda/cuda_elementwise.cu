@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cuda_dtype.cuh"
+#include "activations.h"
 
 #define CU_THREADS 256
 
@@ -32,25 +33,7 @@ static const char *const bop_arg[][2] = {
     {"a", "b"}, {"a", "b"}, {"a", "b"}, {"a", "b"}, {"grad", "x"}, {"grad", "x"}, {"grad", "x"},
 };
 
-/* ---- scalar math (f32), as in backends/cpu/elementwise.c -------------- */
-
-#define INV_SQRT2 0.70710678118654752440f
-#define INV_SQRT_2PI 0.39894228040143267794f
-
-__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
-__device__ __forceinline__ float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * INV_SQRT2)); }
-
-__device__ __forceinline__ float silu_grad(float x)
-{
-    float s = 1.0f / (1.0f + expf(-x));
-    return s * (1.0f + x * (1.0f - s));
-}
-
-__device__ __forceinline__ float gelu_grad(float x)
-{
-    float cdf = 0.5f * (1.0f + erff(x * INV_SQRT2));
-    return cdf + x * INV_SQRT_2PI * expf(-0.5f * x * x);
-}
+/* ---- scalar math (f32): core/numerics/activations.h, shared with the CPU */
 
 template <int OP> __device__ __forceinline__ float bin_f(float a, float b)
 {
@@ -60,8 +43,8 @@ template <int OP> __device__ __forceinline__ float bin_f(float a, float b)
     case B_MUL: return a * b;
     case B_DIV: return a / b;
     case B_RELU_BW: return b > 0.0f ? a : 0.0f;
-    case B_SILU_BW: return a * silu_grad(b);
-    default: return a * gelu_grad(b); /* B_GELU_BW */
+    case B_SILU_BW: return a * lpx_silu_grad(b);
+    default: return a * lpx_gelu_grad(b); /* B_GELU_BW */
     }
 }
 
@@ -73,8 +56,8 @@ template <int OP> __device__ __forceinline__ float un_f(float x, float s)
     case U_SQRT: return sqrtf(x);
     case U_EXP: return expf(x);
     case U_RELU: return x < 0.0f ? 0.0f : x; /* keeps NaN, as torch */
-    case U_SILU: return silu_f(x);
-    case U_GELU: return gelu_f(x);
+    case U_SILU: return lpx_silu_f(x);
+    case U_GELU: return lpx_gelu_f(x);
     case U_ADDS: return x + s;
     default: return x * s; /* U_MULS */
     }
