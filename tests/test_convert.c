@@ -12,30 +12,13 @@
 #include <string.h>
 
 #include "check.h"
+#include "fp8_ref.h"
 #include "core/numerics/float8.h"
 #include "core/numerics/half.h"
 #include "core/numerics/integer.h"
 
 /* ------------------------------------------------------------------ */
 /* reference decoders: value of a code from its fields                 */
-
-static double ref_signed(int neg, double v) { return neg ? -v : v; }
-
-static double ref_e4m3fn(unsigned c)
-{
-    unsigned e = (c >> 3) & 15, m = c & 7;
-    if (e == 15 && m == 7)
-        return ref_signed(c & 0x80, NAN);
-    return ref_signed(c & 0x80, e ? ldexp(8 + m, (int)e - 7 - 3) : ldexp(m, -6 - 3));
-}
-
-static double ref_e5m2(unsigned c)
-{
-    unsigned e = (c >> 2) & 31, m = c & 3;
-    if (e == 31)
-        return ref_signed(c & 0x80, m ? NAN : INFINITY);
-    return ref_signed(c & 0x80, e ? ldexp(4 + m, (int)e - 15 - 2) : ldexp(m, -14 - 2));
-}
 
 static double ref_f16(unsigned h)
 {
@@ -154,41 +137,11 @@ static const f8fmt E4M3 = {"e4m3fn", LPX_F8E4M3FN, ref_e4m3fn, 0x7E, 480.0, 0, 0
 static const f8fmt E5M2 = {"e5m2", LPX_F8E5M2, ref_e5m2, 0x7B, 65536.0, 1, 0x7C, 0x7E,
                            lpx_f32_to_f8e5m2};
 
-/* Nearest code to x (a double) on the format's grid; ties to the even
- * mantissa LSB (= even code). Overflow is decided after rounding: landing
- * on the point past max (or beyond) overflows. Returns the code, or -1 for
- * "a NaN with x's sign". */
+/* the shared brute-force encoder (tests/fp8_ref.h) on f's grid */
 static int ref_f8_encode(const f8fmt *f, double x, int sat)
 {
-    unsigned sign = signbit(x) ? 0x80u : 0u;
-    if (isnan(x))
-        return -1;
-    double a = fabs(x);
-    unsigned best = 0;
-    if (a >= f->over) {
-        /* past the overflow point (inf included); also keeps the distance
-         * arithmetic below exact in double */
-        best = f->max_code + 1;
-    } else {
-        double bestd = a;
-        for (unsigned c = 1; c <= f->max_code + 1; c++) {
-            double v = c <= f->max_code ? f->dec(c) : f->over;
-            double d = fabs(v - a);
-            if (d < bestd || (d == bestd && (c & 1u) == 0)) {
-                best = c;
-                bestd = d;
-            }
-        }
-    }
-    if (best > f->max_code) {
-        if (sat)
-            best = f->max_code;
-        else if (f->has_inf)
-            best = f->inf_code;
-        else
-            return -1;
-    }
-    return (int)(sign | best);
+    ref_f8_grid g = {f->dec, f->max_code, f->over, f->has_inf, f->inf_code, f->canon_nan};
+    return ref_f8_encode_grid(&g, x, sat);
 }
 
 static int f8_matches(const f8fmt *f, int want, double x, uint8_t got)
