@@ -109,3 +109,71 @@ lpx_status lpx_meta_attention_backward(const char *op, const lpx_tensor *grad, c
     if (g) *g = G;
     return LPX_OK;
 }
+
+/* ---- normalization and softmax ---------------------------------------- */
+
+lpx_status lpx_meta_same_shape(const char *op, const char *an, const lpx_tensor *a, const char *bn,
+                               const lpx_tensor *b)
+{
+    lpx_status st;
+    if ((st = need(op, an, a)) || (st = need(op, bn, b))) return st;
+    bool same = a->ndim == b->ndim;
+    for (int i = 0; same && i < a->ndim; i++) same = a->shape[i] == b->shape[i];
+    if (same) return LPX_OK;
+    char sa[128], sb[128];
+    return lpx_error(LPX_ESHAPE, "%s: %s %s and %s %s must have the same shape", op, an,
+                     lpx_tensor_shape_str(a, sa, sizeof sa), bn, lpx_tensor_shape_str(b, sb, sizeof sb));
+}
+
+lpx_status lpx_meta_lines(const char *op, const lpx_tensor *t, int64_t dim_arg, int *dim, int64_t *len,
+                          int64_t *count)
+{
+    lpx_status st = need(op, "x", t);
+    if (st) return st;
+    int nd = t->ndim ? t->ndim : 1;   /* a scalar accepts dim 0 and -1, as in PyTorch */
+    int64_t d = dim_arg < 0 ? dim_arg + nd : dim_arg;
+    if (d < 0 || d >= nd)
+        return lpx_error(LPX_ERANGE, "%s: dim %lld out of range for %d dims", op, (long long)dim_arg, nd);
+    *dim = (int)d;
+    *len = t->ndim ? t->shape[d] : 1;
+    *count = *len ? t->numel / *len : 0;
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_rmsnorm(const char *op, const lpx_tensor *x, const lpx_tensor *weight, int64_t *rows,
+                            int64_t *dim)
+{
+    lpx_status st = need(op, "x", x);
+    if (st) return st;
+    if (x->ndim < 1) return lpx_error(LPX_ESHAPE, "%s: x is a scalar; it needs a last dim to normalize", op);
+    int64_t D = x->shape[x->ndim - 1], R = 1;
+    for (int d = 0; d < x->ndim - 1; d++) R *= x->shape[d];
+    if (weight && (weight->ndim != 1 || weight->shape[0] != D)) {
+        char sw[128], sx[128];
+        return lpx_error(LPX_ESHAPE, "%s: weight %s must be [%lld] for x %s", op,
+                         lpx_tensor_shape_str(weight, sw, sizeof sw), (long long)D,
+                         lpx_tensor_shape_str(x, sx, sizeof sx));
+    }
+    if (rows) *rows = R;
+    if (dim) *dim = D;
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_rmsnorm_backward(const char *op, const lpx_tensor *grad, const lpx_tensor *x,
+                                     const lpx_tensor *weight, const lpx_tensor *rstd, int64_t *rows, int64_t *dim)
+{
+    lpx_status st;
+    int64_t R, D;
+    if ((st = need(op, "grad", grad)) || (st = need(op, "rstd", rstd))) return st;
+    if ((st = lpx_meta_same_shape(op, "grad", grad, "x", x))) return st;
+    if ((st = lpx_meta_rmsnorm(op, x, weight, &R, &D))) return st;
+    if (rstd->numel != R) {
+        char sr[128], sx[128];
+        return lpx_error(LPX_ESHAPE, "%s: rstd %s has %lld elements, x %s has %lld rows", op,
+                         lpx_tensor_shape_str(rstd, sr, sizeof sr), (long long)rstd->numel,
+                         lpx_tensor_shape_str(x, sx, sizeof sx), (long long)R);
+    }
+    if (rows) *rows = R;
+    if (dim) *dim = D;
+    return LPX_OK;
+}

@@ -19,18 +19,14 @@
 #include <math.h>
 #include <string.h>
 #include "cpu_internal.h"
+#include "lpx/meta.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
 static lpx_status same_shape(const lpx_call *c, const char *an, const lpx_tensor *a, const char *bn,
                              const lpx_tensor *b)
 {
-    bool same = a->ndim == b->ndim;
-    for (int i = 0; same && i < a->ndim; i++) same = a->shape[i] == b->shape[i];
-    if (same) return LPX_OK;
-    char sa[128], sb[128];
-    return lpx_error(LPX_ESHAPE, "%s: %s %s and %s %s must have the same shape", cpu_op_name(c), an,
-                     lpx_tensor_shape_str(a, sa, sizeof sa), bn, lpx_tensor_shape_str(b, sb, sizeof sb));
+    return lpx_meta_same_shape(cpu_op_name(c), an, a, bn, b);   /* the contract, shared with CUDA */
 }
 
 /* Writes the multi-index of flat logical position p of shape into buf. */
@@ -132,20 +128,14 @@ static lpx_status new_scalar(lpx_call *c, lpx_dtype dtype, double value)
 
 /* ---- rmsnorm ------------------------------------------------------------ */
 
-/* Checks weight [D] (optional) and loads it as f32 (all ones if absent). */
+/* Loads weight [D] (optional; its shape is the meta function's to check)
+ * as f32 (all ones if absent). */
 static lpx_status load_weight(const lpx_call *c, const lpx_tensor *x, const lpx_tensor *w, int64_t D, float **out)
 {
+    (void)x;
     *out = NULL;
     lpx_status st;
-    if (w) {
-        if ((st = cpu_check_float(c, "weight", w))) return st;
-        if (w->ndim != 1 || w->shape[0] != D) {
-            char sw[128], sx[128];
-            return lpx_error(LPX_ESHAPE, "%s: weight %s must be [%lld] for x %s", cpu_op_name(c),
-                             lpx_tensor_shape_str(w, sw, sizeof sw), (long long)D,
-                             lpx_tensor_shape_str(x, sx, sizeof sx));
-        }
-    }
+    if (w && (st = cpu_check_float(c, "weight", w))) return st;
     float *wb = alloc_f32(c, D);
     if (!wb) return LPX_ENOMEM;
     if (w) {
@@ -164,10 +154,8 @@ static lpx_status k_rmsnorm(lpx_call *c)
     lpx_tensor *x = cpu_tensor_arg(c, 0), *w = cpu_tensor_arg(c, 1);
     double eps = c->args[2].u.f;
     lpx_status st;
-    if ((st = cpu_check_float(c, "x", x))) return st;
-    if (x->ndim < 1) return lpx_error(LPX_ESHAPE, "rmsnorm: x is a scalar; it needs a last dim to normalize");
-    int64_t D = x->shape[x->ndim - 1], R = 1;
-    for (int d = 0; d < x->ndim - 1; d++) R *= x->shape[d];
+    int64_t D, R;
+    if ((st = cpu_check_float(c, "x", x)) || (st = lpx_meta_rmsnorm(cpu_op_name(c), x, w, &R, &D))) return st;
     float *wb, *row = NULL;
     if ((st = load_weight(c, x, w, D, &wb))) return st;
     lpx_tensor *y = NULL, *rstd = NULL;
@@ -215,17 +203,8 @@ static lpx_status k_rmsnorm_backward(lpx_call *c)
     lpx_status st;
     if ((st = cpu_check_float(c, "grad", g)) || (st = cpu_check_float(c, "x", x)) || (st = cpu_check_float(c, "rstd", rstd)))
         return st;
-    if ((st = same_shape(c, "grad", g, "x", x))) return st;
-    if (x->ndim < 1)
-        return lpx_error(LPX_ESHAPE, "rmsnorm_backward: x is a scalar; it needs a last dim to normalize");
-    int64_t D = x->shape[x->ndim - 1], R = 1;
-    for (int d = 0; d < x->ndim - 1; d++) R *= x->shape[d];
-    if (rstd->numel != R) {
-        char sr[128], sx[128];
-        return lpx_error(LPX_ESHAPE, "rmsnorm_backward: rstd %s has %lld elements, x %s has %lld rows",
-                         lpx_tensor_shape_str(rstd, sr, sizeof sr), (long long)rstd->numel,
-                         lpx_tensor_shape_str(x, sx, sizeof sx), (long long)R);
-    }
+    int64_t D, R;
+    if ((st = lpx_meta_rmsnorm_backward(cpu_op_name(c), g, x, w, rstd, &R, &D))) return st;
     float *wb, *xr = NULL, *gr = NULL, *rv = NULL;
     double *dw = NULL;
     lpx_tensor *gx = NULL, *gw = NULL;
@@ -284,12 +263,7 @@ done:
 static lpx_status lines_of(const lpx_call *c, const lpx_tensor *t, int64_t dim_arg, int *dim, int64_t *L,
                            int64_t *count)
 {
-    /* a scalar accepts dim 0 and -1, as in PyTorch */
-    lpx_status st = cpu_norm_dim(cpu_op_name(c), dim_arg, t->ndim ? t->ndim : 1, dim);
-    if (st) return st;
-    *L = t->ndim ? t->shape[*dim] : 1;
-    *count = *L ? t->numel / *L : 0;
-    return LPX_OK;
+    return lpx_meta_lines(cpu_op_name(c), t, dim_arg, dim, L, count);   /* shared with CUDA */
 }
 
 static int64_t stride_along(const lpx_tensor *t, int dim) { return t->ndim ? t->strides[dim] : 1; }

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cuda_dtype.cuh"
+#include <lpx/meta.h>
 
 #define NN_THREADS 256
 #define NN_NO_BAD 0xFFFFFFFFFFFFFFFFull
@@ -152,12 +153,10 @@ static unsigned nn_rows_grid(int dev, int64_t rows)
 static lpx_status nn_same_shape(const lpx_call *c, const char *an, const lpx_tensor *a, const char *bn,
                                 const lpx_tensor *b)
 {
-    bool same = lpx_tensor_ndim(a) == lpx_tensor_ndim(b);
-    for (int i = 0; same && i < lpx_tensor_ndim(a); i++) same = lpx_tensor_shape(a)[i] == lpx_tensor_shape(b)[i];
-    if (same) return cu_check_same_device(c, an, a, bn, b);
-    char sa[128], sb[128];
-    return lpx_error(LPX_ESHAPE, "%s: %s %s and %s %s must have the same shape", cu_op(c), an,
-                     lpx_tensor_shape_str(a, sa, sizeof sa), bn, lpx_tensor_shape_str(b, sb, sizeof sb));
+    /* the shape contract is the op's meta function (shared with the CPU);
+     * the device is this backend's to check */
+    lpx_status st = lpx_meta_same_shape(cu_op(c), an, a, bn, b);
+    return st ? st : cu_check_same_device(c, an, a, bn, b);
 }
 
 static lpx_status nn_check_indices(const lpx_call *c, const char *arg, const lpx_tensor *t)
@@ -268,17 +267,12 @@ rms_fwd(nn_t x, const void *w, int64_t ws, int wdt, void *y, float *rstd, int64_
 }
 
 /* Validates weight [D] (optional) like the CPU's load_weight. */
-static lpx_status rms_weight(const lpx_call *c, const lpx_tensor *x, const lpx_tensor *w, int64_t D)
+/* the weight's dtype and device (its shape: lpx_meta_rmsnorm) */
+static lpx_status rms_weight(const lpx_call *c, const lpx_tensor *x, const lpx_tensor *w)
 {
     if (!w) return LPX_OK;
     lpx_status st = cu_check_float(c, "weight", w);
-    if (st) return st;
-    if (lpx_tensor_ndim(w) != 1 || lpx_tensor_shape(w)[0] != D) {
-        char sw[128], sx[128];
-        return lpx_error(LPX_ESHAPE, "%s: weight %s must be [%lld] for x %s", cu_op(c),
-                         lpx_tensor_shape_str(w, sw, sizeof sw), (long long)D, lpx_tensor_shape_str(x, sx, sizeof sx));
-    }
-    return cu_check_same_device(c, "x", x, "weight", w);
+    return st ? st : cu_check_same_device(c, "x", x, "weight", w);
 }
 
 static lpx_status k_rmsnorm(lpx_call *c)
@@ -286,13 +280,12 @@ static lpx_status k_rmsnorm(lpx_call *c)
     lpx_tensor *x = cu_arg_tensor(c, 0), *w = cu_arg_tensor(c, 1);
     double eps = c->args[2].u.f;
     lpx_status st;
-    if ((st = cu_check_float(c, "x", x))) return st;
+    int64_t D, R;
+    if ((st = cu_check_float(c, "x", x)) || (st = lpx_meta_rmsnorm(cu_op(c), x, w, &R, &D)) ||
+        (st = rms_weight(c, x, w)))
+        return st;
     int nd = lpx_tensor_ndim(x);
-    if (nd < 1) return lpx_error(LPX_ESHAPE, "rmsnorm: x is a scalar; it needs a last dim to normalize");
     const int64_t *xs = lpx_tensor_shape(x);
-    int64_t D = xs[nd - 1], R = 1;
-    for (int d = 0; d < nd - 1; d++) R *= xs[d];
-    if ((st = rms_weight(c, x, w, D))) return st;
     lpx_device dev = lpx_tensor_device(x);
     if ((st = cu_use(cu_op(c), dev))) return st;
     int64_t rshape[LPX_MAX_DIMS];
@@ -367,19 +360,13 @@ static lpx_status k_rmsnorm_backward(lpx_call *c)
     if ((st = cu_check_float(c, "grad", g)) || (st = cu_check_float(c, "x", x)) ||
         (st = cu_check_float(c, "rstd", rstd)))
         return st;
-    if ((st = nn_same_shape(c, "grad", g, "x", x)) || (st = cu_check_same_device(c, "x", x, "rstd", rstd))) return st;
+    int64_t D, R;
+    if ((st = lpx_meta_rmsnorm_backward(op, g, x, w, rstd, &R, &D)) ||
+        (st = cu_check_same_device(c, "grad", g, "x", x)) || (st = cu_check_same_device(c, "x", x, "rstd", rstd)) ||
+        (st = rms_weight(c, x, w)))
+        return st;
     int nd = lpx_tensor_ndim(x);
-    if (nd < 1) return lpx_error(LPX_ESHAPE, "rmsnorm_backward: x is a scalar; it needs a last dim to normalize");
     const int64_t *xs = lpx_tensor_shape(x);
-    int64_t D = xs[nd - 1], R = 1;
-    for (int d = 0; d < nd - 1; d++) R *= xs[d];
-    if (lpx_tensor_numel(rstd) != R) {
-        char sr[128], sx[128];
-        return lpx_error(LPX_ESHAPE, "rmsnorm_backward: rstd %s has %lld elements, x %s has %lld rows",
-                         lpx_tensor_shape_str(rstd, sr, sizeof sr), (long long)lpx_tensor_numel(rstd),
-                         lpx_tensor_shape_str(x, sx, sizeof sx), (long long)R);
-    }
-    if ((st = rms_weight(c, x, w, D))) return st;
     lpx_device dev = lpx_tensor_device(x);
     if ((st = cu_use(op, dev))) return st;
     cudaStream_t s = cu_stream(dev.index);
@@ -502,14 +489,7 @@ softmax_bwd(nn_lines g, nn_lines y, nn_lines gx, int64_t count, int64_t L)
 /* dim normalised like the CPU (a scalar takes 0 and -1); L and line count. */
 static lpx_status nn_dim(const lpx_call *c, const lpx_tensor *t, int64_t dim_arg, int *dim, int64_t *L, int64_t *count)
 {
-    int nd = lpx_tensor_ndim(t);
-    int64_t d = dim_arg < 0 ? dim_arg + nd : dim_arg;
-    if (d < 0 || d >= (nd ? nd : 1))
-        return lpx_error(LPX_ERANGE, "%s: dim %lld out of range for %d dims", cu_op(c), (long long)dim_arg, nd);
-    *dim = (int)d;
-    *L = nd ? lpx_tensor_shape(t)[d] : 1;
-    *count = *L ? lpx_tensor_numel(t) / *L : 0;
-    return LPX_OK;
+    return lpx_meta_lines(cu_op(c), t, dim_arg, dim, L, count);   /* shared with the CPU */
 }
 
 static lpx_status k_softmax(lpx_call *c)

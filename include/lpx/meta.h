@@ -50,6 +50,31 @@ LPX_API lpx_status lpx_meta_attention_backward(const char *op, const lpx_tensor 
                                                const lpx_tensor *lse, bool causal, double scale,
                                                lpx_attention_geom *g);
 
+/* ---- the normalization and softmax family (rmsnorm, softmax, their
+ * backward passes, and every op taking two same-shaped tensors) ---- */
+
+/** a and b (named an, bn in the message) have one shape. Errors:
+ *  LPX_EINVAL (NULL), LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_same_shape(const char *op, const char *an, const lpx_tensor *a, const char *bn,
+                                       const lpx_tensor *b);
+
+/** The lines of t along dim_arg (negative counts from the end; a scalar
+ *  accepts 0 and -1, as PyTorch): the normalized dim, the line length L
+ *  and the number of lines. Errors: LPX_EINVAL (NULL), LPX_ERANGE. */
+LPX_API lpx_status lpx_meta_lines(const char *op, const lpx_tensor *t, int64_t dim_arg, int *dim, int64_t *len,
+                                  int64_t *count);
+
+/** rmsnorm: x has a last dim D (>= 1-D), weight (may be NULL) is [D];
+ *  fills the row count and D. Errors: LPX_EINVAL (NULL x), LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_rmsnorm(const char *op, const lpx_tensor *x, const lpx_tensor *weight, int64_t *rows,
+                                    int64_t *dim);
+
+/** rmsnorm_backward: lpx_meta_rmsnorm's checks, grad shaped like x, and
+ *  rstd holding one value per row. */
+LPX_API lpx_status lpx_meta_rmsnorm_backward(const char *op, const lpx_tensor *grad, const lpx_tensor *x,
+                                             const lpx_tensor *weight, const lpx_tensor *rstd, int64_t *rows,
+                                             int64_t *dim);
+
 LPX_END_DECLS
 
 #endif
