@@ -3,21 +3,8 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 #include "check.h"
+#include "run_util.h"
 
-static const char *exe;
-
-/* Runs `exe args`, captures stdout+stderr into buf, returns the exit code. */
-static int run(const char *args, char *buf, size_t len)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", exe, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(buf, 1, len - 1, p);
-    buf[n] = 0;
-    int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 static void test_info(void)
 {

@@ -15,30 +15,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
+#include "run_util.h"
 #include "llama_ref.h"
 #include "lpx/lpx.h"
 
-static const char *exe;
 static char fixture[512], outdir[256], corpus[512];
-
-static int run(const char *args, char *buf, size_t len)
-{
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", exe, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(buf, 1, len - 1, p);
-    buf[n] = 0;
-    int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
 
 static bool exists(const char *path) { return access(path, F_OK) == 0; }
 

@@ -12,31 +12,12 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "run_util.h"
 
-static const char *exe;
 static char corpus[256], outdir[256];
-
-static int run(const char *args, char *buf, size_t len)
-{
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", exe, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(buf, 1, len - 1, p);
-    buf[n] = 0;
-    int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 /* tiny model flags shared by the runs */
 #define TINY "--dim 32 --layers 1 --heads 2 --seq 16 --batch 4 --eval 2 --sample 40 --log-every 1"
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
 
 static void test_bad_options(void)
 {
