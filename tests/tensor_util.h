@@ -100,4 +100,29 @@ static inline bool shape_is(const lpx_tensor *t, int nd, const int64_t *shape)
     return true;
 }
 
+/* New tensor of normal values times scale, rounded to dt. */
+static inline lpx_tensor *mk_randn(lpx_dtype dt, int nd, const int64_t *shape, double scale)
+{
+    int64_t n = numel_of(nd, shape);
+    double *v = (double *)calloc((size_t)(n ? n : 1), sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = scale * nrand();
+    lpx_tensor *t = mk(dt, nd, shape, v);
+    free(v);
+    return t;
+}
+
+/* Compares n values: |got - ref| <= rel * |ref| + abs_tol; returns the
+ * number of mismatches (the first three printed, named `what`). */
+static inline int cmp_close(const char *what, const double *got, const double *ref, int64_t n, double rel,
+                            double abs_tol)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs(got[i] - ref[i]) <= rel * fabs(ref[i]) + abs_tol)) {
+            if (bad < 3) fprintf(stderr, "    %s[%lld] = %.9g, ref %.9g\n", what, (long long)i, got[i], ref[i]);
+            bad++;
+        }
+    return bad;
+}
+
 #endif

@@ -8,27 +8,6 @@
 #include "check.h"
 #include "tensor_util.h"
 
-static lpx_tensor *mk_rand(lpx_dtype dt, int nd, const int64_t *shape, double scale)
-{
-    int64_t n = numel_of(nd, shape);
-    double *v = calloc((size_t)(n ? n : 1), sizeof *v);
-    for (int64_t i = 0; i < n; i++) v[i] = scale * nrand();
-    lpx_tensor *t = mk(dt, nd, shape, v);
-    free(v);
-    return t;
-}
-
-static int cmp(const char *what, const double *got, const double *ref, int64_t n, double rel, double abs_tol)
-{
-    int bad = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (!(fabs(got[i] - ref[i]) <= rel * fabs(ref[i]) + abs_tol)) {
-            if (bad < 3) fprintf(stderr, "    %s[%lld] = %.9g, ref %.9g\n", what, (long long)i, got[i], ref[i]);
-            bad++;
-        }
-    return bad;
-}
-
 #define CHECK_MSG(s) CHECKF(strstr(lpx_last_error(), (s)) != NULL, "message '%s' lacks '%s'", lpx_last_error(), (s))
 
 /* ---- references (float64, from the definitions) ------------------------ */
@@ -107,16 +86,16 @@ static void ref_backward(const geo *g, double scale, const double *q, const doub
 static void check_case(const char *label, geo g, bool causal, lpx_dtype dt, bool strided_q)
 {
     int64_t qs[4] = {g.B, g.T, g.H, g.D}, ks[4] = {g.B, g.S, g.KH, g.D}, ls[3] = {g.B, g.H, g.T};
-    lpx_tensor *q = NULL, *qbase = NULL, *k = mk_rand(dt, 4, ks, 1.0), *v = mk_rand(dt, 4, ks, 1.0),
-               *G = mk_rand(dt, 4, qs, 1.0), *out = NULL, *lse = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    lpx_tensor *q = NULL, *qbase = NULL, *k = mk_randn(dt, 4, ks, 1.0), *v = mk_randn(dt, 4, ks, 1.0),
+               *G = mk_randn(dt, 4, qs, 1.0), *out = NULL, *lse = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
     if (strided_q) {
         /* q as a [B, H, T, D] buffer seen as [B, T, H, D] (the layout a
          * transpose of heads and positions gives) */
         int64_t bs[4] = {g.B, g.H, g.T, g.D}, st[4] = {g.H * g.T * g.D, g.D, g.T * g.D, 1};
-        qbase = mk_rand(dt, 4, bs, 1.0);
+        qbase = mk_randn(dt, 4, bs, 1.0);
         q = view(qbase, 4, qs, st, 0);
     } else {
-        q = mk_rand(dt, 4, qs, 1.0);
+        q = mk_randn(dt, 4, qs, 1.0);
     }
     double scale = 1.0 / sqrt((double)g.D);
     int64_t nq = g.B * g.T * g.H * g.D, nk = g.B * g.S * g.KH * g.D, nl = g.B * g.H * g.T;
@@ -134,8 +113,8 @@ static void check_case(const char *label, geo g, bool causal, lpx_dtype dt, bool
     if (out && lse) {
         CHECK(lpx_tensor_dtype(out) == dt && lpx_tensor_dtype(lse) == LPX_F32);
         double *o = rd(out), *l = rd(lse);
-        CHECKF(cmp("out", o, ro, nq, rel, abs_tol) == 0, "%s: out", label);
-        CHECKF(cmp("lse", l, rl, nl, 1e-5, 1e-5) == 0, "%s: lse", label);
+        CHECKF(cmp_close("out", o, ro, nq, rel, abs_tol) == 0, "%s: out", label);
+        CHECKF(cmp_close("lse", l, rl, nl, 1e-5, 1e-5) == 0, "%s: lse", label);
         free(o);
         free(l);
         CHECK_OK(lpx_attention_backward(G, q, k, v, out, lse, causal, scale, &dq, &dk, &dv));
@@ -144,9 +123,9 @@ static void check_case(const char *label, geo g, bool causal, lpx_dtype dt, bool
             /* bf16: out itself is rounded, so the backward's delta term
              * carries bf16 error; the bound scales with the grads' size */
             double grel = dt == LPX_BF16 ? 3e-2 : 1e-4, gabs = dt == LPX_BF16 ? 6e-2 : 1e-4;
-            CHECKF(cmp("dq", a, rdq, nq, grel, gabs) == 0, "%s: dq", label);
-            CHECKF(cmp("dk", b, rdk, nk, grel, gabs) == 0, "%s: dk", label);
-            CHECKF(cmp("dv", c, rdv, nk, grel, gabs) == 0, "%s: dv", label);
+            CHECKF(cmp_close("dq", a, rdq, nq, grel, gabs) == 0, "%s: dq", label);
+            CHECKF(cmp_close("dk", b, rdk, nk, grel, gabs) == 0, "%s: dk", label);
+            CHECKF(cmp_close("dv", c, rdv, nk, grel, gabs) == 0, "%s: dv", label);
             free(a);
             free(b);
             free(c);
@@ -173,8 +152,8 @@ static void test_attention_finite_difference(void)
 {
     geo g = {1, 4, 4, 2, 1, 3};
     int64_t qs[4] = {g.B, g.T, g.H, g.D}, ks[4] = {g.B, g.S, g.KH, g.D};
-    lpx_tensor *q = mk_rand(LPX_F32, 4, qs, 1.0), *k = mk_rand(LPX_F32, 4, ks, 1.0), *v = mk_rand(LPX_F32, 4, ks, 1.0),
-               *G = mk_rand(LPX_F32, 4, qs, 1.0), *out = NULL, *lse = NULL, *d[3] = {NULL, NULL, NULL};
+    lpx_tensor *q = mk_randn(LPX_F32, 4, qs, 1.0), *k = mk_randn(LPX_F32, 4, ks, 1.0), *v = mk_randn(LPX_F32, 4, ks, 1.0),
+               *G = mk_randn(LPX_F32, 4, qs, 1.0), *out = NULL, *lse = NULL, *d[3] = {NULL, NULL, NULL};
     double scale = 0.7;
     CHECK_OK(lpx_attention(q, k, v, true, scale, &out, &lse));
     CHECK_OK(lpx_attention_backward(G, q, k, v, out, lse, true, scale, &d[0], &d[1], &d[2]));
@@ -223,7 +202,7 @@ static void test_rope_reference(void)
     lpx_tensor *fr = mk(LPX_F32, 1, fs, fv);
     const lpx_dtype dts[2] = {LPX_F32, LPX_BF16};
     for (int di = 0; di < 2; di++) {
-        lpx_tensor *x = mk_rand(dts[di], 4, xs, 1.0), *y = NULL, *back = NULL;
+        lpx_tensor *x = mk_randn(dts[di], 4, xs, 1.0), *y = NULL, *back = NULL;
         CHECK_OK(lpx_rope(x, fr, offset, &y));
         CHECK(shape_is(y, 4, xs) && lpx_tensor_dtype(y) == dts[di]);
         if (y) {
@@ -241,7 +220,7 @@ static void test_rope_reference(void)
             }
             CHECKF(bad == 0, "%s: %d rotated pairs differ from the formula", lpx_dtype_name(dts[di]), bad);
             /* the backward is the transpose: <rope(x), g> == <x, rope_backward(g)> */
-            lpx_tensor *gt = mk_rand(LPX_F32, 4, xs, 1.0), *y32 = NULL, *x32 = NULL;
+            lpx_tensor *gt = mk_randn(LPX_F32, 4, xs, 1.0), *y32 = NULL, *x32 = NULL;
             CHECK_OK(lpx_rope(x, fr, offset, &y32));
             CHECK_OK(lpx_rope_backward(gt, fr, offset, &back));
             if (back) {
@@ -281,11 +260,11 @@ static void test_errors(void)
 {
     int64_t q4[4] = {1, 4, 4, 8}, k4[4] = {1, 4, 2, 8}, k3[4] = {1, 4, 3, 8}, kshort[4] = {1, 3, 2, 8},
             f4[1] = {4}, f3[1] = {3}, odd[4] = {1, 4, 2, 7}, l3[3] = {1, 4, 4}, lbad[3] = {1, 2, 4}, r3[3] = {4, 4, 8};
-    lpx_tensor *q = mk_rand(LPX_F32, 4, q4, 1), *k = mk_rand(LPX_F32, 4, k4, 1), *v = mk_rand(LPX_F32, 4, k4, 1),
-               *k_3 = mk_rand(LPX_F32, 4, k3, 1), *ks = mk_rand(LPX_F32, 4, kshort, 1),
-               *kb = mk_rand(LPX_BF16, 4, k4, 1), *fr = mk_rand(LPX_F32, 1, f4, 1), *fr3 = mk_rand(LPX_F32, 1, f3, 1),
-               *xo = mk_rand(LPX_F32, 4, odd, 1), *lse = mk_rand(LPX_F32, 3, l3, 1),
-               *lseb = mk_rand(LPX_F32, 3, lbad, 1), *q3 = mk_rand(LPX_F32, 3, r3, 1), *o = NULL, *l = NULL;
+    lpx_tensor *q = mk_randn(LPX_F32, 4, q4, 1), *k = mk_randn(LPX_F32, 4, k4, 1), *v = mk_randn(LPX_F32, 4, k4, 1),
+               *k_3 = mk_randn(LPX_F32, 4, k3, 1), *ks = mk_randn(LPX_F32, 4, kshort, 1),
+               *kb = mk_randn(LPX_BF16, 4, k4, 1), *fr = mk_randn(LPX_F32, 1, f4, 1), *fr3 = mk_randn(LPX_F32, 1, f3, 1),
+               *xo = mk_randn(LPX_F32, 4, odd, 1), *lse = mk_randn(LPX_F32, 3, l3, 1),
+               *lseb = mk_randn(LPX_F32, 3, lbad, 1), *q3 = mk_randn(LPX_F32, 3, r3, 1), *o = NULL, *l = NULL;
     CHECK_ERR(lpx_attention(q, k_3, k_3, true, 0.5, &o, &l), LPX_ESHAPE);
     CHECK_MSG("the query heads must be a positive multiple of the key/value heads");
     CHECK(o == NULL && l == NULL);

@@ -11,16 +11,6 @@ LPX_API void lpx__fail_alloc_after(long n);
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static lpx_tensor *mk_rand(lpx_dtype dt, int nd, const int64_t *shape, double scale)
-{
-    int64_t n = numel_of(nd, shape);
-    double *v = calloc((size_t)(n ? n : 1), sizeof *v);
-    for (int64_t i = 0; i < n; i++) v[i] = scale * nrand();
-    lpx_tensor *t = mk(dt, nd, shape, v);
-    free(v);
-    return t;
-}
-
 static lpx_tensor *mk_idx(lpx_dtype dt, int nd, const int64_t *shape, const int64_t *vals)
 {
     lpx_tensor *t = NULL;
@@ -30,19 +20,6 @@ static lpx_tensor *mk_idx(lpx_dtype dt, int nd, const int64_t *shape, const int6
         else ((int64_t *)lpx_tensor_data(t))[i] = vals[i];
     }
     return t;
-}
-
-/* Compares n values: |got - ref| <= rel * |ref| + abs_tol; returns the
- * number of mismatches (first few printed). */
-static int cmp(const char *what, const double *got, const double *ref, int64_t n, double rel, double abs_tol)
-{
-    int bad = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (!(fabs(got[i] - ref[i]) <= rel * fabs(ref[i]) + abs_tol)) {
-            if (bad < 3) fprintf(stderr, "    %s[%lld] = %.9g, ref %.9g\n", what, (long long)i, got[i], ref[i]);
-            bad++;
-        }
-    return bad;
 }
 
 /* Relative tolerance of a result stored in dt (half an ulp, with margin). */
@@ -77,12 +54,12 @@ static void rmsnorm_case(lpx_dtype dt, bool with_w, bool transposed)
     lpx_tensor *x, *s = NULL;
     if (transposed) {
         /* [R1, R2, D] view of a [D, R2, R1] tensor: the last dim is strided */
-        s = mk_rand(dt, 3, (int64_t[]){D, R2, R1}, 1.5);
+        s = mk_randn(dt, 3, (int64_t[]){D, R2, R1}, 1.5);
         x = view(s, 3, (int64_t[]){R1, R2, D}, (int64_t[]){1, R1, R1 * R2}, 0);
     } else {
-        x = mk_rand(dt, 3, (int64_t[]){R1, R2, D}, 1.5);
+        x = mk_randn(dt, 3, (int64_t[]){R1, R2, D}, 1.5);
     }
-    lpx_tensor *w = with_w ? mk_rand(dt, 1, (int64_t[]){D}, 1.0) : NULL, *y = NULL, *rstd = NULL;
+    lpx_tensor *w = with_w ? mk_randn(dt, 1, (int64_t[]){D}, 1.0) : NULL, *y = NULL, *rstd = NULL;
     CHECK_OK(lpx_rmsnorm(x, w, eps, &y, &rstd));
     if (!y || !rstd) goto out;
     CHECK(shape_is(y, 3, (int64_t[]){R1, R2, D}) && lpx_tensor_dtype(y) == dt);
@@ -91,12 +68,12 @@ static void rmsnorm_case(lpx_dtype dt, bool with_w, bool transposed)
     double *xv = rd(x), *wv = w ? rd(w) : NULL, *yv = rd(y), *rv = rd(rstd);
     double yr[96], rr[12];
     rms_ref(xv, wv, R, D, eps, yr, rr);
-    CHECKF(cmp("y", yv, yr, R * D, rel_of(dt), 1e-6) == 0, "rmsnorm %s w=%d trans=%d", lpx_dtype_name(dt), with_w,
+    CHECKF(cmp_close("y", yv, yr, R * D, rel_of(dt), 1e-6) == 0, "rmsnorm %s w=%d trans=%d", lpx_dtype_name(dt), with_w,
            transposed);
-    CHECK(cmp("rstd", rv, rr, R, 1e-6, 0) == 0);
+    CHECK(cmp_close("rstd", rv, rr, R, 1e-6, 0) == 0);
 
     /* backward against the analytic gradient */
-    lpx_tensor *g = mk_rand(dt, 3, (int64_t[]){R1, R2, D}, 1.0), *gx = NULL, *gw = NULL;
+    lpx_tensor *g = mk_randn(dt, 3, (int64_t[]){R1, R2, D}, 1.0), *gx = NULL, *gw = NULL;
     CHECK_OK(lpx_rmsnorm_backward(g, x, w, rstd, &gx, &gw));
     CHECK(with_w ? gw != NULL : gw == NULL);
     if (gx) {
@@ -124,7 +101,7 @@ static void rmsnorm_case(lpx_dtype dt, bool with_w, bool transposed)
         if (gw) {
             double *gwv = rd(gw);
             CHECK(lpx_tensor_dtype(gw) == dt && shape_is(gw, 1, (int64_t[]){D}));
-            CHECK(cmp("grad_w", gwv, gwr, D, rel_of(dt), 1e-5) == 0);
+            CHECK(cmp_close("grad_w", gwv, gwr, D, rel_of(dt), 1e-5) == 0);
             free(gwv);
         }
         free(gv);
@@ -169,8 +146,8 @@ static double rms_loss(lpx_tensor *x, lpx_tensor *w, const double *g)
 static void test_rmsnorm_finite_difference(void)
 {
     int64_t shape[2] = {3, 6};
-    lpx_tensor *x = mk_rand(LPX_F32, 2, shape, 1.0), *w = mk_rand(LPX_F32, 1, (int64_t[]){6}, 1.0);
-    lpx_tensor *g = mk_rand(LPX_F32, 2, shape, 1.0), *y = NULL, *rstd = NULL, *gx = NULL, *gw = NULL;
+    lpx_tensor *x = mk_randn(LPX_F32, 2, shape, 1.0), *w = mk_randn(LPX_F32, 1, (int64_t[]){6}, 1.0);
+    lpx_tensor *g = mk_randn(LPX_F32, 2, shape, 1.0), *y = NULL, *rstd = NULL, *gx = NULL, *gw = NULL;
     double *gv = rd(g);
     CHECK_OK(lpx_rmsnorm(x, w, 1e-6, &y, &rstd));
     CHECK_OK(lpx_rmsnorm_backward(g, x, w, rstd, &gx, &gw));
@@ -213,7 +190,7 @@ static void test_rmsnorm_finite_difference(void)
 static void test_rmsnorm_backward_boxed(void)
 {
     int64_t shape[2] = {2, 3};
-    lpx_tensor *x = mk_rand(LPX_F32, 2, shape, 1.0), *g = mk_rand(LPX_F32, 2, shape, 1.0), *y = NULL, *rstd = NULL;
+    lpx_tensor *x = mk_randn(LPX_F32, 2, shape, 1.0), *g = mk_randn(LPX_F32, 2, shape, 1.0), *y = NULL, *rstd = NULL;
     CHECK_OK(lpx_rmsnorm(x, NULL, 1e-6, &y, &rstd));
     lpx_value args[4] = {lpx_v_tensor(g), lpx_v_tensor(x), lpx_v_none(), lpx_v_tensor(rstd)};
     lpx_call c;
@@ -224,7 +201,7 @@ static void test_rmsnorm_backward_boxed(void)
         double *gv = rd(g), *xv = rd(x), *rv = rd(rstd), *gwv = rd(c.rets[1].u.t), ref[3] = {0};
         for (int i = 0; i < 2; i++)
             for (int j = 0; j < 3; j++) ref[j] += gv[i * 3 + j] * xv[i * 3 + j] * rv[i];
-        CHECK(cmp("grad_w", gwv, ref, 3, 1e-5, 1e-6) == 0);
+        CHECK(cmp_close("grad_w", gwv, ref, 3, 1e-5, 1e-6) == 0);
         free(gv);
         free(xv);
         free(rv);
@@ -261,19 +238,19 @@ static void softmax_case(lpx_dtype dt, int dim, bool transposed, double scale)
     int64_t shape[3] = {3, 4, 5};
     lpx_tensor *s = NULL, *x;
     if (transposed) {
-        s = mk_rand(dt, 3, (int64_t[]){5, 4, 3}, scale);
+        s = mk_randn(dt, 3, (int64_t[]){5, 4, 3}, scale);
         x = view(s, 3, shape, (int64_t[]){1, 3, 12}, 0);
     } else {
-        x = mk_rand(dt, 3, shape, scale);
+        x = mk_randn(dt, 3, shape, scale);
     }
     int d = dim < 0 ? dim + 3 : dim;
-    lpx_tensor *y = NULL, *g = mk_rand(dt, 3, shape, 1.0), *gx = NULL;
+    lpx_tensor *y = NULL, *g = mk_randn(dt, 3, shape, 1.0), *gx = NULL;
     CHECK_OK(lpx_softmax(x, dim, &y));
     if (!y) goto out;
     CHECK(shape_is(y, 3, shape) && lpx_tensor_dtype(y) == dt);
     double *xv = rd(x), *yv = rd(y), yr[60];
     softmax_ref(xv, 3, shape, d, yr);
-    CHECKF(cmp("softmax", yv, yr, 60, rel_of(dt), 1e-7) == 0, "softmax %s dim %d trans %d scale %g",
+    CHECKF(cmp_close("softmax", yv, yr, 60, rel_of(dt), 1e-7) == 0, "softmax %s dim %d trans %d scale %g",
            lpx_dtype_name(dt), dim, transposed, scale);
     /* backward: y * (g - sum(g * y)) along dim, from the op's own y */
     CHECK_OK(lpx_softmax_backward(g, y, dim, &gx));
@@ -288,7 +265,7 @@ static void softmax_case(lpx_dtype dt, int dim, bool transposed, double scale)
             for (int64_t i = 0; i < L; i++) sgy += gv[base + i * inner] * yy[base + i * inner];
             for (int64_t i = 0; i < L; i++) gr[base + i * inner] = yy[base + i * inner] * (gv[base + i * inner] - sgy);
         }
-        CHECK(cmp("softmax_backward", gxv, gr, 60, rel_of(dt), rel_of(dt) * 0.1) == 0);
+        CHECK(cmp_close("softmax_backward", gxv, gr, 60, rel_of(dt), rel_of(dt) * 0.1) == 0);
         free(gv);
         free(gxv);
     }
@@ -333,7 +310,7 @@ static double softmax_loss(lpx_tensor *x, int dim, const double *g)
 static void test_softmax_finite_difference(void)
 {
     int64_t shape[2] = {3, 5};
-    lpx_tensor *x = mk_rand(LPX_F32, 2, shape, 1.0), *g = mk_rand(LPX_F32, 2, shape, 1.0), *y = NULL, *gx = NULL;
+    lpx_tensor *x = mk_randn(LPX_F32, 2, shape, 1.0), *g = mk_randn(LPX_F32, 2, shape, 1.0), *y = NULL, *gx = NULL;
     double *gv = rd(g);
     for (int dim = 0; dim < 2; dim++) {
         CHECK_OK(lpx_softmax(x, dim, &y));
@@ -391,14 +368,14 @@ static void ce_case(lpx_dtype dt, lpx_dtype tdt, bool strided, double scale, con
     int64_t N = 6, C = 5, ignore = -100;
     lpx_tensor *s = NULL, *logits, *ts = NULL, *target;
     if (strided) {
-        s = mk_rand(dt, 2, (int64_t[]){C, N}, scale);
+        s = mk_randn(dt, 2, (int64_t[]){C, N}, scale);
         logits = view(s, 2, (int64_t[]){N, C}, (int64_t[]){1, N}, 0);
         int64_t t2[12];
         for (int i = 0; i < 12; i++) t2[i] = i % 2 ? 99 : tv[i / 2];
         ts = mk_idx(tdt, 1, (int64_t[]){12}, t2);
         target = view(ts, 1, (int64_t[]){N}, (int64_t[]){2}, 0);
     } else {
-        logits = mk_rand(dt, 2, (int64_t[]){N, C}, scale);
+        logits = mk_randn(dt, 2, (int64_t[]){N, C}, scale);
         target = mk_idx(tdt, 1, (int64_t[]){N}, tv);
     }
     lpx_tensor *loss = NULL, *gl = NULL;
@@ -412,7 +389,7 @@ static void ce_case(lpx_dtype dt, lpx_dtype tdt, bool strided, double scale, con
         CHECKF(isfinite(lossv[0]) && fabs(lossv[0] - ref) <= rel_of(dt) * fabs(ref) + 1e-6,
                "cross_entropy %s/%s strided %d scale %g: %.9g vs %.9g", lpx_dtype_name(dt), lpx_dtype_name(tdt),
                strided, scale, lossv[0], ref);
-        CHECK(cmp("grad_logits", glv, glr, N * C, rel_of(dt), 1e-7) == 0);
+        CHECK(cmp_close("grad_logits", glv, glr, N * C, rel_of(dt), 1e-7) == 0);
         free(lv);
         free(lossv);
         free(glv);
@@ -451,7 +428,7 @@ static double ce_loss(lpx_tensor *logits, lpx_tensor *target)
 
 static void test_cross_entropy_finite_difference(void)
 {
-    lpx_tensor *logits = mk_rand(LPX_F32, 2, (int64_t[]){4, 6}, 1.0);
+    lpx_tensor *logits = mk_randn(LPX_F32, 2, (int64_t[]){4, 6}, 1.0);
     lpx_tensor *target = mk_idx(LPX_I64, 1, (int64_t[]){4}, (int64_t[]){5, 3, 0, 2}), *gl = NULL;
     CHECK_OK(lpx_cross_entropy_backward(logits, target, 3, 1.0, &gl));
     if (gl) {
@@ -483,9 +460,9 @@ static void test_mse(void)
     static const lpx_dtype dts[] = {LPX_F32, LPX_BF16};
     for (int d = 0; d < 2; d++) {
         lpx_dtype dt = dts[d];
-        lpx_tensor *s = mk_rand(dt, 2, (int64_t[]){5, 4}, 1.0);
+        lpx_tensor *s = mk_randn(dt, 2, (int64_t[]){5, 4}, 1.0);
         lpx_tensor *a = view(s, 2, (int64_t[]){4, 5}, (int64_t[]){1, 4}, 0);
-        lpx_tensor *b = mk_rand(dt, 2, (int64_t[]){4, 5}, 1.0), *loss = NULL, *ga = NULL;
+        lpx_tensor *b = mk_randn(dt, 2, (int64_t[]){4, 5}, 1.0), *loss = NULL, *ga = NULL;
         CHECK_OK(lpx_mse_loss(a, b, &loss));
         CHECK_OK(lpx_mse_loss_backward(a, b, 3.0, &ga));
         if (loss && ga) {
@@ -497,7 +474,7 @@ static void test_mse(void)
             CHECK(lpx_tensor_ndim(loss) == 0 && lpx_tensor_dtype(loss) == dt);
             CHECK(fabs(lv[0] - ref) <= rel_of(dt) * ref);
             CHECK(shape_is(ga, 2, (int64_t[]){4, 5}) && lpx_tensor_dtype(ga) == dt);
-            CHECK(cmp("mse grad", gv, gr, 20, rel_of(dt), 1e-7) == 0);
+            CHECK(cmp_close("mse grad", gv, gr, 20, rel_of(dt), 1e-7) == 0);
             free(av);
             free(bv);
             free(lv);
@@ -536,10 +513,10 @@ static void embedding_case(lpx_dtype wdt, lpx_dtype idt, bool transposed_w)
     int64_t V = 7, D = 4;
     lpx_tensor *s = NULL, *w;
     if (transposed_w) {
-        s = mk_rand(wdt, 2, (int64_t[]){D, V}, 1.0);
+        s = mk_randn(wdt, 2, (int64_t[]){D, V}, 1.0);
         w = view(s, 2, (int64_t[]){V, D}, (int64_t[]){1, V}, 0);
     } else {
-        w = mk_rand(wdt, 2, (int64_t[]){V, D}, 1.0);
+        w = mk_randn(wdt, 2, (int64_t[]){V, D}, 1.0);
     }
     static const int64_t iv[6] = {3, 0, 6, 3, 3, 1};
     lpx_tensor *idx = mk_idx(idt, 2, (int64_t[]){2, 3}, iv), *y = NULL;
@@ -556,14 +533,14 @@ static void embedding_case(lpx_dtype wdt, lpx_dtype idt, bool transposed_w)
         free(yv);
     }
     /* backward: rows of grad scatter-added into [V, D] (index 3 thrice) */
-    lpx_tensor *g = mk_rand(wdt, 3, (int64_t[]){2, 3, D}, 1.0), *gw = NULL;
+    lpx_tensor *g = mk_randn(wdt, 3, (int64_t[]){2, 3, D}, 1.0), *gw = NULL;
     CHECK_OK(lpx_embedding_backward(g, idx, V, &gw));
     if (gw) {
         CHECK(shape_is(gw, 2, (int64_t[]){V, D}) && lpx_tensor_dtype(gw) == wdt);
         double *gv = rd(g), *gwv = rd(gw), ref[28] = {0};
         for (int i = 0; i < 6; i++)
             for (int j = 0; j < D; j++) ref[iv[i] * D + j] += gv[i * D + j];
-        CHECK(cmp("embedding_backward", gwv, ref, V * D, rel_of(wdt), 1e-6) == 0);
+        CHECK(cmp_close("embedding_backward", gwv, ref, V * D, rel_of(wdt), 1e-6) == 0);
         for (int j = 0; j < D; j++) CHECK(gwv[2 * D + j] == 0.0);  /* row 2 never indexed */
         free(gv);
         free(gwv);
@@ -585,7 +562,7 @@ static void test_embedding(void)
             embedding_case(wd[d], LPX_I32, t);
         }
     /* strided indices and empty ones */
-    lpx_tensor *w = mk_rand(LPX_F32, 2, (int64_t[]){5, 3}, 1.0);
+    lpx_tensor *w = mk_randn(LPX_F32, 2, (int64_t[]){5, 3}, 1.0);
     lpx_tensor *is = mk_idx(LPX_I32, 1, (int64_t[]){6}, (int64_t[]){4, 9, 0, 9, 2, 9});
     lpx_tensor *iv = view(is, 1, (int64_t[]){3}, (int64_t[]){2}, 0), *y = NULL;
     CHECK_OK(lpx_embedding(w, iv, &y));
@@ -602,7 +579,7 @@ static void test_embedding(void)
     CHECK(shape_is(y, 2, (int64_t[]){0, 3}));
     lpx_tensor_release(y);
     y = NULL;
-    lpx_tensor *ge = mk_rand(LPX_BF16, 2, (int64_t[]){0, 3}, 1.0);
+    lpx_tensor *ge = mk_randn(LPX_BF16, 2, (int64_t[]){0, 3}, 1.0);
     CHECK_OK(lpx_embedding_backward(ge, ie, 4, &y));
     if (y) {
         double *yv = rd(y);
@@ -624,8 +601,8 @@ static lpx_status redispatch_fallback(lpx_call *c) { return lpx_redispatch(c); }
 
 static void test_errors(void)
 {
-    lpx_tensor *x = mk_rand(LPX_F32, 2, (int64_t[]){2, 4}, 1.0), *y = NULL, *r = NULL;
-    lpx_tensor *w3 = mk_rand(LPX_F32, 1, (int64_t[]){3}, 1.0), *s0 = mk(LPX_F32, 0, NULL, (double[]){1});
+    lpx_tensor *x = mk_randn(LPX_F32, 2, (int64_t[]){2, 4}, 1.0), *y = NULL, *r = NULL;
+    lpx_tensor *w3 = mk_randn(LPX_F32, 1, (int64_t[]){3}, 1.0), *s0 = mk(LPX_F32, 0, NULL, (double[]){1});
     lpx_tensor *xi = mk_idx(LPX_I32, 2, (int64_t[]){2, 4}, (int64_t[]){1, 2, 3, 4, 5, 6, 7, 8});
 
     /* rmsnorm */
@@ -641,7 +618,7 @@ static void test_errors(void)
     CHECK_OK(lpx_rmsnorm(x, NULL, 1e-6, &y, &rs));
     lpx_tensor_release(y);
     y = NULL;
-    lpx_tensor *g3 = mk_rand(LPX_F32, 2, (int64_t[]){2, 3}, 1.0);
+    lpx_tensor *g3 = mk_randn(LPX_F32, 2, (int64_t[]){2, 3}, 1.0);
     CHECK_ERR(lpx_rmsnorm_backward(g3, x, NULL, rs, &gx, &gw), LPX_ESHAPE);
     CHECK_MSG("grad [2, 3] and x [2, 4]");
     CHECK_ERR(lpx_rmsnorm_backward(x, x, NULL, w3, &gx, &gw), LPX_ESHAPE);
@@ -660,7 +637,7 @@ static void test_errors(void)
     CHECK_ERR(lpx_softmax_backward(x, x, 5, &y), LPX_ERANGE);
 
     /* cross-entropy */
-    lpx_tensor *logits = mk_rand(LPX_F32, 2, (int64_t[]){3, 5}, 1.0);
+    lpx_tensor *logits = mk_randn(LPX_F32, 2, (int64_t[]){3, 5}, 1.0);
     lpx_tensor *tbad = mk_idx(LPX_I64, 1, (int64_t[]){3}, (int64_t[]){0, 1, 7});
     lpx_tensor *tneg = mk_idx(LPX_I32, 1, (int64_t[]){3}, (int64_t[]){-1, 1, 2});
     lpx_tensor *tf = mk(LPX_F32, 1, (int64_t[]){3}, (double[]){0, 1, 2});
@@ -689,7 +666,7 @@ static void test_errors(void)
     CHECK_ERR(lpx_mse_loss(x, xi, &y), LPX_EDTYPE);
 
     /* embedding */
-    lpx_tensor *emb = mk_rand(LPX_F32, 2, (int64_t[]){5, 2}, 1.0);
+    lpx_tensor *emb = mk_randn(LPX_F32, 2, (int64_t[]){5, 2}, 1.0);
     lpx_tensor *ibad = mk_idx(LPX_I64, 2, (int64_t[]){2, 3}, (int64_t[]){0, 1, 2, 3, 4, 5});
     lpx_tensor *ineg = mk_idx(LPX_I32, 1, (int64_t[]){2}, (int64_t[]){1, -2});
     CHECK_ERR(lpx_embedding(emb, ibad, &y), LPX_ERANGE);
@@ -700,7 +677,7 @@ static void test_errors(void)
     CHECK_MSG("indices has dtype f32");
     CHECK_ERR(lpx_embedding(w3, tok, &y), LPX_ESHAPE);
     CHECK_MSG("weight [3] must be [V, D]");
-    lpx_tensor *g23 = mk_rand(LPX_F32, 3, (int64_t[]){2, 3, 2}, 1.0);
+    lpx_tensor *g23 = mk_randn(LPX_F32, 3, (int64_t[]){2, 3, 2}, 1.0);
     CHECK_ERR(lpx_embedding_backward(g23, ibad, 5, &y), LPX_ERANGE);
     CHECK_MSG("embedding_backward: indices[1, 2] = 5");
     CHECK_ERR(lpx_embedding_backward(g23, ibad, -1, &y), LPX_EINVAL);
@@ -734,9 +711,9 @@ static void test_errors(void)
 
 static void test_oom(void)
 {
-    lpx_tensor *x = mk_rand(LPX_BF16, 2, (int64_t[]){3, 4}, 1.0), *w = mk_rand(LPX_BF16, 1, (int64_t[]){4}, 1.0);
+    lpx_tensor *x = mk_randn(LPX_BF16, 2, (int64_t[]){3, 4}, 1.0), *w = mk_randn(LPX_BF16, 1, (int64_t[]){4}, 1.0);
     lpx_tensor *t = mk_idx(LPX_I64, 1, (int64_t[]){3}, (int64_t[]){0, 3, 1});
-    lpx_tensor *e = mk_rand(LPX_BF16, 2, (int64_t[]){3, 4}, 1.0);
+    lpx_tensor *e = mk_randn(LPX_BF16, 2, (int64_t[]){3, 4}, 1.0);
     for (long n = 0; n < 10; n++) {
         lpx_tensor *a = NULL, *b = NULL;
         lpx__fail_alloc_after(n);
