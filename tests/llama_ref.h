@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "lpx/lpx.h"
+#include "check.h"
 
 #define LREF_DIM 64
 #define LREF_LAYERS 2
@@ -189,6 +190,29 @@ static inline int lref_tokens(const char *dir, int32_t *ids, int cap)
     while (n < cap && fread(&v, 4, 1, f) == 1) ids[n++] = (int32_t)v;
     fclose(f);
     return n;
+}
+
+/* The fixture's forward composed on dev in f32 and in bf16 against
+ * transformers' logits: f32 within 1e-5 of the largest logit (f32
+ * arithmetic, other summation orders), bf16 within 3e-2 (weights and every
+ * op's result rounded to bf16 once; the CPU measures 8.8e-3). `where`
+ * names the device in the printed lines. Uses check.h's CHECK macros. */
+static inline void lref_check_compose(const char *dir, lpx_device dev, const char *where)
+{
+    int32_t ids[64];
+    int n = dir ? lref_tokens(dir, ids, 64) : 0;
+    CHECKF(n == 24, "fixture tokens: %d (%s)", n, dir ? dir : "no fixture directory");
+    if (n != 24) return;
+    const lpx_dtype dts[2] = {LPX_F32, LPX_BF16};
+    const double bound[2] = {1e-5, 3e-2};
+    for (int i = 0; i < 2; i++) {
+        lpx_tensor *lg = NULL;
+        CHECK_OK(lref_forward(dir, dts[i], dev, ids, n, &lg));
+        double e = lg ? lref_logits_error(dir, lg) : NAN;
+        printf("  %s %s: logits %.2e of max |logit| from transformers'\n", lpx_dtype_name(dts[i]), where, e);
+        CHECKF(e <= bound[i], "%s %s: logits off by %.3g (bound %.3g)", lpx_dtype_name(dts[i]), where, e, bound[i]);
+        lpx_tensor_release(lg);
+    }
 }
 
 #endif

@@ -127,22 +127,7 @@ static void test_logits_and_grads_equal_transformers(void)
  * tools/train), give transformers' logits in f32 and in bf16 (weights and
  * activations bf16, each op's result rounded once): the bounds the GPU
  * suite holds its kernels to on the same composition. */
-static void test_ops_compose_to_transformers(void)
-{
-    int32_t ids[64];
-    int n = lref_tokens(fixture, ids, 64);
-    CHECK(n == 24);
-    const lpx_dtype dts[2] = {LPX_F32, LPX_BF16};
-    const double bound[2] = {1e-5, 3e-2};
-    for (int i = 0; i < 2; i++) {
-        lpx_tensor *lg = NULL;
-        CHECK_OK(lref_forward(fixture, dts[i], lpx_cpu(), ids, n, &lg));
-        double e = lg ? lref_logits_error(fixture, lg) : NAN;
-        printf("  %s composition: logits %.2e of max |logit| from transformers'\n", lpx_dtype_name(dts[i]), e);
-        CHECKF(e <= bound[i], "%s: logits off by %.3g (bound %.3g)", lpx_dtype_name(dts[i]), e, bound[i]);
-        lpx_tensor_release(lg);
-    }
-}
+static void test_ops_compose_to_transformers(void) { lref_check_compose(fixture, lpx_cpu(), "composition on the CPU"); }
 
 /* The same checkpoint with a transformers 4.x config.json (rope_theta and
  * rope_scaling at the top level, "type" instead of "rope_type"): the same
