@@ -51,7 +51,7 @@ static void run_ranks(int n, lpx_comm_rank_fn fn, void *ctx)
 
 /* Bitwise equality of dense tensors (same dtype/shape; contiguous copies
  * compared), or of kind tensors through their inner tensors. */
-static bool same_bits(lpx_tensor *a, lpx_tensor *b)
+static inline bool same_bits(lpx_tensor *a, lpx_tensor *b)
 {
     if (!a || !b || lpx_tensor_kind(a) != lpx_tensor_kind(b) || lpx_tensor_dtype(a) != lpx_tensor_dtype(b) ||
         lpx_tensor_ndim(a) != lpx_tensor_ndim(b) ||
@@ -76,7 +76,7 @@ static bool same_bits(lpx_tensor *a, lpx_tensor *b)
     return ok;
 }
 
-static double max_abs_diff(lpx_tensor *a, lpx_tensor *b)
+static inline double max_abs_diff(lpx_tensor *a, lpx_tensor *b)
 {
     lpx_tensor *d = NULL, *m = NULL, *fa = NULL, *fb = NULL;
     double v = 1e30;
@@ -88,6 +88,17 @@ static double max_abs_diff(lpx_tensor *a, lpx_tensor *b)
     lpx_tensor_release(fa);
     lpx_tensor_release(fb);
     return v;
+}
+
+/* A sharding engine over a 1-D mesh of comm (cfg may be NULL). */
+static inline lpx_status new_engine(lpx_comm *comm, const lpx_fsdp_config *cfg, lpx_fsdp **f)
+{
+    lpx_mesh *mesh = NULL;
+    lpx_status st = lpx_mesh_new(comm, &mesh);
+    if (st) return st;
+    st = lpx_fsdp_new(mesh, cfg, f);
+    lpx_mesh_release(mesh); /* the engine holds it */
+    return st;
 }
 
 #endif

@@ -27,16 +27,6 @@ static lpx_tensor *randn(int nd, const int64_t *shape, uint64_t seed, lpx_dtype 
     return t;
 }
 
-static lpx_status new_engine(lpx_comm *comm, const lpx_fsdp_config *cfg, lpx_fsdp **f)
-{
-    lpx_mesh *mesh = NULL;
-    lpx_status st = lpx_mesh_new(comm, &mesh);
-    if (st) return st;
-    st = lpx_fsdp_new(mesh, cfg, f);
-    lpx_mesh_release(mesh); /* the engine holds it */
-    return st;
-}
-
 static uint64_t ag_calls(lpx_fsdp *f)
 {
     lpx_fsdp_stats s = {.struct_size = sizeof s};

@@ -19,9 +19,6 @@
 #include "check.h"
 #include "dt_util.h"
 
-/* dt_util.h's helper this test does not need */
-static double (*const unused_max_abs_diff)(lpx_tensor *, lpx_tensor *) = max_abs_diff;
-
 #define I8W_MAGIC 0x57384949u
 
 typedef struct i8w_state {
@@ -198,14 +195,10 @@ static lpx_status rank_fn(lpx_comm *comm, void *vc)
 {
     ctx *c = vc;
     int r = lpx_comm_rank(comm);
-    lpx_mesh *mesh = NULL;
     lpx_fsdp *f = NULL;
     lpx_fsdp_group *g = NULL;
     lpx_tensor *mi = NULL, *mf = NULL, *md = NULL, *wi = NULL, *wf = NULL;
-    lpx_status st = lpx_mesh_new(comm, &mesh);
-    if (st) return st;
-    st = lpx_fsdp_new(mesh, NULL, &f);
-    lpx_mesh_release(mesh);
+    lpx_status st = new_engine(comm, NULL, &f);
     if (st) return st;
     /* private copies of the masters: the optimizer updates them in place */
     RCHECK_OK(r, lpx_clone(c->m_i8, &mi));
@@ -302,7 +295,6 @@ static void test_sync_slots_validated(void)
 
 int main(void)
 {
-    (void)unused_max_abs_diff;
     RUN(test_plugin_wrapper_kind);
     RUN(test_sync_slots_validated);
     return CHECK_DONE();
