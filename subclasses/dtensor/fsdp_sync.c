@@ -36,41 +36,47 @@ static lpx_status sync_need(const char *op, const fsdp_param *p, int *count, int
 }
 
 /* The values of every parameter of groups gs[0..ng) that agree with
- * reduction `red`: local values in, ONE all-reduce, results applied. */
+ * reduction `red`: the parameters that ask are listed once, their local
+ * values packed, ONE all-reduce, the results handed back in the same
+ * order. */
 static lpx_status sync_one_op(lpx_fsdp *f, lpx_fsdp_group *const *gs, int ng, lpx_reduce_op red, const char *op)
 {
     lpx_status st = LPX_OK;
+    int np = 0, n, r;
+    for (int j = 0; j < ng; j++) np += gs[j]->n;
+    lpx_tensor **who = lpx_calloc((size_t)np + 1, sizeof *who);
+    int *cnt = lpx_calloc((size_t)np + 1, sizeof *cnt);
+    float *vals = NULL;
     size_t total = 0;
-    int n, r;
+    int k = 0;
+    if (!who || !cnt) st = lpx_error(LPX_ENOMEM, "%s: out of memory", op);
     for (int j = 0; j < ng && !st; j++)
         for (int i = 0; i < gs[j]->n && !st; i++)
-            if (!(st = sync_need(op, &gs[j]->p[i], &n, &r)) && n && r == (int)red) total += (size_t)n;
-    if (st || !total) return st; /* every rank has the same params: no rank enters a collective */
-    float *vals = lpx_calloc(total, sizeof *vals);
-    if (!vals) return lpx_error(LPX_ENOMEM, "%s: out of memory for %zu values", op, total);
+            if (!(st = sync_need(op, &gs[j]->p[i], &n, &r)) && n && r == (int)red) {
+                who[k] = fsdp_local(&gs[j]->p[i]);
+                cnt[k++] = n;
+                total += (size_t)n;
+            }
+    /* every rank has the same params: all or none enter the collective */
+    if (st || !total) goto out;
+    if (!(vals = lpx_calloc(total, sizeof *vals))) {
+        st = lpx_error(LPX_ENOMEM, "%s: out of memory for %zu values", op, total);
+        goto out;
+    }
     size_t at = 0;
-    for (int j = 0; j < ng && !st; j++)
-        for (int i = 0; i < gs[j]->n && !st; i++) {
-            const fsdp_param *p = &gs[j]->p[i];
-            if ((st = sync_need(op, p, &n, &r)) || !n || r != (int)red) continue;
-            lpx_tensor *l = fsdp_local(p);
-            st = lpx_kind_vtable(lpx_tensor_kind(l))->sync_local(l, vals + at);
-            at += (size_t)n;
-        }
+    for (int q = 0; q < k && !st; at += (size_t)cnt[q++])
+        st = lpx_kind_vtable(lpx_tensor_kind(who[q]))->sync_local(who[q], vals + at);
     /* a local failure must not leave the other ranks in the collective */
     if (st) st = dt_abort(f->comm, st);
     if (!st) st = fsdp_all_reduce_host(f, f->comm, vals, total, LPX_F32, red);
     if (!st) f->st.amax_allreduces++;
     at = 0;
-    for (int j = 0; j < ng && !st; j++)
-        for (int i = 0; i < gs[j]->n && !st; i++) {
-            const fsdp_param *p = &gs[j]->p[i];
-            if ((st = sync_need(op, p, &n, &r)) || !n || r != (int)red) continue;
-            lpx_tensor *l = fsdp_local(p);
-            st = lpx_kind_vtable(lpx_tensor_kind(l))->sync_apply(l, vals + at);
-            at += (size_t)n;
-        }
+    for (int q = 0; q < k && !st; at += (size_t)cnt[q++])
+        st = lpx_kind_vtable(lpx_tensor_kind(who[q]))->sync_apply(who[q], vals + at);
+out:
     lpx_free(vals);
+    lpx_free(who);
+    lpx_free(cnt);
     return st;
 }
 
