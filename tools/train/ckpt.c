@@ -630,18 +630,12 @@ lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck)
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         FAIL(LPX_ENOTFOUND, "--resume '%s': no such checkpoint directory", dir);
     snprintf(path, sizeof path, "%s/%s", dir, MANIFEST);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    size_t n = 0;
+    st = tr_read_file(path, 64u << 20, &text, &n);
+    if (st == LPX_ENOTFOUND)
         FAIL(LPX_ENOTFOUND, "--resume '%s': no %s: not a complete lpx train checkpoint (a save writes its manifest "
              "last; an interrupted one leaves none)", dir, MANIFEST);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    text = n >= 0 && n < (64l << 20) ? malloc((size_t)n + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!text || got != (size_t)n) FAIL(LPX_EIO, "--resume '%s': cannot read %s", dir, MANIFEST);
-    text[n] = 0;
+    if (st) FAIL(LPX_EIO, "--resume '%s': cannot read %s", dir, MANIFEST);
     /* the manifest's own checksum first: every value in it is trusted
      * only after that (and then validated like the command line) */
     {

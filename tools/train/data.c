@@ -8,6 +8,7 @@
  * pseudo-random offsets that depend only on (seed, step, micro-batch,
  * row): every rank count sees the same data, so --ranks 1 and --ranks N
  * compute the same losses. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,25 +20,28 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-static lpx_status read_all(const char *path, uint8_t **out, size_t *len)
+lpx_status tr_read_file(const char *path, size_t max, char **out, size_t *len)
 {
+    *out = NULL;
+    *len = 0;
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return lpx_error(LPX_EINVAL, "corpus '%s' is a directory (give a file with --data)", path);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return lpx_error(LPX_EINVAL, "'%s' is a directory", path);
     FILE *f = fopen(path, "rb");
-    if (!f) return lpx_error(LPX_EIO, "cannot open corpus '%s' (give one with --data FILE)", path);
-    size_t cap = 1 << 20, n = 0;
-    uint8_t *buf = malloc(cap);
-    while (buf) {
+    if (!f) return lpx_error(errno == ENOENT ? LPX_ENOTFOUND : LPX_EIO, "cannot open '%s': %s", path, strerror(errno));
+    /* grown as it reads: pipes and files alike, no size asked up front */
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    lpx_status st = LPX_OK;
+    while (buf && !st) {
         size_t k = fread(buf + n, 1, cap - n, f);
         n += k;
-        if (k == 0) break;
-        if (n == cap) {
-            uint8_t *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
+        if (n > max) st = lpx_error(LPX_EINVAL, "'%s' is larger than %zu bytes", path, max);
+        else if (k == 0) break;
+        else if (n == cap) {
+            char *nb = cap > (SIZE_MAX - 1) / 2 ? NULL : realloc(buf, cap * 2 + 1);
             if (!nb) {
                 free(buf);
                 buf = NULL;
-                break;
             }
             buf = nb;
             cap *= 2;
@@ -46,12 +50,28 @@ static lpx_status read_all(const char *path, uint8_t **out, size_t *len)
     bool err = ferror(f) != 0;
     fclose(f);
     if (!buf) return lpx_error(LPX_ENOMEM, "out of memory reading '%s'", path);
-    if (err) {
+    if (!st && err) st = lpx_error(LPX_EIO, "cannot read '%s'", path);
+    if (st) {
         free(buf);
-        return lpx_error(LPX_EIO, "cannot read corpus '%s'", path);
+        return st;
     }
+    buf[n] = 0;
     *out = buf;
     *len = n;
+    return LPX_OK;
+}
+
+lpx_status tr_token_ids(const unsigned char *b, size_t n, int width, int vocab, const char *what, uint32_t *out)
+{
+    for (size_t i = 0; i < n; i++, b += width) {
+        uint32_t id = width == 1 ? b[0] : width == 2 ? (uint32_t)(b[0] | b[1] << 8)
+                                                     : (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                                                           (uint32_t)b[3] << 24;
+        if (id >= (uint32_t)vocab)
+            return lpx_error(LPX_ERANGE, "%s: token id %u at position %zu is past the vocabulary (%d)", what, id, i,
+                             vocab);
+        out[i] = id;
+    }
     return LPX_OK;
 }
 
@@ -68,9 +88,11 @@ lpx_status tr_corpus_load(const char *path, int vocab, const char *dtype, tr_cor
     if (width == 2 && vocab > 65536)
         return lpx_error(LPX_EINVAL, "corpus '%s': u16 ids cannot address a vocabulary of %d (--data-dtype u32)",
                          path, vocab);
-    uint8_t *buf = NULL;
+    char *buf = NULL;
     size_t bytes = 0;
-    lpx_status st = read_all(path, &buf, &bytes);
+    lpx_status st = tr_read_file(path, SIZE_MAX - 1, &buf, &bytes);
+    if (st == LPX_EINVAL) return lpx_error(st, "corpus '%s' is a directory (give a file with --data)", path);
+    if (st == LPX_ENOTFOUND) return lpx_error(LPX_EIO, "cannot open corpus '%s' (give one with --data FILE)", path);
     if (st) return st;
     size_t n = bytes / (size_t)width;
     if (bytes % (size_t)width) {
@@ -86,20 +108,14 @@ lpx_status tr_corpus_load(const char *path, int vocab, const char *dtype, tr_cor
         free(buf);
         return lpx_error(LPX_ENOMEM, "out of memory for the %zu tokens of '%s'", n, path);
     }
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *b = buf + i * (size_t)width;
-        uint32_t id = width == 1 ? b[0] : width == 2 ? (uint32_t)(b[0] | b[1] << 8)
-                                                     : (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                                                           (uint32_t)b[3] << 24;
-        if (id >= (uint32_t)vocab) {
-            free(buf);
-            free(tok);
-            return lpx_error(LPX_ERANGE, "corpus '%s': token id %u at position %zu is past the vocabulary (%d)", path,
-                             id, i, vocab);
-        }
-        tok[i] = id;
-    }
+    char what[600];
+    snprintf(what, sizeof what, "corpus '%s'", path);
+    st = tr_token_ids((const unsigned char *)buf, n, width, vocab, what, tok);
     free(buf);
+    if (st) {
+        free(tok);
+        return st;
+    }
     c->tok = tok;
     c->n = n;
     c->n_train = n * 9 / 10;

@@ -116,31 +116,24 @@ out:
 static lpx_status read_tokens(const char *path, int vocab, int32_t **out, int *n)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return lpx_error(LPX_EIO, "cannot open --tokens '%s': %s", path, strerror(errno));
-    lpx_status st = LPX_OK;
-    long bytes = -1;
-    uint8_t *buf = NULL;
-    if (fseek(f, 0, SEEK_END) != 0 || (bytes = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        st = lpx_error(LPX_EIO, "cannot read --tokens '%s'", path);
-    } else if (bytes % 4 || bytes < 8 || bytes > 4L * (1 << 20)) {
-        st = lpx_error(LPX_EINVAL, "--tokens '%s' has %ld bytes: expected 2..1048576 little-endian u32 ids", path, bytes);
-    } else if (!(buf = malloc((size_t)bytes)) || !(*out = malloc((size_t)bytes))) {
-        st = lpx_error(LPX_ENOMEM, "out of memory");
-    } else if (fread(buf, 1, (size_t)bytes, f) != (size_t)bytes) {
-        st = lpx_error(LPX_EIO, "cannot read --tokens '%s'", path);
-    } else {
-        *n = (int)(bytes / 4);
-        for (int i = 0; i < *n && st == LPX_OK; i++) {
-            const uint8_t *b = buf + 4 * i;
-            uint32_t id = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-            if (id >= (uint32_t)vocab)
-                st = lpx_error(LPX_ERANGE, "--tokens '%s': token id %u at position %d is past the vocabulary (%d)",
-                               path, id, i, vocab);
-            (*out)[i] = (int32_t)id;
-        }
+    char *buf = NULL, what[600];
+    size_t bytes = 0;
+    lpx_status st = tr_read_file(path, 4u << 20, &buf, &bytes);
+    if (st) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", lpx_last_error());
+        return lpx_error(st == LPX_ENOTFOUND ? LPX_EIO : st, "--tokens: %s", why);
     }
-    fclose(f);
+    if (bytes % 4 || bytes < 8) {
+        free(buf);
+        return lpx_error(LPX_EINVAL, "--tokens '%s' has %zu bytes: expected 2..1048576 little-endian u32 ids", path,
+                         bytes);
+    }
+    *n = (int)(bytes / 4);
+    if (!(*out = malloc(bytes))) st = lpx_error(LPX_ENOMEM, "out of memory");
+    snprintf(what, sizeof what, "--tokens '%s'", path);
+    /* int32 and uint32 ids share their representation below vocab (< 2^31) */
+    if (!st) st = tr_token_ids((const unsigned char *)buf, (size_t)*n, 4, vocab, what, (uint32_t *)*out);
     free(buf);
     if (st) {
         free(*out);

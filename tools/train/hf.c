@@ -35,22 +35,11 @@ void tr_hf_name(const tr_param *P, char *buf, size_t n)
     }
 }
 
+/* a text file of at most 64 MiB (config.json, the shard index) */
 static lpx_status read_text(const char *path, char **out)
 {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return lpx_error(LPX_ENOTFOUND, "cannot open '%s': %s", path, strerror(errno));
-    char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (64L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        buf[n] = 0;
-        *out = buf;
-    } else {
-        free(buf);
-    }
-    fclose(f);
-    return *out ? LPX_OK : lpx_error(LPX_EIO, "cannot read '%s'", path);
+    size_t len;
+    return tr_read_file(path, 64u << 20, out, &len);
 }
 
 static bool get_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int *out)

@@ -173,6 +173,15 @@ typedef struct tr_corpus {
  * it and its position. Errors: LPX_EIO, LPX_EINVAL (too small, a size
  * that is not a whole number of ids), LPX_ENOMEM. */
 lpx_status tr_corpus_load(const char *path, int vocab, const char *dtype, tr_corpus *c);
+/* The whole file at `path` (at most max bytes) into a new NUL-terminated
+ * buffer (free()), its size in *len. Errors: LPX_ENOTFOUND (no such file),
+ * LPX_EINVAL (a directory, or larger than max), LPX_EIO, LPX_ENOMEM; the
+ * message names the path. */
+lpx_status tr_read_file(const char *path, size_t max, char **out, size_t *len);
+/* n little-endian token ids of `width` bytes (1, 2, 4) at b into out, each
+ * below vocab; else LPX_ERANGE "WHAT: token id ID at position P is past the
+ * vocabulary (V)". */
+lpx_status tr_token_ids(const unsigned char *b, size_t n, int width, int vocab, const char *what, uint32_t *out);
 void tr_corpus_free(tr_corpus *c);
 /* Fills idx/tgt (i32, [b * seq]) with micro-batch `chunk` of step `step`
  * (val: validation micro-batch `chunk`). Depends only on (seed, step,
