@@ -1,5 +1,6 @@
 /* The hot path: key set -> highest key -> table[op][key] -> kernel.
  * No hashing, no locks, no allocation. */
+#include <stdio.h>
 #include <string.h>
 #include "dispatch_internal.h"
 
@@ -36,6 +37,42 @@ static lpx_status bad_args(const lpx_call *c, const lpx_op_row *row)
             return lpx_error(LPX_EDEVICE, "%s: argument '%s': no backend for device type %d", s->name, a->name, (int)v->u.dev.type);
     }
     return lpx_error(LPX_EINVAL, "%s: no tensor or device argument to dispatch on", s->name);
+}
+
+static void device_str(lpx_device d, char *buf, size_t len)
+{
+    const lpx_backend_i *b = lpx_backend_for(d.type);
+    if (b) snprintf(buf, len, "%s:%d", b->name, (int)d.index);
+    else snprintf(buf, len, "device type %d:%d", (int)d.type, (int)d.index);
+}
+
+/* Slow path for tensors on different devices: names the op, the first
+ * tensor argument and the first one on another device. */
+static lpx_status mixed_devices(const lpx_call *c, const lpx_op_row *row)
+{
+    const lpx_schema *s = &row->schema;
+    const lpx_tensor *first = NULL;
+    char fname[96] = "", a[64], b[64];
+    for (int i = 0; i < s->nargs; i++) {
+        const lpx_value *v = &c->args[i];
+        uint32_t n = v->tag == LPX_TAG_TENSOR ? 1 : v->tag == LPX_TAG_TENSORS ? v->len : 0;
+        for (uint32_t j = 0; j < n; j++) {
+            const lpx_tensor *t = v->tag == LPX_TAG_TENSOR ? v->u.t : v->u.ts[j];
+            char name[96];
+            if (v->tag == LPX_TAG_TENSOR) snprintf(name, sizeof name, "'%s'", s->args[i].name);
+            else snprintf(name, sizeof name, "'%s'[%u]", s->args[i].name, j);
+            if (!first) {
+                first = t;
+                snprintf(fname, sizeof fname, "%s", name);
+            } else if (t->device.type != first->device.type || t->device.index != first->device.index) {
+                device_str(first->device, a, sizeof a);
+                device_str(t->device, b, sizeof b);
+                return lpx_error(LPX_EDEVICE, "%s: tensors on different devices: %s is on %s, %s on %s (move them "
+                                 "with lpx_tensor_to first)", s->name, fname, a, name, b);
+            }
+        }
+    }
+    return lpx_error(LPX_EDEVICE, "%s: tensors on different devices", s->name);
 }
 
 static lpx_status not_implemented(const lpx_call *c, const lpx_op_row *row, int key)
@@ -77,21 +114,30 @@ lpx_status lpx_dispatch(lpx_call *c)
     const lpx_schema *s = &row->schema;
     if (LPX_UNLIKELY(c->nargs != s->nargs || (!c->args && c->nargs))) return bad_args(c, row);
 
-    /* one pass: check tags and collect the key set */
+    /* one pass: check tags, collect the key set, and note whether every
+     * tensor lives on the first one's device */
     uint64_t keys = 0;
-    bool ok = true;
+    bool ok = true, mixed = false;
+    const lpx_tensor *first = NULL;
     for (int i = 0; i < s->nargs; i++) {
         const lpx_value *v = &c->args[i];
         const lpx_arg_spec *a = &s->args[i];
         if (v->tag == a->tag) {
             if (v->tag == LPX_TAG_TENSOR) {
-                if (LPX_UNLIKELY(!v->u.t)) { ok = false; break; }
-                keys |= v->u.t->keys;
+                const lpx_tensor *t = v->u.t;
+                if (LPX_UNLIKELY(!t)) { ok = false; break; }
+                keys |= t->keys;
+                if (!first) first = t;
+                mixed |= t->device.type != first->device.type || t->device.index != first->device.index;
             } else if (v->tag == LPX_TAG_TENSORS) {
                 if (LPX_UNLIKELY(v->len && !v->u.ts)) { ok = false; break; }
+                /* every element: a later one may carry the highest key */
                 for (uint32_t j = 0; j < v->len; j++) {
-                    if (LPX_UNLIKELY(!v->u.ts[j])) { ok = false; break; }
-                    keys |= v->u.ts[j]->keys;
+                    const lpx_tensor *t = v->u.ts[j];
+                    if (LPX_UNLIKELY(!t)) { ok = false; break; }
+                    keys |= t->keys;
+                    if (!first) first = t;
+                    mixed |= t->device.type != first->device.type || t->device.index != first->device.index;
                 }
             } else if (v->tag == LPX_TAG_DEVICE) {
                 int k = lpx_device_key(v->u.dev.type);
@@ -105,6 +151,7 @@ lpx_status lpx_dispatch(lpx_call *c)
         }
     }
     if (LPX_UNLIKELY(!ok || !keys)) return bad_args(c, row);
+    if (LPX_UNLIKELY(mixed) && !row->cross_device) return mixed_devices(c, row);
     c->keys = keys;
     st = run(c, row);
     if (LPX_UNLIKELY(st)) lpx_call_release_rets(c);

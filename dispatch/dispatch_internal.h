@@ -36,6 +36,8 @@ typedef struct lpx_op_row {
     lpx_schema schema;
     char *schema_text;
     atomic_bool dead;                 /* unregistered (rollback): a tombstone */
+    bool cross_device;                /* its tensors may live on different devices
+                                       * (copy_: moving bytes between them is its job) */
     struct lpx_op_row *retired_next;  /* dead rows stay allocated */
 } lpx_op_row;
 

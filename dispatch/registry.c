@@ -90,6 +90,9 @@ lpx_status lpx_op_register(const char *schema, lpx_op *out)
         lpx_free(row);
         return lpx_error(LPX_ENOMEM, "lpx_op_register: cannot copy schema");
     }
+    /* Every other op refuses tensors on different devices before any kernel
+     * runs (lpx_dispatch): one check for every backend and kind. */
+    row->cross_device = !strcmp(row->schema.name, "copy_");
     lpx_registry_lock();
     int n = atomic_load_explicit(&lpx__nops, memory_order_relaxed);
     if (name_find(op_names, row->schema.name)) {

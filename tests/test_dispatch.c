@@ -369,6 +369,157 @@ static void test_key_names(void)
     CHECK_ERR(lpx_backend_register(&dup, &key), LPX_EINVAL);
 }
 
+/* ---- every argument shape carries its keys ----------------------------
+ * The highest key may sit in any argument: a later element of a Tensor[]
+ * list, an optional tensor. A dispatcher that read only the first element
+ * of a list (or skipped optionals) would hand a kind tensor to a backend
+ * kernel; these cases fail on it. */
+static lpx_op op_list;        /* probe_list(Tensor[] xs) -> Tensor */
+static int list_cpu_runs, list_kind_runs;
+static lpx_status list_cpu(lpx_call *c)
+{
+    list_cpu_runs++;
+    last_key = c->key;
+    lpx_tensor_retain(c->args[0].u.ts[0]);
+    c->rets[c->nrets++] = lpx_v_tensor(c->args[0].u.ts[0]);
+    return LPX_OK;
+}
+static lpx_status list_kind(lpx_call *c)
+{
+    list_kind_runs++;
+    last_key = c->key;
+    return lpx_redispatch(c);
+}
+
+static lpx_status call_list(lpx_tensor **xs, uint32_t n, lpx_tensor **out)
+{
+    lpx_value a[1] = {lpx_v_tensors(xs, n)};
+    lpx_call c;
+    lpx_call_init(&c, op_list, a, 1);
+    lpx_status st = lpx_dispatch(&c);
+    *out = st ? NULL : c.rets[0].u.t;
+    return st;
+}
+
+static void test_keys_of_every_argument(void)
+{
+    const lpx_kind *k = register_kind("test_list_kind", LPX_PRIORITY_PAYLOAD);
+    CHECK_OK(lpx_op_register("probe_list(Tensor[] xs) -> Tensor", &op_list));
+    CHECK_OK(lpx_kernel_register(op_list, LPX_KEY_CPU, list_cpu, NULL));
+    CHECK_OK(lpx_kernel_register(op_list, lpx_kind_key(k), list_kind, NULL));
+    lpx_tensor *x = dense(), *y = dense(), *kx = wrap(k, x), *out = NULL;
+
+    /* the kind is the LAST of three elements: its handler runs first */
+    lpx_tensor *l3[3] = {x, y, kx};
+    list_cpu_runs = list_kind_runs = 0;
+    CHECK_OK(call_list(l3, 3, &out));
+    CHECK(list_kind_runs == 1 && list_cpu_runs == 1);
+    lpx_tensor_release(out);
+    /* dense only: the CPU kernel alone */
+    list_cpu_runs = list_kind_runs = 0;
+    CHECK_OK(call_list(l3, 2, &out));
+    CHECK(list_kind_runs == 0 && list_cpu_runs == 1 && last_key == LPX_KEY_CPU);
+    lpx_tensor_release(out);
+
+    /* a built-in op over a list whose second element is a kind without a
+     * cat handler: refused naming the kind, never given to the CPU kernel */
+    lpx_tensor *pair[2] = {x, kx};
+    CHECK_ERR(lpx_cat(pair, 2, 0, &out), LPX_ENOTIMPL);
+    CHECK(strstr(lpx_last_error(), "test_list_kind") != NULL);
+    CHECK(out == NULL);
+
+    /* the optional argument alone carries the kind's key */
+    CHECK_OK(lpx_kernel_register(op_probe, lpx_kind_key(k), probe_kind_redispatch, NULL));
+    kind_runs = cpu_runs = 0;
+    CHECK_OK(call_probe(x, kx, &out));
+    CHECK(kind_runs == 1 && cpu_runs == 1);
+    lpx_tensor_release(out);
+    /* absent, it adds nothing */
+    kind_runs = cpu_runs = 0;
+    CHECK_OK(call_probe(x, NULL, &out));
+    CHECK(kind_runs == 0 && cpu_runs == 1);
+    lpx_tensor_release(out);
+
+    lpx_tensor_release(kx);
+    lpx_tensor_release(x);
+    lpx_tensor_release(y);
+    CHECK_OK(lpx_kind_unregister(k));
+}
+
+/* ---- tensors on different devices -------------------------------------
+ * A second backend ("testdev", host memory under another device type)
+ * stands in for a GPU. Every op but copy_ refuses tensors on different
+ * devices (types, or indices of one type) with LPX_EDEVICE naming the op,
+ * both arguments and both devices, before any kernel runs. */
+#define TESTDEV_TYPE 41
+static void *testdev_alloc(void *self, lpx_device dev, size_t n) { (void)self, (void)dev; return malloc(n ? n : 1); }
+static void testdev_free(void *self, lpx_device dev, void *p, size_t n) { (void)self, (void)dev, (void)n; free(p); }
+static lpx_status testdev_copy(void *self, void *dst, lpx_device dd, const void *src, lpx_device sd, size_t n)
+{
+    (void)self, (void)dd, (void)sd;
+    memcpy(dst, src, n);
+    return LPX_OK;
+}
+static lpx_status testdev_sync(void *self, lpx_device dev) { (void)self, (void)dev; return LPX_OK; }
+static int testdev_runs;
+static lpx_status testdev_probe(lpx_call *c)
+{
+    testdev_runs++;
+    lpx_tensor_retain(c->args[0].u.t);
+    c->rets[c->nrets++] = lpx_v_tensor(c->args[0].u.t);
+    return LPX_OK;
+}
+
+static void test_mixed_devices_refused(void)
+{
+    lpx_backend_i be = {.struct_size = sizeof be, .name = "testdev", .device_type = TESTDEV_TYPE,
+                        .alloc = testdev_alloc, .free = testdev_free, .copy = testdev_copy, .sync = testdev_sync};
+    int key = 0;
+    CHECK_OK(lpx_backend_register(&be, &key));
+    CHECK(key > LPX_KEY_CPU && key <= LPX_KEY_BACKEND_LAST);
+    CHECK_OK(lpx_kernel_register(op_probe, key, testdev_probe, NULL));
+    int64_t shape[1] = {4};
+    lpx_tensor *c0 = dense(), *d0 = NULL, *d1 = NULL, *out = NULL;
+    CHECK_OK(lpx_tensor_new(LPX_F32, 1, shape, (lpx_device){TESTDEV_TYPE, 0}, &d0));
+    CHECK_OK(lpx_tensor_new(LPX_F32, 1, shape, (lpx_device){TESTDEV_TYPE, 1}, &d1));
+    if (!c0 || !d0 || !d1) goto done;
+
+    /* one device: the device's kernel */
+    testdev_runs = cpu_runs = 0;
+    CHECK_OK(call_probe(d0, d0, &out));
+    CHECK(testdev_runs == 1 && cpu_runs == 0);
+    lpx_tensor_release(out);
+
+    /* cpu + testdev (either order, the optional one too): refused */
+    testdev_runs = cpu_runs = 0;
+    CHECK_ERR(call_probe(c0, d0, &out), LPX_EDEVICE);
+    CHECK(strstr(lpx_last_error(), "probe") && strstr(lpx_last_error(), "'x' is on cpu:0") &&
+          strstr(lpx_last_error(), "'y' on testdev:0"));
+    CHECK_ERR(call_probe(d0, c0, &out), LPX_EDEVICE);
+    /* two indices of one device type */
+    CHECK_ERR(call_probe(d0, d1, &out), LPX_EDEVICE);
+    CHECK(strstr(lpx_last_error(), "testdev:1") != NULL);
+    CHECK(testdev_runs == 0 && cpu_runs == 0 && out == NULL);
+
+    /* a later list element on another device; and a built-in op */
+    lpx_tensor *l[3] = {c0, c0, d0};
+    CHECK_ERR(call_list(l, 3, &out), LPX_EDEVICE);
+    CHECK(strstr(lpx_last_error(), "'xs'[2] on testdev:0") != NULL);
+    CHECK_ERR(lpx_add(c0, d0, &out), LPX_EDEVICE);
+    CHECK(strstr(lpx_last_error(), "add") != NULL);
+    lpx_tensor *pair[2] = {c0, d0};
+    CHECK_ERR(lpx_cat(pair, 2, 0, &out), LPX_EDEVICE);
+
+    /* copy_ moves bytes between devices by contract: not refused by the
+     * device rule (testdev has no copy_ kernel, so it ends ENOTIMPL) */
+    CHECK_ERR(lpx_copy_(c0, d0), LPX_ENOTIMPL);
+done:
+    lpx_tensor_release(c0);
+    lpx_tensor_release(d0);
+    lpx_tensor_release(d1);
+    CHECK_OK(lpx_kernel_unregister(op_probe, key));
+}
+
 int main(void)
 {
     CHECK_OK(lpx_init());
@@ -380,5 +531,7 @@ int main(void)
     RUN(test_device_dispatch);
     RUN(test_concurrent_registration);
     RUN(test_key_names);
+    RUN(test_keys_of_every_argument);
+    RUN(test_mixed_devices_refused);
     return CHECK_DONE();
 }

@@ -952,14 +952,25 @@ static void test_linear_presets(void)
     lin_ref ref;
     lin_ref_init(&ref, 256, 512, 1024, LPX_F32, 1000);
     const char *presets[] = {"tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed"};
+    /* SQNR floors set from measurement (dB: out, grad_x, grad_W measured
+     * 28.5/24.6/24.6, 28.6/28.5/28.5, 28.6/28.5/130.9, 28.5/24.5/24.6 on
+     * these seeded inputs) minus a 1 dB margin (26% more noise power): the
+     * arithmetic is exact-order, so the numbers move only when the numerics
+     * do. A 1.5x scale error leaves 6 dB (error = half the signal); a
+     * broken codec or scale costs more than the margin (scripts/mutate.py
+     * lists the mutations this catches). grad_W in high precision:
+     * floor 100 dB (f32 GEMM against f64). */
+    static const double floors[4][3] = {
+        {27.5, 23.6, 23.6}, {27.6, 27.5, 27.5}, {27.6, 27.5, 100.0}, {27.5, 23.5, 23.6}};
     for (int p = 0; p < 4; p++) {
         lpx_float8_linear_recipe r;
         CHECK_OK(lpx_float8_linear_recipe_preset(presets[p], &r));
         lpx_float8_linear_report rep;
         lin_sqnr s = run_linear(&ref, &r, &rep, NULL);
         printf("  %-20s out %.1f dB  grad_x %.1f dB  grad_W %.1f dB\n", presets[p], s.out, s.gx, s.gw);
-        CHECKF(s.out >= 18.0 && s.gx >= 17.0 && s.gw >= 17.0, "%s: SQNR out %.2f gx %.2f gw %.2f", presets[p], s.out,
-               s.gx, s.gw);
+        CHECKF(s.out >= floors[p][0] && s.gx >= floors[p][1] && s.gw >= floors[p][2],
+               "%s: SQNR out %.2f gx %.2f gw %.2f below the floors %.1f/%.1f/%.1f", presets[p], s.out, s.gx, s.gw,
+               floors[p][0], floors[p][1], floors[p][2]);
         CHECK(rep.fprop.mode == LPX_FLOAT8_GEMM_FP8 && rep.dgrad.mode == LPX_FLOAT8_GEMM_FP8);
         CHECK(rep.wgrad.mode == (p == 2 ? LPX_FLOAT8_GEMM_HIGH_PRECISION : LPX_FLOAT8_GEMM_FP8));
         CHECK(rep.fprop.a.quantized && rep.fprop.a.stats.numel == 256 * 512);

@@ -616,9 +616,15 @@ static void test_hybrid_grad_reduce(void)
             CHECK(c.got[g] && lpx_tensor_shape(c.got[g])[0] == len);
             if (c.got[g] && ref) {
                 double err = max_abs_diff(c.got[g], ref);
-                /* fp8: three roundings (cast, shard sum, replica average)
-                 * of 1/8 each at worst; plain f32: a few ulps */
-                CHECKF(err <= (fp8 ? 0.25 * amax : 1e-5 * amax), "%s rank %d: error %g (amax %g)",
+                /* fp8: measured 0.524 and 0.703 (amax 20.12; the inputs
+                 * are seeded and the arithmetic is exact-order, so every
+                 * machine measures the same); bound 0.05 amax = 1.006,
+                 * 1.43x the worst measured. A replica SUM in place of the
+                 * average errs by 5.55, a 1.5x scale by > 2: both fail.
+                 * (The worst-case analysis, three e4m3 roundings of 1/16
+                 * on sums up to 2 amax, allows 0.25 amax: too loose to
+                 * catch either.) Plain f32: a few ulps. */
+                CHECKF(err <= (fp8 ? 0.05 * amax : 1e-5 * amax), "%s rank %d: error %g (amax %g)",
                        fp8 ? "fp8" : "plain", g, err, amax);
                 if (g >= cols) CHECKF(same_bits(c.got[g], c.got[g - cols]), "%s: replicas of shard %d differ",
                                       fp8 ? "fp8" : "plain", j);

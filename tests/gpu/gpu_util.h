@@ -1,12 +1,14 @@
 /* Shared set-up of the GPU suite (tests/gpu): loads lpx-cuda.so from
- * $LPX_TEST_CUDA_PLUGIN, exits 77 (meson's "skipped") when the plugin
- * declines because there is no GPU or driver, and moves tensors between
+ * $LPX_TEST_CUDA_PLUGIN, reports every case skipped when the plugin
+ * declines because the machine has no GPU (a failure when it has one),
+ * and moves tensors between
  * the CPU and the GPU so every CUDA kernel is checked against the CPU
  * backend on the same inputs. Everything is static inline. */
 #ifndef LPX_TESTS_GPU_UTIL_H
 #define LPX_TESTS_GPU_UTIL_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,10 +51,29 @@ static inline void gpu_coverage_write(void)
     fclose(f);
 }
 
-/* Loads the plugin; exits 77 with the reason when it declines (no GPU),
- * exits 1 when it fails for any other reason. Starts dispatch tracing for
- * the coverage file. */
-static inline void gpu_setup(void)
+/* True when this machine shows an NVIDIA GPU to its processes (a device
+ * node or the driver's GPU list): then a plugin that declines is broken,
+ * not absent, and the GPU suite must fail rather than skip. */
+static inline bool gpu_present(const char **where)
+{
+    static const char *nodes[] = {"/dev/nvidia0", "/proc/driver/nvidia/gpus"};
+    for (size_t i = 0; i < sizeof nodes / sizeof *nodes; i++) {
+        struct stat st;
+        if (stat(nodes[i], &st) == 0) {
+            *where = nodes[i];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Loads the plugin. When it declines because the machine has no GPU, every
+ * later case is reported skipped with the reason (check_skip_rest) and this
+ * returns false; a GPU that is present but unusable (driver or plugin
+ * broken), or LPX_TEST_REQUIRE_GPU=1 (make test-gpu), makes a decline a
+ * failure: exit 1. Any other load failure exits 1. Starts dispatch tracing
+ * for the coverage file. */
+static inline bool gpu_setup(void)
 {
     const char *path = getenv("LPX_TEST_CUDA_PLUGIN");
     if (!path || !*path) {
@@ -64,12 +85,14 @@ static inline void gpu_setup(void)
         exit(1);
     }
     if (lpx_plugin_load(path, &gpu_plugin)) {
-        const char *why = lpx_last_error();
-        if (strstr(why, "declined")) {
-            printf("SKIP: %s\n", why);
-            exit(GPU_SKIP);
+        const char *why = lpx_last_error(), *where = NULL;
+        const char *req = getenv("LPX_TEST_REQUIRE_GPU");
+        if (strstr(why, "declined") && !gpu_present(&where) && !(req && !strcmp(req, "1"))) {
+            check_skip_rest(CHECK_SKIP_GPU, "%s", why);
+            return false;
         }
-        printf("loading %s failed: %s\n", path, why);
+        if (where) printf("FAIL: this machine has a GPU (%s) but %s\n", where, why);
+        else printf("FAIL: loading %s failed: %s\n", path, why);
         exit(1);
     }
     if (getenv("LPX_TEST_GPU_COVERAGE")) {
@@ -79,6 +102,7 @@ static inline void gpu_setup(void)
         }
         atexit(gpu_coverage_write);
     }
+    return true;
 }
 
 static inline lpx_device gpu_dev(void) { return lpx_cuda_device(0); }

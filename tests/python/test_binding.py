@@ -1,6 +1,8 @@
-"""Tests of the Python binding (python/lpx) with real clients: numpy and,
-when importable, PyTorch through DLPack. Run by meson with an interpreter
-that has numpy; exits 77 (skip) when numpy is missing or under ASan."""
+"""Tests of the Python binding (python/lpx) with real clients: numpy,
+PyTorch through DLPack and the safetensors package. Run by meson with the
+project's test interpreter (.test-venv, made by scripts/ensure-deps.sh test)
+and with the system's python3 (numpy only: LPX_TEST_PY_NUMPY_ONLY=1); exits
+77 (skip) when numpy is missing or under ASan."""
 import gc
 import os
 import sys
@@ -18,14 +20,43 @@ except ImportError:
 
 import lpx  # noqa: E402
 
-failures = 0
+failures = passed = skipped = 0
+# LPX_TEST_PY_NUMPY_ONLY=1 (the system interpreter's run, tests/meson.build):
+# cases that need packages besides numpy are not part of this configuration,
+# so they are neither run nor counted; every other run needs them all, and a
+# missing one is a dependency skip (which fails CI, scripts/test-summary.py).
+NUMPY_ONLY = os.environ.get("LPX_TEST_PY_NUMPY_ONLY") == "1"
 
 
-def case(fn):
-    global failures
+class Skip(Exception):
+    """Raised by a case that cannot run here; carries the reason."""
+
+
+def needs(module):
+    """Imports `module` for a case, or skips the case naming the package."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise Skip(f"{module} is not importable by {sys.executable} "
+                   "(scripts/ensure-deps.sh test installs it)") from None
+
+
+def case(fn=None, *, extra=()):
+    """Runs a case at definition: ok, FAIL (with the traceback) or skip
+    (with the reason). `extra`: packages besides numpy the case imports."""
+    if fn is None:
+        return lambda f: case(f, extra=extra)
+    global failures, passed, skipped
+    if extra and NUMPY_ONLY:
+        return fn
     try:
         fn()
         print("ok  ", fn.__name__)
+        passed += 1
+    except Skip as e:
+        print(f"skip {fn.__name__} (dependency): {e}")
+        skipped += 1
     except Exception as e:  # noqa: BLE001
         import traceback
         traceback.print_exc()
@@ -130,14 +161,10 @@ def test_numpy_from_dlpack():
     assert (v == np.arange(10) * 2).all()
 
 
-@case
+@case(extra=("torch",))
 def test_torch_dlpack():
-    try:
-        import torch
-        import torch.utils.dlpack as tdl
-    except ImportError:
-        print("  skip: torch is not importable")
-        return
+    torch = needs("torch")
+    tdl = needs("torch.utils.dlpack")
     # torch -> lpx, strided, zero-copy
     x = torch.arange(24, dtype=torch.float32).reshape(4, 6)
     xt = x.t()
@@ -427,15 +454,11 @@ def test_nf4_model_save_load_bitexact():
             assert "missing.safetensors" in e.message and e.status == -14, str(e)
 
 
-@case
+@case(extra=("safetensors",))
 def test_safetensors_python_package_interop():
-    try:
-        import safetensors
-        from safetensors.numpy import load_file as st_load, save_file as st_save
-    except ImportError:
-        print("  skip: the `safetensors` package is not importable by", sys.executable,
-              "(pip install safetensors)")
-        return
+    safetensors = needs("safetensors")
+    st_load = needs("safetensors.numpy").load_file
+    st_save = needs("safetensors.numpy").save_file
     import tempfile
     rng = np.random.default_rng(7)
     arrays = {
@@ -501,5 +524,7 @@ def test_errors_carry_lpx_message():
         assert "nosuch" in e.message
 
 
-print(f"{failures} failed")
-sys.exit(1 if failures else 0)
+# the line the suite's summary reads (tests/check.h prints the same)
+print(f"{passed + failures + skipped} cases: {passed} passed, {failures} failed, {skipped} skipped")
+print(f"lpx-cases: passed={passed} failed={failures} skipped={skipped} gpu=0")
+sys.exit(1 if failures else (77 if skipped and not passed else 0))
