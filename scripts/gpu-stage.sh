@@ -120,8 +120,8 @@ PY
 cat >"$stage/run-gpu.sh" <<'EOF'
 #!/usr/bin/env bash
 # Runs the staged GPU suite (and with `bench` the benchmark) on this machine.
-#   bash run-gpu.sh            the GPU tests: PASS/FAIL/SKIP per test and
-#                              "N passed, N failed, N skipped"
+#   bash run-gpu.sh            the GPU tests: PASS/FAIL/SKIP per program and
+#                              "N passed, N failed, N skipped" over cases
 #   bash run-gpu.sh bench      the tests, then bench/run.sh (lpx vs PyTorch)
 #   bash run-gpu.sh bench-only the benchmark only
 # Environment: GPU_TEST_TIMEOUT (s per test, default 300), PYTHON (the
@@ -183,16 +183,27 @@ run_test() {  # name timeout exe VAR=value... -- args...
     fi
     rc=$?
     local dt=$((SECONDS - t0))
+    # cases, from the program's "lpx-cases: passed=P failed=F skipped=S gpu=G"
+    # line(s) (tests/check.h); a program without one is one case
+    local p f s
+    read -r p f s < <(awk '/^lpx-cases:/ { for (i = 2; i <= 4; i++) { split($i, kv, "="); n[i] += kv[2] }; seen = 1 }
+                           END { if (seen) print n[2] + 0, n[3] + 0, n[4] + 0; else print "- - -" }' "$log")
+    if [ "$p" = - ]; then
+        case $rc in 0) p=1 f=0 s=0 ;; 77) p=0 f=0 s=1 ;; *) p=0 f=1 s=0 ;; esac
+    fi
+    [ "$rc" != 0 ] && [ "$rc" != 77 ] && [ "$f" = 0 ] && f=1   # failed after its cases (crash, timeout)
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
     case $rc in
-        0) passed=$((passed + 1)); echo "PASS $name (${dt} s)" ;;
-        77) skipped=$((skipped + 1)); echo "SKIP $name: $( (grep -m1 -i 'skip' "$log" || tail -1 "$log") | sed 's/^SKIP: *//')" ;;
-        *) failed=$((failed + 1))
-           case $rc in 124|137) why="timed out after $limit s" ;; 139) why="SIGSEGV" ;; 134) why="SIGABRT" ;;
+        0) echo "PASS $name ($p passed, $s skipped, ${dt} s)"; grep '^skip ' "$log" | sed 's/^/    /' ;;
+        77) echo "SKIP $name: $( (grep -m1 -i 'skip' "$log" || tail -1 "$log") | sed 's/^SKIP: *//')" ;;
+        *) case $rc in 124|137) why="timed out after $limit s" ;; 139) why="SIGSEGV" ;; 134) why="SIGABRT" ;;
                        *) why="exit status $rc" ;; esac
-           echo "FAIL $name ($why, ${dt} s); last lines of $log:"
+           echo "FAIL $name ($why, $f failed case(s), ${dt} s); last lines of $log:"
            tail -40 "$log" | sed 's/^/    /' ;;
     esac
 }
+# this machine is for the GPU: a plugin that declines here is a failure
+export LPX_TEST_REQUIRE_GPU=1
 
 if [ "$mode" != bench-only ]; then
     echo "== GPU tests"

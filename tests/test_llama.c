@@ -2,8 +2,10 @@
  * tests/data/llama_tiny/ (a random LlamaForCausalLM with GQA, rope_theta
  * 500000 and Llama 3.1 rope scaling, untied head, sharded bf16 weights;
  * made by tests/data/make_llama_fixture.py) must give transformers' loss,
- * logits and every parameter's gradient within 1e-4 of each tensor's
- * largest magnitude (f32). Then the same model read with a transformers
+ * logits and every parameter's gradient within 1e-5 of each tensor's
+ * largest magnitude (f32; measured 6.5e-7 and 1.05e-6: the margin covers
+ * another CPU's BLAS summing in another order, and a 1.5x error in any
+ * op is orders of magnitude above it). Then the same model read with a transformers
  * 4.x config.json, Hugging Face checkpoints written by `lpx train
  * --save-hf` (untied and tied) read back, training from a Hugging Face
  * directory on token ids, and the bad inputs: another architecture, a
@@ -116,11 +118,11 @@ static void test_logits_and_grads_equal_transformers(void)
     snprintf(ref, sizeof ref, "%s/logits.safetensors", fixture);
     double w = worst_rel(lg, ref, &n, name, sizeof name);
     printf("  logits: max |lpx - transformers| = %.2e of max |logit|\n", w);
-    CHECKF(n == 1 && w <= 1e-4, "logits off by %.3g (relative to the largest)", w);
+    CHECKF(n == 1 && w <= 1e-5, "logits off by %.3g (relative to the largest)", w);
     snprintf(ref, sizeof ref, "%s/grads.safetensors", fixture);
     w = worst_rel(gr, ref, &n, name, sizeof name);
     printf("  gradients: %d parameters, worst %.2e of the tensor's max (%s)\n", n, w, name);
-    CHECKF(n == 21 && w <= 1e-4, "gradients: %d compared, worst %.3g (%s)", n, w, name);
+    CHECKF(n == 21 && w <= 1e-5, "gradients: %d compared, worst %.3g (%s)", n, w, name);
 }
 
 /* The ops a Llama needs, composed directly (tests/llama_ref.h, not

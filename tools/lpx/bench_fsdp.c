@@ -154,8 +154,11 @@ int lpx_bench_fsdp(int argc, char **argv)
         snprintf(name, sizeof name, "%s all-gather bytes/rank", kind_names[k]);
         lpx_bench_row r2 = {.case_name = name, .value = bytes[k] / 1048576.0, .unit = "MiB",
                             .baseline = k ? bytes[K_BF16] / 1048576.0 : lpx_bench_na(), .baseline_case = "bf16",
-                            .compare = lpx_bench_na(), .goal = k == K_FP8 ? 0.51 * bytes[K_BF16] / 1048576.0 : lpx_bench_na(),
-                            .note = k == K_FP8 ? "goal: <= 0.51 x bf16" : NULL};
+                            .compare = lpx_bench_na(), .goal = lpx_bench_na(),
+                            /* not a goal: it follows from the wire format
+                             * (1-byte codes + one f32 scale per tensor), so
+                             * no machine can miss it; test_fsdp checks it */
+                            .note = k == K_FP8 ? "property of the wire format: 1 byte + scales vs 2 bytes" : NULL};
         lpx_bench_report_add(&rep, &r2);
     }
     lpx_bench_report_finish(&rep);

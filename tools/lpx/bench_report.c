@@ -96,6 +96,10 @@ static void print_json_row(const lpx_bench_report *r, const lpx_bench_row *row)
 void lpx_bench_report_add(lpx_bench_report *r, const lpx_bench_row *row)
 {
     if (r->json) print_json_row(r, row);
+    if (lpx_bench_has(row->goal) && lpx_bench_has(row->value)) {
+        if (row->value <= row->goal) r->goals_met++;
+        else r->goals_missed++;
+    }
     if (r->nrows == r->cap) {
         int cap = r->cap ? 2 * r->cap : 16;
         lpx_bench_row *g = realloc(r->rows, (size_t)cap * sizeof *g);
@@ -213,6 +217,9 @@ void lpx_bench_report_finish(lpx_bench_report *r)
             free(cells);
         }
     }
+    if (r->goals_met + r->goals_missed)
+        fprintf(r->json ? stderr : r->out, "lpx-bench-goals: %s met=%d missed=%d\n", r->bench, r->goals_met,
+                r->goals_missed);
     if (r->oom) fprintf(stderr, "lpx bench: out of memory, some rows are missing from the table\n");
     for (int i = 0; i < r->nrows; i++) {
         free((void *)r->rows[i].case_name);

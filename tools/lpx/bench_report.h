@@ -39,6 +39,7 @@ typedef struct lpx_bench_report {
     int nrows, cap;
     lpx_bench_row *rows;        /* copies (strings duplicated) */
     bool oom;
+    int goals_met, goals_missed; /* over the rows with a goal and a value */
 } lpx_bench_report;
 
 /** NAN, for absent numbers. */
@@ -58,7 +59,12 @@ void lpx_bench_report_note(lpx_bench_report *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-/** Prints the table (text mode) and frees the rows. */
+/** Prints the table (text mode), then the goal count line
+ *  "lpx-bench-goals: <bench> met=N missed=M" (stdout in text mode, stderr
+ *  in JSON mode; `make bench` sums them), and frees the rows. A goal is a
+ *  performance target that a slower machine or a regression can miss;
+ *  what follows from a format (bytes on the wire) is a property, stated in
+ *  the note, never a goal. */
 void lpx_bench_report_finish(lpx_bench_report *r);
 
 /* ---- timing -------------------------------------------------------- */
