@@ -81,11 +81,12 @@ void lpx_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 lpx_status lpx_dtype_init_builtins(void);
 lpx_status lpx_ops_init_builtins(void);
 lpx_status lpx_cpu_backend_init(void);
+lpx_status lpx_local_backend_init(void);    /* the "local" comm backend (backends/local) */
 lpx_status lpx_builtin_kinds_init(void);
 void lpx_trace_init_from_env(void);
 extern atomic_bool lpx__trace_on;
 
-/* ---- registration journal (plugins/journal.c). While a plugin's init runs,
+/* ---- registration journal (core/journal.c, rolled back by plugins/rollback.c). While a plugin's init runs,
  * its thread has an open journal; every registration function calls
  * lpx__journal_reserve before it changes anything (so the note after it
  * cannot fail) and lpx__journal_note once it succeeded. Both are no-ops on
@@ -105,7 +106,8 @@ lpx_status lpx__op_unregister(lpx_op op);               /* dispatch/registry.c *
 /* comm backend at table index `index`: retired (its entry stays valid for
  * pointers handed out, and its name is free again) */
 void lpx__comm_backend_unregister(int index);
-lpx_status lpx__backend_unregister(int key);            /* the last one only */
+lpx_status lpx__backend_unregister(int key);            /* core/backends.c: the last one only */
+void lpx__key_retire(int key);  /* dispatch/registry.c: every kernel and the fallback at key */
 lpx_status lpx__kind_unregister_force(const lpx_kind *k); /* even with live tensors */
 
 /* LPX_PLUGIN_PATH scan, run once by lpx_init (plugins/loader.c) */

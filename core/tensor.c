@@ -228,7 +228,7 @@ lpx_status lpx_tensor_view_of(const lpx_tensor *base, int ndim, const int64_t *s
     if (!base) return lpx_error(LPX_EINVAL, "lpx_tensor_view_of: base is NULL");
     if (base->kind)
         return lpx_error(LPX_EINVAL, "lpx_tensor_view_of: base is a %s tensor, views need dense storage",
-                         lpx_kind_name(base->kind));
+                         base->kind->vt.name);
     int64_t numel, last;
     lpx_status st;
     if ((st = lpx_shape_numel("lpx_tensor_view_of", ndim, shape, &numel))) return st;

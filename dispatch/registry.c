@@ -1,7 +1,8 @@
 /* The registry: ops by name, kernels per (op, key), fallbacks, kinds and
  * backends. Writers take one mutex; readers on the hot path only load
  * atomics published with release semantics. uthash maps names to ids and
- * is touched only under the lock. */
+ * is touched only under the lock. The backend table (device type -> key)
+ * is core's (core/backends.c): tensors need it below dispatch. */
 #include <stdio.h>
 #include <string.h>
 #include "dispatch_internal.h"
@@ -41,9 +42,6 @@ static lpx_kind *kinds[LPX_NUM_KEYS];   /* registration order */
 static atomic_int nkinds;
 static lpx_kind *kind_by_key[LPX_NUM_KEYS];
 
-static lpx_backend_i backends[LPX_KEY_BACKEND_LAST];
-static atomic_int nbackends;
-static _Atomic int device_keys[64];     /* device type -> key bit */
 
 /* Adds name -> id; caller holds the lock. */
 static lpx_status name_add(name_entry **map, const char *name, int id, void *ptr, const char *what)
@@ -323,82 +321,27 @@ lpx_status lpx_fallback_unregister(int key)
 const char *lpx_key_name(int key)
 {
     static _Thread_local char buf[16];
+    if (key >= LPX_KEY_CPU && key <= LPX_KEY_BACKEND_LAST) {
+        const lpx_backend_i *b = lpx_backend_at(key - LPX_KEY_CPU);
+        if (b) return b->name;
+    }
     if (key > 0 && key < LPX_NUM_KEYS && key_names[key][0]) return key_names[key];
     snprintf(buf, sizeof buf, "key%d", key);
     return buf;
 }
 
-/* ---- backends ------------------------------------------------------ */
+/* ---- keys of a backend that goes away --------------------------------
+ * The backend table is core's (core/backends.c); what dispatch holds for a
+ * backend key is its kernels and fallback. */
 
-lpx_status lpx_backend_register(const lpx_backend_i *b, int *key)
+void lpx__key_retire(int key)
 {
-    if (!b || !b->name || !b->alloc || !b->free || !b->copy)
-        return lpx_error(LPX_EINVAL, "lpx_backend_register: %s", !b ? "vtable is NULL" : "name, alloc, free and copy are required");
-    if (b->device_type <= 0 || b->device_type >= 64)
-        return lpx_error(LPX_EINVAL, "lpx_backend_register(%s): device type %d out of range 1..63", b->name, (int)b->device_type);
-    lpx_status st = lpx__journal_reserve("lpx_backend_register");
-    if (st) return st;
-    int k = 0;
+    if (key <= 0 || key >= LPX_NUM_KEYS) return;
     lpx_registry_lock();
-    int n = atomic_load(&nbackends);
-    for (int i = 0; i < n && !st; i++)
-        if (!strcmp(backends[i].name, b->name) || backends[i].device_type == b->device_type)
-            st = lpx_error(LPX_EEXIST, "lpx_backend_register(%s): name or device type %d already served by '%s'",
-                           b->name, (int)b->device_type, backends[i].name);
-    if (!st && n >= LPX_KEY_BACKEND_LAST)
-        st = lpx_error(LPX_EFULL, "lpx_backend_register(%s): no free backend key", b->name);
-    if (!st) {
-        k = LPX_KEY_CPU + n;   /* the CPU backend registers first: key 1 */
-        memset(&backends[n], 0, sizeof backends[n]);
-        memcpy(&backends[n], b, b->struct_size < sizeof *b ? b->struct_size : sizeof *b);
-        snprintf(key_names[k], LPX_MAX_NAME, "%s", b->name);
-        atomic_store_explicit(&device_keys[b->device_type], k, memory_order_release);
-        atomic_store_explicit(&nbackends, n + 1, memory_order_release);
-        if (key) *key = k;
-    }
-    lpx_registry_unlock();
-    if (!st) lpx__journal_note(LPX_REG_BACKEND, k, 0, NULL);
-    return st;
-}
-
-/* Rollback only, and only of the most recent backend (keys are handed out
- * in order). Its kernels and fallback are retired; the table entry's
- * memory is static, so a reader holding it still reads valid fields. */
-lpx_status lpx__backend_unregister(int key)
-{
-    lpx_registry_lock();
-    int n = atomic_load(&nbackends);
-    if (n <= 1 || key != LPX_KEY_CPU + n - 1) {
-        lpx_registry_unlock();
-        return lpx_error(LPX_EINVAL, "lpx__backend_unregister: key %d is not the last registered backend", key);
-    }
     int nops = atomic_load(&lpx__nops);
     for (int i = 0; i < nops; i++) retire(&lpx__ops[i]->k[key]);
     retire(&lpx__fallbacks[key]);
-    atomic_store_explicit(&device_keys[backends[n - 1].device_type], 0, memory_order_release);
-    key_names[key][0] = 0;
-    atomic_store_explicit(&nbackends, n - 1, memory_order_release);
     lpx_registry_unlock();
-    return LPX_OK;
-}
-
-const lpx_backend_i *lpx_backend_for(int32_t device_type)
-{
-    int k = lpx_device_key(device_type);
-    return k > 0 ? &backends[k - LPX_KEY_CPU] : NULL;
-}
-
-int lpx_device_key(int32_t device_type)
-{
-    if (device_type <= 0 || device_type >= 64) return 0;
-    return atomic_load_explicit(&device_keys[device_type], memory_order_acquire);
-}
-
-int lpx_backend_count(void) { lpx_ensure_init(); return atomic_load(&nbackends); }
-
-const lpx_backend_i *lpx_backend_at(int i)
-{
-    return i >= 0 && i < atomic_load(&nbackends) ? &backends[i] : NULL;
 }
 
 /* ---- kinds --------------------------------------------------------- */

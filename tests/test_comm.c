@@ -983,8 +983,16 @@ static void test_comm_new_checks_vtable(void)
                      .all_reduce = v_coll, .broadcast = v_coll, .barrier = v_coll, .abort = v_abort,
                      .destroy = v_destroy};
     lpx_comm *c = NULL;
-    CHECK_OK(lpx_comm_new(&vt, NULL, &c));
+    static int state;
+    CHECK_OK(lpx_comm_new(&vt, &state, &c));
     CHECK(lpx_comm_size(c) == 1);
+    /* the backend finds its state again; another backend's vtable does not */
+    CHECK(lpx_comm_backend_state(c, &vt) == &state);
+    lpx_comm *lc[1] = {NULL};
+    CHECK_OK(lpx_local_comm_group_create(1, lc));
+    CHECK(lpx_comm_backend_state(lc[0], &vt) == NULL && lpx_comm_backend_state(c, NULL) == NULL &&
+          lpx_comm_backend_state(NULL, &vt) == NULL);
+    lpx_comm_destroy(lc[0]);
     lpx_comm_destroy(c);
     lpx_comm_i bad = vt;
     bad.abi_version = 99;

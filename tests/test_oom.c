@@ -85,6 +85,7 @@ static const struct {
     {"lpx_coll_name", NOALLOC}, {"lpx_reduce_op_name", NOALLOC},
     {"lpx_comm_abort", "marks the group failed in place (fixed-size reason buffer), never allocates"},
     {"lpx_comm_rank", NOALLOC}, {"lpx_comm_size", NOALLOC}, {"lpx_comm_backend_name", NOALLOC},
+    {"lpx_comm_backend_state", NOALLOC},
     {"lpx_comm_timeout", NOALLOC}, {"lpx_comm_destroy", FREES}, {"lpx_comm_stats_reset", NOALLOC},
     {"lpx_comm_stats_print", "prints counters with fprintf, never allocates"},
     {"lpx_comm_backend_count", NOALLOC}, {"lpx_comm_backend_at", NOALLOC},

@@ -40,7 +40,7 @@
 #include <math.h>
 #include <string.h>
 #include "cuda_dtype.cuh"
-#include "cuda_launch.cuh"
+#include "lpx/cuda_launch.cuh"
 
 /* 1: fast path through the sm_89+ fp8 conversion instructions; 0: the
  * codec everywhere (for bisecting a mismatch). */

@@ -38,7 +38,7 @@
 #include <math.h>
 #include <string.h>
 #include "cuda_dtype.cuh"
-#include "cuda_launch.cuh"
+#include "lpx/cuda_launch.cuh"
 #include "cuda_nf4.h"
 #include "nf4.h"
 

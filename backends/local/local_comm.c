@@ -44,7 +44,7 @@ static lpx_status l_reduce_scatter(void *self, const lpx_comm_args *a)
     if (a->count) {
         size_t off = (size_t)me->rank * a->nbytes;
         for (int q = 0; q < g->n; q++) me->srcs[q] = (const unsigned char *)g->posted[q]->send + off;
-        lpx__comm_reduce(a->recv, me->srcs, g->n, a->count, a->dtype, a->op);
+        (void)lpx_comm_reduce_buffers(a->recv, me->srcs, g->n, a->count, a->dtype, a->op);
     }
     local_depart(me);
     return LPX_OK;
@@ -64,7 +64,7 @@ static lpx_status l_all_reduce(void *self, const lpx_comm_args *a)
         size_t es = lpx_dtype_nbytes(a->dtype, 1), off = lo * es, len = (hi - lo) * es;
         for (int q = 0; q < g->n; q++) me->srcs[q] = (const unsigned char *)g->posted[q]->send + off;
         unsigned char *mine = (unsigned char *)a->recv + off;
-        lpx__comm_reduce(mine, me->srcs, g->n, hi - lo, a->dtype, a->op);
+        (void)lpx_comm_reduce_buffers(mine, me->srcs, g->n, hi - lo, a->dtype, a->op);
         for (int q = 0; q < g->n; q++)
             if (q != me->rank) memcpy((unsigned char *)g->posted[q]->recv + off, mine, len);
     }
@@ -120,10 +120,7 @@ const lpx_comm_i lpx__local_comm_vt = {
     .destroy = l_destroy,
 };
 
-local_rank *local_rank_of(lpx_comm *comm)
-{
-    return comm && comm->vt.all_gather == l_all_gather ? comm->self : NULL;
-}
+local_rank *local_rank_of(lpx_comm *comm) { return lpx_comm_backend_state(comm, &lpx__local_comm_vt); }
 
 lpx_status lpx_local_comm_group_create(int n, lpx_comm **comms)
 {

@@ -20,7 +20,8 @@
 #define LPX_LOCAL_INTERNAL_H
 
 #include <pthread.h>
-#include "../../core/comm/comm_internal.h"
+#include "../../core/lpx_internal.h"
+#include "lpx/comm.h"
 
 #define LOCAL_REASON 640
 

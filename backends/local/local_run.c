@@ -102,9 +102,18 @@ lpx_status lpx_local_run(int n, lpx_comm_rank_fn fn, void *ctx, int64_t timeout_
     return st;
 }
 
-lpx_status lpx__local_backend_run(const lpx_comm_backend_i *self, int nranks, int64_t timeout_ms,
-                                  lpx_comm_rank_fn fn, void *ctx, lpx_status *statuses)
+static lpx_status local_backend_run(const lpx_comm_backend_i *self, int nranks, int64_t timeout_ms,
+                                   lpx_comm_rank_fn fn, void *ctx, lpx_status *statuses)
 {
     (void)self;
     return lpx_local_run(nranks, fn, ctx, timeout_ms, statuses);
+}
+
+lpx_status lpx_local_backend_init(void)
+{
+    static const lpx_comm_backend_i local = {
+        .struct_size = sizeof local, .name = "local",
+        .description = "N ranks as N threads of this process (bit-reproducible reductions)",
+        .run = local_backend_run};
+    return lpx_comm_backend_register(&local);
 }

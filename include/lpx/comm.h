@@ -241,6 +241,14 @@ typedef struct lpx_comm_i {
  *  0..size-1), LPX_EABI, LPX_ENOMEM. */
 LPX_API lpx_status lpx_comm_new(const lpx_comm_i *vt, void *self, lpx_comm **out);
 
+/** The per-rank state a backend passed to lpx_comm_new, when `comm` is
+ *  that backend's: its collective slots (all_gather, reduce_scatter,
+ *  all_reduce) are vt's. NULL for a NULL comm or vt, or another backend's
+ *  comm. Lets a backend reach its own state from a handle it is given
+ *  (the local backend marks a rank gone when its thread returns). The
+ *  state stays owned by the comm. */
+LPX_API void *lpx_comm_backend_state(const lpx_comm *comm, const lpx_comm_i *vt);
+
 /** The reference reduction every built-in backend uses, exported so
  *  plugin backends give the same bits: dst[i] = op(srcs[0][i], ...,
  *  srcs[nsrcs-1][i]) combined in that order in f32, encoded once to

@@ -5,7 +5,7 @@
 #ifndef LPX_DTENSOR_INTERNAL_H
 #define LPX_DTENSOR_INTERNAL_H
 
-#include "../../core/lpx_internal.h"
+#include "../kind_author.h"
 #include "lpx/dtensor.h"
 #include "lpx/fsdp.h"
 

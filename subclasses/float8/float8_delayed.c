@@ -13,7 +13,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "../../core/numerics/bits.h"
 #include "float8_internal.h"
 
 #define HIST_MAX (1 << 20)

@@ -8,7 +8,7 @@
 #ifndef LPX_FLOAT8_INTERNAL_H
 #define LPX_FLOAT8_INTERNAL_H
 
-#include "../../core/lpx_internal.h"
+#include "../kind_author.h"
 
 #define F8_INNER_DATA 0
 #define F8_INNER_SCALE 1

@@ -3,7 +3,6 @@
  * typed calls of the dense float8 ops. */
 #include <math.h>
 #include <string.h>
-#include "../../dispatch/api_util.h"
 #include "float8_internal.h"
 
 /* ---- typed calls of the dense ops ---------------------------------- */

@@ -7,7 +7,7 @@
 #ifndef LPX_NF4_INTERNAL_H
 #define LPX_NF4_INTERNAL_H
 
-#include "../../core/lpx_internal.h"
+#include "../kind_author.h"
 
 /* The registered kind (set once by lpx_nf4_register_kind). */
 extern const lpx_kind *lpx__nf4_kind;

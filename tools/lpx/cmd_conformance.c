@@ -1,4 +1,4 @@
-/* `lpx conformance`: the contract suite of tests/conformance/ over every
+/* `lpx conformance`: the contract suite of tools/conformance/ over every
  * registered kind (or the named ones, or those a plugin brings), one child
  * process per case so that a kind that crashes or hangs fails its cases
  * and the run goes on. One line per case, a summary line, a JUnit file on

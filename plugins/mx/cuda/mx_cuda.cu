@@ -36,7 +36,7 @@
 #include <lpx/cuda.h>
 #include "mx.h"
 #include "mx_codec_hd.h"
-#include "cuda_launch.cuh"
+#include "lpx/cuda_launch.cuh"
 
 namespace {
 

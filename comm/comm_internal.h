@@ -1,11 +1,11 @@
 /* The lpx_comm handle: a copied backend vtable, the backend's per-rank
- * state, the timeout and the statistics. Shared by core/comm/ only;
- * backends see the public lpx_comm_i. */
+ * state, the timeout and the statistics. Shared by comm/ only; backends
+ * (the built-in local one included) see the public lpx_comm_i. */
 #ifndef LPX_COMM_INTERNAL_H
 #define LPX_COMM_INTERNAL_H
 
 #include <stdatomic.h>
-#include "../lpx_internal.h"
+#include "../core/lpx_internal.h"
 #include "lpx/comm.h"
 
 struct lpx_comm {
@@ -27,9 +27,5 @@ void lpx__comm_reduce(void *dst, const void *const *srcs, int nsrcs, size_t coun
                       lpx_dtype dtype, lpx_reduce_op op);
 /* True for the dtypes reductions accept (f32, bf16, f16, f8e4m3fn, f8e5m2). */
 bool lpx__comm_reduce_dtype_ok(lpx_dtype dtype);
-
-/* lpx_local_run as a registry entry (backends/local/local_run.c) */
-lpx_status lpx__local_backend_run(const lpx_comm_backend_i *self, int nranks, int64_t timeout_ms,
-                                  lpx_comm_rank_fn fn, void *ctx, lpx_status *statuses);
 
 #endif

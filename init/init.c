@@ -1,9 +1,13 @@
-/* Library initialisation: built-in dtypes, ops, the CPU backend and its
- * kernels, plugins from LPX_PLUGIN_PATH, tracing from the environment.
- * Runs once; every entry point reaches it through lpx_ensure_init(). */
+/* The composition root: library initialisation wires every layer (the
+ * built-in dtypes, ops, the CPU backend and its kernels, the "local" comm
+ * backend, the built-in kinds, plugins from LPX_PLUGIN_PATH, tracing from
+ * the environment). It is the only file that names them all, and the top
+ * of the layer graph (docs/ARCHITECTURE.md); lower layers reach it only
+ * through lpx_ensure_init() (core/lpx_internal.h), the lazy entry point
+ * every public function calls. Runs once. */
 #include <pthread.h>
 #include <stdio.h>
-#include "lpx_internal.h"
+#include "../core/lpx_internal.h"
 
 atomic_bool lpx__inited;
 static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -28,6 +32,7 @@ lpx_status lpx_init(void)
         lpx_status st = lpx_dtype_init_builtins();
         if (!st) st = lpx_ops_init_builtins();
         if (!st) st = lpx_cpu_backend_init();
+        if (!st) st = lpx_local_backend_init();
         if (!st) st = lpx_builtin_kinds_init();
         /* plugins from LPX_PLUGIN_PATH: a plugin that fails is recorded in
          * the skipped list (lpx info), never an init failure */

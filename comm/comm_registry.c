@@ -1,6 +1,7 @@
 /* Comm backends by name, so a command line's `--comm NAME` can pick one.
- * "local" is in the table from the start (no init step to forget); plugins
- * such as lpx-mpi.so register theirs, through the plugin load journal: a
+ * "local" is registered first, by lpx_init (backends/local/local_run.c,
+ * called from the composition root: comm does not name its backends);
+ * plugins such as lpx-mpi.so register theirs, through the plugin load journal: a
  * plugin whose init fails after registering one leaves none behind. A
  * retired entry stays in the table (a returned pointer stays valid) but is
  * found by no lookup, and its name can be registered again. */
@@ -9,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "comm_internal.h"
-#include "../lpx_internal.h"
+#include "../core/lpx_internal.h"
 
 #define MAX_BACKENDS 16
 #define NAME_MAX_LEN 31
@@ -21,13 +22,8 @@ typedef struct entry {
     char description[128];
 } entry;
 
-static entry table[MAX_BACKENDS] = {
-    [0] = {.b = {.struct_size = sizeof(lpx_comm_backend_i), .name = table[0].name,
-                 .description = table[0].description, .run = lpx__local_backend_run},
-           .name = "local",
-           .description = "N ranks as N threads of this process (bit-reproducible reductions)"},
-};
-static atomic_int count = 1;   /* published with release after an entry is filled */
+static entry table[MAX_BACKENDS];
+static atomic_int count;       /* published with release after an entry is filled */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
 lpx_status lpx_comm_backend_register(const lpx_comm_backend_i *b)

@@ -1,6 +1,8 @@
-/* Grid sizing for grid-stride kernels, header-only so that lpx-cuda.so's
- * kernels and plugins compiled against its sources (lpx-mx-cuda.so, which
- * cannot call into lpx-cuda) size launches the same way. */
+/* For authors of CUDA kernel plugins (CUDA C++ only; not part of the C
+ * API, so lpx/lpx.h does not include it): grid sizing for grid-stride
+ * kernels and programmatic dependent launch, header-only so that
+ * lpx-cuda.so's kernels and a plugin's own (lpx-mx-cuda.so, which cannot
+ * call into lpx-cuda) size and launch the same way. */
 #ifndef LPX_CUDA_LAUNCH_CUH
 #define LPX_CUDA_LAUNCH_CUH
 

@@ -1,7 +1,8 @@
-/* Moving dense tensors between devices through the backends' copy slots
- * (the core never touches device memory itself). */
+/* Moving dense tensors between devices through the backends' copy slots:
+ * above dispatch, since a strided source is first made contiguous by the
+ * dispatched lpx_contiguous. */
 #include <stdio.h>
-#include "lpx_internal.h"
+#include "../core/lpx_internal.h"
 
 /* The backend that can reach both sides: the non-CPU one (a device backend
  * copies to and from host memory); NULL if the two sides are two different

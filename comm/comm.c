@@ -41,6 +41,14 @@ static int64_t default_timeout_ms(void)
     return LPX_COMM_DEFAULT_TIMEOUT_MS;
 }
 
+void *lpx_comm_backend_state(const lpx_comm *comm, const lpx_comm_i *vt)
+{
+    if (!comm || !vt) return NULL;
+    bool same = comm->vt.all_gather == vt->all_gather && comm->vt.reduce_scatter == vt->reduce_scatter &&
+                comm->vt.all_reduce == vt->all_reduce;
+    return same ? comm->self : NULL;
+}
+
 lpx_status lpx_comm_new(const lpx_comm_i *vt, void *self, lpx_comm **out)
 {
     if (!out) return lpx_error(LPX_EINVAL, "lpx_comm_new: out is NULL");

@@ -1,11 +1,11 @@
-/* The registration journal. Registration functions (dispatch/registry.c,
- * core/dtype.c) call lpx__journal_reserve before changing anything and
+/* The registration journal's records. Registration functions
+ * (dispatch/registry.c, core/dtype.c, core/backends.c, comm) call lpx__journal_reserve before changing anything and
  * lpx__journal_note after they succeeded; while a plugin loads, its
  * thread's journal records each one, so a failed load can be undone
- * exactly, newest first. Reserving first means the note never fails: a
+ * exactly, newest first (plugins/rollback.c). Reserving first means the note never fails: a
  * registration is either refused or recorded, never made and forgotten. */
 #include <string.h>
-#include "plugin_internal.h"
+#include "journal.h"
 
 static _Thread_local lpx_journal *current;
 
@@ -53,23 +53,6 @@ void lpx__journal_note(lpx_reg_what what, int a, int b, const void *p)
      * reserve is a bug in lpx, not in the plugin */
     LPX_ASSERT(j->n < j->cap);
     j->v[j->n++] = (lpx_journal_entry){what, a, b, p};
-}
-
-void lpx_journal_rollback(lpx_journal *j)
-{
-    for (int i = j->n - 1; i >= 0; i--) {
-        const lpx_journal_entry *e = &j->v[i];
-        switch (e->what) {
-        case LPX_REG_KERNEL: (void)lpx_kernel_unregister(e->a, e->b); break;
-        case LPX_REG_FALLBACK: (void)lpx_fallback_unregister(e->a); break;
-        case LPX_REG_KIND: (void)lpx__kind_unregister_force(e->p); break;
-        case LPX_REG_OP: (void)lpx__op_unregister(e->a); break;
-        case LPX_REG_BACKEND: (void)lpx__backend_unregister(e->a); break;
-        case LPX_REG_DTYPE: (void)lpx__dtype_unregister(e->a); break;
-        case LPX_REG_COMM_BACKEND: lpx__comm_backend_unregister(e->a); break;
-        }
-    }
-    j->n = 0;
 }
 
 int lpx_journal_count(const lpx_journal *j, lpx_reg_what what)
