@@ -15,9 +15,6 @@ static _Thread_local bool in_init;     /* registration calls made by init itself
 static lpx_status init_status = LPX_OK;
 static char init_message[512];
 
-const char *lpx_version(void) { return LPX_VERSION_STRING; }
-int lpx_version_number(void) { return LPX_VERSION_NUMBER; }
-
 lpx_status lpx_init(void)
 {
     if (atomic_load_explicit(&lpx__inited, memory_order_acquire) || in_init) return LPX_OK;
