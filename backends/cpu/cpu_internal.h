@@ -56,12 +56,6 @@ lpx_status cpu_check_dense_any_device(const lpx_call *c, const char *arg, const 
 /* cpu_check_dense, and the dtype must be a floating-point one. */
 lpx_status cpu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t);
 
-/* Numpy broadcast of a and b shapes into shape/ndim; LPX_ESHAPE names op. */
-lpx_status cpu_broadcast_shapes(const char *op, const lpx_tensor *a, const lpx_tensor *b,
-                                int *ndim, int64_t *shape);
-
-/* Normalises a possibly negative dim against ndim; LPX_ERANGE names op. */
-lpx_status cpu_norm_dim(const char *op, int64_t dim, int ndim, int *out);
 
 /* Validates a caller-provided `out` tensor: dense CPU, exact shape; dtype
  * must equal `dtype`. */

@@ -39,56 +39,10 @@ lpx_status cpu_check_float(const lpx_call *c, const char *arg, const lpx_tensor 
     return LPX_OK;
 }
 
-lpx_status cpu_broadcast_shapes(const char *op, const lpx_tensor *a, const lpx_tensor *b, int *ndim, int64_t *shape)
-{
-    int n = a->ndim > b->ndim ? a->ndim : b->ndim;
-    for (int i = 0; i < n; i++) {
-        int ia = a->ndim - n + i, ib = b->ndim - n + i;
-        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
-        if (da != db && da != 1 && db != 1) {
-            char sa[128], sb[128];
-            return lpx_error(LPX_ESHAPE, "%s: shapes %s and %s do not broadcast (dim %d: %lld vs %lld)", op,
-                             lpx_tensor_shape_str(a, sa, sizeof sa), lpx_tensor_shape_str(b, sb, sizeof sb), i,
-                             (long long)da, (long long)db);
-        }
-        shape[i] = da == 1 ? db : da;
-    }
-    *ndim = n;
-    /* two shapes that fit can broadcast to one that does not */
-    int64_t numel;
-    return lpx_shape_numel(op, n, shape, &numel);
-}
-
-lpx_status cpu_norm_dim(const char *op, int64_t dim, int ndim, int *out)
-{
-    int64_t d = dim < 0 ? dim + ndim : dim;
-    if (d < 0 || d >= (ndim ? ndim : 1))
-        return lpx_error(LPX_ERANGE, "%s: dim %lld out of range for %d dims", op, (long long)dim, ndim);
-    *out = (int)d;
-    return LPX_OK;
-}
-
 lpx_status cpu_check_out(const lpx_call *c, const lpx_tensor *out, lpx_dtype dtype, int ndim, const int64_t *shape)
 {
     lpx_status st = cpu_check_dense(c, "out", out);
-    if (st) return st;
-    if (out->storage->readonly)
-        return lpx_error(LPX_EINVAL, "%s: out is read-only (e.g. a read-only DLPack import)", cpu_op_name(c));
-    bool same = out->ndim == ndim;
-    for (int i = 0; same && i < ndim; i++) same = out->shape[i] == shape[i];
-    if (!same) {
-        char so[128], want[160];
-        size_t n = (size_t)snprintf(want, sizeof want, "[");
-        for (int i = 0; i < ndim && n < sizeof want; i++)
-            n += (size_t)snprintf(want + n, sizeof want - n, i ? ", %lld" : "%lld", (long long)shape[i]);
-        if (n < sizeof want) snprintf(want + n, sizeof want - n, "]");
-        return lpx_error(LPX_ESHAPE, "%s: out has shape %s, the result needs %s", cpu_op_name(c),
-                         lpx_tensor_shape_str(out, so, sizeof so), want);
-    }
-    if (out->dtype != dtype)
-        return lpx_error(LPX_EDTYPE, "%s: out has dtype %s, the result is %s", cpu_op_name(c),
-                         lpx_dtype_name(out->dtype), lpx_dtype_name(dtype));
-    return LPX_OK;
+    return st ? st : lpx_meta_out(cpu_op_name(c), out, dtype, ndim, shape);
 }
 
 lpx_status cpu_new(const lpx_call *c, lpx_dtype dtype, int ndim, const int64_t *shape, lpx_tensor **out)

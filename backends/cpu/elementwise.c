@@ -169,7 +169,7 @@ static lpx_status binary_slow(lpx_call *c, bop op, lpx_tensor *a, lpx_tensor *b,
     if ((st = cpu_check_dense(c, bop_arg[op][0], a)) || (st = cpu_check_dense(c, bop_arg[op][1], b))) return st;
     int nd;
     int64_t shape[LPX_MAX_DIMS];
-    if ((st = cpu_broadcast_shapes(cpu_op_name(c), a, b, &nd, shape))) return st;
+    if ((st = lpx_meta_broadcast(cpu_op_name(c), a, b, &nd, shape))) return st;
     lpx_tensor *res, *ca = NULL, *cb = NULL;
     if ((st = result(c, out, a->dtype, nd, shape, &res))) return st;
     if ((st = unalias(c, out, a, &ca)) || (st = unalias(c, out, b, &cb))) {

@@ -490,7 +490,7 @@ static lpx_status k_fp8_quantize(lpx_call *c)
     j.outer = 1, j.D = x->numel, j.inner = 1;
     if (has_dim) {
         int d;
-        if ((st = cpu_norm_dim(cpu_op_name(c), c->args[3].u.i, x->ndim, &d))) return st;
+        if ((st = lpx_meta_dim(cpu_op_name(c), c->args[3].u.i, x->ndim, &d))) return st;
         if (x->ndim == 0)
             return lpx_error(LPX_ESHAPE, "%s: dim %lld given for a 0-d x; axiswise scaling needs at least 1 dim",
                              cpu_op_name(c), (long long)c->args[3].u.i);

@@ -21,51 +21,25 @@ typedef enum red_kind { RED_SUM, RED_MEAN, RED_MAX, RED_AMAX, RED_NORM } red_kin
 
 /* The reduction plan: which dims fold, where each input dim moves the
  * accumulator index, and the output shape. */
+/* The reduction's geometry (lpx_meta_reduce) plus where each element of
+ * x accumulates: acc_stride[d] is 0 for reduced dims. */
 typedef struct red_plan {
-    bool reduced[LPX_MAX_DIMS];
-    int64_t acc_stride[LPX_MAX_DIMS]; /* 0 for reduced dims */
-    int out_ndim;
-    int64_t out_shape[LPX_MAX_DIMS];
-    int64_t out_numel;
-    int64_t count;                    /* elements folded into each output */
+    lpx_reduce_geom g;
+    int64_t acc_stride[LPX_MAX_DIMS];
 } red_plan;
 
-static lpx_status plan_dims(const lpx_call *c, const lpx_tensor *x, bool keepdim, red_plan *p)
+static lpx_status plan_dims(const lpx_call *c, const lpx_tensor *x, bool keepdim, bool has_identity, red_plan *p)
 {
-    const char *op = cpu_op_name(c);
     const lpx_value *dv = &c->args[1];
-    int nd = x->ndim;
-    memset(p->reduced, 0, sizeof p->reduced);
-    if (dv->tag == LPX_TAG_INTS && dv->len > 0) {
-        for (uint32_t j = 0; j < dv->len; j++) {
-            int d;
-            /* a scalar accepts dim 0 and -1, as in PyTorch */
-            lpx_status st = cpu_norm_dim(op, dv->u.ints[j], nd ? nd : 1, &d);
-            if (st) return st;
-            if (p->reduced[d])
-                return lpx_error(LPX_EINVAL, "%s: dims lists dim %d twice (dims[%u] = %lld)", op, d, j,
-                                 (long long)dv->u.ints[j]);
-            p->reduced[d] = true;
-        }
-    } else {
-        for (int d = 0; d < nd; d++) p->reduced[d] = true;
-    }
-    p->out_ndim = 0;
-    p->count = 1;
-    for (int d = 0; d < nd; d++) {
-        if (p->reduced[d]) {
-            p->count *= x->shape[d];
-            if (keepdim) p->out_shape[p->out_ndim++] = 1;
-        } else {
-            p->out_shape[p->out_ndim++] = x->shape[d];
-        }
-    }
+    bool some = dv->tag == LPX_TAG_INTS && dv->len > 0;
+    lpx_status st = lpx_meta_reduce(cpu_op_name(c), x, some ? dv->u.ints : NULL, some ? (int)dv->len : 0, keepdim,
+                                    has_identity, &p->g);
+    if (st) return st;
     int64_t s = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        p->acc_stride[d] = p->reduced[d] ? 0 : s;
-        if (!p->reduced[d]) s *= x->shape[d];
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        p->acc_stride[d] = p->g.reduced[d] ? 0 : s;
+        if (!p->g.reduced[d]) s *= x->shape[d];
     }
-    p->out_numel = s;
     return LPX_OK;
 }
 
@@ -134,7 +108,7 @@ static void accumulate(red_kind k, const lpx_tensor *x, const red_plan *p, doubl
     cpu_view v;
     cpu_view_of(&v, x);
     int64_t len = x->ndim ? x->shape[x->ndim - 1] : 1;
-    bool last_reduced = x->ndim ? p->reduced[x->ndim - 1] : true;
+    bool last_reduced = x->ndim ? p->g.reduced[x->ndim - 1] : true;
     float buf[CPU_CHUNK];
     for (int64_t pos = 0; pos < v.numel;) {
         int64_t n = v.numel - pos < CPU_CHUNK ? v.numel - pos : CPU_CHUNK;
@@ -161,38 +135,33 @@ static lpx_status reduce_kernel(lpx_call *c, red_kind k)
     if (st) return st;
     bool keepdim = c->args[2].u.b;
     red_plan p;
-    if ((st = plan_dims(c, x, keepdim, &p))) return st;
-    if (p.count == 0 && p.out_numel > 0 && (k == RED_MAX || k == RED_AMAX)) {
-        char sx[128];
-        return lpx_error(LPX_ESHAPE, "%s: x %s: cannot reduce over zero elements (no identity)", op,
-                         lpx_tensor_shape_str(x, sx, sizeof sx));
-    }
+    if ((st = plan_dims(c, x, keepdim, !(k == RED_MAX || k == RED_AMAX), &p))) return st;
     lpx_tensor *out;
-    if ((st = cpu_new(c, x->dtype, p.out_ndim, p.out_shape, &out))) return st;
-    if (p.out_numel == 0) {
+    if ((st = cpu_new(c, x->dtype, p.g.out_ndim, p.g.out_shape, &out))) return st;
+    if (p.g.out_numel == 0) {
         cpu_ret(c, out);
         return LPX_OK;
     }
-    double *acc = lpx_malloc((size_t)p.out_numel * sizeof *acc);
-    float *res = lpx_malloc((size_t)p.out_numel * sizeof *res);
+    double *acc = lpx_malloc((size_t)p.g.out_numel * sizeof *acc);
+    float *res = lpx_malloc((size_t)p.g.out_numel * sizeof *res);
     if (!acc || !res) {
         lpx_free(acc);
         lpx_free(res);
         lpx_tensor_release(out);
-        return lpx_error(LPX_ENOMEM, "%s: cannot allocate %lld accumulators", op, (long long)p.out_numel);
+        return lpx_error(LPX_ENOMEM, "%s: cannot allocate %lld accumulators", op, (long long)p.g.out_numel);
     }
     double init = k == RED_MAX ? -INFINITY : 0.0;
-    for (int64_t i = 0; i < p.out_numel; i++) acc[i] = init;
+    for (int64_t i = 0; i < p.g.out_numel; i++) acc[i] = init;
     if (x->numel) accumulate(k, x, &p, acc);
-    for (int64_t i = 0; i < p.out_numel; i++) {
+    for (int64_t i = 0; i < p.g.out_numel; i++) {
         double r = acc[i];
-        if (k == RED_MEAN) r = r / (double)p.count;  /* 0/0 = NaN for an empty mean */
+        if (k == RED_MEAN) r = r / (double)p.g.count;  /* 0/0 = NaN for an empty mean */
         else if (k == RED_NORM) r = sqrt(r);
         res[i] = (float)r;
     }
     cpu_view ov;
     cpu_view_of(&ov, out);
-    cpu_store_f32(&ov, 0, p.out_numel, res, 0);
+    cpu_store_f32(&ov, 0, p.g.out_numel, res, 0);
     lpx_free(acc);
     lpx_free(res);
     cpu_ret(c, out);

@@ -301,8 +301,8 @@ static lpx_status k_transpose(lpx_call *c)
     lpx_tensor *x = c->args[0].u.t;
     lpx_status st = cpu_check_dense_any_device(c, "x", x);
     int d0, d1;
-    if (st || (st = cpu_norm_dim("transpose", c->args[1].u.i, x->ndim, &d0)) ||
-        (st = cpu_norm_dim("transpose", c->args[2].u.i, x->ndim, &d1)))
+    if (st || (st = lpx_meta_dim("transpose", c->args[1].u.i, x->ndim, &d0)) ||
+        (st = lpx_meta_dim("transpose", c->args[2].u.i, x->ndim, &d1)))
         return st;
     int64_t shape[LPX_MAX_DIMS], strides[LPX_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
@@ -347,7 +347,7 @@ static lpx_status k_permute(lpx_call *c)
     bool seen[LPX_MAX_DIMS] = {false};
     for (int i = 0; i < x->ndim; i++) {
         int d;
-        if ((st = cpu_norm_dim("permute", dv->u.ints[i], x->ndim, &d))) return st;
+        if ((st = lpx_meta_dim("permute", dv->u.ints[i], x->ndim, &d))) return st;
         if (seen[d])
             return lpx_error(LPX_EINVAL, "permute: dim %lld appears more than once (dims[%d])",
                              (long long)dv->u.ints[i], i);
@@ -363,7 +363,7 @@ static lpx_status real_dim(const lpx_call *c, const lpx_tensor *x, int64_t dim, 
 {
     if (x->ndim == 0)
         return lpx_error(LPX_ERANGE, "%s: x is 0-d, there is no dim %lld", cpu_op_name(c), (long long)dim);
-    return cpu_norm_dim(cpu_op_name(c), dim, x->ndim, d);
+    return lpx_meta_dim(cpu_op_name(c), dim, x->ndim, d);
 }
 
 static lpx_status k_slice(lpx_call *c)
@@ -508,7 +508,7 @@ static lpx_status k_cat(lpx_call *c)
     if (!ref) ref = xs[0];
     if (ref->ndim == 0) return lpx_error(LPX_ESHAPE, "cat: xs holds a 0-d tensor; 0-d tensors cannot be concatenated");
     int d;
-    if ((st = cpu_norm_dim("cat", c->args[1].u.i, ref->ndim, &d))) return st;
+    if ((st = lpx_meta_dim("cat", c->args[1].u.i, ref->ndim, &d))) return st;
     int64_t shape[LPX_MAX_DIMS];
     memcpy(shape, ref->shape, sizeof shape);
     shape[d] = 0;

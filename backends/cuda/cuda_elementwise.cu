@@ -234,51 +234,14 @@ static lpx_status un_dispatch(int op, const ew_args *w)
 /* ---- argument handling ------------------------------------------------ */
 
 /* Numpy broadcast of a and b shapes (message as the CPU's). */
-static lpx_status broadcast_shapes(const char *op, const lpx_tensor *a, const lpx_tensor *b, int *ndim,
-                                   int64_t *shape)
-{
-    int an = lpx_tensor_ndim(a), bn = lpx_tensor_ndim(b);
-    int n = an > bn ? an : bn;
-    for (int i = 0; i < n; i++) {
-        int ia = an - n + i, ib = bn - n + i;
-        int64_t da = ia >= 0 ? lpx_tensor_shape(a)[ia] : 1, db = ib >= 0 ? lpx_tensor_shape(b)[ib] : 1;
-        if (da != db && da != 1 && db != 1) {
-            char sa[128], sb[128];
-            return lpx_error(LPX_ESHAPE, "%s: shapes %s and %s do not broadcast (dim %d: %lld vs %lld)", op,
-                             lpx_tensor_shape_str(a, sa, sizeof sa), lpx_tensor_shape_str(b, sb, sizeof sb), i,
-                             (long long)da, (long long)db);
-        }
-        shape[i] = da == 1 ? db : da;
-    }
-    *ndim = n;
-    return LPX_OK;
-}
-
-/* Validates a caller-provided `out` (messages as cpu_check_out's); x is
- * the first input, whose device the result lives on. */
+/* Validates a caller-provided `out`: its contract is lpx_meta_out's; what
+ * is lpx-cuda's own is that it is a CUDA tensor on x's device. */
 static lpx_status check_out(const lpx_call *c, const char *xn, const lpx_tensor *x, const lpx_tensor *out,
                             lpx_dtype dtype, int ndim, const int64_t *shape)
 {
-    const char *op = cu_op(c);
     lpx_status st = cu_check_dense(c, "out", out);
     if (st || (st = cu_check_same_device(c, xn, x, "out", out))) return st;
-    if (lpx_tensor_is_readonly(out))
-        return lpx_error(LPX_EINVAL, "%s: out is read-only (e.g. a read-only DLPack import)", op);
-    bool same = lpx_tensor_ndim(out) == ndim;
-    for (int i = 0; same && i < ndim; i++) same = lpx_tensor_shape(out)[i] == shape[i];
-    if (!same) {
-        char so[128], want[160];
-        size_t n = (size_t)snprintf(want, sizeof want, "[");
-        for (int i = 0; i < ndim && n < sizeof want; i++)
-            n += (size_t)snprintf(want + n, sizeof want - n, i ? ", %lld" : "%lld", (long long)shape[i]);
-        if (n < sizeof want) snprintf(want + n, sizeof want - n, "]");
-        return lpx_error(LPX_ESHAPE, "%s: out has shape %s, the result needs %s", op,
-                         lpx_tensor_shape_str(out, so, sizeof so), want);
-    }
-    if (lpx_tensor_dtype(out) != dtype)
-        return lpx_error(LPX_EDTYPE, "%s: out has dtype %s, the result is %s", op,
-                         lpx_dtype_name(lpx_tensor_dtype(out)), lpx_dtype_name(dtype));
-    return LPX_OK;
+    return lpx_meta_out(cu_op(c), out, dtype, ndim, shape);
 }
 
 /* The result: `out` (validated, retained) or a new tensor on x's device. */
@@ -323,7 +286,7 @@ static lpx_status binary(lpx_call *c, int op, int oi)
         return st;
     int nd = 0;
     int64_t shape[LPX_MAX_DIMS] = {0};
-    if ((st = broadcast_shapes(opn, a, b, &nd, shape))) return st;
+    if ((st = lpx_meta_broadcast(opn, a, b, &nd, shape))) return st;
     lpx_tensor *res, *ca = NULL, *cb = NULL;
     if ((st = result(c, bop_arg[op][0], a, o, nd, shape, &res))) return st;
     if ((st = cu_use(opn, lpx_tensor_device(a))) || (st = unalias(c, o, a, &ca)) || (st = unalias(c, o, b, &cb))) {

@@ -224,15 +224,6 @@ template <int IN> lpx_status launch_tw(const char *op, int dev, TwArgs &a, bool 
 
 /* ---- fp8_quantize ---------------------------------------------------- */
 
-lpx_status norm_dim(const char *op, int64_t dim, int ndim, int *out)
-{
-    int64_t d = dim < 0 ? dim + ndim : dim;
-    if (d < 0 || d >= (ndim ? ndim : 1))
-        return lpx_error(LPX_ERANGE, "%s: dim %lld out of range for %d dims", op, (long long)dim, ndim);
-    *out = (int)d;
-    return LPX_OK;
-}
-
 /* Static scale checks of the CPU kernel (read_static_scale): a float
  * tensor of numel 1 (tensorwise) or the keepdim shape. A scale on the CPU
  * is read here, checked value by value and returned in host_vals (malloc,
@@ -309,7 +300,7 @@ lpx_status k_fp8_quantize(lpx_call *c)
     int64_t outer = 1, D = numel, inner = 1;
     if (has_dim) {
         int d;
-        if ((st = norm_dim(op, c->args[3].u.i, ndim, &d))) return st;
+        if ((st = lpx_meta_dim(op, c->args[3].u.i, ndim, &d))) return st;
         if (ndim == 0)
             return lpx_error(LPX_ESHAPE, "%s: dim %lld given for a 0-d x; axiswise scaling needs at least 1 dim", op,
                              (long long)c->args[3].u.i);

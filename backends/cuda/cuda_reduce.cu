@@ -154,58 +154,15 @@ __global__ void k_reduce_final(const double *partial, int nsplit, int64_t nout, 
 
 /* ---- plan ------------------------------------------------------------- */
 
-typedef struct red_plan {
-    bool reduced[LPX_MAX_DIMS];
-    int out_ndim;
-    int64_t out_shape[LPX_MAX_DIMS];
-    int64_t out_numel;
-    int64_t count; /* elements folded into each output */
-} red_plan;
+/* The reduction's geometry: lpx_meta_reduce's, the contract every backend
+ * shares. */
+typedef lpx_reduce_geom red_plan;
 
-/* Normalises a possibly negative dim against ndim (message as the CPU's). */
-static lpx_status norm_dim(const char *op, int64_t dim, int ndim, int *out)
+static lpx_status plan_dims(const lpx_call *c, const lpx_tensor *x, bool keepdim, bool has_identity, red_plan *p)
 {
-    int64_t d = dim < 0 ? dim + ndim : dim;
-    if (d < 0 || d >= (ndim ? ndim : 1))
-        return lpx_error(LPX_ERANGE, "%s: dim %lld out of range for %d dims", op, (long long)dim, ndim);
-    *out = (int)d;
-    return LPX_OK;
-}
-
-static lpx_status plan_dims(const lpx_call *c, const lpx_tensor *x, bool keepdim, red_plan *p)
-{
-    const char *op = cu_op(c);
     const lpx_value *dv = &c->args[1];
-    int nd = lpx_tensor_ndim(x);
-    const int64_t *shape = lpx_tensor_shape(x);
-    memset(p->reduced, 0, sizeof p->reduced);
-    if (dv->tag == LPX_TAG_INTS && dv->len > 0) {
-        for (uint32_t j = 0; j < dv->len; j++) {
-            int d = 0;
-            /* a scalar accepts dim 0 and -1, as in PyTorch */
-            lpx_status st = norm_dim(op, dv->u.ints[j], nd ? nd : 1, &d);
-            if (st) return st;
-            if (p->reduced[d])
-                return lpx_error(LPX_EINVAL, "%s: dims lists dim %d twice (dims[%u] = %lld)", op, d, j,
-                                 (long long)dv->u.ints[j]);
-            p->reduced[d] = true;
-        }
-    } else {
-        for (int d = 0; d < nd; d++) p->reduced[d] = true;
-    }
-    p->out_ndim = 0;
-    p->count = 1;
-    p->out_numel = 1;
-    for (int d = 0; d < nd; d++) {
-        if (p->reduced[d]) {
-            p->count *= shape[d];
-            if (keepdim) p->out_shape[p->out_ndim++] = 1;
-        } else {
-            p->out_shape[p->out_ndim++] = shape[d];
-            p->out_numel *= shape[d];
-        }
-    }
-    return LPX_OK;
+    bool some = dv->tag == LPX_TAG_INTS && dv->len > 0;
+    return lpx_meta_reduce(cu_op(c), x, some ? dv->u.ints : NULL, some ? (int)dv->len : 0, keepdim, has_identity, p);
 }
 
 /* Geometry of x's dims with reduced[d] == want, in order. */
@@ -319,12 +276,7 @@ static lpx_status reduce_kernel(lpx_call *c, int k)
     if (st) return st;
     bool keepdim = c->args[2].u.b;
     red_plan p;
-    if ((st = plan_dims(c, x, keepdim, &p))) return st;
-    if (p.count == 0 && p.out_numel > 0 && (k == RED_MAX || k == RED_AMAX)) {
-        char sx[128];
-        return lpx_error(LPX_ESHAPE, "%s: x %s: cannot reduce over zero elements (no identity)", op,
-                         lpx_tensor_shape_str(x, sx, sizeof sx));
-    }
+    if ((st = plan_dims(c, x, keepdim, !(k == RED_MAX || k == RED_AMAX), &p))) return st;
     lpx_tensor *out;
     if ((st = cu_new(c, lpx_tensor_dtype(x), p.out_ndim, p.out_shape, lpx_tensor_device(x), &out))) return st;
     if (p.out_numel > 0) {

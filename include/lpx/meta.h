@@ -75,6 +75,44 @@ LPX_API lpx_status lpx_meta_rmsnorm_backward(const char *op, const lpx_tensor *g
                                              const lpx_tensor *weight, const lpx_tensor *rstd, int64_t *rows,
                                              int64_t *dim);
 
+/* ---- shapes shared by the elementwise and reducing ops ---- */
+
+/** numpy broadcasting of a and b: the result's rank in *ndim and its shape
+ *  in shape[LPX_MAX_DIMS] (dims of 1 stretch; missing leading dims count
+ *  as 1). Errors: LPX_EINVAL (NULL), LPX_ESHAPE (dims that differ and are
+ *  not 1), LPX_ERANGE (a result whose element count overflows int64). */
+LPX_API lpx_status lpx_meta_broadcast(const char *op, const lpx_tensor *a, const lpx_tensor *b, int *ndim,
+                                      int64_t *shape);
+
+/** A caller's `out` for a result of `dtype` and shape[ndim]: a dense,
+ *  writable tensor of exactly that shape and dtype (the backend checks its
+ *  device and layout). Errors: LPX_EINVAL (NULL, a kind tensor, read-only),
+ *  LPX_ESHAPE, LPX_EDTYPE. */
+LPX_API lpx_status lpx_meta_out(const char *op, const lpx_tensor *out, lpx_dtype dtype, int ndim,
+                                const int64_t *shape);
+
+/** A dim argument normalized against ndim (negative counts from the end).
+ *  ndim 0 accepts dim 0 only; a reduction treats a scalar as one dim
+ *  (passes 1), so that it accepts 0 and -1, as PyTorch. Errors:
+ *  LPX_ERANGE. */
+LPX_API lpx_status lpx_meta_dim(const char *op, int64_t dim, int ndim, int *out);
+
+/** The geometry of a reduction (sum, mean, max, amax). */
+typedef struct lpx_reduce_geom {
+    bool reduced[LPX_MAX_DIMS];          /* dims folded */
+    int out_ndim;                        /* kept dims (reduced ones as 1 with keepdim) */
+    int64_t out_shape[LPX_MAX_DIMS];
+    int64_t out_numel;
+    int64_t count;                       /* elements folded into each output */
+} lpx_reduce_geom;
+
+/** A reduction of x over dims[0..ndims) (ndims 0: every dim), keepdim as
+ *  PyTorch. `has_identity` false (max, amax): refuses to fold zero
+ *  elements into a non-empty result. Errors: LPX_EINVAL (NULL, a dim
+ *  listed twice), LPX_ERANGE (a dim out of range), LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_reduce(const char *op, const lpx_tensor *x, const int64_t *dims, int ndims, bool keepdim,
+                                   bool has_identity, lpx_reduce_geom *g);
+
 LPX_END_DECLS
 
 #endif

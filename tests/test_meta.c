@@ -1,0 +1,111 @@
+/* The shape meta functions (include/lpx/meta.h, dispatch/meta_shape.c)
+ * called directly: broadcasting, a caller's out, dims, reductions. Every
+ * backend calls them, so these cases pin the contract once; the ops'
+ * tests (test_elementwise, test_reduce, the GPU suite) check that the
+ * kernels really use them. */
+#include "check.h"
+#include "tensor_util.h"
+
+static lpx_tensor *t_of(int nd, const int64_t *shape)
+{
+    lpx_tensor *t = NULL;
+    CHECK_OK(lpx_tensor_new(LPX_F32, nd, shape, lpx_cpu(), &t));
+    return t;
+}
+
+static void test_broadcast(void)
+{
+    const int64_t s1[3] = {4, 1, 3}, s2[2] = {5, 1}, s3[2] = {5, 2}, big[2] = {INT64_C(1) << 40, 1},
+                  big2[2] = {1, INT64_C(1) << 40};
+    lpx_tensor *a = t_of(3, s1), *b = t_of(2, s2), *c = t_of(2, s3);
+    int nd = 0;
+    int64_t shape[LPX_MAX_DIMS] = {0};
+    CHECK_OK(lpx_meta_broadcast("add", a, b, &nd, shape));
+    CHECK(nd == 3 && shape[0] == 4 && shape[1] == 5 && shape[2] == 3);
+    /* dims that differ and are not 1: named with both shapes */
+    CHECK_ERR(lpx_meta_broadcast("add", a, c, &nd, shape), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "add: shapes [4, 1, 3] and [5, 2] do not broadcast") != NULL);
+    CHECK_ERR(lpx_meta_broadcast("add", NULL, c, &nd, shape), LPX_EINVAL);
+    /* two shapes that fit whose broadcast overflows int64 elements: refused
+     * (the CUDA copy of this rule once missed the check) */
+    lpx_tensor *v1 = NULL, *v2 = NULL;
+    CHECK_OK(lpx_tensor_view_of(a, 2, big, (const int64_t[]){0, 0}, 0, &v1));
+    CHECK_OK(lpx_tensor_view_of(a, 2, big2, (const int64_t[]){0, 0}, 0, &v2));
+    if (v1 && v2) CHECK_ERR(lpx_meta_broadcast("mul", v1, v2, &nd, shape), LPX_ERANGE);
+    lpx_tensor *rel[] = {a, b, c, v1, v2};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
+}
+
+static void test_out(void)
+{
+    const int64_t s[2] = {2, 3}, wrong[2] = {3, 2};
+    lpx_tensor *o = t_of(2, s);
+    CHECK_OK(lpx_meta_out("add", o, LPX_F32, 2, s));
+    CHECK_ERR(lpx_meta_out("add", o, LPX_F32, 2, wrong), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "add: out has shape [2, 3], the result needs [3, 2]") != NULL);
+    CHECK_ERR(lpx_meta_out("add", o, LPX_BF16, 2, s), LPX_EDTYPE);
+    CHECK(strstr(lpx_last_error(), "out has dtype f32, the result is bf16") != NULL);
+    CHECK_ERR(lpx_meta_out("add", NULL, LPX_F32, 2, s), LPX_EINVAL);
+    /* a kind tensor is no place for a result */
+    lpx_tensor *q = NULL;
+    const int64_t qs[2] = {4, 64};
+    lpx_tensor *x = t_of(2, qs);
+    if (x && !lpx_fill_(x, 0.5) && !lpx_nf4_quantize(x, NULL, &q)) {
+        CHECK_ERR(lpx_meta_out("add", q, LPX_F32, 2, qs), LPX_EINVAL);
+        CHECK(strstr(lpx_last_error(), "out is of kind 'nf4'") != NULL);
+    } else {
+        CHECKF(0, "nf4 setup: %s", lpx_last_error());
+    }
+    lpx_tensor_release(q);
+    lpx_tensor_release(x);
+    lpx_tensor_release(o);
+}
+
+static void test_dim(void)
+{
+    int d = -7;
+    CHECK_OK(lpx_meta_dim("sum", -1, 3, &d));
+    CHECK(d == 2);
+    CHECK_OK(lpx_meta_dim("sum", 0, 0, &d)); /* a scalar: dim 0 ... */
+    CHECK(d == 0);
+    CHECK_ERR(lpx_meta_dim("sum", -1, 0, &d), LPX_ERANGE);
+    CHECK_OK(lpx_meta_dim("sum", -1, 1, &d)); /* ... and -1 where it counts as one dim */
+    CHECK(d == 0);
+    CHECK_ERR(lpx_meta_dim("sum", 3, 3, &d), LPX_ERANGE);
+    CHECK(strstr(lpx_last_error(), "sum: dim 3 out of range for 3 dims") != NULL);
+    CHECK_ERR(lpx_meta_dim("sum", -4, 3, &d), LPX_ERANGE);
+}
+
+static void test_reduce(void)
+{
+    const int64_t s[3] = {2, 3, 4}, e[2] = {0, 5};
+    lpx_tensor *x = t_of(3, s), *z = t_of(2, e);
+    lpx_reduce_geom g;
+    const int64_t d1[1] = {-2}, dup[2] = {1, -2}, d0[1] = {0};
+    CHECK_OK(lpx_meta_reduce("sum", x, d1, 1, false, true, &g));
+    CHECK(g.out_ndim == 2 && g.out_shape[0] == 2 && g.out_shape[1] == 4 && g.out_numel == 8 && g.count == 3);
+    CHECK(!g.reduced[0] && g.reduced[1] && !g.reduced[2]);
+    CHECK_OK(lpx_meta_reduce("sum", x, d1, 1, true, true, &g));
+    CHECK(g.out_ndim == 3 && g.out_shape[1] == 1 && g.out_numel == 8);
+    CHECK_OK(lpx_meta_reduce("sum", x, NULL, 0, false, true, &g)); /* every dim */
+    CHECK(g.out_ndim == 0 && g.out_numel == 1 && g.count == 24);
+    CHECK_ERR(lpx_meta_reduce("sum", x, dup, 2, false, true, &g), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "dims lists dim 1 twice") != NULL);
+    /* max over zero elements into a non-empty result has no identity */
+    CHECK_OK(lpx_meta_reduce("sum", z, d0, 1, false, true, &g));
+    CHECK(g.out_numel == 5 && g.count == 0);
+    CHECK_ERR(lpx_meta_reduce("amax", z, d0, 1, false, false, &g), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "cannot reduce over zero elements") != NULL);
+    lpx_tensor_release(x);
+    lpx_tensor_release(z);
+}
+
+int main(void)
+{
+    CHECK_OK(lpx_init());
+    RUN(test_broadcast);
+    RUN(test_out);
+    RUN(test_dim);
+    RUN(test_reduce);
+    return CHECK_DONE();
+}
