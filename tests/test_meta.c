@@ -100,6 +100,40 @@ static void test_reduce(void)
     lpx_tensor_release(z);
 }
 
+static lpx_tensor *vec_of(lpx_dtype dt, int64_t n)
+{
+    lpx_tensor *t = NULL;
+    CHECK_OK(lpx_zeros(1, &n, dt, lpx_cpu(), &t));
+    return t;
+}
+
+static void test_nf4_payload(void)
+{
+    /* 256 elements in blocks of 64 with scaler blocks of 2: 128 code bytes,
+     * 4 qscalers, 2 factors, 1 mean */
+    lpx_tensor *codes = vec_of(LPX_U8, 128), *qs = vec_of(LPX_I8, 4), *f = vec_of(LPX_F32, 2),
+               *mean = vec_of(LPX_F32, 1), *qs5 = vec_of(LPX_I8, 5), *m2 = vec_of(LPX_F32, 2);
+    int64_t padded = 0;
+    CHECK_OK(lpx_meta_nf4_payload("nf4_dequantize", codes, qs, f, mean, 64, 2, &padded));
+    CHECK(padded == 256);
+    CHECK_ERR(lpx_meta_nf4_payload("nf4_dequantize", codes, qs, f, mean, 63, 2, &padded), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "block = 63 must be even") != NULL);
+    CHECK_ERR(lpx_meta_nf4_payload("nf4_dequantize", codes, qs, f, mean, 64, 0, &padded), LPX_EINVAL);
+    CHECK_ERR(lpx_meta_nf4_payload("nf4_dequantize", qs, qs, f, mean, 64, 2, &padded), LPX_EDTYPE);
+    CHECK(strstr(lpx_last_error(), "codes has dtype i8, expected u8") != NULL);
+    CHECK_ERR(lpx_meta_nf4_payload("nf4_dequantize", codes, qs5, f, mean, 64, 2, &padded), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "256 codes need 4 qscalers and 2 factors, got 5 and 2") != NULL);
+    CHECK_ERR(lpx_meta_nf4_payload("nf4_dequantize", codes, qs, f, m2, 64, 2, &padded), LPX_ESHAPE);
+    CHECK_ERR(lpx_meta_nf4_payload("nf4_dequantize", codes, qs, f, mean, 64, 3, &padded), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "not a whole number of scaler blocks") != NULL);
+    CHECK_OK(lpx_meta_nf4_range("nf4_dequantize", 256, 10, 246, LPX_BF16));
+    CHECK_ERR(lpx_meta_nf4_range("nf4_dequantize", 256, 10, 247, LPX_F32), LPX_ERANGE);
+    CHECK_ERR(lpx_meta_nf4_range("nf4_dequantize", 256, -1, 1, LPX_F32), LPX_ERANGE);
+    CHECK_ERR(lpx_meta_nf4_range("nf4_dequantize", 256, 0, 1, LPX_I32), LPX_EDTYPE);
+    lpx_tensor *rel[] = {codes, qs, f, mean, qs5, m2};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
+}
+
 int main(void)
 {
     CHECK_OK(lpx_init());
@@ -107,5 +141,6 @@ int main(void)
     RUN(test_out);
     RUN(test_dim);
     RUN(test_reduce);
+    RUN(test_nf4_payload);
     return CHECK_DONE();
 }

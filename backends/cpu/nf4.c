@@ -28,9 +28,7 @@
 
 /* the limits of include/lpx/nf4.h (the ops check them too: they are
  * reachable through dispatch without the kind) */
-#define NF4_BLOCK_MIN LPX_NF4_BLOCK_MIN
 #define NF4_BLOCK_MAX LPX_NF4_BLOCK_MAX
-#define NF4_SCALER_BLOCK_MAX LPX_NF4_SCALER_BLOCK_MAX
 /* f32 elements per dequantized tile of W in nf4_mm (4 MiB) */
 #define NF4_TILE_ELEMS ((int64_t)1 << 20)
 /* f32 elements of the quantize staging buffer (a whole number of blocks) */
@@ -49,66 +47,28 @@ typedef struct nf4_payload {
     int64_t padded;      /* elements the codes cover */
 } nf4_payload;
 
-static lpx_status check_sizes(const lpx_call *c, int64_t block, int64_t sblock)
-{
-    if (block < NF4_BLOCK_MIN || block > NF4_BLOCK_MAX || block % 2)
-        return lpx_error(LPX_EINVAL, "%s: block = %lld must be even and in %d..%d", cpu_op_name(c),
-                         (long long)block, NF4_BLOCK_MIN, NF4_BLOCK_MAX);
-    if (sblock < 1 || sblock > NF4_SCALER_BLOCK_MAX)
-        return lpx_error(LPX_EINVAL, "%s: scaler_block = %lld must be in 1..%d", cpu_op_name(c),
-                         (long long)sblock, NF4_SCALER_BLOCK_MAX);
-    return LPX_OK;
-}
-
-static lpx_status check_vec(const lpx_call *c, const char *arg, const lpx_tensor *t, lpx_dtype dtype)
-{
-    lpx_status st = cpu_check_dense(c, arg, t);
-    if (st) return st;
-    if (t->dtype != dtype)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s, expected %s", cpu_op_name(c), arg,
-                         lpx_dtype_name(t->dtype), lpx_dtype_name(dtype));
-    if (t->ndim != 1 || !lpx_tensor_is_contiguous(t)) {
-        char s[128];
-        return lpx_error(LPX_ESHAPE, "%s: %s %s must be a contiguous 1-D tensor", cpu_op_name(c), arg,
-                         lpx_tensor_shape_str(t, s, sizeof s));
-    }
-    return LPX_OK;
-}
-
 /* Reads args first..first+5: codes, qscalers, factors, mean, block,
- * scaler_block. */
+ * scaler_block: CPU tensors (checked here), the payload's contract
+ * (lpx_meta_nf4_payload). */
 static lpx_status payload_arg(const lpx_call *c, int first, nf4_payload *p)
 {
     const lpx_tensor *codes = cpu_tensor_arg(c, first), *qs = cpu_tensor_arg(c, first + 1),
                      *f = cpu_tensor_arg(c, first + 2), *mean = cpu_tensor_arg(c, first + 3);
     int64_t block = c->args[first + 4].u.i, sblock = c->args[first + 5].u.i;
     lpx_status st;
-    if ((st = check_sizes(c, block, sblock))) return st;
-    if ((st = check_vec(c, "codes", codes, LPX_U8)) || (st = check_vec(c, "qscalers", qs, LPX_I8)) ||
-        (st = check_vec(c, "factors", f, LPX_F32)) || (st = check_vec(c, "mean", mean, LPX_F32)))
+    if ((st = cpu_check_dense(c, "codes", codes)) || (st = cpu_check_dense(c, "qscalers", qs)) ||
+        (st = cpu_check_dense(c, "factors", f)) || (st = cpu_check_dense(c, "mean", mean)) ||
+        (st = lpx_meta_nf4_payload(cpu_op_name(c), codes, qs, f, mean, block, sblock, &p->padded)))
         return st;
-    const char *op = cpu_op_name(c);
-    int64_t padded = codes->shape[0] * 2, unit = block * sblock;
-    if (mean->shape[0] != 1)
-        return lpx_error(LPX_ESHAPE, "%s: mean has %lld elements, expected 1", op, (long long)mean->shape[0]);
-    if (padded % unit)
-        return lpx_error(LPX_ESHAPE, "%s: codes cover %lld elements, not a whole number of scaler blocks of "
-                         "%lld x %lld", op, (long long)padded, (long long)block, (long long)sblock);
-    if (qs->shape[0] != padded / block || f->shape[0] != padded / unit)
-        return lpx_error(LPX_ESHAPE, "%s: %lld codes need %lld qscalers and %lld factors, got %lld and %lld", op,
-                         (long long)padded, (long long)(padded / block), (long long)(padded / unit),
-                         (long long)qs->shape[0], (long long)f->shape[0]);
     p->codes = lpx_tensor_data(codes);
     p->qs = lpx_tensor_data(qs);
     p->f = lpx_tensor_data(f);
     p->mean = *(const float *)lpx_tensor_data(mean);
     p->block = block;
     p->sblock = sblock;
-    p->padded = padded;
     return LPX_OK;
 }
 
-static bool nf4_out_dtype(lpx_dtype d) { return d == LPX_F32 || d == LPX_F16 || d == LPX_BF16; }
 
 /* ---- dequantize ---------------------------------------------------------- */
 
@@ -313,11 +273,7 @@ static lpx_status k_nf4_dequantize(lpx_call *c)
     lpx_dtype dtype = c->args[8].u.d;
     lpx_tensor *out = cpu_tensor_arg(c, 9);
     const char *op = cpu_op_name(c);
-    if (!nf4_out_dtype(dtype))
-        return lpx_error(LPX_EDTYPE, "%s: dtype %s: NF4 dequantizes to f32, f16 or bf16", op, lpx_dtype_name(dtype));
-    if (start < 0 || count < 0 || start > p.padded || count > p.padded - start)
-        return lpx_error(LPX_ERANGE, "%s: elements [%lld, %lld + %lld) outside the %lld the payload holds", op,
-                         (long long)start, (long long)start, (long long)count, (long long)p.padded);
+    if ((st = lpx_meta_nf4_range(op, p.padded, start, count, dtype))) return st;
     if (out) {
         if ((st = cpu_check_dense(c, "out", out))) return st;
         if (out->dtype != dtype || out->numel != count || !lpx_tensor_is_contiguous(out))
@@ -465,7 +421,7 @@ static lpx_status k_nf4_quantize(lpx_call *c)
     lpx_tensor *x = cpu_tensor_arg(c, 0);
     int64_t B = c->args[1].u.i, S = c->args[2].u.i;
     lpx_status st;
-    if ((st = check_sizes(c, B, S)) || (st = cpu_check_dense(c, "x", x))) return st;
+    if ((st = lpx_meta_nf4_blocks(cpu_op_name(c), B, S)) || (st = cpu_check_dense(c, "x", x))) return st;
     if (!lpx_dtype_get(x->dtype)->is_float)
         return lpx_error(LPX_EDTYPE, "%s: x has dtype %s; NF4 quantizes floating-point tensors", cpu_op_name(c),
                          lpx_dtype_name(x->dtype));

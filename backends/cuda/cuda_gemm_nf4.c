@@ -13,8 +13,8 @@
 /* ---- nf4_mm ----------------------------------------------------------------- */
 
 /* The payload of an NF4 op (args first..first+5: codes, qscalers, factors,
- * mean, block, scaler_block), checked like the CPU's payload_arg, since
- * cu_nf4_dequantize_into trusts its caller. */
+ * mean, block, scaler_block), checked before cu_nf4_dequantize_into, which
+ * trusts its caller. */
 typedef struct gm_nf4 {
     const uint8_t *codes;
     const int8_t *qs;
@@ -22,55 +22,25 @@ typedef struct gm_nf4 {
     int64_t block, sblock, padded;
 } gm_nf4;
 
-static lpx_status gm_nf4_vec(const lpx_call *c, const char *arg, const lpx_tensor *t, lpx_dtype dt,
-                             const lpx_tensor *x)
-{
-    lpx_status st = cu_check_dense(c, arg, t);
-    if (st || (st = cu_check_same_device(c, "x", x, arg, t))) return st;
-    if (lpx_tensor_dtype(t) != dt)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s, expected %s", cu_op(c), arg,
-                         lpx_dtype_name(lpx_tensor_dtype(t)), lpx_dtype_name(dt));
-    if (lpx_tensor_ndim(t) != 1 || !lpx_tensor_is_contiguous(t)) {
-        char sh[128];
-        return lpx_error(LPX_ESHAPE, "%s: %s %s must be a contiguous 1-D tensor", cu_op(c), arg,
-                         lpx_tensor_shape_str(t, sh, sizeof sh));
-    }
-    return LPX_OK;
-}
-
+/* The payload tensors are dense CUDA tensors (here); their contract is
+ * lpx_meta_nf4_payload's, shared with the CPU and the nf4_dequantize op. */
 static lpx_status gm_nf4_payload(const lpx_call *c, int first, const lpx_tensor *x, gm_nf4 *p)
 {
-    const char *op = cu_op(c);
     const lpx_tensor *codes = cu_arg_tensor(c, first), *qs = cu_arg_tensor(c, first + 1),
                      *f = cu_arg_tensor(c, first + 2), *mean = cu_arg_tensor(c, first + 3);
     int64_t block = c->args[first + 4].u.i, sblock = c->args[first + 5].u.i;
-    if (block < LPX_NF4_BLOCK_MIN || block > LPX_NF4_BLOCK_MAX || block % 2)
-        return lpx_error(LPX_EINVAL, "%s: block = %lld must be even and in %d..%d", op, (long long)block,
-                         LPX_NF4_BLOCK_MIN, LPX_NF4_BLOCK_MAX);
-    if (sblock < 1 || sblock > LPX_NF4_SCALER_BLOCK_MAX)
-        return lpx_error(LPX_EINVAL, "%s: scaler_block = %lld must be in 1..%d", op, (long long)sblock,
-                         LPX_NF4_SCALER_BLOCK_MAX);
     lpx_status st;
-    if ((st = gm_nf4_vec(c, "codes", codes, LPX_U8, x)) || (st = gm_nf4_vec(c, "qscalers", qs, LPX_I8, x)) ||
-        (st = gm_nf4_vec(c, "factors", f, LPX_F32, x)) || (st = gm_nf4_vec(c, "mean", mean, LPX_F32, x)))
+    (void)x; /* on x's device: the dispatcher refuses tensors on different devices */
+    if ((st = cu_check_dense(c, "codes", codes)) || (st = cu_check_dense(c, "qscalers", qs)) ||
+        (st = cu_check_dense(c, "factors", f)) || (st = cu_check_dense(c, "mean", mean)) ||
+        (st = lpx_meta_nf4_payload(cu_op(c), codes, qs, f, mean, block, sblock, &p->padded)))
         return st;
-    int64_t padded = lpx_tensor_numel(codes) * 2, unit = block * sblock;
-    if (lpx_tensor_numel(mean) != 1)
-        return lpx_error(LPX_ESHAPE, "%s: mean has %lld elements, expected 1", op, (long long)lpx_tensor_numel(mean));
-    if (padded % unit)
-        return lpx_error(LPX_ESHAPE, "%s: codes cover %lld elements, not a whole number of scaler blocks of "
-                         "%lld x %lld", op, (long long)padded, (long long)block, (long long)sblock);
-    if (lpx_tensor_numel(qs) != padded / block || lpx_tensor_numel(f) != padded / unit)
-        return lpx_error(LPX_ESHAPE, "%s: %lld codes need %lld qscalers and %lld factors, got %lld and %lld", op,
-                         (long long)padded, (long long)(padded / block), (long long)(padded / unit),
-                         (long long)lpx_tensor_numel(qs), (long long)lpx_tensor_numel(f));
     p->codes = lpx_tensor_data(codes);
     p->qs = lpx_tensor_data(qs);
     p->f = lpx_tensor_data(f);
     p->mean = lpx_tensor_data(mean);
     p->block = block;
     p->sblock = sblock;
-    p->padded = padded;
     return LPX_OK;
 }
 

@@ -56,67 +56,25 @@ struct Payload {
     int64_t block, sblock, padded;
 };
 
-lpx_status check_sizes(const lpx_call *c, int64_t block, int64_t sblock)
-{
-    if (block < LPX_NF4_BLOCK_MIN || block > LPX_NF4_BLOCK_MAX || block % 2)
-        return lpx_error(LPX_EINVAL, "%s: block = %lld must be even and in %d..%d", cu_op(c), (long long)block,
-                         LPX_NF4_BLOCK_MIN, LPX_NF4_BLOCK_MAX);
-    if (sblock < 1 || sblock > LPX_NF4_SCALER_BLOCK_MAX)
-        return lpx_error(LPX_EINVAL, "%s: scaler_block = %lld must be in 1..%d", cu_op(c), (long long)sblock,
-                         LPX_NF4_SCALER_BLOCK_MAX);
-    return LPX_OK;
-}
-
-lpx_status check_vec(const lpx_call *c, const char *arg, const lpx_tensor *t, lpx_dtype dtype)
-{
-    lpx_status st = cu_check_dense(c, arg, t);
-    if (st) return st;
-    if (lpx_tensor_dtype(t) != dtype)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s, expected %s", cu_op(c), arg,
-                         lpx_dtype_name(lpx_tensor_dtype(t)), lpx_dtype_name(dtype));
-    if (lpx_tensor_ndim(t) != 1 || !lpx_tensor_is_contiguous(t)) {
-        char s[128];
-        return lpx_error(LPX_ESHAPE, "%s: %s %s must be a contiguous 1-D tensor", cu_op(c), arg,
-                         lpx_tensor_shape_str(t, s, sizeof s));
-    }
-    return LPX_OK;
-}
-
-/* Args first..first+5: codes, qscalers, factors, mean, block, scaler_block. */
+/* Args first..first+5: codes, qscalers, factors, mean, block, scaler_block:
+ * dense CUDA tensors (here), the payload's contract (lpx_meta_nf4_payload,
+ * shared with the CPU). */
 lpx_status payload_arg(const lpx_call *c, int first, Payload *p)
 {
     const lpx_tensor *codes = cu_arg_tensor(c, first), *qs = cu_arg_tensor(c, first + 1),
                      *f = cu_arg_tensor(c, first + 2), *mean = cu_arg_tensor(c, first + 3);
     int64_t block = c->args[first + 4].u.i, sblock = c->args[first + 5].u.i;
     lpx_status st;
-    if ((st = check_sizes(c, block, sblock))) return st;
-    if ((st = check_vec(c, "codes", codes, LPX_U8)) || (st = check_vec(c, "qscalers", qs, LPX_I8)) ||
-        (st = check_vec(c, "factors", f, LPX_F32)) || (st = check_vec(c, "mean", mean, LPX_F32)))
+    if ((st = cu_check_dense(c, "codes", codes)) || (st = cu_check_dense(c, "qscalers", qs)) ||
+        (st = cu_check_dense(c, "factors", f)) || (st = cu_check_dense(c, "mean", mean)) ||
+        (st = lpx_meta_nf4_payload(cu_op(c), codes, qs, f, mean, block, sblock, &p->padded)))
         return st;
-    if ((st = cu_check_same_device(c, "codes", codes, "qscalers", qs)) ||
-        (st = cu_check_same_device(c, "codes", codes, "factors", f)) ||
-        (st = cu_check_same_device(c, "codes", codes, "mean", mean)))
-        return st;
-    const char *op = cu_op(c);
-    int64_t padded = lpx_tensor_shape(codes)[0] * 2, unit = block * sblock;
-    int64_t nqs = lpx_tensor_shape(qs)[0], nf = lpx_tensor_shape(f)[0];
-    if (lpx_tensor_shape(mean)[0] != 1)
-        return lpx_error(LPX_ESHAPE, "%s: mean has %lld elements, expected 1", op,
-                         (long long)lpx_tensor_shape(mean)[0]);
-    if (padded % unit)
-        return lpx_error(LPX_ESHAPE, "%s: codes cover %lld elements, not a whole number of scaler blocks of "
-                         "%lld x %lld", op, (long long)padded, (long long)block, (long long)sblock);
-    if (nqs != padded / block || nf != padded / unit)
-        return lpx_error(LPX_ESHAPE, "%s: %lld codes need %lld qscalers and %lld factors, got %lld and %lld", op,
-                         (long long)padded, (long long)(padded / block), (long long)(padded / unit), (long long)nqs,
-                         (long long)nf);
     p->codes = (const uint8_t *)lpx_tensor_data(codes);
     p->qs = (const int8_t *)lpx_tensor_data(qs);
     p->f = (const float *)lpx_tensor_data(f);
     p->mean = (const float *)lpx_tensor_data(mean);
     p->block = block;
     p->sblock = sblock;
-    p->padded = padded;
     return LPX_OK;
 }
 
@@ -391,7 +349,7 @@ lpx_status k_nf4_quantize(lpx_call *c)
     int64_t B = c->args[1].u.i, S = c->args[2].u.i;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = check_sizes(c, B, S)) || (st = cu_check_dense(c, "x", x))) return st;
+    if ((st = lpx_meta_nf4_blocks(cu_op(c), B, S)) || (st = cu_check_dense(c, "x", x))) return st;
     if (!lpx_dtype_get(lpx_tensor_dtype(x))->is_float)
         return lpx_error(LPX_EDTYPE, "%s: x has dtype %s; NF4 quantizes floating-point tensors", op,
                          lpx_dtype_name(lpx_tensor_dtype(x)));
@@ -457,11 +415,7 @@ lpx_status k_nf4_dequantize(lpx_call *c)
     lpx_dtype dtype = c->args[8].u.d;
     lpx_tensor *out = cu_arg_tensor(c, 9);
     const char *op = cu_op(c);
-    if (!nf4_out_dtype(dtype))
-        return lpx_error(LPX_EDTYPE, "%s: dtype %s: NF4 dequantizes to f32, f16 or bf16", op, lpx_dtype_name(dtype));
-    if (start < 0 || count < 0 || start > p.padded || count > p.padded - start)
-        return lpx_error(LPX_ERANGE, "%s: elements [%lld, %lld + %lld) outside the %lld the payload holds", op,
-                         (long long)start, (long long)start, (long long)count, (long long)p.padded);
+    if ((st = lpx_meta_nf4_range(op, p.padded, start, count, dtype))) return st;
     lpx_device dev = lpx_tensor_device(cu_arg_tensor(c, 0));
     if (out) {
         if ((st = cu_check_dense(c, "out", out))) return st;

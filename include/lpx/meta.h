@@ -113,6 +113,26 @@ typedef struct lpx_reduce_geom {
 LPX_API lpx_status lpx_meta_reduce(const char *op, const lpx_tensor *x, const int64_t *dims, int ndims, bool keepdim,
                                    bool has_identity, lpx_reduce_geom *g);
 
+/* ---- the NF4 payload ops (ops_nf4.def) ---- */
+
+/** block even in LPX_NF4_BLOCK_MIN..LPX_NF4_BLOCK_MAX, scaler_block in
+ *  1..LPX_NF4_SCALER_BLOCK_MAX. Errors: LPX_EINVAL. */
+LPX_API lpx_status lpx_meta_nf4_blocks(const char *op, int64_t block, int64_t scaler_block);
+
+/** An NF4 payload: the block sizes, codes u8, qscalers i8, factors f32 and
+ *  mean f32 [1], each a contiguous 1-D tensor, sized for one another
+ *  (codes cover a whole number of scaler blocks); *padded gets the element
+ *  count the codes cover (may be NULL). The backend checks the devices.
+ *  Errors: LPX_EINVAL, LPX_EDTYPE, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_nf4_payload(const char *op, const lpx_tensor *codes, const lpx_tensor *qscalers,
+                                        const lpx_tensor *factors, const lpx_tensor *mean, int64_t block,
+                                        int64_t scaler_block, int64_t *padded);
+
+/** A dequantized range [start, start + count) of a payload covering
+ *  `padded` elements, into dtype f32, f16 or bf16. Errors: LPX_EDTYPE,
+ *  LPX_ERANGE. */
+LPX_API lpx_status lpx_meta_nf4_range(const char *op, int64_t padded, int64_t start, int64_t count, lpx_dtype dtype);
+
 LPX_END_DECLS
 
 #endif

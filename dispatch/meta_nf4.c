@@ -1,0 +1,66 @@
+/* Meta functions of the NF4 payload ops (ops_nf4.def; include/lpx/meta.h):
+ * the payload's sizes and consistency, and a dequantized range. These are
+ * the contract of dense ops on four plain tensors, not of the nf4 kind, so
+ * they live with the other meta functions; the CPU and CUDA kernels call
+ * them after their own device checks. */
+#include "../core/lpx_internal.h"
+#include "lpx/meta.h"
+#include "lpx/nf4.h"
+
+lpx_status lpx_meta_nf4_blocks(const char *op, int64_t block, int64_t scaler_block)
+{
+    if (block < LPX_NF4_BLOCK_MIN || block > LPX_NF4_BLOCK_MAX || block % 2)
+        return lpx_error(LPX_EINVAL, "%s: block = %lld must be even and in %d..%d", op, (long long)block,
+                         LPX_NF4_BLOCK_MIN, LPX_NF4_BLOCK_MAX);
+    if (scaler_block < 1 || scaler_block > LPX_NF4_SCALER_BLOCK_MAX)
+        return lpx_error(LPX_EINVAL, "%s: scaler_block = %lld must be in 1..%d", op, (long long)scaler_block,
+                         LPX_NF4_SCALER_BLOCK_MAX);
+    return LPX_OK;
+}
+
+static lpx_status vec(const char *op, const char *arg, const lpx_tensor *t, lpx_dtype dtype)
+{
+    if (!t) return lpx_error(LPX_EINVAL, "%s: %s is NULL", op, arg);
+    if (t->dtype != dtype)
+        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s, expected %s", op, arg, lpx_dtype_name(t->dtype),
+                         lpx_dtype_name(dtype));
+    if (t->ndim != 1 || !lpx_tensor_is_contiguous(t)) {
+        char s[128];
+        return lpx_error(LPX_ESHAPE, "%s: %s %s must be a contiguous 1-D tensor", op, arg,
+                         lpx_tensor_shape_str(t, s, sizeof s));
+    }
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_nf4_payload(const char *op, const lpx_tensor *codes, const lpx_tensor *qscalers,
+                                const lpx_tensor *factors, const lpx_tensor *mean, int64_t block,
+                                int64_t scaler_block, int64_t *padded)
+{
+    lpx_status st;
+    if ((st = lpx_meta_nf4_blocks(op, block, scaler_block))) return st;
+    if ((st = vec(op, "codes", codes, LPX_U8)) || (st = vec(op, "qscalers", qscalers, LPX_I8)) ||
+        (st = vec(op, "factors", factors, LPX_F32)) || (st = vec(op, "mean", mean, LPX_F32)))
+        return st;
+    int64_t n = codes->shape[0] * 2, unit = block * scaler_block;
+    if (mean->shape[0] != 1)
+        return lpx_error(LPX_ESHAPE, "%s: mean has %lld elements, expected 1", op, (long long)mean->shape[0]);
+    if (n % unit)
+        return lpx_error(LPX_ESHAPE, "%s: codes cover %lld elements, not a whole number of scaler blocks of "
+                         "%lld x %lld", op, (long long)n, (long long)block, (long long)scaler_block);
+    if (qscalers->shape[0] != n / block || factors->shape[0] != n / unit)
+        return lpx_error(LPX_ESHAPE, "%s: %lld codes need %lld qscalers and %lld factors, got %lld and %lld", op,
+                         (long long)n, (long long)(n / block), (long long)(n / unit),
+                         (long long)qscalers->shape[0], (long long)factors->shape[0]);
+    if (padded) *padded = n;
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_nf4_range(const char *op, int64_t padded, int64_t start, int64_t count, lpx_dtype dtype)
+{
+    if (dtype != LPX_F32 && dtype != LPX_F16 && dtype != LPX_BF16)
+        return lpx_error(LPX_EDTYPE, "%s: dtype %s: NF4 dequantizes to f32, f16 or bf16", op, lpx_dtype_name(dtype));
+    if (start < 0 || count < 0 || start > padded || count > padded - start)
+        return lpx_error(LPX_ERANGE, "%s: elements [%lld, %lld + %lld) outside the %lld the payload holds", op,
+                         (long long)start, (long long)start, (long long)count, (long long)padded);
+    return LPX_OK;
+}
