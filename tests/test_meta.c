@@ -134,6 +134,37 @@ static void test_nf4_payload(void)
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
 }
 
+static void test_adamw(void)
+{
+    lpx_tensor *p = vec_of(LPX_BF16, 8), *g = vec_of(LPX_F32, 8), *m = vec_of(LPX_F32, 8), *v = vec_of(LPX_F32, 8),
+               *v7 = vec_of(LPX_F32, 7), *mb = vec_of(LPX_BF16, 8);
+    lpx_tensor *ps[1] = {p}, *gs[1] = {g}, *ms[1] = {m}, *vs[1] = {v}, *bad[1] = {v7}, *mbs[1] = {mb};
+    lpx_value a[10] = {lpx_v_tensors(ps, 1), lpx_v_tensors(gs, 1), lpx_v_tensors(ms, 1), lpx_v_tensors(vs, 1),
+                       lpx_v_f64(1e-3), lpx_v_f64(0.9), lpx_v_f64(0.95), lpx_v_f64(1e-8), lpx_v_f64(0.1),
+                       lpx_v_i64(1)};
+    lpx_adamw_consts k;
+    CHECK_OK(lpx_meta_adamw("adamw_", a, &k));
+    /* the constants every backend steps with */
+    CHECK(k.b1 == 0.9f && k.omb1 == (float)(1.0 - 0.9) && k.decay == (float)(1.0 - 1e-3 * 0.1));
+    CHECK(k.bc1 == (float)(1.0 - 0.9) && k.bc2 == (float)(1.0 - 0.95) && k.eps == 1e-8f);
+    a[3] = lpx_v_tensors(bad, 1);
+    CHECK_ERR(lpx_meta_adamw("adamw_", a, &k), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "exp_avg_sq[0] has 7 elements, params[0] has 8") != NULL);
+    a[3] = lpx_v_tensors(vs, 1);
+    a[2] = lpx_v_tensors(mbs, 1);
+    CHECK_ERR(lpx_meta_adamw("adamw_", a, &k), LPX_EDTYPE);
+    CHECK(strstr(lpx_last_error(), "exp_avg[0] has dtype bf16; the optimizer state is f32") != NULL);
+    a[2] = lpx_v_tensors(ms, 1);
+    a[5] = lpx_v_f64(1.0);
+    CHECK_ERR(lpx_meta_adamw("adamw_", a, &k), LPX_EINVAL);
+    a[5] = lpx_v_f64(0.9);
+    a[1] = lpx_v_tensors(gs, 0);
+    CHECK_ERR(lpx_meta_adamw("adamw_", a, &k), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "params has 1 tensors but grads has 0") != NULL);
+    lpx_tensor *rel[] = {p, g, m, v, v7, mb};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
+}
+
 int main(void)
 {
     CHECK_OK(lpx_init());
@@ -142,5 +173,6 @@ int main(void)
     RUN(test_dim);
     RUN(test_reduce);
     RUN(test_nf4_payload);
+    RUN(test_adamw);
     return CHECK_DONE();
 }

@@ -16,30 +16,10 @@
 
 #define TILE 1024
 
-static lpx_status check_list_item(const lpx_call *c, const char *list, uint32_t i, const lpx_tensor *t, bool f32,
-                                  bool written, int64_t numel)
+static lpx_status step_one(lpx_tensor *p, const lpx_tensor *g, float *m, float *v, const lpx_adamw_consts *k)
 {
-    char arg[48];
-    snprintf(arg, sizeof arg, "%s[%u]", list, i);
-    lpx_status st = f32 ? cpu_check_dense(c, arg, t) : cpu_check_float(c, arg, t);
-    if (st) return st;
-    const char *op = cpu_op_name(c);
-    if (f32 && t->dtype != LPX_F32)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; the optimizer state is f32", op, arg,
-                         lpx_dtype_name(t->dtype));
-    if (!lpx_tensor_is_contiguous(t))
-        return lpx_error(LPX_EINVAL, "%s: %s is not contiguous (the step runs over flat storage)", op, arg);
-    if (written && t->storage->readonly)
-        return lpx_error(LPX_EINVAL, "%s: %s is read-only (e.g. a read-only DLPack import)", op, arg);
-    if (t->numel != numel)
-        return lpx_error(LPX_ESHAPE, "%s: %s has %lld elements, params[%u] has %lld", op, arg, (long long)t->numel, i,
-                         (long long)numel);
-    return LPX_OK;
-}
-
-static lpx_status step_one(lpx_tensor *p, const lpx_tensor *g, float *m, float *v, float b1,
-                           float omb1, float b2, float omb2, float lr, float eps, float decay, float bc1, float bc2)
-{
+    const float b1 = k->b1, omb1 = k->omb1, b2 = k->b2, omb2 = k->omb2, lr = k->lr, eps = k->eps, decay = k->decay,
+                bc1 = k->bc1, bc2 = k->bc2;
     size_t n = (size_t)p->numel;
     lpx_dtype pd = p->dtype, gd = g->dtype;
     unsigned char *pp = lpx_tensor_data(p);
@@ -69,34 +49,20 @@ static lpx_status step_one(lpx_tensor *p, const lpx_tensor *g, float *m, float *
 
 static lpx_status k_adamw(lpx_call *c)
 {
-    const char *op = cpu_op_name(c);
     const lpx_value *a = c->args;
+    lpx_adamw_consts k;
+    lpx_status st = lpx_meta_adamw(cpu_op_name(c), a, &k);
+    if (st) return st;
+    /* what is the CPU's own: every tensor a dense CPU tensor */
     static const char *const names[4] = {"params", "grads", "exp_avg", "exp_avg_sq"};
-    uint32_t n = a[0].len;
-    for (int k = 1; k < 4; k++)
-        if (a[k].len != n)
-            return lpx_error(LPX_EINVAL, "%s: params has %u tensors but %s has %u", op, n, names[k], a[k].len);
-    double lr = a[4].u.f, beta1 = a[5].u.f, beta2 = a[6].u.f, eps = a[7].u.f, wd = a[8].u.f;
-    int64_t step = a[9].u.i;
-    if (!(lr >= 0) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(eps > 0) || !(wd >= 0) || step < 1)
-        return lpx_error(LPX_EINVAL, "%s: lr %g, betas (%g, %g), eps %g, weight_decay %g or step %lld out of range "
-                         "(lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0, step >= 1)", op, lr, beta1, beta2,
-                         eps, wd, (long long)step);
-    lpx_status st;
-    for (uint32_t i = 0; i < n; i++) {
-        const lpx_tensor *p = a[0].u.ts[i];
-        if ((st = check_list_item(c, names[0], i, p, false, true, p->numel)) ||
-            (st = check_list_item(c, names[1], i, a[1].u.ts[i], false, false, p->numel)) ||
-            (st = check_list_item(c, names[2], i, a[2].u.ts[i], true, true, p->numel)) ||
-            (st = check_list_item(c, names[3], i, a[3].u.ts[i], true, true, p->numel)))
-            return st;
-    }
-    const float b1 = (float)beta1, b2 = (float)beta2, omb1 = (float)(1.0 - beta1), omb2 = (float)(1.0 - beta2),
-                flr = (float)lr, feps = (float)eps, decay = (float)(1.0 - lr * wd),
-                bc1 = (float)(1.0 - pow(beta1, (double)step)), bc2 = (float)(1.0 - pow(beta2, (double)step));
-    for (uint32_t i = 0; i < n; i++) {
-        st = step_one(a[0].u.ts[i], a[1].u.ts[i], lpx_tensor_data(a[2].u.ts[i]), lpx_tensor_data(a[3].u.ts[i]), b1,
-                      omb1, b2, omb2, flr, feps, decay, bc1, bc2);
+    for (uint32_t i = 0; i < a[0].len; i++)
+        for (int j = 0; j < 4; j++) {
+            char arg[48];
+            snprintf(arg, sizeof arg, "%s[%u]", names[j], i);
+            if ((st = cpu_check_dense(c, arg, a[j].u.ts[i]))) return st;
+        }
+    for (uint32_t i = 0; i < a[0].len; i++) {
+        st = step_one(a[0].u.ts[i], a[1].u.ts[i], lpx_tensor_data(a[2].u.ts[i]), lpx_tensor_data(a[3].u.ts[i]), &k);
         if (st) return st;
     }
     return LPX_OK;

@@ -35,9 +35,8 @@ struct aw_entry {
     int32_t pdt, gdt;
 };
 
-struct aw_consts {
-    float b1, omb1, b2, omb2, lr, eps, decay, bc1, bc2;
-};
+/* the update's f32 constants, computed once by lpx_meta_adamw */
+typedef lpx_adamw_consts aw_consts;
 
 struct aw_small {
     aw_consts k;
@@ -126,58 +125,29 @@ __global__ void __launch_bounds__(AW_THREADS) aw_kernel_table(const aw_entry *en
 
 /* ---- host side ------------------------------------------------------ */
 
-static lpx_status check_item(const lpx_call *c, const char *list, uint32_t i, const lpx_tensor *t, bool state,
-                             bool written, int64_t numel, const lpx_tensor *first)
-{
-    char arg[48];
-    snprintf(arg, sizeof arg, "%s[%u]", list, i);
-    lpx_status st = state ? cu_check_dense(c, arg, t) : cu_check_float(c, arg, t);
-    if (st) return st;
-    const char *op = cu_op(c);
-    if (state && lpx_tensor_dtype(t) != LPX_F32)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; the optimizer state is f32", op, arg,
-                         lpx_dtype_name(lpx_tensor_dtype(t)));
-    if ((st = cu_check_same_device(c, "params[0]", first, arg, t))) return st;
-    if (!lpx_tensor_is_contiguous(t))
-        return lpx_error(LPX_EINVAL, "%s: %s is not contiguous (the step runs over flat storage)", op, arg);
-    if (written && lpx_tensor_is_readonly(t))
-        return lpx_error(LPX_EINVAL, "%s: %s is read-only (e.g. a read-only DLPack import)", op, arg);
-    if (lpx_tensor_numel(t) != numel)
-        return lpx_error(LPX_ESHAPE, "%s: %s has %lld elements, params[%u] has %lld", op, arg,
-                         (long long)lpx_tensor_numel(t), i, (long long)numel);
-    return LPX_OK;
-}
-
 static void CUDART_CB aw_free_host(void *p) { free(p); }
 
 static lpx_status k_adamw(lpx_call *c)
 {
     const char *op = cu_op(c);
     const lpx_value *a = c->args;
-    static const char *const names[4] = {"params", "grads", "exp_avg", "exp_avg_sq"};
+    lpx_adamw_consts mk;
+    lpx_status st = lpx_meta_adamw(op, a, &mk);
+    if (st) return st;
     uint32_t n = a[0].len;
-    for (int k = 1; k < 4; k++)
-        if (a[k].len != n)
-            return lpx_error(LPX_EINVAL, "%s: params has %u tensors but %s has %u", op, n, names[k], a[k].len);
     if (n == 0) return LPX_OK;
-    double lr = a[4].u.f, beta1 = a[5].u.f, beta2 = a[6].u.f, eps = a[7].u.f, wd = a[8].u.f;
-    int64_t step = a[9].u.i;
-    if (!(lr >= 0) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(eps > 0) || !(wd >= 0) || step < 1)
-        return lpx_error(LPX_EINVAL, "%s: lr %g, betas (%g, %g), eps %g, weight_decay %g or step %lld out of range "
-                         "(lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0, step >= 1)", op, lr, beta1, beta2,
-                         eps, wd, (long long)step);
+    /* what is lpx-cuda's own: every tensor a dense CUDA tensor (on one
+     * device: the dispatcher refuses tensors on different devices) */
+    static const char *const names[4] = {"params", "grads", "exp_avg", "exp_avg_sq"};
     const lpx_tensor *first = a[0].u.ts[0];
-    lpx_status st;
     int64_t blocks = 0;
     for (uint32_t i = 0; i < n; i++) {
-        const lpx_tensor *p = a[0].u.ts[i];
-        int64_t numel = lpx_tensor_numel(p);
-        if ((st = check_item(c, names[0], i, p, false, true, numel, first)) ||
-            (st = check_item(c, names[1], i, a[1].u.ts[i], false, false, numel, first)) ||
-            (st = check_item(c, names[2], i, a[2].u.ts[i], true, true, numel, first)) ||
-            (st = check_item(c, names[3], i, a[3].u.ts[i], true, true, numel, first)))
-            return st;
-        blocks += (numel + AW_CHUNK - 1) / AW_CHUNK;
+        for (int j = 0; j < 4; j++) {
+            char arg[48];
+            snprintf(arg, sizeof arg, "%s[%u]", names[j], i);
+            if ((st = cu_check_dense(c, arg, a[j].u.ts[i]))) return st;
+        }
+        blocks += (lpx_tensor_numel(a[0].u.ts[i]) + AW_CHUNK - 1) / AW_CHUNK;
     }
     if (blocks > INT32_MAX)
         return lpx_error(LPX_ERANGE, "%s: %lld chunks of %d elements exceed one launch", op, (long long)blocks,
@@ -187,16 +157,7 @@ static lpx_status k_adamw(lpx_call *c)
     if ((st = cu_use(op, dev))) return st;
     cudaStream_t s = cu_stream(dev.index);
 
-    aw_consts k;
-    k.b1 = (float)beta1;
-    k.b2 = (float)beta2;
-    k.omb1 = (float)(1.0 - beta1);
-    k.omb2 = (float)(1.0 - beta2);
-    k.lr = (float)lr;
-    k.eps = (float)eps;
-    k.decay = (float)(1.0 - lr * wd);
-    k.bc1 = (float)(1.0 - pow(beta1, (double)step));
-    k.bc2 = (float)(1.0 - pow(beta2, (double)step));
+    const aw_consts k = mk;
 
     /* the table: entries and block prefix sums */
     bool small = n <= AW_MAX_PARAM;

@@ -17,6 +17,7 @@
 #include "export.h"
 #include "status.h"
 #include "tensor.h"
+#include "dispatch.h"
 
 LPX_BEGIN_DECLS
 
@@ -132,6 +133,24 @@ LPX_API lpx_status lpx_meta_nf4_payload(const char *op, const lpx_tensor *codes,
  *  `padded` elements, into dtype f32, f16 or bf16. Errors: LPX_EDTYPE,
  *  LPX_ERANGE. */
 LPX_API lpx_status lpx_meta_nf4_range(const char *op, int64_t padded, int64_t start, int64_t count, lpx_dtype dtype);
+
+/* ---- the optimizer (adamw_) ---- */
+
+/** The f32 constants of one AdamW step, as every backend applies them:
+ *  m = b1 m + omb1 g; v = b2 v + omb2 g^2;
+ *  p = p * decay - lr * (m / bc1) / (sqrt(v / bc2) + eps). */
+typedef struct lpx_adamw_consts {
+    float b1, omb1, b2, omb2, lr, eps, decay, bc1, bc2;
+} lpx_adamw_consts;
+
+/** adamw_ over its 10 arguments (the op's schema order): four lists of
+ *  one length; params and grads floating-point, exp_avg and exp_avg_sq
+ *  f32; every tensor contiguous with params[i]'s element count, the
+ *  written ones (params, state) writable; lr >= 0, betas in [0, 1), eps >
+ *  0, weight_decay >= 0, step >= 1. Fills *k (may be NULL). The backend
+ *  checks each tensor's device and kind first. Errors: LPX_EINVAL,
+ *  LPX_EDTYPE, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_adamw(const char *op, const lpx_value *args, lpx_adamw_consts *k);
 
 LPX_END_DECLS
 
