@@ -314,84 +314,47 @@ static lpx_status run_into(lpx_call *c, gemm_job *j, lpx_tensor *user_out, lpx_d
     return LPX_OK;
 }
 
+/* The shapes each op accepts are its meta function's (lpx_meta_matmul,
+ * lpx_meta_linear, lpx_meta_addmm: shared with lpx-cuda); what is the
+ * CPU's own is the float dtypes of CPU tensors and how the operands are
+ * laid out for BLAS. */
 static lpx_status k_matmul(lpx_call *c)
 {
     lpx_tensor *a = cpu_tensor_arg(c, 0), *b = cpu_tensor_arg(c, 1), *out = cpu_tensor_arg(c, 2);
     lpx_status st;
-    if ((st = cpu_check_float(c, "a", a)) || (st = cpu_check_float(c, "b", b))) return st;
-    char sa[128], sb[128];
-    lpx_tensor_shape_str(a, sa, sizeof sa);
-    lpx_tensor_shape_str(b, sb, sizeof sb);
-    if (a->ndim < 2 || b->ndim < 2 || b->ndim > 3 || (b->ndim == 3 && a->ndim > 3))
-        return lpx_error(LPX_ESHAPE,
-                         "matmul: a %s and b %s: expected a [..., M, K] with b [K, N], or a [B, M, K] / [M, K] "
-                         "with b [B, K, N]", sa, sb);
-    int64_t K = a->shape[a->ndim - 1], Kb = b->shape[b->ndim - 2], N = b->shape[b->ndim - 1];
-    if (K != Kb)
-        return lpx_error(LPX_ESHAPE, "matmul: a %s and b %s: K mismatch (%lld vs %lld)", sa, sb, (long long)K,
-                         (long long)Kb);
-    gemm_job j = {.K = K, .N = N, .alpha = 1.0f, .beta = 0.0f, .addend = NULL};
-    int64_t oshape[LPX_MAX_DIMS];
-    int ond;
+    lpx_gemm_geom g;
+    if ((st = cpu_check_float(c, "a", a)) || (st = cpu_check_float(c, "b", b)) ||
+        (out && (st = cpu_check_dense(c, "out", out))) || (st = lpx_meta_matmul(cpu_op_name(c), a, b, out, &g)))
+        return st;
+    gemm_job j = {.batch = g.batch, .M = g.M, .K = g.K, .N = g.N, .alpha = 1.0f, .beta = 0.0f, .addend = NULL};
     if (b->ndim == 2) {
         gmat_rows(&j.a, a);
-        j.batch = 1;
-        j.M = j.a.rows;
-        gmat_strided(&j.b, b, K, N, b->strides[0], b->strides[1], true, 0);
-        ond = a->ndim;
-        memcpy(oshape, a->shape, (size_t)(a->ndim - 1) * sizeof *oshape);
-        oshape[ond - 1] = N;
+        gmat_strided(&j.b, b, g.K, g.N, b->strides[0], b->strides[1], true, 0);
     } else {
-        int64_t Ba = a->ndim == 3 ? a->shape[0] : 1, Bb = b->shape[0];
-        if (Ba != Bb && Ba != 1 && Bb != 1)
-            return lpx_error(LPX_ESHAPE, "matmul: a %s and b %s: batch mismatch (%lld vs %lld)", sa, sb,
-                             (long long)Ba, (long long)Bb);
         int ar = a->ndim - 2;
-        j.batch = Ba == 1 ? Bb : Ba;
-        j.M = a->shape[ar];
-        gmat_strided(&j.a, a, j.M, K, a->strides[ar], a->strides[ar + 1], Ba == 1,
+        gmat_strided(&j.a, a, g.M, g.K, a->strides[ar], a->strides[ar + 1], g.a_batch == 1,
                      a->ndim == 3 ? a->strides[0] : 0);
-        gmat_strided(&j.b, b, K, N, b->strides[1], b->strides[2], Bb == 1, b->strides[0]);
-        ond = 3;
-        oshape[0] = j.batch;
-        oshape[1] = j.M;
-        oshape[2] = N;
+        gmat_strided(&j.b, b, g.K, g.N, b->strides[1], b->strides[2], g.b_batch == 1, b->strides[0]);
     }
-    if (out && (st = cpu_check_out(c, out, a->dtype, ond, oshape))) return st;
     const lpx_tensor *inputs[2] = {a, b};
-    return run_into(c, &j, out, a->dtype, ond, oshape, inputs, 2);
+    return run_into(c, &j, out, a->dtype, g.out_ndim, g.out_shape, inputs, 2);
 }
 
 static lpx_status k_linear(lpx_call *c)
 {
     lpx_tensor *x = cpu_tensor_arg(c, 0), *w = cpu_tensor_arg(c, 1), *bias = cpu_tensor_arg(c, 2);
     lpx_status st;
-    if ((st = cpu_check_float(c, "x", x)) || (st = cpu_check_float(c, "w", w))) return st;
-    if (bias && (st = cpu_check_float(c, "bias", bias))) return st;
-    char sx[128], sw[128];
-    lpx_tensor_shape_str(x, sx, sizeof sx);
-    lpx_tensor_shape_str(w, sw, sizeof sw);
-    if (x->ndim < 1 || w->ndim != 2)
-        return lpx_error(LPX_ESHAPE, "linear: x %s and w %s: expected x [..., in] and w [out, in]", sx, sw);
-    int64_t in = x->shape[x->ndim - 1], nout = w->shape[0];
-    if (w->shape[1] != in)
-        return lpx_error(LPX_ESHAPE, "linear: x %s and w %s: in_features mismatch (%lld vs %lld)", sx, sw,
-                         (long long)in, (long long)w->shape[1]);
-    if (bias && (bias->ndim != 1 || bias->shape[0] != nout)) {
-        char sbias[128];
-        return lpx_error(LPX_ESHAPE, "linear: bias %s does not match out_features %lld of w %s",
-                         lpx_tensor_shape_str(bias, sbias, sizeof sbias), (long long)nout, sw);
-    }
-    gemm_job j = {.batch = 1, .K = in, .N = nout, .alpha = 1.0f, .beta = 1.0f, .addend = bias};
+    lpx_gemm_geom g;
+    if ((st = cpu_check_float(c, "x", x)) || (st = cpu_check_float(c, "w", w)) ||
+        (bias && (st = cpu_check_float(c, "bias", bias))) || (st = lpx_meta_linear(cpu_op_name(c), x, w, bias, &g)))
+        return st;
+    gemm_job j = {.batch = 1, .K = g.K, .N = g.N, .alpha = 1.0f, .beta = 1.0f, .addend = bias};
     gmat_rows(&j.a, x);
     j.M = j.a.rows;
     /* B = w^T: [in, out] with w's strides swapped (a contiguous w is the
      * transposed layout BLAS takes with CblasTrans) */
-    gmat_strided(&j.b, w, in, nout, w->strides[1], w->strides[0], true, 0);
-    int64_t oshape[LPX_MAX_DIMS];
-    memcpy(oshape, x->shape, (size_t)(x->ndim - 1) * sizeof *oshape);
-    oshape[x->ndim - 1] = nout;
-    return run_into(c, &j, NULL, x->dtype, x->ndim, oshape, NULL, 0);
+    gmat_strided(&j.b, w, g.K, g.N, w->strides[1], w->strides[0], true, 0);
+    return run_into(c, &j, NULL, x->dtype, g.out_ndim, g.out_shape, NULL, 0);
 }
 
 static lpx_status k_addmm(lpx_call *c)
@@ -399,31 +362,14 @@ static lpx_status k_addmm(lpx_call *c)
     lpx_tensor *ct = cpu_tensor_arg(c, 0), *a = cpu_tensor_arg(c, 1), *b = cpu_tensor_arg(c, 2);
     double beta = c->args[3].u.f, alpha = c->args[4].u.f;
     lpx_status st;
-    if ((st = cpu_check_float(c, "c", ct)) || (st = cpu_check_float(c, "a", a)) || (st = cpu_check_float(c, "b", b)))
+    lpx_gemm_geom g;
+    if ((st = cpu_check_float(c, "c", ct)) || (st = cpu_check_float(c, "a", a)) ||
+        (st = cpu_check_float(c, "b", b)) || (st = lpx_meta_addmm(cpu_op_name(c), ct, a, b, &g)))
         return st;
-    char sa[128], sb[128], sc[128];
-    lpx_tensor_shape_str(a, sa, sizeof sa);
-    lpx_tensor_shape_str(b, sb, sizeof sb);
-    lpx_tensor_shape_str(ct, sc, sizeof sc);
-    if (a->ndim != 2 || b->ndim != 2)
-        return lpx_error(LPX_ESHAPE, "addmm: a %s and b %s: expected 2-D matrices", sa, sb);
-    int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
-    if (b->shape[0] != K)
-        return lpx_error(LPX_ESHAPE, "addmm: a %s and b %s: K mismatch (%lld vs %lld)", sa, sb, (long long)K,
-                         (long long)b->shape[0]);
-    bool bc = ct->ndim <= 2;
-    int64_t mn[2] = {M, N};
-    for (int i = 0; bc && i < ct->ndim; i++) {
-        int64_t d = ct->shape[i], want = mn[2 - ct->ndim + i];
-        bc = d == want || d == 1;
-    }
-    if (!bc)
-        return lpx_error(LPX_ESHAPE, "addmm: c %s does not broadcast to the product's shape [%lld, %lld]", sc,
-                         (long long)M, (long long)N);
-    gemm_job j = {.batch = 1, .M = M, .N = N, .K = K, .alpha = (float)alpha, .beta = (float)beta, .addend = ct};
-    gmat_strided(&j.a, a, M, K, a->strides[0], a->strides[1], true, 0);
-    gmat_strided(&j.b, b, K, N, b->strides[0], b->strides[1], true, 0);
-    return run_into(c, &j, NULL, a->dtype, 2, mn, NULL, 0);
+    gemm_job j = {.batch = 1, .M = g.M, .N = g.N, .K = g.K, .alpha = (float)alpha, .beta = (float)beta, .addend = ct};
+    gmat_strided(&j.a, a, g.M, g.K, a->strides[0], a->strides[1], true, 0);
+    gmat_strided(&j.b, b, g.K, g.N, b->strides[0], b->strides[1], true, 0);
+    return run_into(c, &j, NULL, a->dtype, 2, g.out_shape, NULL, 0);
 }
 
 lpx_status lpx_cpu_register_linalg(void)

@@ -129,62 +129,22 @@ static lpx_status k_matmul(lpx_call *c)
     lpx_tensor *a = cu_arg_tensor(c, 0), *b = cu_arg_tensor(c, 1), *out = cu_arg_tensor(c, 2);
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_check_float(c, "a", a)) || (st = cu_gemm_check_float_same(c, "a", a, "b", b))) return st;
-    int and_ = lpx_tensor_ndim(a), bnd = lpx_tensor_ndim(b);
-    const int64_t *ash = lpx_tensor_shape(a), *bsh = lpx_tensor_shape(b);
-    char sa[128], sb[128];
-    lpx_tensor_shape_str(a, sa, sizeof sa);
-    lpx_tensor_shape_str(b, sb, sizeof sb);
-    if (and_ < 2 || bnd < 2 || bnd > 3 || (bnd == 3 && and_ > 3))
-        return lpx_error(LPX_ESHAPE,
-                         "matmul: a %s and b %s: expected a [..., M, K] with b [K, N], or a [B, M, K] / [M, K] "
-                         "with b [B, K, N]", sa, sb);
-    int64_t K = ash[and_ - 1], Kb = bsh[bnd - 2], N = bsh[bnd - 1];
-    if (K != Kb)
-        return lpx_error(LPX_ESHAPE, "matmul: a %s and b %s: K mismatch (%lld vs %lld)", sa, sb, (long long)K,
-                         (long long)Kb);
-    int64_t oshape[LPX_MAX_DIMS], M, batch, Ba = 1, Bb = 1;
-    int ond;
-    bool batched = bnd == 3;
-    if (!batched) {
-        batch = 1;
-        M = 1;
-        for (int d = 0; d < and_ - 1; d++) M *= ash[d];
-        ond = and_;
-        memcpy(oshape, ash, (size_t)(and_ - 1) * sizeof *oshape);
-        oshape[ond - 1] = N;
-    } else {
-        Ba = and_ == 3 ? ash[0] : 1;
-        Bb = bsh[0];
-        if (Ba != Bb && Ba != 1 && Bb != 1)
-            return lpx_error(LPX_ESHAPE, "matmul: a %s and b %s: batch mismatch (%lld vs %lld)", sa, sb,
-                             (long long)Ba, (long long)Bb);
-        batch = Ba == 1 ? Bb : Ba;
-        M = ash[and_ - 2];
-        ond = 3;
-        oshape[0] = batch;
-        oshape[1] = M;
-        oshape[2] = N;
-    }
+    lpx_gemm_geom g;
+    if ((st = cu_check_float(c, "a", a)) || (st = cu_gemm_check_float_same(c, "a", a, "b", b)) ||
+        (out && ((st = cu_check_dense(c, "out", out)) || (st = cu_check_same_device(c, "a", a, "out", out)))) ||
+        (st = lpx_meta_matmul(op, a, b, out, &g)))
+        return st;
+    int and_ = lpx_tensor_ndim(a);
+    int64_t K = g.K, N = g.N, M = g.M, batch = g.batch, Ba = g.a_batch, Bb = g.b_batch;
+    int ond = g.out_ndim;
+    const int64_t *oshape = g.out_shape;
+    bool batched = lpx_tensor_ndim(b) == 3;
     lpx_dtype T = lpx_tensor_dtype(a) == lpx_tensor_dtype(b) && cu_gemm_hp(lpx_tensor_dtype(a)) ? lpx_tensor_dtype(a)
                                                                                           : LPX_F32;
     lpx_dtype R = lpx_tensor_dtype(a);
     lpx_device dev = lpx_tensor_device(a);
     bool direct = false;
     if (out) {
-        if ((st = cu_check_dense(c, "out", out)) || (st = cu_check_same_device(c, "a", a, "out", out))) return st;
-        if (lpx_tensor_is_readonly(out))
-            return lpx_error(LPX_EINVAL, "%s: out is read-only (e.g. a read-only DLPack import)", op);
-        bool same = lpx_tensor_ndim(out) == ond;
-        for (int i = 0; same && i < ond; i++) same = lpx_tensor_shape(out)[i] == oshape[i];
-        if (!same) {
-            char so[128];
-            return lpx_error(LPX_ESHAPE, "%s: out has shape %s, the result of a %s @ b %s differs", op,
-                             lpx_tensor_shape_str(out, so, sizeof so), sa, sb);
-        }
-        if (lpx_tensor_dtype(out) != R)
-            return lpx_error(LPX_EDTYPE, "%s: out has dtype %s, the result is %s", op,
-                             lpx_dtype_name(lpx_tensor_dtype(out)), lpx_dtype_name(R));
         direct = R == T && lpx_tensor_is_contiguous(out) && !lpx_tensor_shares_storage(out, a) &&
                  !lpx_tensor_shares_storage(out, b);
     }
@@ -329,33 +289,18 @@ static lpx_status k_linear(lpx_call *c)
     lpx_tensor *x = cu_arg_tensor(c, 0), *w = cu_arg_tensor(c, 1), *bias = cu_arg_tensor(c, 2);
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_check_float(c, "x", x)) || (st = cu_gemm_check_float_same(c, "x", x, "w", w))) return st;
-    if (bias && (st = cu_gemm_check_float_same(c, "x", x, "bias", bias))) return st;
-    char sx[128], sw[128];
-    lpx_tensor_shape_str(x, sx, sizeof sx);
-    lpx_tensor_shape_str(w, sw, sizeof sw);
+    lpx_gemm_geom g;
+    if ((st = cu_check_float(c, "x", x)) || (st = cu_gemm_check_float_same(c, "x", x, "w", w)) ||
+        (bias && (st = cu_gemm_check_float_same(c, "x", x, "bias", bias))) || (st = lpx_meta_linear(op, x, w, bias, &g)))
+        return st;
     int xnd = lpx_tensor_ndim(x);
-    if (xnd < 1 || lpx_tensor_ndim(w) != 2)
-        return lpx_error(LPX_ESHAPE, "linear: x %s and w %s: expected x [..., in] and w [out, in]", sx, sw);
-    const int64_t *xs = lpx_tensor_shape(x), *wsh = lpx_tensor_shape(w);
-    int64_t in = xs[xnd - 1], nout = wsh[0];
-    if (wsh[1] != in)
-        return lpx_error(LPX_ESHAPE, "linear: x %s and w %s: in_features mismatch (%lld vs %lld)", sx, sw,
-                         (long long)in, (long long)wsh[1]);
-    if (bias && (lpx_tensor_ndim(bias) != 1 || lpx_tensor_shape(bias)[0] != nout)) {
-        char sbias[128];
-        return lpx_error(LPX_ESHAPE, "linear: bias %s does not match out_features %lld of w %s",
-                         lpx_tensor_shape_str(bias, sbias, sizeof sbias), (long long)nout, sw);
-    }
+    int64_t in = g.K, nout = g.N;
     lpx_device dev = lpx_tensor_device(x);
     if ((st = cu_use(op, dev))) return st;
     lpx_dtype R = lpx_tensor_dtype(x);
     lpx_dtype T = R == lpx_tensor_dtype(w) && cu_gemm_hp(R) ? R : LPX_F32;
-    int64_t M = 1;
-    for (int d = 0; d < xnd - 1; d++) M *= xs[d];
-    int64_t oshape[LPX_MAX_DIMS];
-    memcpy(oshape, xs, (size_t)(xnd - 1) * sizeof *oshape);
-    oshape[xnd - 1] = nout;
+    int64_t M = g.M;
+    const int64_t *oshape = g.out_shape;
     gm_operand ox = {0}, ow = {0};
     lpx_tensor *wt = NULL, *bown = NULL;
     gm_problem p;
@@ -398,30 +343,14 @@ static lpx_status k_addmm(lpx_call *c)
     double beta = c->args[3].u.f, alpha = c->args[4].u.f;
     const char *op = cu_op(c);
     lpx_status st;
+    lpx_gemm_geom g;
     if ((st = cu_check_float(c, "c", ct)) || (st = cu_gemm_check_float_same(c, "c", ct, "a", a)) ||
-        (st = cu_gemm_check_float_same(c, "c", ct, "b", b)))
+        (st = cu_gemm_check_float_same(c, "c", ct, "b", b)) || (st = lpx_meta_addmm(op, ct, a, b, &g)))
         return st;
-    char sa[128], sb[128], sc[128];
-    lpx_tensor_shape_str(a, sa, sizeof sa);
-    lpx_tensor_shape_str(b, sb, sizeof sb);
-    lpx_tensor_shape_str(ct, sc, sizeof sc);
-    if (lpx_tensor_ndim(a) != 2 || lpx_tensor_ndim(b) != 2)
-        return lpx_error(LPX_ESHAPE, "addmm: a %s and b %s: expected 2-D matrices", sa, sb);
-    int64_t M = lpx_tensor_shape(a)[0], K = lpx_tensor_shape(a)[1], N = lpx_tensor_shape(b)[1];
-    if (lpx_tensor_shape(b)[0] != K)
-        return lpx_error(LPX_ESHAPE, "addmm: a %s and b %s: K mismatch (%lld vs %lld)", sa, sb, (long long)K,
-                         (long long)lpx_tensor_shape(b)[0]);
+    int64_t M = g.M, K = g.K, N = g.N;
     int cnd = lpx_tensor_ndim(ct);
     const int64_t *cs = lpx_tensor_shape(ct);
-    bool bc = cnd <= 2;
     int64_t mn[2] = {M, N};
-    for (int i = 0; bc && i < cnd; i++) {
-        int64_t d = cs[i], want = mn[2 - cnd + i];
-        bc = d == want || d == 1;
-    }
-    if (!bc)
-        return lpx_error(LPX_ESHAPE, "addmm: c %s does not broadcast to the product's shape [%lld, %lld]", sc,
-                         (long long)M, (long long)N);
     lpx_device dev = lpx_tensor_device(a);
     if ((st = cu_use(op, dev))) return st;
     lpx_dtype R = lpx_tensor_dtype(a);

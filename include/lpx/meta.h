@@ -134,6 +134,35 @@ LPX_API lpx_status lpx_meta_nf4_payload(const char *op, const lpx_tensor *codes,
  *  LPX_ERANGE. */
 LPX_API lpx_status lpx_meta_nf4_range(const char *op, int64_t padded, int64_t start, int64_t count, lpx_dtype dtype);
 
+/* ---- the dense GEMMs (matmul, linear, addmm) ---- */
+
+/** The geometry of a GEMM op: batch GEMMs of [M, K] @ [K, N]; a_batch and
+ *  b_batch are each operand's batch count (1: shared by every batch); the
+ *  result's shape. */
+typedef struct lpx_gemm_geom {
+    int64_t batch, M, N, K;
+    int64_t a_batch, b_batch;
+    int out_ndim;
+    int64_t out_shape[LPX_MAX_DIMS];
+} lpx_gemm_geom;
+
+/** matmul: a [..., M, K] @ b [K, N] (a's leading dims fold into M), or
+ *  a [B, M, K] / [M, K] @ b [B, K, N] with batch broadcasting; `out` (may
+ *  be NULL) as lpx_meta_out for a result of a's dtype. Errors:
+ *  LPX_EINVAL, LPX_ESHAPE, LPX_EDTYPE (out). */
+LPX_API lpx_status lpx_meta_matmul(const char *op, const lpx_tensor *a, const lpx_tensor *b, const lpx_tensor *out,
+                                   lpx_gemm_geom *g);
+
+/** linear: x [..., in] @ w [out, in]^T + bias [out] (bias may be NULL).
+ *  Errors: LPX_EINVAL, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_linear(const char *op, const lpx_tensor *x, const lpx_tensor *w, const lpx_tensor *bias,
+                                   lpx_gemm_geom *g);
+
+/** addmm: beta c + alpha a [M, K] @ b [K, N], c broadcasting to [M, N].
+ *  Errors: LPX_EINVAL, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_addmm(const char *op, const lpx_tensor *c, const lpx_tensor *a, const lpx_tensor *b,
+                                  lpx_gemm_geom *g);
+
 /* ---- the optimizer (adamw_) ---- */
 
 /** The f32 constants of one AdamW step, as every backend applies them:
