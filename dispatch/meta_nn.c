@@ -177,3 +177,64 @@ lpx_status lpx_meta_rmsnorm_backward(const char *op, const lpx_tensor *grad, con
     if (dim) *dim = D;
     return LPX_OK;
 }
+
+/* ---- ops that take integer indices ---------------------------------- */
+
+lpx_status lpx_meta_indices(const char *op, const char *arg, const lpx_tensor *t)
+{
+    if (!t) return lpx_error(LPX_EINVAL, "%s: %s is NULL", op, arg);
+    if (t->dtype != LPX_I32 && t->dtype != LPX_I64)
+        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; indices must be i32 or i64", op, arg,
+                         lpx_dtype_name(t->dtype));
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_cross_entropy(const char *op, const lpx_tensor *logits, const lpx_tensor *target, int64_t *n,
+                                  int64_t *classes)
+{
+    lpx_status st;
+    if ((st = need(op, "logits", logits)) || (st = lpx_meta_indices(op, "target", target))) return st;
+    char sl[128], stg[128];
+    lpx_tensor_shape_str(logits, sl, sizeof sl);
+    if (logits->ndim != 2) return lpx_error(LPX_ESHAPE, "%s: logits %s must be [N, C]", op, sl);
+    if (target->ndim != 1 || target->shape[0] != logits->shape[0])
+        return lpx_error(LPX_ESHAPE, "%s: target %s must be [%lld] for logits %s", op,
+                         lpx_tensor_shape_str(target, stg, sizeof stg), (long long)logits->shape[0], sl);
+    if (n) *n = logits->shape[0];
+    if (classes) *classes = logits->shape[1];
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_embedding(const char *op, const lpx_tensor *weight, const lpx_tensor *indices, int *out_ndim,
+                              int64_t *out_shape)
+{
+    lpx_status st;
+    if ((st = need(op, "weight", weight)) || (st = lpx_meta_indices(op, "indices", indices))) return st;
+    char sw[128], si[128];
+    if (weight->ndim != 2)
+        return lpx_error(LPX_ESHAPE, "%s: weight %s must be [V, D]", op, lpx_tensor_shape_str(weight, sw, sizeof sw));
+    if (indices->ndim + 1 > LPX_MAX_DIMS)
+        return lpx_error(LPX_ESHAPE, "%s: indices %s leave no room for the embedding dim (max %d dims)", op,
+                         lpx_tensor_shape_str(indices, si, sizeof si), LPX_MAX_DIMS);
+    *out_ndim = indices->ndim + 1;
+    for (int d = 0; d < indices->ndim; d++) out_shape[d] = indices->shape[d];
+    out_shape[indices->ndim] = weight->shape[1];
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_embedding_backward(const char *op, const lpx_tensor *grad, const lpx_tensor *indices,
+                                       int64_t num_weights, int64_t *dim)
+{
+    lpx_status st;
+    if ((st = need(op, "grad", grad)) || (st = lpx_meta_indices(op, "indices", indices))) return st;
+    if (num_weights < 0) return lpx_error(LPX_EINVAL, "%s: num_weights %lld is negative", op, (long long)num_weights);
+    bool ok = grad->ndim == indices->ndim + 1;
+    for (int d = 0; ok && d < indices->ndim; d++) ok = grad->shape[d] == indices->shape[d];
+    if (!ok) {
+        char sg[128], si[128];
+        return lpx_error(LPX_ESHAPE, "%s: grad %s must be indices %s plus one embedding dim", op,
+                         lpx_tensor_shape_str(grad, sg, sizeof sg), lpx_tensor_shape_str(indices, si, sizeof si));
+    }
+    if (dim) *dim = grad->shape[grad->ndim - 1];
+    return LPX_OK;
+}

@@ -59,7 +59,8 @@ static const struct {
     {"lpx_meta_broadcast", NOALLOC}, {"lpx_meta_out", NOALLOC}, {"lpx_meta_dim", NOALLOC}, {"lpx_meta_reduce", NOALLOC},
     {"lpx_meta_nf4_blocks", NOALLOC}, {"lpx_meta_nf4_payload", NOALLOC}, {"lpx_meta_nf4_range", NOALLOC},
     {"lpx_meta_adamw", NOALLOC}, {"lpx_meta_matmul", NOALLOC}, {"lpx_meta_linear", NOALLOC},
-    {"lpx_meta_addmm", NOALLOC},
+    {"lpx_meta_addmm", NOALLOC}, {"lpx_meta_indices", NOALLOC}, {"lpx_meta_cross_entropy", NOALLOC},
+    {"lpx_meta_embedding", NOALLOC}, {"lpx_meta_embedding_backward", NOALLOC},
     {"lpx_init", "not applicable: runs once per process, before the sweep; every entry point reports an init "
                  "failure as its own status"},
     /* dtype.h */

@@ -61,10 +61,7 @@ static lpx_status load_indices(const lpx_call *c, const char *arg, const lpx_ten
 {
     *out = NULL;
     lpx_status st = cpu_check_dense(c, arg, t);
-    if (st) return st;
-    if (t->dtype != LPX_I32 && t->dtype != LPX_I64)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; indices must be i32 or i64", cpu_op_name(c), arg,
-                         lpx_dtype_name(t->dtype));
+    if (st || (st = lpx_meta_indices(cpu_op_name(c), arg, t))) return st;
     int64_t n = t->numel;
     int64_t *v = lpx_malloc((size_t)(n ? n : 1) * sizeof *v);
     if (!v) return lpx_error(LPX_ENOMEM, "%s: cannot copy %lld indices", cpu_op_name(c), (long long)n);
@@ -350,16 +347,9 @@ static lpx_status ce_prepare(const lpx_call *c, const lpx_tensor *logits, const 
 {
     const char *op = cpu_op_name(c);
     lpx_status st;
-    if ((st = cpu_check_float(c, "logits", logits))) return st;
-    if ((st = cpu_check_dense(c, "target", target))) return st;
-    char sl[128], st_[128];
-    lpx_tensor_shape_str(logits, sl, sizeof sl);
-    lpx_tensor_shape_str(target, st_, sizeof st_);
-    if (logits->ndim != 2)
-        return lpx_error(LPX_ESHAPE, "%s: logits %s must be [N, C]", op, sl);
-    if (target->ndim != 1 || target->shape[0] != logits->shape[0])
-        return lpx_error(LPX_ESHAPE, "%s: target %s must be [%lld] for logits %s", op, st_,
-                         (long long)logits->shape[0], sl);
+    if ((st = cpu_check_float(c, "logits", logits)) || (st = cpu_check_dense(c, "target", target)) ||
+        (st = lpx_meta_cross_entropy(op, logits, target, NULL, NULL)))
+        return st;
     if ((st = load_indices(c, "target", target, tv))) return st;
     int64_t C = logits->shape[1], n = 0;
     for (int64_t i = 0; i < target->numel; i++) {
@@ -540,14 +530,11 @@ static lpx_status k_embedding(lpx_call *c)
 {
     lpx_tensor *w = cpu_tensor_arg(c, 0), *idx = cpu_tensor_arg(c, 1);
     lpx_status st;
-    if ((st = cpu_check_dense(c, "weight", w))) return st;
-    char sw[128], si[128];
-    lpx_tensor_shape_str(w, sw, sizeof sw);
-    lpx_tensor_shape_str(idx, si, sizeof si);
-    if (w->ndim != 2) return lpx_error(LPX_ESHAPE, "embedding: weight %s must be [V, D]", sw);
-    if (idx->ndim + 1 > LPX_MAX_DIMS)
-        return lpx_error(LPX_ESHAPE, "embedding: indices %s leave no room for the embedding dim (max %d dims)", si,
-                         LPX_MAX_DIMS);
+    int ond;
+    int64_t oshape[LPX_MAX_DIMS];
+    if ((st = cpu_check_dense(c, "weight", w)) || (st = cpu_check_dense(c, "indices", idx)) ||
+        (st = lpx_meta_embedding(cpu_op_name(c), w, idx, &ond, oshape)))
+        return st;
     int64_t *iv;
     if ((st = load_indices(c, "indices", idx, &iv))) return st;
     int64_t V = w->shape[0], D = w->shape[1];
@@ -555,11 +542,8 @@ static lpx_status k_embedding(lpx_call *c)
         lpx_free(iv);
         return st;
     }
-    int64_t oshape[LPX_MAX_DIMS];
-    memcpy(oshape, idx->shape, (size_t)idx->ndim * sizeof *oshape);
-    oshape[idx->ndim] = D;
     lpx_tensor *out;
-    if ((st = cpu_new(c, w->dtype, idx->ndim + 1, oshape, &out))) {
+    if ((st = cpu_new(c, w->dtype, ond, oshape, &out))) {
         lpx_free(iv);
         return st;
     }
@@ -585,26 +569,16 @@ static lpx_status k_embedding_backward(lpx_call *c)
     lpx_tensor *g = cpu_tensor_arg(c, 0), *idx = cpu_tensor_arg(c, 1);
     int64_t V = c->args[2].u.i;
     lpx_status st;
-    if ((st = cpu_check_float(c, "grad", g))) return st;
-    if ((st = cpu_check_dense(c, "indices", idx))) return st;
-    if (idx->dtype != LPX_I32 && idx->dtype != LPX_I64)
-        return lpx_error(LPX_EDTYPE, "embedding_backward: indices has dtype %s; indices must be i32 or i64",
-                         lpx_dtype_name(idx->dtype));
-    if (V < 0) return lpx_error(LPX_EINVAL, "embedding_backward: num_weights %lld is negative", (long long)V);
-    bool ok = g->ndim == idx->ndim + 1;
-    for (int d = 0; ok && d < idx->ndim; d++) ok = g->shape[d] == idx->shape[d];
-    if (!ok) {
-        char sg[128], si[128];
-        return lpx_error(LPX_ESHAPE, "embedding_backward: grad %s must be indices %s plus one embedding dim",
-                         lpx_tensor_shape_str(g, sg, sizeof sg), lpx_tensor_shape_str(idx, si, sizeof si));
-    }
+    int64_t D;
+    if ((st = cpu_check_float(c, "grad", g)) || (st = cpu_check_dense(c, "indices", idx)) ||
+        (st = lpx_meta_embedding_backward(cpu_op_name(c), g, idx, V, &D)))
+        return st;
     int64_t *iv;
     if ((st = load_indices(c, "indices", idx, &iv))) return st;
     if ((st = check_index_range(c, idx, iv, V))) {
         lpx_free(iv);
         return st;
     }
-    int64_t D = g->shape[g->ndim - 1];
     int64_t oshape[2] = {V, D};
     lpx_tensor *out;
     if ((st = cpu_new(c, g->dtype, 2, oshape, &out))) {

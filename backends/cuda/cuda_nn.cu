@@ -159,16 +159,6 @@ static lpx_status nn_same_shape(const lpx_call *c, const char *an, const lpx_ten
     return st ? st : cu_check_same_device(c, an, a, bn, b);
 }
 
-static lpx_status nn_check_indices(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    lpx_status st = cu_check_dense(c, arg, t);
-    if (st) return st;
-    if (lpx_tensor_dtype(t) != LPX_I32 && lpx_tensor_dtype(t) != LPX_I64)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; indices must be i32 or i64", cu_op(c), arg,
-                         lpx_dtype_name(lpx_tensor_dtype(t)));
-    return LPX_OK;
-}
-
 /* "[i, j, ...]": the multi-index of flat position p of t. */
 static const char *nn_index_str(const lpx_tensor *t, int64_t p, char *buf, size_t len)
 {
@@ -624,17 +614,9 @@ ce_bwd(nn_mat lg, nn_t tgt, int64_t N, int64_t C, int64_t ignore, double grad, c
 
 static lpx_status ce_check(const lpx_call *c, const lpx_tensor *logits, const lpx_tensor *target)
 {
-    const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_check_float(c, "logits", logits)) || (st = nn_check_indices(c, "target", target))) return st;
-    char sl[128], stg[128];
-    lpx_tensor_shape_str(logits, sl, sizeof sl);
-    lpx_tensor_shape_str(target, stg, sizeof stg);
-    if (lpx_tensor_ndim(logits) != 2) return lpx_error(LPX_ESHAPE, "%s: logits %s must be [N, C]", op, sl);
-    if (lpx_tensor_ndim(target) != 1 || lpx_tensor_shape(target)[0] != lpx_tensor_shape(logits)[0])
-        return lpx_error(LPX_ESHAPE, "%s: target %s must be [%lld] for logits %s", op, stg,
-                         (long long)lpx_tensor_shape(logits)[0], sl);
-    return cu_check_same_device(c, "logits", logits, "target", target);
+    if ((st = cu_check_float(c, "logits", logits)) || (st = cu_check_dense(c, "target", target))) return st;
+    return lpx_meta_cross_entropy(cu_op(c), logits, target, NULL, NULL);
 }
 
 static lpx_status k_cross_entropy_any(lpx_call *c, bool backward)
@@ -806,25 +788,17 @@ static lpx_status k_embedding(lpx_call *c)
     lpx_tensor *w = cu_arg_tensor(c, 0), *idx = cu_arg_tensor(c, 1);
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_check_dense(c, "weight", w)) || (st = nn_check_indices(c, "indices", idx))) return st;
-    if ((st = cu_check_same_device(c, "weight", w, "indices", idx))) return st;
-    char sw[128], si[128];
-    lpx_tensor_shape_str(w, sw, sizeof sw);
-    lpx_tensor_shape_str(idx, si, sizeof si);
-    if (lpx_tensor_ndim(w) != 2) return lpx_error(LPX_ESHAPE, "embedding: weight %s must be [V, D]", sw);
-    int ind = lpx_tensor_ndim(idx);
-    if (ind + 1 > LPX_MAX_DIMS)
-        return lpx_error(LPX_ESHAPE, "embedding: indices %s leave no room for the embedding dim (max %d dims)", si,
-                         LPX_MAX_DIMS);
+    int ond;
+    int64_t oshape[LPX_MAX_DIMS];
+    if ((st = cu_check_dense(c, "weight", w)) || (st = cu_check_dense(c, "indices", idx)) ||
+        (st = lpx_meta_embedding(op, w, idx, &ond, oshape)))
+        return st;
     int64_t V = lpx_tensor_shape(w)[0], D = lpx_tensor_shape(w)[1], ni = lpx_tensor_numel(idx);
     lpx_device dev = lpx_tensor_device(w);
     if ((st = cu_use(op, dev))) return st;
     cudaStream_t s = cu_stream(dev.index);
-    int64_t oshape[LPX_MAX_DIMS];
-    memcpy(oshape, lpx_tensor_shape(idx), (size_t)ind * sizeof *oshape);
-    oshape[ind] = D;
     lpx_tensor *out;
-    if ((st = cu_new(c, lpx_tensor_dtype(w), ind + 1, oshape, dev, &out))) return st;
+    if ((st = cu_new(c, lpx_tensor_dtype(w), ond, oshape, dev, &out))) return st;
     if (ni == 0) {
         cu_ret(c, out);
         return LPX_OK;
@@ -871,22 +845,11 @@ static lpx_status k_embedding_backward(lpx_call *c)
     int64_t V = c->args[2].u.i;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_check_float(c, "grad", g))) return st;
-    if ((st = cu_check_dense(c, "indices", idx))) return st;
-    if (lpx_tensor_dtype(idx) != LPX_I32 && lpx_tensor_dtype(idx) != LPX_I64)
-        return lpx_error(LPX_EDTYPE, "embedding_backward: indices has dtype %s; indices must be i32 or i64",
-                         lpx_dtype_name(lpx_tensor_dtype(idx)));
-    if (V < 0) return lpx_error(LPX_EINVAL, "embedding_backward: num_weights %lld is negative", (long long)V);
-    int ind = lpx_tensor_ndim(idx);
-    bool ok = lpx_tensor_ndim(g) == ind + 1;
-    for (int d = 0; ok && d < ind; d++) ok = lpx_tensor_shape(g)[d] == lpx_tensor_shape(idx)[d];
-    if (!ok) {
-        char sg[128], si[128];
-        return lpx_error(LPX_ESHAPE, "embedding_backward: grad %s must be indices %s plus one embedding dim",
-                         lpx_tensor_shape_str(g, sg, sizeof sg), lpx_tensor_shape_str(idx, si, sizeof si));
-    }
-    if ((st = cu_check_same_device(c, "grad", g, "indices", idx))) return st;
-    int64_t D = lpx_tensor_shape(g)[ind], ni = lpx_tensor_numel(idx);
+    int64_t D;
+    if ((st = cu_check_float(c, "grad", g)) || (st = cu_check_dense(c, "indices", idx)) ||
+        (st = lpx_meta_embedding_backward(op, g, idx, V, &D)))
+        return st;
+    int64_t ni = lpx_tensor_numel(idx);
     lpx_device dev = lpx_tensor_device(g);
     if ((st = cu_use(op, dev))) return st;
     cudaStream_t s = cu_stream(dev.index);

@@ -76,6 +76,28 @@ LPX_API lpx_status lpx_meta_rmsnorm_backward(const char *op, const lpx_tensor *g
                                              const lpx_tensor *weight, const lpx_tensor *rstd, int64_t *rows,
                                              int64_t *dim);
 
+/* ---- ops taking integer indices (cross_entropy, embedding) ---- */
+
+/** An index tensor: i32 or i64. Errors: LPX_EINVAL (NULL), LPX_EDTYPE. */
+LPX_API lpx_status lpx_meta_indices(const char *op, const char *arg, const lpx_tensor *t);
+
+/** cross_entropy and its backward: logits [N, C], target [N] of indices;
+ *  fills N and C (either may be NULL). Whether each target lies in
+ *  [0, C) (or is ignore_index) depends on the data: the kernel checks it.
+ *  Errors: LPX_EINVAL, LPX_EDTYPE, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_cross_entropy(const char *op, const lpx_tensor *logits, const lpx_tensor *target,
+                                          int64_t *n, int64_t *classes);
+
+/** embedding: weight [V, D], indices of any shape with room for one more
+ *  dim; the result is indices' shape + [D]. Errors: as above. */
+LPX_API lpx_status lpx_meta_embedding(const char *op, const lpx_tensor *weight, const lpx_tensor *indices,
+                                      int *out_ndim, int64_t *out_shape);
+
+/** embedding_backward: grad = indices' shape + [D], num_weights >= 0;
+ *  fills D (may be NULL). Errors: as above. */
+LPX_API lpx_status lpx_meta_embedding_backward(const char *op, const lpx_tensor *grad, const lpx_tensor *indices,
+                                               int64_t num_weights, int64_t *dim);
+
 /* ---- shapes shared by the elementwise and reducing ops ---- */
 
 /** numpy broadcasting of a and b: the result's rank in *ndim and its shape
