@@ -165,6 +165,34 @@ static void test_adamw(void)
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
 }
 
+static void test_creation(void)
+{
+    int64_t n = -1;
+    CHECK_OK(lpx_meta_arange("arange", 0, 10, 3, &n));
+    CHECK(n == 4);
+    CHECK_OK(lpx_meta_arange("arange", 5, 0, -2.5, &n));
+    CHECK(n == 2);
+    CHECK_ERR(lpx_meta_arange("arange", 0, 1, 0, &n), LPX_EINVAL);
+    CHECK_ERR(lpx_meta_arange("arange", 0, 1, -1, &n), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "points away from end") != NULL);
+    CHECK_ERR(lpx_meta_arange("arange", 0, INFINITY, 1, &n), LPX_EINVAL);
+    CHECK_ERR(lpx_meta_arange("arange", 0, 1e300, 1e-300, &n), LPX_ERANGE);
+    int nd = -1;
+    int64_t dims[LPX_MAX_DIMS + 1] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    CHECK_OK(lpx_meta_shape_arg("zeros", dims, LPX_MAX_DIMS, &nd));
+    CHECK(nd == LPX_MAX_DIMS);
+    CHECK_ERR(lpx_meta_shape_arg("zeros", dims, LPX_MAX_DIMS + 1, &nd), LPX_EINVAL);
+    int bits = 0;
+    CHECK_OK(lpx_meta_random("rand", LPX_F32, &bits));
+    CHECK(bits == 24);
+    CHECK_OK(lpx_meta_random("rand", LPX_BF16, &bits));
+    CHECK(bits == 8);
+    CHECK_OK(lpx_meta_random("rand", LPX_F8E4M3FN, &bits));
+    CHECK(bits == 4);
+    CHECK_ERR(lpx_meta_random("randn", LPX_I32, &bits), LPX_EDTYPE);
+    CHECK_ERR(lpx_meta_random("randn", (lpx_dtype)250, &bits), LPX_EDTYPE);
+}
+
 int main(void)
 {
     CHECK_OK(lpx_init());
@@ -174,5 +202,6 @@ int main(void)
     RUN(test_reduce);
     RUN(test_nf4_payload);
     RUN(test_adamw);
+    RUN(test_creation);
     return CHECK_DONE();
 }

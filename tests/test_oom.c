@@ -61,6 +61,7 @@ static const struct {
     {"lpx_meta_adamw", NOALLOC}, {"lpx_meta_matmul", NOALLOC}, {"lpx_meta_linear", NOALLOC},
     {"lpx_meta_addmm", NOALLOC}, {"lpx_meta_indices", NOALLOC}, {"lpx_meta_cross_entropy", NOALLOC},
     {"lpx_meta_embedding", NOALLOC}, {"lpx_meta_embedding_backward", NOALLOC},
+    {"lpx_meta_shape_arg", NOALLOC}, {"lpx_meta_arange", NOALLOC}, {"lpx_meta_random", NOALLOC},
     {"lpx_init", "not applicable: runs once per process, before the sweep; every entry point reports an init "
                  "failure as its own status"},
     /* dtype.h */

@@ -52,16 +52,12 @@ void cpu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t ou
 
 /* ---- helpers --------------------------------------------------------- */
 
-/* Shape argument i as (ndim, shape); the tensor constructor checks the
- * sizes (negative, overflow). */
+/* Shape argument i as (ndim, shape) (lpx_meta_shape_arg); the tensor
+ * constructor checks the sizes (negative, overflow). */
 static lpx_status shape_arg(const lpx_call *c, int i, int *ndim, const int64_t **shape)
 {
-    if (c->args[i].len > LPX_MAX_DIMS)
-        return lpx_error(LPX_EINVAL, "%s: shape has %u dims, at most %d are supported", cpu_op_name(c),
-                         (unsigned)c->args[i].len, LPX_MAX_DIMS);
-    *ndim = (int)c->args[i].len;
     *shape = c->args[i].u.ints;
-    return LPX_OK;
+    return lpx_meta_shape_arg(cpu_op_name(c), c->args[i].u.ints, c->args[i].len, ndim);
 }
 
 /* Fills a new contiguous tensor with the f32 value v encoded once per byte
@@ -166,19 +162,11 @@ static lpx_status k_arange(lpx_call *c)
 {
     double start = c->args[0].u.f, end = c->args[1].u.f, step = c->args[2].u.f;
     lpx_dtype dtype = c->args[3].u.d;
-    if (!isfinite(start) || !isfinite(end) || !isfinite(step))
-        return lpx_error(LPX_EINVAL, "arange: start %g, end %g and step %g must be finite", start, end, step);
-    if (step == 0) return lpx_error(LPX_EINVAL, "arange: step must be nonzero");
-    double q = (end - start) / step;
-    if (q < 0)
-        return lpx_error(LPX_EINVAL, "arange: step %g points away from end (start %g, end %g)", step, start, end);
-    double count = ceil(q);
-    if (!(count < 0x1p62))
-        return lpx_error(LPX_ERANGE, "arange: [%g, %g) by %g has %g elements, too many", start, end, step, count);
-    int64_t n = (int64_t)count;
-    lpx_tensor *t;
-    lpx_status st = cpu_new(c, dtype, 1, &n, &t);
+    int64_t n;
+    lpx_status st = lpx_meta_arange("arange", start, end, step, &n);
     if (st) return st;
+    lpx_tensor *t;
+    if ((st = cpu_new(c, dtype, 1, &n, &t))) return st;
     arange_ctx a = {start, step};
     if (dtype == LPX_I64 || dtype == LPX_I32) arange_int(t, &a);
     else fill_gen(t, gen_arange, &a);
@@ -232,13 +220,8 @@ static lpx_status rng_kernel(lpx_call *c, gen_fn gen)
     if (st) return st;
     uint64_t seed = (uint64_t)c->args[1].u.i;
     lpx_dtype dtype = c->args[2].u.d;
-    const lpx_dtype_traits *tr = lpx_dtype_get(dtype);
-    if (!tr) return lpx_error(LPX_EDTYPE, "%s: dtype %d is not registered", cpu_op_name(c), (int)dtype);
-    if (!tr->is_float)
-        return lpx_error(LPX_EDTYPE, "%s: dtype %s is not a floating-point dtype", cpu_op_name(c), tr->name);
-    rng_ctx r = {{(uint32_t)seed, (uint32_t)(seed >> 32)}, tr->mant_bits + 1};
-    if (r.bits > 24) r.bits = 24;
-    if (r.bits < 1) r.bits = 1;
+    rng_ctx r = {{(uint32_t)seed, (uint32_t)(seed >> 32)}, 0};
+    if ((st = lpx_meta_random(cpu_op_name(c), dtype, &r.bits))) return st;
     lpx_tensor *t;
     if ((st = cpu_new(c, dtype, ndim, shape, &t))) return st;
     fill_gen(t, gen, &r);

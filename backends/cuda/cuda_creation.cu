@@ -95,12 +95,8 @@ __global__ void k_arange(char *p, lpx_dtype dt, int64_t n, double start, double 
 /* Shape argument i as (ndim, shape); the tensor constructor checks sizes. */
 static lpx_status shape_arg(const lpx_call *c, int i, int *ndim, const int64_t **shape)
 {
-    if (c->args[i].len > LPX_MAX_DIMS)
-        return lpx_error(LPX_EINVAL, "%s: shape has %u dims, at most %d are supported", cu_op(c),
-                         (unsigned)c->args[i].len, LPX_MAX_DIMS);
-    *ndim = (int)c->args[i].len;
     *shape = c->args[i].u.ints;
-    return LPX_OK;
+    return lpx_meta_shape_arg(cu_op(c), c->args[i].u.ints, c->args[i].len, ndim);
 }
 
 /* Fails unless dt is a built-in dtype (the kernels encode those only). */
@@ -159,18 +155,10 @@ static lpx_status k_arange(lpx_call *c)
     double start = c->args[0].u.f, end = c->args[1].u.f, step = c->args[2].u.f;
     lpx_dtype dtype = c->args[3].u.d;
     lpx_device dev = c->args[4].u.dev;
-    if (!isfinite(start) || !isfinite(end) || !isfinite(step))
-        return lpx_error(LPX_EINVAL, "arange: start %g, end %g and step %g must be finite", start, end, step);
-    if (step == 0) return lpx_error(LPX_EINVAL, "arange: step must be nonzero");
-    double q = (end - start) / step;
-    if (q < 0)
-        return lpx_error(LPX_EINVAL, "arange: step %g points away from end (start %g, end %g)", step, start, end);
-    double count = ceil(q);
-    if (!(count < 0x1p62))
-        return lpx_error(LPX_ERANGE, "arange: [%g, %g) by %g has %g elements, too many", start, end, step, count);
-    int64_t n = (int64_t)count;
+    int64_t n;
+    lpx_status st = lpx_meta_arange("arange", start, end, step, &n);
+    if (st) return st;
     lpx_tensor *t;
-    lpx_status st;
     if ((st = builtin_dtype(c, dtype)) || (st = cu_use("arange", dev)) || (st = cu_new(c, dtype, 1, &n, dev, &t)))
         return st;
     if (n > 0) {
@@ -195,13 +183,8 @@ static lpx_status rng_kernel(lpx_call *c, bool normal)
     uint64_t seed = (uint64_t)c->args[1].u.i;
     lpx_dtype dtype = c->args[2].u.d;
     lpx_device dev = c->args[3].u.dev;
-    const lpx_dtype_traits *tr = lpx_dtype_get(dtype);
-    if (!tr) return lpx_error(LPX_EDTYPE, "%s: dtype %d is not registered", op, (int)dtype);
-    if (!tr->is_float) return lpx_error(LPX_EDTYPE, "%s: dtype %s is not a floating-point dtype", op, tr->name);
-    if ((st = builtin_dtype(c, dtype))) return st;
-    int bits = tr->mant_bits + 1;
-    if (bits > 24) bits = 24;
-    if (bits < 1) bits = 1;
+    int bits;
+    if ((st = lpx_meta_random(op, dtype, &bits)) || (st = builtin_dtype(c, dtype))) return st;
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     lpx_tensor *t;
     if ((st = cu_use(op, dev)) || (st = cu_new(c, dtype, ndim, shape, dev, &t))) return st;

@@ -76,6 +76,23 @@ LPX_API lpx_status lpx_meta_rmsnorm_backward(const char *op, const lpx_tensor *g
                                              const lpx_tensor *weight, const lpx_tensor *rstd, int64_t *rows,
                                              int64_t *dim);
 
+/* ---- creation (empty, zeros, full, arange, randn, rand) ---- */
+
+/** A shape argument of ndims dims (the int[] value): at most
+ *  LPX_MAX_DIMS; fills *ndim. Sizes are the tensor constructor's to check.
+ *  Errors: LPX_EINVAL. */
+LPX_API lpx_status lpx_meta_shape_arg(const char *op, const int64_t *dims, uint32_t ndims, int *ndim);
+
+/** arange: finite start, end and step, step nonzero and pointing at end;
+ *  *n = ceil((end - start) / step) elements (< 2^62). Errors: LPX_EINVAL,
+ *  LPX_ERANGE. */
+LPX_API lpx_status lpx_meta_arange(const char *op, double start, double end, double step, int64_t *n);
+
+/** randn and rand: a registered floating-point dtype; *bits (may be
+ *  NULL) = the uniform's bits for rand (mant_bits + 1, in 1..24). Errors:
+ *  LPX_EDTYPE. */
+LPX_API lpx_status lpx_meta_random(const char *op, lpx_dtype dtype, int *bits);
+
 /* ---- ops taking integer indices (cross_entropy, embedding) ---- */
 
 /** An index tensor: i32 or i64. Errors: LPX_EINVAL (NULL), LPX_EDTYPE. */
