@@ -101,3 +101,50 @@ lpx_status lpx_meta_reduce(const char *op, const lpx_tensor *x, const int64_t *d
     }
     return LPX_OK;
 }
+
+/* ---- copies (cast, copy_, fill_) ---------------------------------------- */
+
+lpx_status lpx_meta_cast(const char *op, const lpx_tensor *x, lpx_dtype dtype)
+{
+    if (!lpx_dtype_get(dtype)) return lpx_error(LPX_EDTYPE, "%s: target dtype %d is not registered", op, (int)dtype);
+    if (!x) return lpx_error(LPX_EINVAL, "%s: x is NULL", op);
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_copy(const char *op, const lpx_tensor *dst, const lpx_tensor *src)
+{
+    if (!dst || !src) return lpx_error(LPX_EINVAL, "%s: %s is NULL", op, dst ? "src" : "dst");
+    const lpx_tensor *ts[2] = {dst, src};
+    const char *names[2] = {"dst", "src"};
+    for (int i = 0; i < 2; i++)
+        if (ts[i]->kind)
+            return lpx_error(LPX_EINVAL, "%s: tensor '%s' is of kind '%s'; copy_ takes dense tensors", op, names[i],
+                             ts[i]->kind->vt.name);
+    if (dst->storage->readonly)
+        return lpx_error(LPX_EINVAL, "%s: dst is read-only (e.g. a read-only DLPack import)", op);
+    bool fits = src->ndim <= dst->ndim;
+    for (int i = 0; fits && i < src->ndim; i++) {
+        int64_t s = src->shape[i], d = dst->shape[dst->ndim - src->ndim + i];
+        fits = s == d || s == 1;
+    }
+    if (!fits) {
+        char s1[160], s2[160];
+        return lpx_error(LPX_ESHAPE, "%s: src of shape %s does not broadcast to dst of shape %s", op,
+                         lpx_tensor_shape_str(src, s1, sizeof s1), lpx_tensor_shape_str(dst, s2, sizeof s2));
+    }
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_fill(const char *op, const lpx_tensor *dst)
+{
+    if (!dst) return lpx_error(LPX_EINVAL, "%s: dst is NULL", op);
+    if (dst->kind)
+        return lpx_error(LPX_EINVAL, "%s: dst is of kind '%s'; fill_ takes dense tensors", op, dst->kind->vt.name);
+    if (dst->storage->readonly)
+        return lpx_error(LPX_EINVAL, "%s: dst is read-only (e.g. a read-only DLPack import)", op);
+    const lpx_dtype_traits *tr = lpx_dtype_get(dst->dtype);
+    if (tr->block > 1)
+        return lpx_error(LPX_EDTYPE, "%s: dst has dtype %s, encoded in groups of %d; fill_ writes single elements", op,
+                         tr->name, tr->block);
+    return LPX_OK;
+}

@@ -62,6 +62,7 @@ static const struct {
     {"lpx_meta_addmm", NOALLOC}, {"lpx_meta_indices", NOALLOC}, {"lpx_meta_cross_entropy", NOALLOC},
     {"lpx_meta_embedding", NOALLOC}, {"lpx_meta_embedding_backward", NOALLOC},
     {"lpx_meta_shape_arg", NOALLOC}, {"lpx_meta_arange", NOALLOC}, {"lpx_meta_random", NOALLOC},
+    {"lpx_meta_cast", NOALLOC}, {"lpx_meta_copy", NOALLOC}, {"lpx_meta_fill", NOALLOC},
     {"lpx_init", "not applicable: runs once per process, before the sweep; every entry point reports an init "
                  "failure as its own status"},
     /* dtype.h */

@@ -351,10 +351,9 @@ static lpx_status k_cast(lpx_call *c)
     lpx_tensor *x = c->args[0].u.t;
     lpx_dtype dt = c->args[1].u.d;
     unsigned flags = c->args[2].u.b ? LPX_CONVERT_SATURATE : 0u;
+    lpx_status st = lpx_meta_cast("cast", x, dt);
+    if (st || (st = check_host(c, "x", x))) return st;
     const lpx_dtype_traits *td = lpx_dtype_get(dt);
-    if (!td) return lpx_error(LPX_EDTYPE, "cast: target dtype %d is not registered", (int)dt);
-    lpx_status st = check_host(c, "x", x);
-    if (st) return st;
     const lpx_dtype_traits *tx = lpx_dtype_get(x->dtype);
     lpx_tensor *y;
     bool packed = td->bits % 8 || td->block > 1 || tx->bits % 8 || tx->block > 1;
@@ -383,29 +382,13 @@ static lpx_status k_cast(lpx_call *c)
     return LPX_OK;
 }
 
-/* True if src broadcasts to exactly dst's shape. */
-static bool broadcasts_to(const lpx_tensor *src, const lpx_tensor *dst)
-{
-    if (src->ndim > dst->ndim) return false;
-    for (int i = 0; i < src->ndim; i++) {
-        int64_t s = src->shape[i], d = dst->shape[dst->ndim - src->ndim + i];
-        if (s != d && s != 1) return false;
-    }
-    return true;
-}
-
 static lpx_status k_copy_(lpx_call *c)
 {
     lpx_tensor *dst = c->args[0].u.t, *src = c->args[1].u.t;
     lpx_status st;
-    if ((st = cpu_check_dense(c, "dst", dst)) || (st = cpu_check_dense(c, "src", src))) return st;
-    if (dst->storage->readonly)
-        return lpx_error(LPX_EINVAL, "copy_: dst is read-only (e.g. a read-only DLPack import)");
-    if (!broadcasts_to(src, dst)) {
-        char s1[160], s2[160];
-        return lpx_error(LPX_ESHAPE, "copy_: src of shape %s does not broadcast to dst of shape %s",
-                         lpx_tensor_shape_str(src, s1, sizeof s1), lpx_tensor_shape_str(dst, s2, sizeof s2));
-    }
+    if ((st = cpu_check_dense(c, "dst", dst)) || (st = cpu_check_dense(c, "src", src)) ||
+        (st = lpx_meta_copy("copy_", dst, src)))
+        return st;
     lpx_tensor *tmp = NULL;
     if (may_overlap(dst, src)) {
         if (same_layout(dst, src)) goto done; /* copying onto itself */
@@ -435,13 +418,8 @@ static lpx_status k_fill_(lpx_call *c)
 {
     lpx_tensor *dst = c->args[0].u.t;
     lpx_status st = cpu_check_dense(c, "dst", dst);
-    if (st) return st;
-    if (dst->storage->readonly)
-        return lpx_error(LPX_EINVAL, "fill_: dst is read-only (e.g. a read-only DLPack import)");
+    if (st || (st = lpx_meta_fill("fill_", dst))) return st;
     const lpx_dtype_traits *tr = lpx_dtype_get(dst->dtype);
-    if (tr->block > 1)
-        return lpx_error(LPX_EDTYPE, "fill_: dst has dtype %s, encoded in groups of %d; fill_ writes single elements",
-                         tr->name, tr->block);
     float v = (float)c->args[1].u.f;
     _Alignas(8) unsigned char pat[8];
     tr->from_f32(&v, pat, 1, 0);

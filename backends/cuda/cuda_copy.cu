@@ -397,10 +397,9 @@ static lpx_status k_cast(lpx_call *c)
     lpx_tensor *x = cu_arg_tensor(c, 0);
     lpx_dtype dt = c->args[1].u.d;
     bool sat = c->args[2].u.b;
+    lpx_status st = lpx_meta_cast("cast", x, dt);
+    if (st || (st = cu_check_dense(c, "x", x))) return st;
     const lpx_dtype_traits *td = lpx_dtype_get(dt);
-    if (!td) return lpx_error(LPX_EDTYPE, "cast: target dtype %d is not registered", (int)dt);
-    lpx_status st = cu_check_dense(c, "x", x);
-    if (st) return st;
     if (dt >= LPX_DTYPE_BUILTIN_COUNT)
         return lpx_error(LPX_EDTYPE,
                          "cast: target dtype %s is not supported by the cuda kernels (cast on the CPU and move "
@@ -417,18 +416,6 @@ static lpx_status k_cast(lpx_call *c)
 }
 
 /* ---- copy_ ------------------------------------------------------------ */
-
-/* True if src broadcasts to exactly dst's shape. */
-static bool broadcasts_to(const lpx_tensor *src, const lpx_tensor *dst)
-{
-    int sn = lpx_tensor_ndim(src), dn = lpx_tensor_ndim(dst);
-    if (sn > dn) return false;
-    for (int i = 0; i < sn; i++) {
-        int64_t s = lpx_tensor_shape(src)[i], d = lpx_tensor_shape(dst)[dn - sn + i];
-        if (s != d && s != 1) return false;
-    }
-    return true;
-}
 
 static bool same_shape(const lpx_tensor *a, const lpx_tensor *b)
 {
@@ -514,21 +501,9 @@ static lpx_status copy_to_host(lpx_call *c, lpx_tensor *dst, lpx_tensor *src)
 static lpx_status k_copy_(lpx_call *c)
 {
     lpx_tensor *dst = cu_arg_tensor(c, 0), *src = cu_arg_tensor(c, 1);
-    const char *names[2] = {"dst", "src"};
-    lpx_tensor *ts[2] = {dst, src};
-    for (int i = 0; i < 2; i++)
-        if (lpx_tensor_kind(ts[i]))
-            return lpx_error(LPX_EINVAL, "copy_: tensor '%s' is of kind '%s'; the cuda kernel takes dense tensors",
-                             names[i], lpx_kind_name(lpx_tensor_kind(ts[i])));
-    if (lpx_tensor_is_readonly(dst))
-        return lpx_error(LPX_EINVAL, "copy_: dst is read-only (e.g. a read-only DLPack import)");
-    if (!broadcasts_to(src, dst)) {
-        char s1[160], s2[160];
-        return lpx_error(LPX_ESHAPE, "copy_: src of shape %s does not broadcast to dst of shape %s",
-                         lpx_tensor_shape_str(src, s1, sizeof s1), lpx_tensor_shape_str(dst, s2, sizeof s2));
-    }
+    lpx_status st = lpx_meta_copy("copy_", dst, src);
+    if (st) return st;
     lpx_device dd = lpx_tensor_device(dst), sd = lpx_tensor_device(src);
-    lpx_status st;
     if (dd.type == LPX_DEVICE_CUDA && same_device(dd, sd)) {
         if ((st = cu_check_dense(c, "dst", dst)) || (st = cu_check_dense(c, "src", src))) return st;
         st = cu_copy_convert(c, dst, src, false);
@@ -553,9 +528,7 @@ static lpx_status k_fill_(lpx_call *c)
 {
     lpx_tensor *dst = cu_arg_tensor(c, 0);
     lpx_status st = cu_check_dense(c, "dst", dst);
-    if (st) return st;
-    if (lpx_tensor_is_readonly(dst))
-        return lpx_error(LPX_EINVAL, "fill_: dst is read-only (e.g. a read-only DLPack import)");
+    if (st || (st = lpx_meta_fill("fill_", dst))) return st;
     lpx_dtype dt = lpx_tensor_dtype(dst);
     float v = (float)c->args[1].u.f;
     /* encoded on the host with the dtype's from_f32, as the CPU kernel does */

@@ -93,6 +93,20 @@ LPX_API lpx_status lpx_meta_arange(const char *op, double start, double end, dou
  *  LPX_EDTYPE. */
 LPX_API lpx_status lpx_meta_random(const char *op, lpx_dtype dtype, int *bits);
 
+/* ---- copies (cast, copy_, fill_) ---- */
+
+/** cast: a registered target dtype. Errors: LPX_EDTYPE, LPX_EINVAL. */
+LPX_API lpx_status lpx_meta_cast(const char *op, const lpx_tensor *x, lpx_dtype dtype);
+
+/** copy_: dense dst and src, dst writable, src broadcasting to dst's
+ *  shape (devices may differ: moving bytes between them is copy_'s job).
+ *  Errors: LPX_EINVAL, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_copy(const char *op, const lpx_tensor *dst, const lpx_tensor *src);
+
+/** fill_: a dense, writable dst whose dtype encodes single elements (not
+ *  groups). Errors: LPX_EINVAL, LPX_EDTYPE. */
+LPX_API lpx_status lpx_meta_fill(const char *op, const lpx_tensor *dst);
+
 /* ---- ops taking integer indices (cross_entropy, embedding) ---- */
 
 /** An index tensor: i32 or i64. Errors: LPX_EINVAL (NULL), LPX_EDTYPE. */
