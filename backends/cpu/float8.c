@@ -281,20 +281,15 @@ static const f8_isa *isa = &isa_base;
 
 /* ---- shared helpers ------------------------------------------------ */
 
-static bool is_fp8(lpx_dtype d) { return d == LPX_F8E4M3FN || d == LPX_F8E5M2; }
 
 static const float *decode_table(lpx_dtype d)
 {
     return d == LPX_F8E4M3FN ? lpx__f8e4m3fn_table.f : lpx__f8e5m2_table.f;
 }
 
-/* Dense CPU tensor of a floating-point dtype (byte-sized or wider). */
 static lpx_status check_fp8_dtype(const lpx_call *c, const char *arg, lpx_dtype d)
 {
-    if (!is_fp8(d))
-        return lpx_error(LPX_EDTYPE, "%s: %s is %s; it must be f8e4m3fn or f8e5m2", cpu_op_name(c), arg,
-                         lpx_dtype_name(d));
-    return LPX_OK;
+    return lpx_meta_fp8_dtype(cpu_op_name(c), arg, d);
 }
 
 /* The dynamic scale formula (docs/NUMERICS.md): fp8_max / max(amax, 1e-12) in
@@ -634,20 +629,14 @@ static lpx_status mm_layout(const lpx_call *c, const char *arg, const lpx_tensor
     o->cols = C;
     o->tab = decode_table(t->dtype);
     /* size-1 dims have no meaningful stride */
+    /* row- or column-major: lpx_meta_fp8_scaled_mm checked it */
     bool row = (C <= 1 || s1 == 1) && (R <= 1 || s0 >= C);
-    bool col = (R <= 1 || s0 == 1) && (C <= 1 || s1 >= R);
     if (row) {
         o->colmajor = false;
         o->ld = R <= 1 ? (C > 0 ? C : 1) : s0;
-    } else if (col) {
+    } else {
         o->colmajor = true;
         o->ld = C <= 1 ? (R > 0 ? R : 1) : s1;
-    } else {
-        char s[160];
-        return lpx_error(LPX_ESHAPE,
-                         "%s: %s of shape %s has strides (%lld, %lld); the GEMM takes row-major (stride[1] == 1) or "
-                         "column-major (stride[0] == 1) operands: make it contiguous first",
-                         cpu_op_name(c), arg, lpx_tensor_shape_str(t, s, sizeof s), (long long)s0, (long long)s1);
     }
     if (o->ld > INT_MAX)
         return lpx_error(LPX_ERANGE, "%s: %s has a leading dimension %lld beyond the BLAS int range", cpu_op_name(c),
@@ -678,30 +667,14 @@ static bool mm_decode(const mm_operand *o, int64_t r0, int64_t nr, int64_t c0, i
     return true;
 }
 
-/* Reads a scale_inv (numel 1, or n values) into dst[0..n). */
-static lpx_status mm_scales(const lpx_call *c, const char *arg, const lpx_tensor *s, int64_t n, bool rows,
-                            float *dst, bool *per)
+/* Reads a scale_inv (numel 1, or n values: `per`, as lpx_meta_fp8_scaled_mm
+ * found) into dst[0..n). */
+static void mm_scales(const lpx_tensor *s, int64_t n, bool per, float *dst)
 {
-    lpx_status st = cpu_check_float(c, arg, s);
-    if (st) return st;
     cpu_view v;
-    if (s->numel == 1) {
-        cpu_view_init(&v, s, 0, NULL);
-        cpu_load_f32(&v, 0, 1, dst);
-        *per = false;
-        return LPX_OK;
-    }
-    bool ok = s->ndim == 2 && (rows ? s->shape[0] == n && s->shape[1] == 1 : s->shape[0] == 1 && s->shape[1] == n);
-    if (!ok) {
-        char sh[160];
-        return lpx_error(LPX_ESHAPE, "%s: %s has shape %s; expected numel 1 (tensorwise) or [%s%lld%s]",
-                         cpu_op_name(c), arg, lpx_tensor_shape_str(s, sh, sizeof sh), rows ? "" : "1, ",
-                         (long long)n, rows ? ", 1" : "");
-    }
-    cpu_view_of(&v, s);
-    cpu_load_f32(&v, 0, n, dst);
-    *per = true;
-    return LPX_OK;
+    if (!per) cpu_view_init(&v, s, 0, NULL);
+    else cpu_view_of(&v, s);
+    cpu_load_f32(&v, 0, per ? n : 1, dst);
 }
 
 static lpx_status k_fp8_scaled_mm(lpx_call *c)
@@ -711,31 +684,13 @@ static lpx_status k_fp8_scaled_mm(lpx_call *c)
     lpx_dtype odt = c->args[5].u.d;
     const char *op = cpu_op_name(c);
     lpx_status st;
-    if ((st = cpu_check_dense(c, "a", a)) || (st = cpu_check_dense(c, "b", b))) return st;
-    if ((st = check_fp8_dtype(c, "a", a->dtype)) || (st = check_fp8_dtype(c, "b", b->dtype))) return st;
-    if (a->dtype == LPX_F8E5M2 && b->dtype == LPX_F8E5M2)
-        return lpx_error(LPX_EDTYPE, "%s: a and b are both f8e5m2; e5m2 x e5m2 GEMMs are refused (cuBLASLt has no "
-                                     "such kernel): quantize one operand as f8e4m3fn", op);
-    char sa[160], sb[160];
-    lpx_tensor_shape_str(a, sa, sizeof sa);
-    lpx_tensor_shape_str(b, sb, sizeof sb);
-    if (a->ndim != 2 || b->ndim != 2)
-        return lpx_error(LPX_ESHAPE, "%s: a %s and b %s must be 2-D matrices [M, K] and [K, N]", op, sa, sb);
-    int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
-    if (b->shape[0] != K)
-        return lpx_error(LPX_ESHAPE, "%s: a %s and b %s: K mismatch (%lld vs %lld)", op, sa, sb, (long long)K,
-                         (long long)b->shape[0]);
-    if (odt != LPX_F32 && odt != LPX_BF16 && odt != LPX_F16)
-        return lpx_error(LPX_EDTYPE, "%s: out_dtype %s; the scaled GEMM writes f32, bf16 or f16", op,
-                         lpx_dtype_name(odt));
-    if (bias) {
-        if ((st = cpu_check_float(c, "bias", bias))) return st;
-        if (bias->ndim != 1 || bias->shape[0] != N) {
-            char s[160];
-            return lpx_error(LPX_ESHAPE, "%s: bias %s must be [N] = [%lld]", op, lpx_tensor_shape_str(bias, s, sizeof s),
-                             (long long)N);
-        }
-    }
+    lpx_fp8_mm_geom g;
+    if ((st = cpu_check_dense(c, "a", a)) || (st = cpu_check_dense(c, "b", b)) ||
+        (st = cpu_check_dense(c, "a_scale_inv", as)) || (st = cpu_check_dense(c, "b_scale_inv", bs)) ||
+        (bias && (st = cpu_check_dense(c, "bias", bias))) ||
+        (st = lpx_meta_fp8_scaled_mm(op, a, as, b, bs, bias, odt, &g)))
+        return st;
+    int64_t M = g.M, K = g.K, N = g.N;
     if (N > INT_MAX || K > INT_MAX || M > INT_MAX)
         return lpx_error(LPX_ERANGE, "%s: M, N or K beyond the BLAS int range", op);
     mm_operand oa, ob;
@@ -743,12 +698,9 @@ static lpx_status k_fp8_scaled_mm(lpx_call *c)
     float *sa_v = lpx_malloc((size_t)(M + N + 2) * sizeof(float));
     if (!sa_v) return lpx_error(LPX_ENOMEM, "%s: cannot allocate the scale vectors", op);
     float *sb_v = sa_v + M + 1;
-    bool a_per, b_per;
-    if ((st = mm_scales(c, "a_scale_inv", as, M, true, sa_v, &a_per)) ||
-        (st = mm_scales(c, "b_scale_inv", bs, N, false, sb_v, &b_per))) {
-        lpx_free(sa_v);
-        return st;
-    }
+    bool a_per = g.a_rowwise, b_per = g.b_colwise;
+    mm_scales(as, M, a_per, sa_v);
+    mm_scales(bs, N, b_per, sb_v);
     lpx_tensor *out;
     int64_t oshape[2] = {M, N};
     if ((st = cpu_new(c, odt, 2, oshape, &out))) {

@@ -23,49 +23,12 @@
 
 /* ---- fp8_scaled_mm ---------------------------------------------------------- */
 
-static bool gm_is_fp8(lpx_dtype d) { return d == LPX_F8E4M3FN || d == LPX_F8E5M2; }
-
 static int64_t gm_round16(int64_t v) { return (v + 15) / 16 * 16; }
 
-/* A scale_inv: numel 1 (tensorwise) or n values in the given orientation
- * ([n, 1] for rows, [1, n] for columns); *per tells which, *stride is the
- * element stride between the n values. */
-static lpx_status gm_scale_arg(const lpx_call *c, const char *arg, const lpx_tensor *s, const lpx_tensor *a,
-                               int64_t n, bool rows, bool *per, int64_t *stride)
+/* Element stride between the n values of a per-row / per-column scale. */
+static int64_t gm_scale_stride(const lpx_tensor *s, bool per, bool rows)
 {
-    lpx_status st = cu_check_float(c, arg, s);
-    if (st || (st = cu_check_same_device(c, "a", a, arg, s))) return st;
-    *stride = 0;
-    if (lpx_tensor_numel(s) == 1) {
-        *per = false;
-        return LPX_OK;
-    }
-    const int64_t *sh = lpx_tensor_shape(s);
-    bool ok = lpx_tensor_ndim(s) == 2 && (rows ? sh[0] == n && sh[1] == 1 : sh[0] == 1 && sh[1] == n);
-    if (!ok) {
-        char ss[160];
-        return lpx_error(LPX_ESHAPE, "%s: %s has shape %s; expected numel 1 (tensorwise) or [%s%lld%s]", cu_op(c),
-                         arg, lpx_tensor_shape_str(s, ss, sizeof ss), rows ? "" : "1, ", (long long)n,
-                         rows ? ", 1" : "");
-    }
-    *per = true;
-    *stride = lpx_tensor_strides(s)[rows ? 0 : 1];
-    return LPX_OK;
-}
-
-/* The fp8 operand layout the CPU accepts: row-major or column-major. */
-static lpx_status gm_fp8_layout(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    const int64_t *sh = lpx_tensor_shape(t), *str = lpx_tensor_strides(t);
-    int64_t R = sh[0], C = sh[1], s0 = str[0], s1 = str[1];
-    bool row = (C <= 1 || s1 == 1) && (R <= 1 || s0 >= C);
-    bool col = (R <= 1 || s0 == 1) && (C <= 1 || s1 >= R);
-    if (row || col) return LPX_OK;
-    char s[160];
-    return lpx_error(LPX_ESHAPE,
-                     "%s: %s of shape %s has strides (%lld, %lld); the GEMM takes row-major (stride[1] == 1) or "
-                     "column-major (stride[0] == 1) operands: make it contiguous first",
-                     cu_op(c), arg, lpx_tensor_shape_str(t, s, sizeof s), (long long)s0, (long long)s1);
+    return per ? lpx_tensor_strides(s)[rows ? 0 : 1] : 0;
 }
 
 static lpx_status k_fp8_scaled_mm(lpx_call *c)
@@ -76,42 +39,18 @@ static lpx_status k_fp8_scaled_mm(lpx_call *c)
     bool fast_accum = c->args[6].u.b;
     const char *op = cu_op(c);
     lpx_status st;
+    /* the contract is lpx_meta_fp8_scaled_mm's (shared with the CPU); what
+     * is lpx-cuda's own: dense CUDA tensors */
+    lpx_fp8_mm_geom g;
     if ((st = cu_check_dense(c, "a", a)) || (st = cu_check_dense(c, "b", b)) ||
-        (st = cu_check_same_device(c, "a", a, "b", b)))
+        (st = cu_check_float(c, "a_scale_inv", as)) || (st = cu_check_float(c, "b_scale_inv", bs)) ||
+        (bias && (st = cu_gemm_check_float_same(c, "a", a, "bias", bias))) ||
+        (st = lpx_meta_fp8_scaled_mm(op, a, as, b, bs, bias, odt, &g)))
         return st;
+    int64_t M = g.M, K = g.K, N = g.N;
+    bool a_per = g.a_rowwise, b_per = g.b_colwise;
     lpx_dtype adt = lpx_tensor_dtype(a), bdt = lpx_tensor_dtype(b);
-    if (!gm_is_fp8(adt) || !gm_is_fp8(bdt))
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; expected f8e4m3fn or f8e5m2", op, !gm_is_fp8(adt) ? "a" : "b",
-                         lpx_dtype_name(!gm_is_fp8(adt) ? adt : bdt));
-    if (adt == LPX_F8E5M2 && bdt == LPX_F8E5M2)
-        return lpx_error(LPX_EDTYPE, "%s: a and b are both f8e5m2; e5m2 x e5m2 GEMMs are refused (cuBLASLt has no "
-                                     "such kernel): quantize one operand as f8e4m3fn", op);
-    char sa[160], sb[160];
-    lpx_tensor_shape_str(a, sa, sizeof sa);
-    lpx_tensor_shape_str(b, sb, sizeof sb);
-    if (lpx_tensor_ndim(a) != 2 || lpx_tensor_ndim(b) != 2)
-        return lpx_error(LPX_ESHAPE, "%s: a %s and b %s must be 2-D matrices [M, K] and [K, N]", op, sa, sb);
-    int64_t M = lpx_tensor_shape(a)[0], K = lpx_tensor_shape(a)[1], N = lpx_tensor_shape(b)[1];
-    if (lpx_tensor_shape(b)[0] != K)
-        return lpx_error(LPX_ESHAPE, "%s: a %s and b %s: K mismatch (%lld vs %lld)", op, sa, sb, (long long)K,
-                         (long long)lpx_tensor_shape(b)[0]);
-    if (odt != LPX_F32 && odt != LPX_BF16 && odt != LPX_F16)
-        return lpx_error(LPX_EDTYPE, "%s: out_dtype %s; the scaled GEMM writes f32, bf16 or f16", op,
-                         lpx_dtype_name(odt));
-    if (bias) {
-        if ((st = cu_gemm_check_float_same(c, "a", a, "bias", bias))) return st;
-        if (lpx_tensor_ndim(bias) != 1 || lpx_tensor_shape(bias)[0] != N) {
-            char s[160];
-            return lpx_error(LPX_ESHAPE, "%s: bias %s must be [N] = [%lld]", op,
-                             lpx_tensor_shape_str(bias, s, sizeof s), (long long)N);
-        }
-    }
-    if ((st = gm_fp8_layout(c, "a", a)) || (st = gm_fp8_layout(c, "b", b))) return st;
-    bool a_per, b_per;
-    int64_t a_ss, b_ss;
-    if ((st = gm_scale_arg(c, "a_scale_inv", as, a, M, true, &a_per, &a_ss)) ||
-        (st = gm_scale_arg(c, "b_scale_inv", bs, a, N, false, &b_per, &b_ss)))
-        return st;
+    int64_t a_ss = gm_scale_stride(as, a_per, true), b_ss = gm_scale_stride(bs, b_per, false);
     lpx_device dev = lpx_tensor_device(a);
     if ((st = cu_use(op, dev))) return st;
     int64_t oshape[2] = {M, N};

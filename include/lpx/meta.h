@@ -216,6 +216,26 @@ LPX_API lpx_status lpx_meta_linear(const char *op, const lpx_tensor *x, const lp
 LPX_API lpx_status lpx_meta_addmm(const char *op, const lpx_tensor *c, const lpx_tensor *a, const lpx_tensor *b,
                                   lpx_gemm_geom *g);
 
+/* ---- the dense fp8 ops (ops_float8.def) ---- */
+
+/** d is f8e4m3fn or f8e5m2 (argument `arg`). Errors: LPX_EDTYPE. */
+LPX_API lpx_status lpx_meta_fp8_dtype(const char *op, const char *arg, lpx_dtype d);
+
+/** The geometry of fp8_scaled_mm: [M, K] @ [K, N]; which scales are
+ *  per-row of a / per-column of b (else tensorwise, numel 1). */
+typedef struct lpx_fp8_mm_geom {
+    int64_t M, N, K;
+    bool a_rowwise, b_colwise;
+} lpx_fp8_mm_geom;
+
+/** fp8_scaled_mm: a [M, K] and b [K, N] fp8 (not both e5m2), each
+ *  row-major or column-major; a_scale_inv numel 1 or [M, 1], b_scale_inv
+ *  numel 1 or [1, N] (floating-point); bias (may be NULL) [N]; out_dtype
+ *  f32, bf16 or f16. Errors: LPX_EINVAL, LPX_EDTYPE, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_fp8_scaled_mm(const char *op, const lpx_tensor *a, const lpx_tensor *a_scale_inv,
+                                          const lpx_tensor *b, const lpx_tensor *b_scale_inv, const lpx_tensor *bias,
+                                          lpx_dtype out_dtype, lpx_fp8_mm_geom *g);
+
 /* ---- the optimizer (adamw_) ---- */
 
 /** The f32 constants of one AdamW step, as every backend applies them:
