@@ -58,6 +58,7 @@ static lpx_status mixed_devices(const lpx_call *c, const lpx_op_row *row)
         uint32_t n = v->tag == LPX_TAG_TENSOR ? 1 : v->tag == LPX_TAG_TENSORS ? v->len : 0;
         for (uint32_t j = 0; j < n; j++) {
             const lpx_tensor *t = v->tag == LPX_TAG_TENSOR ? v->u.t : v->u.ts[j];
+            if (((row->host_args >> i) & 1u) && t->device.type == LPX_DEVICE_CPU) continue;
             char name[96];
             if (v->tag == LPX_TAG_TENSOR) snprintf(name, sizeof name, "'%s'", s->args[i].name);
             else snprintf(name, sizeof name, "'%s'[%u]", s->args[i].name, j);
@@ -127,6 +128,8 @@ lpx_status lpx_dispatch(lpx_call *c)
                 const lpx_tensor *t = v->u.t;
                 if (LPX_UNLIKELY(!t)) { ok = false; break; }
                 keys |= t->keys;
+                /* a Tensor(host) argument on the CPU sits beside any device */
+                if (LPX_UNLIKELY((row->host_args >> i) & 1u) && t->device.type == LPX_DEVICE_CPU) continue;
                 if (!first) first = t;
                 mixed |= t->device.type != first->device.type || t->device.index != first->device.index;
             } else if (v->tag == LPX_TAG_TENSORS) {

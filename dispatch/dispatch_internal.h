@@ -10,6 +10,7 @@
 typedef struct lpx_arg_spec {
     uint8_t tag;        /* lpx_tag expected */
     bool optional;      /* LPX_TAG_NONE accepted */
+    bool host;          /* Tensor(host): may stay on the CPU beside device tensors */
     char name[LPX_MAX_NAME];
 } lpx_arg_spec;
 
@@ -38,6 +39,7 @@ typedef struct lpx_op_row {
     atomic_bool dead;                 /* unregistered (rollback): a tombstone */
     bool cross_device;                /* its tensors may live on different devices
                                        * (copy_: moving bytes between them is its job) */
+    uint32_t host_args;               /* bit i: argument i is Tensor(host) */
     struct lpx_op_row *retired_next;  /* dead rows stay allocated */
 } lpx_op_row;
 

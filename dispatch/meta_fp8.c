@@ -1,6 +1,7 @@
 /* Meta functions of the dense fp8 ops (ops_float8.def; include/lpx/meta.h):
  * the scaled GEMM's operands, scales, bias and result, written once for the
  * CPU reference and the cuBLASLt path. */
+#include <math.h>
 #include "../core/lpx_internal.h"
 #include "lpx/meta.h"
 
@@ -95,5 +96,63 @@ lpx_status lpx_meta_fp8_scaled_mm(const char *op, const lpx_tensor *a, const lpx
     g->M = M;
     g->N = N;
     g->K = K;
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_fp8_quantize(const char *op, const lpx_tensor *x, const lpx_tensor *scale, lpx_dtype fp8,
+                                 bool has_dim, int64_t dim, double scale_max, lpx_fp8_quant_geom *g)
+{
+    lpx_status st;
+    if ((st = float_tensor(op, "x", x)) || (st = lpx_meta_fp8_dtype(op, "fp8", fp8))) return st;
+    if (isnan(scale_max) || scale_max < 0)
+        return lpx_error(LPX_EINVAL, "%s: scale_max = %g; it must be >= 0 (0: no clamp)", op, scale_max);
+    g->outer = 1, g->D = x->numel, g->inner = 1;
+    g->scale_ndim = 0;
+    if (has_dim) {
+        int d;
+        if ((st = lpx_meta_dim(op, dim, x->ndim, &d))) return st;
+        if (x->ndim == 0)
+            return lpx_error(LPX_ESHAPE, "%s: dim %lld given for a 0-d x; axiswise scaling needs at least 1 dim", op,
+                             (long long)dim);
+        g->scale_ndim = x->ndim;
+        for (int i = 0; i < x->ndim; i++) g->scale_shape[i] = i == d ? 1 : x->shape[i];
+        for (int i = 0; i < d; i++) g->outer *= x->shape[i];
+        for (int i = d + 1; i < x->ndim; i++) g->inner *= x->shape[i];
+        g->D = x->shape[d];
+    }
+    g->groups = g->outer * g->inner;
+    g->tensorwise = g->groups == 1 && g->D == x->numel;
+    if (!scale) return LPX_OK;
+    if ((st = float_tensor(op, "scale", scale))) return st;
+    bool ok = g->tensorwise ? scale->numel == 1 : scale->ndim == g->scale_ndim;
+    for (int i = 0; ok && !g->tensorwise && i < g->scale_ndim; i++) ok = scale->shape[i] == g->scale_shape[i];
+    if (!ok) {
+        char s1[160];
+        int64_t ns = g->groups;
+        return lpx_error(LPX_ESHAPE, "%s: static scale has shape %s; this quantization needs %lld scale value%s%s", op,
+                         lpx_tensor_shape_str(scale, s1, sizeof s1), (long long)ns, ns == 1 ? "" : "s",
+                         ns == 1 ? "" : " in the keepdim shape (x's shape with the reduced dim = 1)");
+    }
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_fp8_dequantize(const char *op, const lpx_tensor *q, const lpx_tensor *scale_inv, lpx_dtype dtype)
+{
+    if (!q) return lpx_error(LPX_EINVAL, "%s: q is NULL", op);
+    lpx_status st;
+    if ((st = lpx_meta_fp8_dtype(op, "q", q->dtype)) || (st = float_tensor(op, "scale_inv", scale_inv))) return st;
+    const lpx_dtype_traits *td = lpx_dtype_get(dtype);
+    if (!td || !td->is_float || td->bits < 8 || td->block > 1)
+        return lpx_error(LPX_EDTYPE, "%s: dtype %s is not a byte-sized floating-point dtype", op, lpx_dtype_name(dtype));
+    /* numel 1, or q's ndim with each dim 1 or q's size */
+    bool fits = scale_inv->numel == 1 || scale_inv->ndim == q->ndim;
+    for (int i = 0; fits && scale_inv->numel != 1 && i < q->ndim; i++)
+        fits = scale_inv->shape[i] == 1 || scale_inv->shape[i] == q->shape[i];
+    if (!fits) {
+        char s1[160], s2[160];
+        return lpx_error(LPX_ESHAPE, "%s: scale_inv of shape %s does not fit q of shape %s (numel 1, or q's ndim with "
+                                     "dims of 1 or q's size)", op, lpx_tensor_shape_str(scale_inv, s1, sizeof s1),
+                         lpx_tensor_shape_str(q, s2, sizeof s2));
+    }
     return LPX_OK;
 }

@@ -91,6 +91,8 @@ lpx_status lpx_op_register(const char *schema, lpx_op *out)
     /* Every other op refuses tensors on different devices before any kernel
      * runs (lpx_dispatch): one check for every backend and kind. */
     row->cross_device = !strcmp(row->schema.name, "copy_");
+    for (int i = 0; i < row->schema.nargs; i++)
+        if (row->schema.args[i].host) row->host_args |= UINT32_C(1) << i;
     lpx_registry_lock();
     int n = atomic_load_explicit(&lpx__nops, memory_order_relaxed);
     if (name_find(op_names, row->schema.name)) {

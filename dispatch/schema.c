@@ -4,15 +4,19 @@
 #include <string.h>
 #include "dispatch_internal.h"
 
-static const struct { const char *name; uint8_t tag; bool optional; } type_names[] = {
-    {"Tensor?", LPX_TAG_TENSOR, true}, {"Tensor[]", LPX_TAG_TENSORS, false},
-    {"Tensor", LPX_TAG_TENSOR, false}, {"int[]?", LPX_TAG_INTS, true},
-    {"int[]", LPX_TAG_INTS, false},    {"int?", LPX_TAG_I64, true},
-    {"int", LPX_TAG_I64, false},       {"float?", LPX_TAG_F64, true},
-    {"float", LPX_TAG_F64, false},     {"bool", LPX_TAG_BOOL, false},
-    {"dtype?", LPX_TAG_DTYPE, true},   {"dtype", LPX_TAG_DTYPE, false},
-    {"str?", LPX_TAG_STR, true},       {"str", LPX_TAG_STR, false},
-    {"ptr", LPX_TAG_PTR, false},       {"device", LPX_TAG_DEVICE, false},
+/* Tensor(host): a tensor that may stay in host memory while the call's
+ * other tensors live on a device (a static fp8 scale read on the host):
+ * the dispatcher's one-device rule skips it when it is on the CPU. */
+static const struct { const char *name; uint8_t tag; bool optional, host; } type_names[] = {
+    {"Tensor(host)?", LPX_TAG_TENSOR, true, true}, {"Tensor(host)", LPX_TAG_TENSOR, false, true},
+    {"Tensor?", LPX_TAG_TENSOR, true, false}, {"Tensor[]", LPX_TAG_TENSORS, false, false},
+    {"Tensor", LPX_TAG_TENSOR, false, false}, {"int[]?", LPX_TAG_INTS, true, false},
+    {"int[]", LPX_TAG_INTS, false, false},    {"int?", LPX_TAG_I64, true, false},
+    {"int", LPX_TAG_I64, false, false},       {"float?", LPX_TAG_F64, true, false},
+    {"float", LPX_TAG_F64, false, false},     {"bool", LPX_TAG_BOOL, false, false},
+    {"dtype?", LPX_TAG_DTYPE, true, false},   {"dtype", LPX_TAG_DTYPE, false, false},
+    {"str?", LPX_TAG_STR, true, false},       {"str", LPX_TAG_STR, false, false},
+    {"ptr", LPX_TAG_PTR, false, false},       {"device", LPX_TAG_DEVICE, false, false},
 };
 
 static const char *skip_ws(const char *p)
@@ -22,7 +26,7 @@ static const char *skip_ws(const char *p)
 }
 
 /* Reads a type token at p; returns the end or NULL. */
-static const char *parse_type(const char *p, uint8_t *tag, bool *optional)
+static const char *parse_type(const char *p, uint8_t *tag, bool *optional, bool *host)
 {
     for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++) {
         size_t n = strlen(type_names[i].name);
@@ -30,6 +34,7 @@ static const char *parse_type(const char *p, uint8_t *tag, bool *optional)
             p[n] != '?' && p[n] != '[') {
             *tag = type_names[i].tag;
             *optional = type_names[i].optional;
+            *host = type_names[i].host;
             return p + n;
         }
     }
@@ -68,7 +73,7 @@ lpx_status lpx_schema_parse(const char *text, bool with_name, const char *what, 
         for (;;) {
             if (out->nargs == LPX_MAX_ARGS) FAIL("more than 16 arguments");
             lpx_arg_spec *a = &out->args[out->nargs];
-            const char *q = parse_type(p, &a->tag, &a->optional);
+            const char *q = parse_type(p, &a->tag, &a->optional, &a->host);
             if (!q) FAIL("unknown argument type");
             p = skip_ws(q);
             if (isalpha((unsigned char)*p) || *p == '_') {

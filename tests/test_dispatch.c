@@ -513,6 +513,30 @@ static void test_mixed_devices_refused(void)
     /* copy_ moves bytes between devices by contract: not refused by the
      * device rule (testdev has no copy_ kernel, so it ends ENOTIMPL) */
     CHECK_ERR(lpx_copy_(c0, d0), LPX_ENOTIMPL);
+
+    /* a Tensor(host) argument (a static fp8 scale) may stay on the CPU
+     * beside device tensors, in either order; on another device it may not,
+     * and the device tensors still must agree */
+    lpx_op op_host;
+    CHECK_OK(lpx_op_register("probe_host(Tensor x, Tensor(host)? s) -> Tensor", &op_host));
+    CHECK(strstr(lpx_op_schema(op_host), "Tensor(host)? s") != NULL);
+    CHECK_OK(lpx_kernel_register(op_host, key, testdev_probe, NULL));
+    lpx_value ha[2] = {lpx_v_tensor(d0), lpx_v_opt_tensor(c0)};
+    lpx_call hc;
+    lpx_call_init(&hc, op_host, ha, 2);
+    testdev_runs = 0;
+    CHECK_OK(lpx_dispatch(&hc));
+    CHECK(testdev_runs == 1 && hc.nrets == 1);
+    lpx_call_release_rets(&hc);
+    ha[1] = lpx_v_opt_tensor(d1);  /* on another device: refused */
+    lpx_call_init(&hc, op_host, ha, 2);
+    CHECK_ERR(lpx_dispatch(&hc), LPX_EDEVICE);
+    ha[0] = lpx_v_tensor(c0);      /* x on the CPU, s on testdev: refused */
+    ha[1] = lpx_v_opt_tensor(d0);
+    lpx_call_init(&hc, op_host, ha, 2);
+    CHECK_ERR(lpx_dispatch(&hc), LPX_EDEVICE);
+    CHECK(strstr(lpx_last_error(), "'x' is on cpu:0, 's' on testdev:0") != NULL);
+    CHECK_OK(lpx_kernel_unregister(op_host, key));
 done:
     lpx_tensor_release(c0);
     lpx_tensor_release(d0);

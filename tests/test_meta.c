@@ -193,6 +193,68 @@ static void test_creation(void)
     CHECK_ERR(lpx_meta_random("randn", (lpx_dtype)250, &bits), LPX_EDTYPE);
 }
 
+static lpx_tensor *t_dt(lpx_dtype dt, int nd, const int64_t *shape)
+{
+    lpx_tensor *t = NULL;
+    CHECK_OK(lpx_zeros(nd, shape, dt, lpx_cpu(), &t));
+    return t;
+}
+
+static void test_fp8(void)
+{
+    const int64_t sa[2] = {4, 8}, sb[2] = {8, 6}, sk[2] = {7, 6}, s11[2] = {1, 1}, s41[2] = {4, 1}, s16[2] = {1, 6},
+                  s61[2] = {6, 1}, s6[1] = {6};
+    lpx_tensor *a = t_dt(LPX_F8E4M3FN, 2, sa), *b = t_dt(LPX_F8E4M3FN, 2, sb), *b5 = t_dt(LPX_F8E5M2, 2, sb),
+               *a5 = t_dt(LPX_F8E5M2, 2, sa), *bk = t_dt(LPX_F8E4M3FN, 2, sk), *one = t_dt(LPX_F32, 2, s11),
+               *rows = t_dt(LPX_F32, 2, s41), *cols = t_dt(LPX_F32, 2, s16), *colsT = t_dt(LPX_F32, 2, s61),
+               *bias = t_dt(LPX_BF16, 1, s6), *xf = t_dt(LPX_F32, 2, sa);
+    lpx_fp8_mm_geom g;
+    CHECK_OK(lpx_meta_fp8_scaled_mm("fp8_scaled_mm", a, rows, b, cols, bias, LPX_BF16, &g));
+    CHECK(g.M == 4 && g.N == 6 && g.K == 8 && g.a_rowwise && g.b_colwise);
+    CHECK_OK(lpx_meta_fp8_scaled_mm("fp8_scaled_mm", a, one, b5, one, NULL, LPX_F32, &g));
+    CHECK(!g.a_rowwise && !g.b_colwise);
+    CHECK_ERR(lpx_meta_fp8_scaled_mm("fp8_scaled_mm", a5, one, b5, one, NULL, LPX_F32, &g), LPX_EDTYPE);
+    CHECK(strstr(lpx_last_error(), "both f8e5m2") != NULL);
+    CHECK_ERR(lpx_meta_fp8_scaled_mm("fp8_scaled_mm", xf, one, b, one, NULL, LPX_F32, &g), LPX_EDTYPE);
+    CHECK_ERR(lpx_meta_fp8_scaled_mm("fp8_scaled_mm", a, one, bk, one, NULL, LPX_F32, &g), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "K mismatch (8 vs 7)") != NULL);
+    CHECK_ERR(lpx_meta_fp8_scaled_mm("fp8_scaled_mm", a, one, b, colsT, NULL, LPX_F32, &g), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "b_scale_inv has shape [6, 1]; expected numel 1 (tensorwise) or [1, 6]") != NULL);
+    CHECK_ERR(lpx_meta_fp8_scaled_mm("fp8_scaled_mm", a, one, b, one, NULL, LPX_I32, &g), LPX_EDTYPE);
+    /* a transposed view is column-major: accepted; a strided one is not */
+    lpx_tensor *bt = NULL, *bs = NULL;
+    CHECK_OK(lpx_t(bk, &bt)); /* [6, 7] column-major */
+    CHECK_OK(lpx_tensor_view_of(b, 2, (const int64_t[]){4, 6}, (const int64_t[]){12, 2}, 0, &bs));
+    const int64_t s67[2] = {7, 6};
+    lpx_tensor *a7 = t_dt(LPX_F8E4M3FN, 2, s67);
+    if (bt && bs) {
+        CHECK_OK(lpx_meta_fp8_scaled_mm("fp8_scaled_mm", a7, one, bt, one, NULL, LPX_F32, &g));
+        CHECK(g.M == 7 && g.K == 6 && g.N == 7);
+        CHECK_ERR(lpx_meta_fp8_scaled_mm("fp8_scaled_mm", bs, one, b, one, NULL, LPX_F32, &g), LPX_ESHAPE);
+    }
+
+    lpx_fp8_quant_geom q;
+    CHECK_OK(lpx_meta_fp8_quantize("fp8_quantize", xf, NULL, LPX_F8E4M3FN, true, -1, 0.0, &q));
+    CHECK(q.outer == 4 && q.D == 8 && q.inner == 1 && q.groups == 4 && !q.tensorwise && q.scale_ndim == 2 &&
+          q.scale_shape[0] == 4 && q.scale_shape[1] == 1);
+    CHECK_OK(lpx_meta_fp8_quantize("fp8_quantize", xf, one, LPX_F8E4M3FN, false, 0, 0.0, &q));
+    CHECK(q.tensorwise && q.groups == 1);
+    CHECK_OK(lpx_meta_fp8_quantize("fp8_quantize", xf, rows, LPX_F8E5M2, true, 1, 0.0, &q));
+    CHECK_ERR(lpx_meta_fp8_quantize("fp8_quantize", xf, cols, LPX_F8E5M2, true, 1, 0.0, &q), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "needs 4 scale values in the keepdim shape") != NULL);
+    CHECK_ERR(lpx_meta_fp8_quantize("fp8_quantize", xf, NULL, LPX_BF16, false, 0, 0.0, &q), LPX_EDTYPE);
+    CHECK_ERR(lpx_meta_fp8_quantize("fp8_quantize", xf, NULL, LPX_F8E4M3FN, false, 0, NAN, &q), LPX_EINVAL);
+    CHECK_ERR(lpx_meta_fp8_quantize("fp8_quantize", xf, NULL, LPX_F8E4M3FN, true, 2, 0.0, &q), LPX_ERANGE);
+
+    CHECK_OK(lpx_meta_fp8_dequantize("fp8_dequantize", a, rows, LPX_BF16));
+    CHECK_OK(lpx_meta_fp8_dequantize("fp8_dequantize", a, one, LPX_F32));
+    CHECK_ERR(lpx_meta_fp8_dequantize("fp8_dequantize", a, cols, LPX_F32), LPX_ESHAPE);
+    CHECK_ERR(lpx_meta_fp8_dequantize("fp8_dequantize", a, one, LPX_I8), LPX_EDTYPE);
+    CHECK_ERR(lpx_meta_fp8_dequantize("fp8_dequantize", xf, one, LPX_F32), LPX_EDTYPE);
+    lpx_tensor *rel[] = {a, b, b5, a5, bk, one, rows, cols, colsT, bias, xf, bt, bs, a7};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
+}
+
 int main(void)
 {
     CHECK_OK(lpx_init());
@@ -203,5 +265,6 @@ int main(void)
     RUN(test_nf4_payload);
     RUN(test_adamw);
     RUN(test_creation);
+    RUN(test_fp8);
     return CHECK_DONE();
 }

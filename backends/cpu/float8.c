@@ -287,10 +287,7 @@ static const float *decode_table(lpx_dtype d)
     return d == LPX_F8E4M3FN ? lpx__f8e4m3fn_table.f : lpx__f8e5m2_table.f;
 }
 
-static lpx_status check_fp8_dtype(const lpx_call *c, const char *arg, lpx_dtype d)
-{
-    return lpx_meta_fp8_dtype(cpu_op_name(c), arg, d);
-}
+
 
 /* The dynamic scale formula (docs/NUMERICS.md): fp8_max / max(amax, 1e-12) in
  * double, clamped to scale_max (> 0), rounded down to a power of two. */
@@ -424,25 +421,11 @@ static lpx_status quant_columns(const lpx_call *c, quant_job *j, uint32_t *colma
 
 /* Reads a static scale into j->scale (and its reciprocals), checking that
  * every value is finite and > 0. */
-static lpx_status read_static_scale(const lpx_call *c, quant_job *j, const lpx_tensor *st, int sndim,
-                                    const int64_t *sshape)
+static lpx_status read_static_scale(const lpx_call *c, quant_job *j, const lpx_tensor *st)
 {
     lpx_status e;
-    if ((e = cpu_check_float(c, "scale", st))) return e;
+    if ((e = cpu_check_dense(c, "scale", st))) return e;
     int64_t ns = j->outer * j->inner;
-    bool ok;
-    if (j->outer * j->inner == 1 && j->D == j->x.numel) {
-        ok = st->numel == 1;   /* tensorwise: any numel-1 tensor */
-    } else {
-        ok = st->ndim == sndim;
-        for (int i = 0; ok && i < sndim; i++) ok = st->shape[i] == sshape[i];
-    }
-    if (!ok) {
-        char s1[160];
-        return lpx_error(LPX_ESHAPE, "%s: static scale has shape %s; this quantization needs %lld scale value%s%s",
-                         cpu_op_name(c), lpx_tensor_shape_str(st, s1, sizeof s1), (long long)ns, ns == 1 ? "" : "s",
-                         ns == 1 ? "" : " in the keepdim shape (x's shape with the reduced dim = 1)");
-    }
     cpu_view v;
     cpu_view_of(&v, st);
     for (int64_t p = 0; p < ns; p += CPU_CHUNK) {
@@ -467,9 +450,11 @@ static lpx_status k_fp8_quantize(lpx_call *c)
     bool pow2 = c->args[4].u.b, sat = c->args[6].u.b;
     double scale_max = c->args[5].u.f;
     lpx_status st;
-    if ((st = cpu_check_float(c, "x", x)) || (st = check_fp8_dtype(c, "fp8", fp8))) return st;
-    if (isnan(scale_max) || scale_max < 0)
-        return lpx_error(LPX_EINVAL, "%s: scale_max = %g; it must be >= 0 (0: no clamp)", cpu_op_name(c), scale_max);
+    lpx_fp8_quant_geom g;
+    if ((st = cpu_check_dense(c, "x", x)) ||
+        (st = lpx_meta_fp8_quantize(cpu_op_name(c), x, sarg, fp8, has_dim, has_dim ? c->args[3].u.i : 0, scale_max,
+                                    &g)))
+        return st;
     quant_job j;
     memset(&j, 0, sizeof j);
     cpu_view_of(&j.x, x);
@@ -480,23 +465,9 @@ static lpx_status k_fp8_quantize(lpx_call *c)
     j.dynamic = sarg == NULL;
     j.pow2 = pow2;
     j.scale_max = scale_max;
-    int sndim = 0;
-    int64_t sshape[LPX_MAX_DIMS];
-    j.outer = 1, j.D = x->numel, j.inner = 1;
-    if (has_dim) {
-        int d;
-        if ((st = lpx_meta_dim(cpu_op_name(c), c->args[3].u.i, x->ndim, &d))) return st;
-        if (x->ndim == 0)
-            return lpx_error(LPX_ESHAPE, "%s: dim %lld given for a 0-d x; axiswise scaling needs at least 1 dim",
-                             cpu_op_name(c), (long long)c->args[3].u.i);
-        sndim = x->ndim;
-        memcpy(sshape, x->shape, (size_t)x->ndim * sizeof *sshape);
-        sshape[d] = 1;
-        j.outer = 1, j.inner = 1;
-        for (int i = 0; i < d; i++) j.outer *= x->shape[i];
-        for (int i = d + 1; i < x->ndim; i++) j.inner *= x->shape[i];
-        j.D = x->shape[d];
-    }
+    j.outer = g.outer, j.D = g.D, j.inner = g.inner;
+    int sndim = g.scale_ndim;
+    const int64_t *sshape = g.scale_shape;
     lpx_tensor *q = NULL, *ts = NULL, *tsi = NULL, *tstats = NULL;
     int64_t four = 4;
     if ((st = cpu_new(c, fp8, x->ndim, x->shape, &q)) || (st = cpu_new(c, LPX_F32, sndim, sshape, &ts)) ||
@@ -505,7 +476,7 @@ static lpx_status k_fp8_quantize(lpx_call *c)
     j.q = lpx_tensor_data(q);
     j.scale = lpx_tensor_data(ts);
     j.scale_inv = lpx_tensor_data(tsi);
-    if (!j.dynamic && (st = read_static_scale(c, &j, sarg, sndim, sshape))) goto fail;
+    if (!j.dynamic && (st = read_static_scale(c, &j, sarg))) goto fail;
     uint32_t *colmax = NULL;
     j.buf = lpx_malloc(Q_CHUNK * sizeof(float));
     if (j.inner > 1) colmax = lpx_malloc((size_t)j.inner * sizeof *colmax);
@@ -543,35 +514,14 @@ fail:
 
 /* ---- fp8_dequantize ------------------------------------------------ */
 
-/* True if scale (numel 1, or same ndim with each dim 1 or equal) applies
- * to a tensor of shape (ndim, shape). */
-static bool scale_fits(const lpx_tensor *s, int ndim, const int64_t *shape)
-{
-    if (s->numel == 1) return true;
-    if (s->ndim != ndim) return false;
-    for (int i = 0; i < ndim; i++)
-        if (s->shape[i] != 1 && s->shape[i] != shape[i]) return false;
-    return true;
-}
-
 static lpx_status k_fp8_dequantize(lpx_call *c)
 {
     lpx_tensor *q = cpu_tensor_arg(c, 0), *si = cpu_tensor_arg(c, 1);
     lpx_dtype dt = c->args[2].u.d;
     lpx_status st;
-    if ((st = cpu_check_dense(c, "q", q)) || (st = check_fp8_dtype(c, "q", q->dtype)) ||
-        (st = cpu_check_float(c, "scale_inv", si)))
+    if ((st = cpu_check_dense(c, "q", q)) || (st = cpu_check_dense(c, "scale_inv", si)) ||
+        (st = lpx_meta_fp8_dequantize(cpu_op_name(c), q, si, dt)))
         return st;
-    const lpx_dtype_traits *td = lpx_dtype_get(dt);
-    if (!td || !td->is_float || td->bits < 8 || td->block > 1)
-        return lpx_error(LPX_EDTYPE, "%s: dtype %s is not a byte-sized floating-point dtype", cpu_op_name(c),
-                         lpx_dtype_name(dt));
-    if (!scale_fits(si, q->ndim, q->shape)) {
-        char s1[160], s2[160];
-        return lpx_error(LPX_ESHAPE, "%s: scale_inv of shape %s does not fit q of shape %s (numel 1, or q's ndim with "
-                                     "dims of 1 or q's size)", cpu_op_name(c), lpx_tensor_shape_str(si, s1, sizeof s1),
-                         lpx_tensor_shape_str(q, s2, sizeof s2));
-    }
     lpx_tensor *y;
     if ((st = cpu_new(c, dt, q->ndim, q->shape, &y))) return st;
     cpu_view vq, vs, vy;
@@ -795,7 +745,7 @@ static lpx_status k_fp8_scale_from_amax(lpx_call *c)
     bool pow2 = c->args[2].u.b;
     double smax = c->args[3].u.f;
     lpx_status st;
-    if ((st = cpu_check_float(c, "amax", am)) || (st = check_fp8_dtype(c, "fp8", fp8))) return st;
+    if ((st = cpu_check_float(c, "amax", am)) || (st = lpx_meta_fp8_dtype(cpu_op_name(c), "fp8", fp8))) return st;
     if (isnan(smax) || smax < 0)
         return lpx_error(LPX_EINVAL, "%s: scale_max = %g; it must be >= 0 (0: no clamp)", cpu_op_name(c), smax);
     lpx_tensor *s = NULL, *si = NULL;

@@ -63,9 +63,7 @@ inline bool is_fp8(lpx_dtype d) { return d == LPX_F8E4M3FN || d == LPX_F8E5M2; }
 
 inline lpx_status check_fp8_dtype(const lpx_call *c, const char *arg, lpx_dtype d)
 {
-    if (!is_fp8(d))
-        return lpx_error(LPX_EDTYPE, "%s: %s is %s; it must be f8e4m3fn or f8e5m2", cu_op(c), arg, lpx_dtype_name(d));
-    return LPX_OK;
+    return lpx_meta_fp8_dtype(cu_op(c), arg, d);
 }
 
 /* ---- the dynamic scale formula (host and device, same bits) ----------- */

@@ -113,48 +113,28 @@ template <int OUT> __global__ void __launch_bounds__(256) k_deq(DeqArgs a)
     }
 }
 
-/* True if scale (numel 1, or same ndim with each dim 1 or equal) applies
- * to a tensor of shape (ndim, shape). */
-bool scale_fits(const lpx_tensor *s, int ndim, const int64_t *shape)
-{
-    if (lpx_tensor_numel(s) == 1) return true;
-    if (lpx_tensor_ndim(s) != ndim) return false;
-    for (int i = 0; i < ndim; i++)
-        if (lpx_tensor_shape(s)[i] != 1 && lpx_tensor_shape(s)[i] != shape[i]) return false;
-    return true;
-}
-
 lpx_status k_fp8_dequantize(lpx_call *c)
 {
     lpx_tensor *q = cu_arg_tensor(c, 0), *si = cu_arg_tensor(c, 1);
     lpx_dtype dt = c->args[2].u.d;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_check_dense(c, "q", q)) || (st = check_fp8_dtype(c, "q", lpx_tensor_dtype(q)))) return st;
-    bool si_host = si && !lpx_tensor_kind(si) && lpx_tensor_device(si).type == LPX_DEVICE_CPU &&
-                   lpx_tensor_numel(si) == 1;
+    if ((st = cu_check_dense(c, "q", q)) || (st = lpx_meta_fp8_dequantize(op, q, si, dt))) return st;
+    /* a numel-1 scale_inv may stay on the host (Tensor(host)): read there */
+    bool si_host = !lpx_tensor_kind(si) && lpx_tensor_device(si).type == LPX_DEVICE_CPU && lpx_tensor_numel(si) == 1;
     if (si_host) {
         const lpx_dtype_traits *tr = lpx_dtype_get(lpx_tensor_dtype(si));
-        if (!tr || !tr->is_float || tr->bits < 8 || tr->bits % 8)
+        if (tr->bits < 8 || tr->bits % 8)
             return lpx_error(LPX_EDTYPE, "%s: scale_inv has dtype %s; %s takes floating-point tensors", op,
                              lpx_dtype_name(lpx_tensor_dtype(si)), op);
-    } else if ((st = cu_check_float(c, "scale_inv", si)) || (st = cu_check_same_device(c, "q", q, "scale_inv", si))) {
+    } else if ((st = cu_check_float(c, "scale_inv", si))) {
         return st;
     }
-    const lpx_dtype_traits *td = lpx_dtype_get(dt);
-    if (!td || !td->is_float || td->bits < 8 || td->block > 1)
-        return lpx_error(LPX_EDTYPE, "%s: dtype %s is not a byte-sized floating-point dtype", op, lpx_dtype_name(dt));
     if (dt >= LPX_DTYPE_BUILTIN_COUNT)
         return lpx_error(LPX_EDTYPE, "%s: dtype %s: the cuda kernels write built-in dtypes only (dequantize to f32 "
                                      "and cast on the CPU)", op, lpx_dtype_name(dt));
     int ndim = lpx_tensor_ndim(q);
     const int64_t *shape = lpx_tensor_shape(q);
-    if (!scale_fits(si, ndim, shape)) {
-        char s1[160], s2[160];
-        return lpx_error(LPX_ESHAPE, "%s: scale_inv of shape %s does not fit q of shape %s (numel 1, or q's ndim with "
-                                     "dims of 1 or q's size)", op, lpx_tensor_shape_str(si, s1, sizeof s1),
-                         lpx_tensor_shape_str(q, s2, sizeof s2));
-    }
     lpx_device dev = lpx_tensor_device(q);
     lpx_tensor *y;
     if ((st = cu_new(c, dt, ndim, shape, dev, &y))) return st;

@@ -246,19 +246,7 @@ lpx_status static_scale_arg(const lpx_call *c, const lpx_tensor *x, const lpx_te
     } else {
         if ((e = cu_check_float(c, "scale", st)) || (e = cu_check_same_device(c, "x", x, "scale", st))) return e;
     }
-    bool ok;
-    if (tensorwise_shape) {
-        ok = lpx_tensor_numel(st) == 1;
-    } else {
-        ok = lpx_tensor_ndim(st) == sndim;
-        for (int i = 0; ok && i < sndim; i++) ok = lpx_tensor_shape(st)[i] == sshape[i];
-    }
-    if (!ok) {
-        char s1[160];
-        return lpx_error(LPX_ESHAPE, "%s: static scale has shape %s; this quantization needs %lld scale value%s%s", op,
-                         lpx_tensor_shape_str(st, s1, sizeof s1), (long long)ns, ns == 1 ? "" : "s",
-                         ns == 1 ? "" : " in the keepdim shape (x's shape with the reduced dim = 1)");
-    }
+    (void)tensorwise_shape, (void)sndim, (void)sshape; /* the shape is lpx_meta_fp8_quantize's */
     if (!on_cpu) return LPX_OK;
     float *v = (float *)malloc((size_t)(ns ? ns : 1) * sizeof(float));
     if (!v) return lpx_error(LPX_ENOMEM, "%s: cannot allocate %lld scale values", op, (long long)ns);
@@ -289,30 +277,17 @@ lpx_status k_fp8_quantize(lpx_call *c)
     double scale_max = c->args[5].u.f;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_check_float(c, "x", x)) || (st = check_fp8_dtype(c, "fp8", fp8))) return st;
-    if (isnan(scale_max) || scale_max < 0)
-        return lpx_error(LPX_EINVAL, "%s: scale_max = %g; it must be >= 0 (0: no clamp)", op, scale_max);
+    lpx_fp8_quant_geom g;
+    if ((st = cu_check_dense(c, "x", x)) ||
+        (st = lpx_meta_fp8_quantize(op, x, sarg, fp8, has_dim, has_dim ? c->args[3].u.i : 0, scale_max, &g)))
+        return st;
     int ndim = lpx_tensor_ndim(x);
     const int64_t *shape = lpx_tensor_shape(x);
-    int64_t numel = lpx_tensor_numel(x);
-    int sndim = 0;
-    int64_t sshape[LPX_MAX_DIMS];
-    int64_t outer = 1, D = numel, inner = 1;
-    if (has_dim) {
-        int d;
-        if ((st = lpx_meta_dim(op, c->args[3].u.i, ndim, &d))) return st;
-        if (ndim == 0)
-            return lpx_error(LPX_ESHAPE, "%s: dim %lld given for a 0-d x; axiswise scaling needs at least 1 dim", op,
-                             (long long)c->args[3].u.i);
-        sndim = ndim;
-        memcpy(sshape, shape, (size_t)ndim * sizeof *sshape);
-        sshape[d] = 1;
-        for (int i = 0; i < d; i++) outer *= shape[i];
-        for (int i = d + 1; i < ndim; i++) inner *= shape[i];
-        D = shape[d];
-    }
-    int64_t G = outer * inner;
-    bool one_group = G == 1 && D == numel;
+    int sndim = g.scale_ndim;
+    const int64_t *sshape = g.scale_shape;
+    int64_t numel = lpx_tensor_numel(x), outer = g.outer, D = g.D, inner = g.inner;
+    int64_t G = g.groups;
+    bool one_group = g.tensorwise;
     lpx_device dev = lpx_tensor_device(x);
     float *host_scale = NULL;
     if (sarg && (st = static_scale_arg(c, x, sarg, one_group, G, sndim, sshape, &host_scale))) return st;

@@ -236,6 +236,31 @@ LPX_API lpx_status lpx_meta_fp8_scaled_mm(const char *op, const lpx_tensor *a, c
                                           const lpx_tensor *b, const lpx_tensor *b_scale_inv, const lpx_tensor *bias,
                                           lpx_dtype out_dtype, lpx_fp8_mm_geom *g);
 
+/** The geometry of fp8_quantize: x viewed as [outer, D, inner] around the
+ *  reduced dim (tensorwise: [1, numel, 1]); one scale per (outer, inner)
+ *  group, in scale_shape (0-D tensorwise, else x's keepdim shape). */
+typedef struct lpx_fp8_quant_geom {
+    int64_t outer, D, inner, groups;
+    bool tensorwise;
+    int scale_ndim;
+    int64_t scale_shape[LPX_MAX_DIMS];
+} lpx_fp8_quant_geom;
+
+/** fp8_quantize (and fp8_quantize_t's reference): x floating-point, fp8 a
+ *  format, scale_max >= 0, the dim (when has_dim) valid for an x of >= 1
+ *  dim; a static scale (may be NULL: dynamic) floating-point, numel 1 for
+ *  a tensorwise quantization, else the keepdim shape. Its values (finite,
+ *  > 0) are data: the kernel checks them. Errors: LPX_EINVAL, LPX_EDTYPE,
+ *  LPX_ERANGE, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_fp8_quantize(const char *op, const lpx_tensor *x, const lpx_tensor *scale, lpx_dtype fp8,
+                                         bool has_dim, int64_t dim, double scale_max, lpx_fp8_quant_geom *g);
+
+/** fp8_dequantize: q fp8, scale_inv floating-point of numel 1 or q's ndim
+ *  with each dim 1 or q's size, dtype a byte-sized floating-point one.
+ *  Errors: LPX_EINVAL, LPX_EDTYPE, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_fp8_dequantize(const char *op, const lpx_tensor *q, const lpx_tensor *scale_inv,
+                                           lpx_dtype dtype);
+
 /* ---- the optimizer (adamw_) ---- */
 
 /** The f32 constants of one AdamW step, as every backend applies them:
