@@ -64,3 +64,46 @@ lpx_status lpx_meta_nf4_range(const char *op, int64_t padded, int64_t start, int
                          (long long)start, (long long)start, (long long)count, (long long)padded);
     return LPX_OK;
 }
+
+lpx_status lpx_meta_nf4_mm(const char *op, const lpx_tensor *x, int64_t padded, int64_t rows, int64_t cols,
+                           bool transposed, const lpx_tensor *bias, lpx_gemm_geom *g)
+{
+    if (!x) return lpx_error(LPX_EINVAL, "%s: x is NULL", op);
+    const lpx_dtype_traits *tr = lpx_dtype_get(x->dtype);
+    if (!tr || !tr->is_float)
+        return lpx_error(LPX_EDTYPE, "%s: x has dtype %s, expected a floating-point dtype", op, lpx_dtype_name(x->dtype));
+    if (rows < 0 || cols < 0 || (cols && rows > padded / cols))
+        return lpx_error(LPX_ESHAPE, "%s: W [%lld, %lld] needs more elements than the %lld the payload holds", op,
+                         (long long)rows, (long long)cols, (long long)padded);
+    int64_t K = transposed ? cols : rows, N = transposed ? rows : cols;
+    char sx[128];
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != K)
+        return lpx_error(LPX_ESHAPE, "%s: x %s must end in %lld (W is [%lld, %lld]%s)", op,
+                         lpx_tensor_shape_str(x, sx, sizeof sx), (long long)K, (long long)rows, (long long)cols,
+                         transposed ? ", used transposed" : "");
+    if (bias && (bias->ndim != 1 || bias->shape[0] != N)) {
+        char sb[128];
+        return lpx_error(LPX_ESHAPE, "%s: bias %s must be [%lld]", op, lpx_tensor_shape_str(bias, sb, sizeof sb),
+                         (long long)N);
+    }
+    g->batch = g->a_batch = g->b_batch = 1;
+    g->K = K;
+    g->N = N;
+    g->M = 1;
+    for (int d = 0; d < x->ndim - 1; d++) g->M *= x->shape[d];
+    g->out_ndim = x->ndim;
+    for (int d = 0; d < x->ndim - 1; d++) g->out_shape[d] = x->shape[d];
+    g->out_shape[x->ndim - 1] = N;
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_qlora_dropout(const char *op, const lpx_tensor *x, double p, lpx_dtype dtype)
+{
+    if (!x) return lpx_error(LPX_EINVAL, "%s: x is NULL", op);
+    if (!(p >= 0.0 && p < 1.0)) return lpx_error(LPX_EINVAL, "%s: p = %g must be in [0, 1)", op, p);
+    const lpx_dtype_traits *tr = lpx_dtype_get(dtype);
+    if (!tr || !tr->is_float || tr->bits < 8)
+        return lpx_error(LPX_EDTYPE, "%s: dtype %s is not a floating-point dtype the kernels store", op,
+                         lpx_dtype_name(dtype));
+    return LPX_OK;
+}

@@ -512,27 +512,11 @@ static lpx_status k_nf4_mm(lpx_call *c)
     const char *op = cpu_op_name(c);
     int64_t rows = c->args[7].u.i, cols = c->args[8].u.i;
     bool tw = c->args[9].u.b;
-    if (!lpx_dtype_get(x->dtype)->is_float)
-        return lpx_error(LPX_EDTYPE, "%s: x has dtype %s, expected a floating-point dtype", op, lpx_dtype_name(x->dtype));
-    if (rows < 0 || cols < 0 || (cols && rows > p.padded / cols))
-        return lpx_error(LPX_ESHAPE, "%s: W [%lld, %lld] needs more elements than the %lld the payload holds", op,
-                         (long long)rows, (long long)cols, (long long)p.padded);
-    int64_t K = tw ? cols : rows, N = tw ? rows : cols;
-    char sx[128];
-    if (x->ndim < 1 || x->shape[x->ndim - 1] != K)
-        return lpx_error(LPX_ESHAPE, "%s: x %s must end in %lld (W is [%lld, %lld]%s)", op,
-                         lpx_tensor_shape_str(x, sx, sizeof sx), (long long)K, (long long)rows, (long long)cols,
-                         tw ? ", used transposed" : "");
-    if (bias) {
-        if ((st = cpu_check_dense(c, "bias", bias))) return st;
-        if (bias->ndim != 1 || bias->shape[0] != N) {
-            char sb[128];
-            return lpx_error(LPX_ESHAPE, "%s: bias %s must be [%lld]", op, lpx_tensor_shape_str(bias, sb, sizeof sb),
-                             (long long)N);
-        }
-    }
-    int64_t M = 1;
-    for (int d = 0; d < x->ndim - 1; d++) M *= x->shape[d];
+    lpx_gemm_geom g;
+    if ((bias && (st = cpu_check_dense(c, "bias", bias))) ||
+        (st = lpx_meta_nf4_mm(op, x, p.padded, rows, cols, tw, bias, &g)))
+        return st;
+    int64_t K = g.K, N = g.N, M = g.M;
     if (!fits_int(M) || !fits_int(N) || !fits_int(K) || !fits_int(cols))
         return lpx_error(LPX_ERANGE, "%s: M = %lld, N = %lld or K = %lld exceeds the BLAS int range", op,
                          (long long)M, (long long)N, (long long)K);
@@ -592,13 +576,7 @@ static lpx_status k_qlora_dropout(lpx_call *c)
     uint64_t seed = (uint64_t)c->args[2].u.i;
     lpx_dtype dtype = c->args[3].u.d;
     lpx_status st;
-    if ((st = cpu_check_dense(c, "x", x))) return st;
-    const char *op = cpu_op_name(c);
-    if (!(p >= 0.0 && p < 1.0)) return lpx_error(LPX_EINVAL, "%s: p = %g must be in [0, 1)", op, p);
-    const lpx_dtype_traits *tr = lpx_dtype_get(dtype);
-    if (!tr || !tr->is_float || tr->bits < 8)
-        return lpx_error(LPX_EDTYPE, "%s: dtype %s is not a floating-point dtype the cpu kernels store", op,
-                         lpx_dtype_name(dtype));
+    if ((st = cpu_check_dense(c, "x", x)) || (st = lpx_meta_qlora_dropout(cpu_op_name(c), x, p, dtype))) return st;
     lpx_tensor *y;
     if ((st = cpu_new(c, dtype, x->ndim, x->shape, &y))) return st;
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};

@@ -54,26 +54,13 @@ static lpx_status k_nf4_mm(lpx_call *c)
     gm_nf4 pl;
     memset(&pl, 0, sizeof pl);
     if ((st = cu_check_float(c, "x", x)) || (st = gm_nf4_payload(c, 1, x, &pl))) return st;
-    int64_t padded = pl.padded;
-    if (rows < 0 || cols < 0 || (cols && rows > padded / cols))
-        return lpx_error(LPX_ESHAPE, "%s: W [%lld, %lld] needs more elements than the %lld the payload holds", op,
-                         (long long)rows, (long long)cols, (long long)padded);
-    int64_t K = tw ? cols : rows, N = tw ? rows : cols;
+    lpx_gemm_geom g;
+    if ((bias && (st = cu_gemm_check_float_same(c, "x", x, "bias", bias))) ||
+        (st = lpx_meta_nf4_mm(op, x, pl.padded, rows, cols, tw, bias, &g)))
+        return st;
+    int64_t K = g.K, N = g.N;
     int xnd = lpx_tensor_ndim(x);
     const int64_t *xs = lpx_tensor_shape(x);
-    char sx[128];
-    if (xnd < 1 || xs[xnd - 1] != K)
-        return lpx_error(LPX_ESHAPE, "%s: x %s must end in %lld (W is [%lld, %lld]%s)", op,
-                         lpx_tensor_shape_str(x, sx, sizeof sx), (long long)K, (long long)rows, (long long)cols,
-                         tw ? ", used transposed" : "");
-    if (bias) {
-        if ((st = cu_gemm_check_float_same(c, "x", x, "bias", bias))) return st;
-        if (lpx_tensor_ndim(bias) != 1 || lpx_tensor_shape(bias)[0] != N) {
-            char sb[128];
-            return lpx_error(LPX_ESHAPE, "%s: bias %s must be [%lld]", op, lpx_tensor_shape_str(bias, sb, sizeof sb),
-                             (long long)N);
-        }
-    }
     lpx_device dev = lpx_tensor_device(x);
     if ((st = cu_use(op, dev))) return st;
     lpx_dtype R = lpx_tensor_dtype(x), T = cu_gemm_hp(R) ? R : LPX_F32;

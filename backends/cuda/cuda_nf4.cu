@@ -497,13 +497,8 @@ lpx_status k_qlora_dropout_op(lpx_call *c)
     uint64_t seed = (uint64_t)c->args[2].u.i;
     lpx_dtype dtype = c->args[3].u.d;
     lpx_status st;
-    if ((st = cu_check_dense(c, "x", x))) return st;
     const char *op = cu_op(c);
-    if (!(p >= 0.0 && p < 1.0)) return lpx_error(LPX_EINVAL, "%s: p = %g must be in [0, 1)", op, p);
-    const lpx_dtype_traits *tr = lpx_dtype_get(dtype);
-    if (!tr || !tr->is_float || tr->bits < 8)
-        return lpx_error(LPX_EDTYPE, "%s: dtype %s is not a floating-point dtype the cpu kernels store", op,
-                         lpx_dtype_name(dtype));
+    if ((st = cu_check_dense(c, "x", x)) || (st = lpx_meta_qlora_dropout(op, x, p, dtype))) return st;
     if (dtype >= LPX_DTYPE_BUILTIN_COUNT)
         return lpx_error(LPX_EDTYPE, "%s: dtype %s: the cuda kernels write built-in dtypes only", op,
                          lpx_dtype_name(dtype));

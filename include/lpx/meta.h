@@ -261,6 +261,18 @@ LPX_API lpx_status lpx_meta_fp8_quantize(const char *op, const lpx_tensor *x, co
 LPX_API lpx_status lpx_meta_fp8_dequantize(const char *op, const lpx_tensor *q, const lpx_tensor *scale_inv,
                                            lpx_dtype dtype);
 
+/** nf4_mm: x [..., K] @ W, W [rows, cols] the first rows * cols elements
+ *  of a payload covering `padded`, used as [K, N] = [rows, cols] or, when
+ *  `transposed`, as its transpose; x floating-point; bias (may be NULL)
+ *  [N]. Fills the GEMM geometry (M folds x's leading dims). Errors:
+ *  LPX_EINVAL, LPX_EDTYPE, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_nf4_mm(const char *op, const lpx_tensor *x, int64_t padded, int64_t rows, int64_t cols,
+                                   bool transposed, const lpx_tensor *bias, lpx_gemm_geom *g);
+
+/** qlora_dropout: p in [0, 1), a floating-point result dtype of at least
+ *  8 bits. Errors: LPX_EINVAL, LPX_EDTYPE. */
+LPX_API lpx_status lpx_meta_qlora_dropout(const char *op, const lpx_tensor *x, double p, lpx_dtype dtype);
+
 /* ---- the optimizer (adamw_) ---- */
 
 /** The f32 constants of one AdamW step, as every backend applies them:
