@@ -133,6 +133,10 @@ LPX_API void lpx_call_release_rets(lpx_call *c);
  *  "add(Tensor a, Tensor b, Tensor? out) -> Tensor". Argument types: Tensor,
  *  Tensor?, Tensor[], int, int?, int[], int[]?, float, float?, bool, dtype,
  *  dtype?, str, str?, ptr, device; returns: Tensor, (Tensor, Tensor), or ().
+ *  The tensors of a call must live on one device (LPX_EDEVICE otherwise),
+ *  except an argument typed Tensor(host) or Tensor(host)?, which may stay
+ *  on the CPU beside device tensors (a scale the kernel reads on the host),
+ *  and copy_'s. 
  *  Errors: LPX_EINVAL (bad schema, with the position), LPX_EEXIST (name
  *  taken), LPX_EFULL. Thread-safe. Built-in ops are already registered. */
 LPX_API lpx_status lpx_op_register(const char *schema, lpx_op *out);
