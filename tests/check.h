@@ -87,8 +87,23 @@ static inline void check_count_skip(const char *name, int cls, const char *why)
     printf("skip %s (%s): %s\n", name, cls == CHECK_SKIP_GPU ? "gpu" : "dependency", why);
 }
 
+/* TEST_FILTER=text runs only the cases whose name contains `text` (the
+ * others are neither run nor counted): `TEST_FILTER=hybrid
+ * build/tests/test_fsdp`, or through meson, `TEST_FILTER=hybrid meson test
+ * -C build fsdp`. A filter that selects no case fails the program, so a
+ * typo does not pass as a green run. */
+static int check_filtered_out;
+static inline bool check_selected(const char *name)
+{
+    const char *f = getenv("TEST_FILTER");
+    if (!f || !*f || strstr(name, f)) return true;
+    check_filtered_out++;
+    return false;
+}
+
 static inline void check_run(const char *name, void (*fn)(void))
 {
+    if (!check_selected(name)) return;
     check_flush_outside(check_cases_run ? "between cases" : "before the first case");
     check_cases_run++;
     if (check_rest_skip) {
@@ -128,6 +143,10 @@ static inline int check_done(void)
            check_cases_skipped_gpu);
     fflush(stdout);
     if (failed) return 1;
+    if (check_filtered_out && !check_cases_run) {
+        printf("TEST_FILTER=%s selects none of the %d cases\n", getenv("TEST_FILTER"), check_filtered_out);
+        return 1;
+    }
     return passed == 0 && check_cases_skipped > 0 ? 77 : 0;
 }
 #define CHECK_DONE() check_done()

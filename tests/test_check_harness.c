@@ -5,6 +5,7 @@
  *    check_run reset the count per case) turns them red;
  *  - "skip_after_fail": a case that fails a CHECK and then skips is a
  *    failure, not a skip (should_fail);
+ *  - "filter": TEST_FILTER selects cases; one that selects none fails;
  *  - "counts": a passing, a dependency-skipped and a GPU-skipped case, then
  *    every later case skipped by check_skip_rest: the program checks the
  *    harness's counts itself and exits 0 only when they are right. */
@@ -35,6 +36,16 @@ int main(void)
 #elif defined(CHECK_HARNESS_SKIP_AFTER_FAIL)
     RUN(test_passes);
     RUN(test_fails_then_skips);
+#elif defined(CHECK_HARNESS_FILTER)
+    /* run with TEST_FILTER=passes: one case runs, the other is not counted;
+     * with a filter matching nothing the program must fail */
+    RUN(test_passes);
+    RUN(test_not_called);
+    int rc = CHECK_DONE();
+    const char *f = getenv("TEST_FILTER");
+    bool right = f && !strcmp(f, "passes") ? rc == 0 && check_cases_run == 1 && !never_called : rc != 0;
+    printf("filter %s\n", right ? "right" : "WRONG");
+    return right ? 0 : 1;
 #else
     RUN(test_passes);
     RUN(test_skips_dependency);
