@@ -111,6 +111,33 @@ static inline lpx_tensor *mk_randn(lpx_dtype dt, int nd, const int64_t *shape, d
     return t;
 }
 
+/* The suite's one seeded random tensor: lpx_randn's normal values (in f32,
+ * from `seed`) times `scale`, rounded once to dt; on the CPU (the GPU
+ * suite moves it up). The same seed gives the same bits on every machine
+ * and for every dtype (lpx_randn in dt equals its f32 values cast to dt).
+ * NULL on failure, with the error printed. */
+static inline lpx_tensor *rand_normal(int nd, const int64_t *shape, uint64_t seed, double scale, lpx_dtype dt)
+{
+    lpx_tensor *a = NULL, *b = NULL, *c = NULL;
+    if (lpx_randn(nd, shape, seed, LPX_F32, lpx_cpu(), &a) ||
+        (scale != 1.0 && lpx_mul_scalar(a, scale, &b)) || (dt != LPX_F32 && lpx_cast(b ? b : a, dt, false, &c))) {
+        fprintf(stderr, "  rand_normal: %s\n", lpx_last_error());
+        lpx_tensor_release(a);
+        lpx_tensor_release(b);
+        return NULL;
+    }
+    if (c) {
+        lpx_tensor_release(a);
+        lpx_tensor_release(b);
+        return c;
+    }
+    if (b) {
+        lpx_tensor_release(a);
+        return b;
+    }
+    return a;
+}
+
 /* Compares n values: |got - ref| <= rel * |ref| + abs_tol; returns the
  * number of mismatches (the first three printed, named `what`). */
 static inline int cmp_close(const char *what, const double *got, const double *ref, int64_t n, double rel,

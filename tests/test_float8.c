@@ -11,24 +11,10 @@
 #include <string.h>
 #include LPX_CBLAS_HEADER
 #include "check.h"
+#include "tensor_util.h"
 #include "fp8_ref.h"
 
 /* ---- helpers ------------------------------------------------------- */
-
-static lpx_tensor *randn(int nd, const int64_t *shape, uint64_t seed, double scale, lpx_dtype dt)
-{
-    lpx_tensor *a = NULL, *b = NULL, *c = NULL;
-    CHECK_OK(lpx_randn(nd, shape, seed, LPX_F32, lpx_cpu(), &a));
-    CHECK_OK(lpx_mul_scalar(a, scale, &b));
-    if (dt == LPX_F32) {
-        lpx_tensor_release(a);
-        return b;
-    }
-    CHECK_OK(lpx_cast(b, dt, false, &c));
-    lpx_tensor_release(a);
-    lpx_tensor_release(b);
-    return c;
-}
 
 /* All elements of t (dense or float8) as doubles, logical order. */
 static double *values(lpx_tensor *t)
@@ -105,7 +91,7 @@ static void test_quantize_sqnr(void)
     int64_t shape[2] = {256, 512};
     lpx_dtype dts[3] = {LPX_F32, LPX_BF16, LPX_F16};
     for (int d = 0; d < 3; d++) {
-        lpx_tensor *x = randn(2, shape, 11 + (uint64_t)d, 1.0, dts[d]);
+        lpx_tensor *x = rand_normal(2, shape, 11 + (uint64_t)d, 1.0, dts[d]);
         lpx_float8_stats st;
         lpx_tensor *q = quant(x, LPX_F8E4M3FN, LPX_FLOAT8_TENSORWISE, 0, false, &st);
         CHECK(lpx_float8_is(q));
@@ -139,7 +125,7 @@ static void test_quantize_sqnr(void)
 static void test_quantize_exact_tensorwise(void)
 {
     int64_t shape[2] = {33, 70};
-    lpx_tensor *x = randn(2, shape, 5, 3.0, LPX_F32);
+    lpx_tensor *x = rand_normal(2, shape, 5, 3.0, LPX_F32);
     lpx_float8_stats st;
     lpx_tensor *q = quant(x, LPX_F8E4M3FN, LPX_FLOAT8_TENSORWISE, 0, false, &st);
     const float *xv = lpx_tensor_data(x);
@@ -253,7 +239,7 @@ static void test_quantize_t(void)
             for (int axw = 0; axw < 2; axw++) {
                 int64_t R = shapes[si][0], C = shapes[si][1];
                 lpx_dtype f8 = f ? LPX_F8E5M2 : LPX_F8E4M3FN;
-                lpx_tensor *x = randn(2, shapes[si], 90 + si, 3.0, LPX_BF16);
+                lpx_tensor *x = rand_normal(2, shapes[si], 90 + si, 3.0, LPX_BF16);
                 lpx_tensor *o[7] = {0}, *r[4] = {0};
                 CHECK_OK(lpx_fp8_quantize_t(x, NULL, f8, axw, axw, 0, true, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
                                             &o[6]));
@@ -292,7 +278,7 @@ static void test_quantize_t(void)
             }
     /* a static scale (tensorwise): both copies with it */
     int64_t sh[2] = {8, 16}, sh3[3] = {2, 4, 8};
-    lpx_tensor *x = randn(2, sh, 7, 1.0, LPX_F32), *sc = NULL, *o[7] = {0};
+    lpx_tensor *x = rand_normal(2, sh, 7, 1.0, LPX_F32), *sc = NULL, *o[7] = {0};
     CHECK_OK(lpx_full(0, NULL, 64.0, LPX_F32, lpx_cpu(), &sc));
     CHECK_OK(lpx_fp8_quantize_t(x, sc, LPX_F8E4M3FN, false, false, 0, true, &o[0], &o[1], NULL, NULL, &o[4], &o[5],
                                 NULL));
@@ -302,7 +288,7 @@ static void test_quantize_t(void)
         o[i] = NULL;
     }
     /* errors: nothing is returned */
-    lpx_tensor *x3 = randn(3, sh3, 8, 1.0, LPX_F32);
+    lpx_tensor *x3 = rand_normal(3, sh3, 8, 1.0, LPX_F32);
     CHECK_ERR(lpx_fp8_quantize_t(x3, NULL, LPX_F8E4M3FN, false, false, 0, true, &o[0], &o[1], &o[2], &o[3], &o[4],
                                  &o[5], &o[6]),
               LPX_ESHAPE);
@@ -388,7 +374,7 @@ static void test_rowwise_scales_exact(void)
 static void test_pow2_and_fp16_clamp(void)
 {
     int64_t shape[2] = {16, 40};
-    lpx_tensor *x = randn(2, shape, 77, 0.37, LPX_F32);
+    lpx_tensor *x = rand_normal(2, shape, 77, 0.37, LPX_F32);
     lpx_tensor *q = quant(x, LPX_F8E4M3FN, LPX_FLOAT8_AXISWISE, -1, true, NULL);
     const float *xv = lpx_tensor_data(x);
     for (int r = 0; r < 16; r++) {
@@ -404,7 +390,7 @@ static void test_pow2_and_fp16_clamp(void)
     lpx_tensor_release(q);
     /* f16 logical dtype: the scale of a tiny tensor is clamped to 65504
      * (then 32768 as a power of two) so scale and scale_inv fit f16 */
-    lpx_tensor *tiny = randn(2, shape, 78, 1e-5, LPX_F16);
+    lpx_tensor *tiny = rand_normal(2, shape, 78, 1e-5, LPX_F16);
     lpx_tensor *qt = quant(tiny, LPX_F8E4M3FN, LPX_FLOAT8_TENSORWISE, 0, false, NULL);
     CHECK(item(lpx_float8_scale(qt), 0) == 65504.0);
     lpx_tensor *qp = quant(tiny, LPX_F8E4M3FN, LPX_FLOAT8_TENSORWISE, 0, true, NULL);
@@ -584,8 +570,8 @@ static void test_scaled_mm_vs_f64(void)
 {
     enum { M = 48, K = 200, N = 72 };
     int64_t sa[2] = {M, K}, sb[2] = {K, N}, sbt[2] = {N, K}, snb[1] = {N};
-    lpx_tensor *xa = randn(2, sa, 101, 2.0, LPX_F32), *xb = randn(2, sb, 102, 0.05, LPX_F32);
-    lpx_tensor *xbt = randn(2, sbt, 103, 0.05, LPX_F32), *bias = randn(1, snb, 104, 1.0, LPX_F32);
+    lpx_tensor *xa = rand_normal(2, sa, 101, 2.0, LPX_F32), *xb = rand_normal(2, sb, 102, 0.05, LPX_F32);
+    lpx_tensor *xbt = rand_normal(2, sbt, 103, 0.05, LPX_F32), *bias = rand_normal(1, snb, 104, 1.0, LPX_F32);
     struct { lpx_dtype fa, fb; int ga, gb; } cases[] = {
         {LPX_F8E4M3FN, LPX_F8E4M3FN, LPX_FLOAT8_TENSORWISE, LPX_FLOAT8_TENSORWISE},
         {LPX_F8E4M3FN, LPX_F8E5M2, LPX_FLOAT8_TENSORWISE, LPX_FLOAT8_TENSORWISE},
@@ -633,7 +619,7 @@ static void test_scaled_mm_vs_f64(void)
 static void test_scaled_mm_panels(void)
 {
     int64_t sa[2] = {9, 1100}, sb[2] = {1100, 4100};
-    lpx_tensor *xa = randn(2, sa, 201, 1.0, LPX_F32), *xb = randn(2, sb, 202, 1.0, LPX_F32);
+    lpx_tensor *xa = rand_normal(2, sa, 201, 1.0, LPX_F32), *xb = rand_normal(2, sb, 202, 1.0, LPX_F32);
     lpx_tensor *qa = quant(xa, LPX_F8E4M3FN, LPX_FLOAT8_AXISWISE, -1, false, NULL);
     lpx_tensor *qb = quant(xb, LPX_F8E4M3FN, LPX_FLOAT8_TENSORWISE, 0, false, NULL), *r = NULL;
     CHECK_OK(lpx_float8_mm(qa, qb, NULL, LPX_F32, &r));
@@ -645,7 +631,7 @@ static void test_scaled_mm_panels(void)
 static void test_scaled_mm_errors(void)
 {
     int64_t sa[2] = {8, 16}, sb[2] = {16, 4}, sbad[2] = {12, 4};
-    lpx_tensor *xa = randn(2, sa, 1, 1, LPX_F32), *xb = randn(2, sb, 2, 1, LPX_F32), *xk = randn(2, sbad, 3, 1, LPX_F32);
+    lpx_tensor *xa = rand_normal(2, sa, 1, 1, LPX_F32), *xb = rand_normal(2, sb, 2, 1, LPX_F32), *xk = rand_normal(2, sbad, 3, 1, LPX_F32);
     lpx_tensor *a4 = quant(xa, LPX_F8E4M3FN, 0, 0, false, NULL), *a5 = quant(xa, LPX_F8E5M2, 0, 0, false, NULL);
     lpx_tensor *b4 = quant(xb, LPX_F8E4M3FN, 0, 0, false, NULL), *b5 = quant(xb, LPX_F8E5M2, 0, 0, false, NULL);
     lpx_tensor *bk = quant(xk, LPX_F8E4M3FN, 0, 0, false, NULL), *r = NULL;
@@ -831,7 +817,7 @@ static void test_delayed_quantize(void)
 {
     lpx_float8_delayed *d = delayed(4, LPX_FLOAT8_AMAX_MAX, 0, 1);
     int64_t shape[2] = {8, 8};
-    lpx_tensor *x = randn(2, shape, 9, 100.0, LPX_F32);  /* amax ~ 250: fits 448 at scale 1 */
+    lpx_tensor *x = rand_normal(2, shape, 9, 100.0, LPX_F32);  /* amax ~ 250: fits 448 at scale 1 */
     lpx_float8_quant_opts o;
     memset(&o, 0, sizeof o);
     o.delayed = d;
@@ -871,10 +857,10 @@ static void lin_ref_init(lin_ref *r, int64_t M, int64_t K, int64_t N, lpx_dtype 
 {
     r->M = M, r->K = K, r->N = N;
     int64_t sx[2] = {M, K}, sw[2] = {N, K}, sb[1] = {N}, sg[2] = {M, N};
-    r->x = randn(2, sx, seed, 1.0, dt);
-    r->w = randn(2, sw, seed + 1, 1.0 / sqrt((double)K), dt);
-    r->b = randn(1, sb, seed + 2, 0.1, dt);
-    r->g = randn(2, sg, seed + 3, 1e-3, dt);
+    r->x = rand_normal(2, sx, seed, 1.0, dt);
+    r->w = rand_normal(2, sw, seed + 1, 1.0 / sqrt((double)K), dt);
+    r->b = rand_normal(1, sb, seed + 2, 0.1, dt);
+    r->g = rand_normal(2, sg, seed + 3, 1e-3, dt);
     double *X = values(r->x), *W = values(r->w), *B = values(r->b), *G = values(r->g);
     r->out = malloc((size_t)(M * N) * sizeof(double));
     r->gx = malloc((size_t)(M * K) * sizeof(double));
@@ -1239,7 +1225,7 @@ static bool same_values(lpx_tensor *a, lpx_tensor *b)
 static void test_views(void)
 {
     int64_t shape[2] = {12, 20};
-    lpx_tensor *x = randn(2, shape, 31, 1.0, LPX_F32);
+    lpx_tensor *x = rand_normal(2, shape, 31, 1.0, LPX_F32);
     lpx_tensor *q = quant(x, LPX_F8E4M3FN, LPX_FLOAT8_AXISWISE, -1, false, NULL);
     lpx_tensor *dq = NULL;
     CHECK_OK(lpx_float8_dequantize(q, LPX_FLOAT8_LOGICAL, &dq));
@@ -1337,8 +1323,8 @@ static void test_views(void)
 static void test_gemm_handlers(void)
 {
     int64_t sx[3] = {2, 8, 32}, sw[2] = {24, 32}, sb[1] = {24}, sc[2] = {16, 24};
-    lpx_tensor *x = randn(3, sx, 41, 1.0, LPX_F32), *w = randn(2, sw, 42, 0.2, LPX_F32);
-    lpx_tensor *b = randn(1, sb, 43, 1.0, LPX_F32), *cc = randn(2, sc, 44, 1.0, LPX_F32);
+    lpx_tensor *x = rand_normal(3, sx, 41, 1.0, LPX_F32), *w = rand_normal(2, sw, 42, 0.2, LPX_F32);
+    lpx_tensor *b = rand_normal(1, sb, 43, 1.0, LPX_F32), *cc = rand_normal(2, sc, 44, 1.0, LPX_F32);
     lpx_tensor *qx = quant(x, LPX_F8E4M3FN, LPX_FLOAT8_AXISWISE, -1, false, NULL);
     lpx_tensor *qw = quant(w, LPX_F8E4M3FN, LPX_FLOAT8_AXISWISE, -1, false, NULL);
     lpx_tensor *dx = NULL, *dw = NULL, *y = NULL, *yref = NULL;
@@ -1396,7 +1382,7 @@ static void test_gemm_handlers(void)
 static void test_fallback_and_trace(void)
 {
     int64_t shape[2] = {4, 6};
-    lpx_tensor *x = randn(2, shape, 51, 1.0, LPX_F32);
+    lpx_tensor *x = rand_normal(2, shape, 51, 1.0, LPX_F32);
     lpx_tensor *q = quant(x, LPX_F8E4M3FN, LPX_FLOAT8_TENSORWISE, 0, false, NULL), *r = NULL, *dq = NULL, *ref = NULL;
     CHECK(!lpx_float8_fallback_enabled());
     CHECK_ERR(lpx_add(q, q, &r), LPX_ENOTIMPL);
@@ -1444,7 +1430,7 @@ static void test_fallback_and_trace(void)
 static void test_unflatten(void)
 {
     int64_t shape[2] = {6, 10};
-    lpx_tensor *x = randn(2, shape, 61, 1.0, LPX_F32);
+    lpx_tensor *x = rand_normal(2, shape, 61, 1.0, LPX_F32);
     lpx_tensor *q = quant(x, LPX_F8E4M3FN, LPX_FLOAT8_AXISWISE, -1, false, NULL);
     const lpx_kind *k = lpx_float8_kind();
     const lpx_kind_i *vt = lpx_kind_vtable(k);
@@ -1567,7 +1553,7 @@ static void gather_roundtrip(lpx_tensor *full, bool expect_ok)
 static void test_all_gather_hooks(void)
 {
     int64_t shape[2] = {10, 16};
-    lpx_tensor *x = randn(2, shape, 71, 1.0, LPX_F32);
+    lpx_tensor *x = rand_normal(2, shape, 71, 1.0, LPX_F32);
     lpx_tensor *qt = quant(x, LPX_F8E4M3FN, LPX_FLOAT8_TENSORWISE, 0, false, NULL);
     lpx_tensor *qr = quant(x, LPX_F8E4M3FN, LPX_FLOAT8_AXISWISE, -1, false, NULL);
     lpx_tensor *qc = quant(x, LPX_F8E4M3FN, LPX_FLOAT8_AXISWISE, 0, false, NULL);
@@ -1658,9 +1644,9 @@ static lpx_status oom_delayed(void)
 static void test_out_of_memory(void)
 {
     int64_t sx[2] = {8, 32}, sw[2] = {16, 32}, sg[2] = {8, 16};
-    oom_x = randn(2, sx, 81, 1.0, LPX_F32);
-    oom_w = randn(2, sw, 82, 0.2, LPX_F32);
-    oom_g = randn(2, sg, 83, 1.0, LPX_F32);
+    oom_x = rand_normal(2, sx, 81, 1.0, LPX_F32);
+    oom_w = rand_normal(2, sw, 82, 0.2, LPX_F32);
+    oom_g = rand_normal(2, sg, 83, 1.0, LPX_F32);
     struct { const char *name; oom_fn fn; } sc[] = {
         {"quantize", oom_quantize}, {"linear tensorwise", oom_linear_tw}, {"linear rowwise", oom_linear_rw},
         {"linear delayed", oom_linear_delayed}, {"fallback", oom_fallback}, {"delayed", oom_delayed},

@@ -17,15 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "tensor_util.h"
 #include "dt_util.h"
 #include "fp8_ref.h"
-
-static lpx_tensor *randn(int nd, const int64_t *shape, uint64_t seed, lpx_dtype d)
-{
-    lpx_tensor *t = NULL;
-    lpx_randn(nd, shape, seed, d, lpx_cpu(), &t);
-    return t;
-}
 
 static uint64_t ag_calls(lpx_fsdp *f)
 {
@@ -82,12 +76,12 @@ static void test_mixed_group(void)
     memset(&c, 0, sizeof c);
     const int64_t s0[2] = {13, 5}, s1[1] = {7}, s2[2] = {2, 3}, s3[2] = {256 * 3 + 40, 64}, s4[2] = {4, 64},
                   s5[2] = {19, 16};
-    c.full[0] = randn(2, s0, 1, LPX_F32);
-    c.full[1] = randn(1, s1, 2, LPX_BF16);
-    c.full[2] = randn(2, s2, 3, LPX_F32);
-    lpx_tensor *w = randn(2, s3, 4, LPX_BF16), *m = randn(2, s5, 6, LPX_F32);
+    c.full[0] = rand_normal(2, s0, 1, 1.0, LPX_F32);
+    c.full[1] = rand_normal(1, s1, 2, 1.0, LPX_BF16);
+    c.full[2] = rand_normal(2, s2, 3, 1.0, LPX_F32);
+    lpx_tensor *w = rand_normal(2, s3, 4, 1.0, LPX_BF16), *m = rand_normal(2, s5, 6, 1.0, LPX_F32);
     CHECK_OK(lpx_nf4_quantize(w, NULL, &c.full[3]));
-    c.full[4] = randn(2, s4, 5, LPX_BF16);
+    c.full[4] = rand_normal(2, s4, 5, 1.0, LPX_BF16);
     CHECK_OK(lpx_float8_weight_new(m, NULL, &c.full[5]));
     for (int i = 0; i < 5; i++) {
         c.expect[i] = c.full[i];
@@ -156,7 +150,7 @@ static void test_precompute_counting(void)
     f8_ctx c;
     memset(&c, 0, sizeof c);
     const int64_t s[2] = {10, 8};
-    for (int i = 0; i < 3; i++) c.masters[i] = randn(2, s, 20 + (uint64_t)i, LPX_F32);
+    for (int i = 0; i < 3; i++) c.masters[i] = rand_normal(2, s, 20 + (uint64_t)i, 1.0, LPX_F32);
     for (int i = 1; i < NWORLDS; i++) {
         run_ranks(worlds[i], f8_count_rank, &c);
         CHECKF(c.with_pre == 1 && c.ar_with == 1, "with precompute: %llu amax all-reduces, %llu all-reduces",
@@ -233,7 +227,7 @@ static lpx_status peak_rank(lpx_comm *comm, void *vctx)
     for (int i = 0; i < 4; i++) {
         RCHECK_OK(r, lpx_fsdp_group_add(f, "layer", &g[i]));
         const int64_t s[2] = {9 + i, 4 + i};
-        lpx_tensor *p = randn(2, s, (uint64_t)i, LPX_F32);
+        lpx_tensor *p = rand_normal(2, s, (uint64_t)i, 1.0, LPX_F32);
         RCHECK_OK(r, lpx_fsdp_param_add(g[i], "w", p, 0, NULL));
         gb[i] = (uint64_t)(9 + i) * (uint64_t)(4 + i) * 4;
         lpx_tensor_release(p);
@@ -288,7 +282,7 @@ typedef struct model_ctx {
 static lpx_status fwd_bwd(int rank, lpx_tensor *const *p, float *loss, lpx_tensor **grads)
 {
     const int64_t xs[2] = {BATCH, IN}, ys[2] = {BATCH, OUT};
-    lpx_tensor *x = randn(2, xs, 100 + (uint64_t)rank, LPX_F32), *y = randn(2, ys, 200 + (uint64_t)rank, LPX_F32);
+    lpx_tensor *x = rand_normal(2, xs, 100 + (uint64_t)rank, 1.0, LPX_F32), *y = rand_normal(2, ys, 200 + (uint64_t)rank, 1.0, LPX_F32);
     lpx_tensor *pre = NULL, *h = NULL, *o = NULL, *l = NULL, *go = NULL, *got = NULL, *gh = NULL, *gp = NULL,
                *gpt = NULL;
     lpx_status st;
@@ -388,10 +382,10 @@ static void test_two_layer_step(void)
         int w = worlds[wi];
         model_ctx c;
         memset(&c, 0, sizeof c);
-        c.params[0] = randn(2, shp_w1, 1, LPX_F32);
-        c.params[1] = randn(1, shp_b1, 2, LPX_F32);
-        c.params[2] = randn(2, shp_w2, 3, LPX_F32);
-        c.params[3] = randn(1, shp_b2, 4, LPX_F32);
+        c.params[0] = rand_normal(2, shp_w1, 1, 1.0, LPX_F32);
+        c.params[1] = rand_normal(1, shp_b1, 2, 1.0, LPX_F32);
+        c.params[2] = rand_normal(2, shp_w2, 3, 1.0, LPX_F32);
+        c.params[3] = rand_normal(1, shp_b2, 4, 1.0, LPX_F32);
         /* the unsharded computation: per-rank grads, f32 sum in rank order / N */
         for (int r = 0; r < w; r++) {
             lpx_tensor *gr[4] = {0};
@@ -472,7 +466,7 @@ static void test_fp8_grad_reduce(void)
     memset(&c, 0, sizeof c);
     CHECK_OK(lpx_zeros(2, s, LPX_F32, lpx_cpu(), &c.avg));
     for (int r = 0; r < w; r++) {
-        c.grads[r] = randn(2, s, 300 + (uint64_t)r, LPX_F32);
+        c.grads[r] = rand_normal(2, s, 300 + (uint64_t)r, 1.0, LPX_F32);
         CHECK_OK(lpx_add_out(c.avg, c.grads[r], c.avg));
         lpx_tensor *a = NULL;
         double v;
@@ -596,7 +590,7 @@ static void test_hybrid_grad_reduce(void)
         CHECK_OK(lpx_zeros(2, s, LPX_F32, lpx_cpu(), &c.avg));
         for (int r = 0; r < n; r++) {
             /* replica 1's grads are 8x larger: a per-replica scale would differ */
-            c.grads[r] = randn(2, s, 500 + (uint64_t)r, LPX_F32);
+            c.grads[r] = rand_normal(2, s, 500 + (uint64_t)r, 1.0, LPX_F32);
             float *gv = lpx_tensor_data(c.grads[r]);
             for (int k = 0; r >= cols && k < 9 * 8; k++) gv[k] *= 8.0f;
             CHECK_OK(lpx_add_out(c.avg, c.grads[r], c.avg));
@@ -784,7 +778,7 @@ static void test_mixed_precision(void)
     const int64_t *shp[MP_N] = {s0, s1, s2, s3};
     const int nd[MP_N] = {2, 1, 2, 2};
     for (int i = 0; i < MP_N; i++) {
-        c.full[i] = randn(nd[i], shp[i], 60 + (uint64_t)i, i == 3 ? LPX_BF16 : LPX_F32);
+        c.full[i] = rand_normal(nd[i], shp[i], 60 + (uint64_t)i, 1.0, i == 3 ? LPX_BF16 : LPX_F32);
         if (i == 3) {
             c.expect[i] = c.full[i];
             lpx_tensor_retain(c.expect[i]);
@@ -836,7 +830,7 @@ static lpx_status nd_rank(lpx_comm *comm, void *vctx)
     float *md = calloc(n + 1, 4), *vd = calloc(n + 1, 4), *mn = calloc(n + 1, 4), *vn = calloc(n + 1, 4);
     if (!ref_d || !ref_n || !md || !vd || !mn || !vn) rfail(r, "out of memory");
     for (int t = 1; t <= 2 && ref_d && ref_n && md && vd && mn && vn; t++) {
-        lpx_tensor *gr = randn(lpx_tensor_ndim(c->p), lpx_tensor_shape(c->p), 70 + (uint64_t)(r * 4 + t), LPX_F32);
+        lpx_tensor *gr = rand_normal(lpx_tensor_ndim(c->p), lpx_tensor_shape(c->p), 70 + (uint64_t)(r * 4 + t), 1.0, LPX_F32);
         RCHECK_OK(r, lpx_fsdp_set_grad(gd, 0, gr));
         RCHECK_OK(r, lpx_fsdp_set_grad(gd, 1, gr));
         RCHECK_OK(r, lpx_fsdp_set_grad(gz, 0, gr));
@@ -877,7 +871,7 @@ static void test_no_decay(void)
 {
     nd_ctx c;
     const int64_t s[2] = {13, 6};
-    c.p = randn(2, s, 80, LPX_F32);
+    c.p = rand_normal(2, s, 80, 1.0, LPX_F32);
     for (int i = 0; i < NWORLDS; i++) run_ranks(worlds[i], nd_rank, &c);
     lpx_tensor_release(c.p);
 }
@@ -926,7 +920,7 @@ static lpx_status as_rank(lpx_comm *comm, void *vctx)
     lpx_adamw_opts o = lpx_adamw_opts_default();
     o.lr = 0.01;
     for (int t = 1; t <= 3; t++) {
-        lpx_tensor *gr = randn(lpx_tensor_ndim(c->p), lpx_tensor_shape(c->p), 90 + (uint64_t)(r * 4 + t), LPX_F32);
+        lpx_tensor *gr = rand_normal(lpx_tensor_ndim(c->p), lpx_tensor_shape(c->p), 90 + (uint64_t)(r * 4 + t), 1.0, LPX_F32);
         RCHECK_OK(r, lpx_fsdp_set_grad(ga, 0, gr));
         RCHECK_OK(r, lpx_fsdp_reduce_scatter_grads(ga));
         RCHECK_OK(r, lpx_fsdp_adamw_step(ga, &o));
@@ -981,7 +975,7 @@ static void test_adamw_state(void)
 {
     as_ctx c;
     const int64_t s[2] = {13, 6};
-    c.p = randn(2, s, 81, LPX_F32);
+    c.p = rand_normal(2, s, 81, 1.0, LPX_F32);
     for (int i = 0; i < NWORLDS; i++) run_ranks(worlds[i], as_rank, &c);
     lpx_tensor_release(c.p);
 }
@@ -1126,7 +1120,7 @@ static void test_model_precompute(void)
     for (int j = 0; j < PS_G; j++)
         for (int i = 0; i < PS_P; i++) {
             if (!shp[j][i]) continue;
-            c.masters[j][i] = randn(2, shp[j][i], 90 + (uint64_t)(j * PS_P + i), dt[j][i]);
+            c.masters[j][i] = rand_normal(2, shp[j][i], 90 + (uint64_t)(j * PS_P + i), 1.0, dt[j][i]);
             /* different magnitudes: each weight gets its own scale */
             float k = (float)(1 << (j + 2 * i));
             lpx_tensor *m = c.masters[j][i], *sc = NULL;
@@ -1328,7 +1322,7 @@ static void test_rowwise_all_gather(void)
     const int64_t shp[RW_N][2] = {{21, 32}, {13, 16}, {5, 8}, {37, 24}, {11, 40}};
     const lpx_dtype dt[RW_N] = {LPX_F32, LPX_F32, LPX_F32, LPX_BF16, LPX_F16};
     for (int i = 0; i < RW_N; i++) {
-        lpx_tensor *m = randn(2, shp[i], 300 + (uint64_t)i, dt[i]), *sc = NULL;
+        lpx_tensor *m = rand_normal(2, shp[i], 300 + (uint64_t)i, 1.0, dt[i]), *sc = NULL;
         CHECK_OK(lpx_mul_scalar(m, (double)(1 << (2 * i)), &sc)); /* a range of magnitudes */
         lpx_tensor_release(m);
         c.masters[i] = sc;
@@ -1350,8 +1344,8 @@ static void test_rowwise_all_gather(void)
     }
     /* Float8Linear references: x [9, 32] @ W^T, W = param 0 [21, 32] */
     const int64_t sx[2] = {9, 32}, sg[2] = {9, 21};
-    c.x = randn(2, sx, 400, LPX_F32);
-    lpx_tensor *g0 = randn(2, sg, 401, LPX_F32);
+    c.x = rand_normal(2, sx, 400, 1.0, LPX_F32);
+    lpx_tensor *g0 = rand_normal(2, sg, 401, 1.0, LPX_F32);
     CHECK_OK(lpx_mul_scalar(g0, 1e-3, &c.gout));
     lpx_tensor_release(g0);
     lpx_float8_linear_recipe rc;
@@ -1434,7 +1428,7 @@ static void test_faults(void)
         fault_ctx c;
         memset(&c, 0, sizeof c);
         c.mode = mode;
-        c.full = randn(2, s, 1, LPX_F32);
+        c.full = rand_normal(2, s, 1, 1.0, LPX_F32);
         lpx_status st = lpx_local_run(4, fault_rank, &c, 200, NULL);
         CHECK(st != LPX_OK);
         for (int r = 0; r < 4; r++) {
@@ -1458,12 +1452,12 @@ static void test_errors(void)
     CHECK_ERR(lpx_fsdp_param_add(g, "s", scalar, 0, NULL), LPX_EINVAL);
     CHECK_ERR(lpx_fsdp_unshard(g), LPX_EINVAL); /* before shard */
     const int64_t sh[2] = {3, 3};
-    t = randn(2, sh, 1, LPX_F32);
+    t = rand_normal(2, sh, 1, 1.0, LPX_F32);
     CHECK_OK(lpx_fsdp_param_add(g, "t", t, 0, NULL));
     CHECK_OK(lpx_fsdp_shard(f));
     CHECK_ERR(lpx_fsdp_reduce_scatter_grads(g), LPX_EINVAL); /* no grad */
     const int64_t bad[2] = {2, 3};
-    lpx_tensor *bg = randn(2, bad, 2, LPX_F32);
+    lpx_tensor *bg = rand_normal(2, bad, 2, 1.0, LPX_F32);
     CHECK_ERR(lpx_fsdp_set_grad(g, 0, bg), LPX_ESHAPE);
     CHECK_ERR(lpx_fsdp_adamw_step(g, NULL), LPX_EINVAL);
     lpx_tensor_release(bg);
@@ -1494,7 +1488,7 @@ static void test_config_versions(void)
     CHECK_OK(new_engine(comms[0], &cfg, &f)); /* compute_device not read: the CPU */
     lpx_fsdp_group *g = NULL;
     const int64_t sh[2] = {5, 3};
-    lpx_tensor *t = randn(2, sh, 1, LPX_F32), *gr = randn(2, sh, 2, LPX_F32);
+    lpx_tensor *t = rand_normal(2, sh, 1, 1.0, LPX_F32), *gr = rand_normal(2, sh, 2, 1.0, LPX_F32);
     CHECK_OK(lpx_fsdp_group_add(f, "g", &g));
     CHECK_OK(lpx_fsdp_param_add(g, "t", t, 0, NULL));
     CHECK_OK(lpx_fsdp_shard(f));

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include "check.h"
+#include "tensor_util.h"
 
 static lpx_dtype e8m0, f4e2m1;
 static const lpx_kind *kfp8, *kfp4;
@@ -63,15 +64,6 @@ static lpx_tensor *from_floats(const float *v, int ndim, const int64_t *shape)
     CHECK_OK(lpx_tensor_new(LPX_F32, ndim, shape, lpx_cpu(), &t));
     if (t) memcpy(lpx_tensor_data(t), v, (size_t)lpx_tensor_numel(t) * sizeof(float));
     return t;
-}
-
-static lpx_tensor *randn(int ndim, const int64_t *shape, uint64_t seed, double scale)
-{
-    lpx_tensor *t = NULL, *s = NULL;
-    CHECK_OK(lpx_randn(ndim, shape, seed, LPX_F32, lpx_cpu(), &t));
-    CHECK_OK(lpx_mul_scalar(t, scale, &s));
-    lpx_tensor_release(t);
-    return s;
 }
 
 static lpx_tensor *dq(lpx_tensor *t)
@@ -222,7 +214,7 @@ static void test_quantize_matches_spec(void)
     for (int s = 0; s < 3; s++)
         for (int d = 0; d < 4; d++) {
             double scale = d == 0 ? 1.0 : d == 1 ? 1e-3 : d == 2 ? 3e4 : 1e-38;
-            lpx_tensor *x = randn(2, shapes[s], 100 + (uint64_t)(s * 4 + d), scale);
+            lpx_tensor *x = rand_normal(2, shapes[s], 100 + (uint64_t)(s * 4 + d), scale, LPX_F32);
             if (!x) continue;
             float *v = lpx_tensor_data(x);
             if (d == 3) v[3] = 0x1.8p-140f;   /* f32 subnormals: the -127 clamp */
@@ -276,7 +268,7 @@ static double sqnr_db(lpx_tensor *x, lpx_tensor *y)
 static void test_quantization_error(void)
 {
     int64_t shape[2] = {256, 512};
-    lpx_tensor *x = randn(2, shape, 7, 1.0);
+    lpx_tensor *x = rand_normal(2, shape, 7, 1.0, LPX_F32);
     for (int f = 0; f < 2; f++) {
         lpx_tensor *q = NULL;
         CHECK_OK(lpx_kind_from_dense(f ? kfp4 : kfp8, x, &q));
@@ -297,7 +289,7 @@ static void test_quantization_error(void)
 static void test_linear_typed_kernel(void)
 {
     int64_t xs[2] = {5, 100}, ws[2] = {300, 100}, bs[1] = {300};   /* K padded, two tiles of W rows */
-    lpx_tensor *x = randn(2, xs, 1, 1.0), *w = randn(2, ws, 2, 0.1), *b = randn(1, bs, 3, 1.0);
+    lpx_tensor *x = rand_normal(2, xs, 1, 1.0, LPX_F32), *w = rand_normal(2, ws, 2, 0.1, LPX_F32), *b = rand_normal(1, bs, 3, 1.0, LPX_F32);
     for (int f = 0; f < 2; f++) {
         lpx_tensor *wq = NULL, *y = NULL, *ref = NULL, *wd = NULL;
         CHECK_OK(lpx_kind_from_dense(f ? kfp4 : kfp8, w, &wq));
@@ -329,7 +321,7 @@ static void test_linear_typed_kernel(void)
 static void test_narrow_and_refusals(void)
 {
     int64_t s2[2] = {10, 40}, s1[1] = {100};
-    lpx_tensor *x = randn(2, s2, 4, 1.0), *v = randn(1, s1, 5, 1.0);
+    lpx_tensor *x = rand_normal(2, s2, 4, 1.0, LPX_F32), *v = rand_normal(1, s1, 5, 1.0, LPX_F32);
     lpx_tensor *q = NULL, *q1 = NULL, *part = NULL, *ref = NULL, *dpart = NULL, *full = NULL;
     CHECK_OK(lpx_kind_from_dense(kfp4, x, &q));
     CHECK_OK(lpx_kind_from_dense(kfp8, v, &q1));
@@ -388,7 +380,7 @@ static void test_narrow_and_refusals(void)
 static void test_all_gather_hooks(void)
 {
     int64_t s[2] = {10, 70};
-    lpx_tensor *x = randn(2, s, 9, 2.0), *q = NULL;
+    lpx_tensor *x = rand_normal(2, s, 9, 2.0, LPX_F32), *q = NULL;
     CHECK_OK(lpx_kind_from_dense(kfp4, x, &q));
     if (!q) return;
     const lpx_kind_i *vt = lpx_kind_vtable(kfp4);
@@ -440,7 +432,7 @@ static void test_all_gather_hooks(void)
 static void test_ops_and_fallback(void)
 {
     int64_t s[2] = {4, 64};
-    lpx_tensor *x = randn(2, s, 11, 1.0), *y = randn(2, s, 12, 1.0), *q = NULL, *sum = NULL, *ref = NULL;
+    lpx_tensor *x = rand_normal(2, s, 11, 1.0, LPX_F32), *y = rand_normal(2, s, 12, 1.0, LPX_F32), *q = NULL, *sum = NULL, *ref = NULL;
     lpx_op quant;
     CHECK_OK(lpx_op_find("mx_quantize", &quant));
     lpx_value args[2] = {lpx_v_tensor(x), lpx_v_str("mxfp8")};

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "check.h"
+#include "tensor_util.h"
 #include "core/numerics/nf4.h"
 
 /* backends/cpu/nf4.c test hook: 0 forces the portable scalar decode */
@@ -108,13 +109,6 @@ static void ref_free(ref_q *r)
 }
 
 /* ---- helpers --------------------------------------------------------------- */
-
-static lpx_tensor *randn(int ndim, const int64_t *shape, uint64_t seed, lpx_dtype dt)
-{
-    lpx_tensor *t = NULL;
-    CHECK_OK(lpx_randn(ndim, shape, seed, dt, lpx_cpu(), &t));
-    return t;
-}
 
 static lpx_tensor *from_floats(const float *v, int ndim, const int64_t *shape)
 {
@@ -266,22 +260,22 @@ static void test_quantize_exact_fixed(void)
 static void test_quantize_exact_random(void)
 {
     int64_t s1[2] = {64, 1000}, s2[1] = {12345}, s3[3] = {3, 5, 129};
-    lpx_tensor *x = randn(2, s1, 7, LPX_F32);
+    lpx_tensor *x = rand_normal(2, s1, 7, 1.0, LPX_F32);
     check_exact(x, 64, 256);   /* defaults, padded tail */
     check_exact(x, 64, 10);    /* 64000 / 64 = 1000 blocks = 100 scaler blocks, no padding */
     check_exact(x, 128, 3);
     check_exact(x, 4096, 2);
     check_exact(x, 32, 1);
     lpx_tensor_release(x);
-    x = randn(1, s2, 8, LPX_BF16);
+    x = rand_normal(1, s2, 8, 1.0, LPX_BF16);
     check_exact(x, 64, 256);
     lpx_tensor_release(x);
-    x = randn(3, s3, 9, LPX_F16);
+    x = rand_normal(3, s3, 9, 1.0, LPX_F16);
     check_exact(x, 34, 5);
     lpx_tensor_release(x);
     /* a strided (transposed) input is read in logical order */
     int64_t s4[2] = {40, 96};
-    lpx_tensor *y = randn(2, s4, 10, LPX_F32), *yt = NULL;
+    lpx_tensor *y = rand_normal(2, s4, 10, 1.0, LPX_F32), *yt = NULL;
     CHECK_OK(lpx_t(y, &yt));
     check_exact(yt, 64, 4);
     lpx_tensor_release(yt);
@@ -291,7 +285,7 @@ static void test_quantize_exact_random(void)
 static void roundtrip_error(void)
 {
     int64_t shape[2] = {1024, 1024};
-    lpx_tensor *x = randn(2, shape, 11, LPX_F32), *w = NULL, *d = NULL;
+    lpx_tensor *x = rand_normal(2, shape, 11, 1.0, LPX_F32), *w = NULL, *d = NULL;
     CHECK_OK(lpx_nf4_quantize(x, NULL, &w));
     CHECK_OK(lpx_nf4_dequantize(w, LPX_F32, &d));
     if (d) {
@@ -343,7 +337,7 @@ static void test_roundtrip_error(void)
     lpx__nf4_simd = 0;
     roundtrip_error();
     int64_t s[1] = {12345};
-    lpx_tensor *x = randn(1, s, 12, LPX_F32);
+    lpx_tensor *x = rand_normal(1, s, 12, 1.0, LPX_F32);
     check_exact(x, 64, 256);
     check_exact(x, 34, 3);
     lpx_tensor_release(x);
@@ -481,7 +475,7 @@ static void test_padding_odd_numel(void)
     int64_t shapes[][3] = {{7, 0, 0}, {3, 5, 0}, {1, 16385, 0}, {2, 3, 11}, {0, 0, 0}, {0, 4, 0}};
     int nds[] = {1, 2, 2, 3, 1, 2};
     for (int k = 0; k < 6; k++) {
-        lpx_tensor *x = randn(nds[k], shapes[k], 20 + (uint64_t)k, LPX_F32), *w = NULL, *d = NULL;
+        lpx_tensor *x = rand_normal(nds[k], shapes[k], 20 + (uint64_t)k, 1.0, LPX_F32), *w = NULL, *d = NULL;
         check_exact(x, 64, 256);
         CHECK_OK(lpx_nf4_quantize(x, NULL, &w));
         if (!w) {
@@ -509,14 +503,14 @@ static void test_padding_odd_numel(void)
     }
     /* pad = false: the strict layout, checked */
     int64_t s[2] = {4, 8192};
-    lpx_tensor *x = randn(2, s, 30, LPX_F32), *w = NULL;
+    lpx_tensor *x = rand_normal(2, s, 30, 1.0, LPX_F32), *w = NULL;
     lpx_nf4_config c = lpx_nf4_config_default();
     c.pad = false;
     CHECK_OK(lpx_nf4_quantize(x, &c, &w));   /* 32768 = 2 scaler blocks */
     lpx_tensor_release(w);
     lpx_tensor_release(x);
     int64_t s2[1] = {16384 + 64};
-    x = randn(1, s2, 31, LPX_F32);
+    x = rand_normal(1, s2, 31, 1.0, LPX_F32);
     CHECK_ERR(lpx_nf4_quantize(x, &c, &w), LPX_EINVAL);
     CHECK(strstr(lpx_last_error(), "scaler_block") && strstr(lpx_last_error(), "pad"));
     lpx_tensor_release(x);
@@ -530,7 +524,7 @@ static void test_bits_per_param(void)
     double bpp = 8.0 * (double)bytes / (4096.0 * 4096.0);
     printf("     4096x4096, defaults: %lld bytes = %.4f bits/param\n", (long long)bytes, bpp);
     CHECK_NEAR(bpp, 4.127, 0.001);
-    lpx_tensor *x = randn(2, shape, 40, LPX_BF16), *w = NULL;
+    lpx_tensor *x = rand_normal(2, shape, 40, 1.0, LPX_BF16), *w = NULL;
     CHECK_OK(lpx_nf4_quantize(x, NULL, &w));
     if (w) {
         int64_t sum = 0;
@@ -574,7 +568,7 @@ static double *ref_linear(const float *x, const float *w, const float *b, int64_
 static void check_linear_case(int64_t M, int64_t N, int64_t K, lpx_dtype xdt, bool with_bias)
 {
     int64_t xs[2] = {M, K}, ws[2] = {N, K}, bs[1] = {N};
-    lpx_tensor *x = randn(2, xs, 50, xdt), *wd = randn(2, ws, 51, LPX_BF16), *b = randn(1, bs, 52, LPX_F32);
+    lpx_tensor *x = rand_normal(2, xs, 50, 1.0, xdt), *wd = rand_normal(2, ws, 51, 1.0, LPX_BF16), *b = rand_normal(1, bs, 52, 1.0, LPX_F32);
     lpx_tensor *w = NULL, *y = NULL, *wdq = NULL;
     CHECK_OK(lpx_nf4_quantize(wd, NULL, &w));
     CHECK_OK(lpx_nf4_dequantize(w, LPX_F32, &wdq));
@@ -607,7 +601,7 @@ static void test_linear(void)
     check_linear_case(0, 16, 64, LPX_F32, true);
     /* matmul with a transposed nf4 weight = linear; grad_x = g @ W */
     int64_t xs[3] = {2, 3, 130}, ws[2] = {70, 130}, gs[3] = {2, 3, 70};
-    lpx_tensor *x = randn(3, xs, 60, LPX_F32), *wd = randn(2, ws, 61, LPX_F32), *g = randn(3, gs, 62, LPX_F32);
+    lpx_tensor *x = rand_normal(3, xs, 60, 1.0, LPX_F32), *wd = rand_normal(2, ws, 61, 1.0, LPX_F32), *g = rand_normal(3, gs, 62, 1.0, LPX_F32);
     lpx_tensor *w = NULL, *wt = NULL, *y1 = NULL, *y2 = NULL, *gx = NULL, *gx2 = NULL, *wdq = NULL;
     CHECK_OK(lpx_nf4_quantize(wd, NULL, &w));
     CHECK_OK(lpx_nf4_dequantize(w, LPX_F32, &wdq));
@@ -657,10 +651,10 @@ static void test_qlora(void)
 {
     const int64_t M = 12, IN = 96, OUT = 40, R = 8;
     int64_t xs[3] = {3, 4, IN}, ws[2] = {OUT, IN}, as[2] = {R, IN}, bs[2] = {OUT, R}, bis[1] = {OUT};
-    lpx_tensor *x = randn(3, xs, 70, LPX_F32), *wd = randn(2, ws, 71, LPX_F32), *a = randn(2, as, 72, LPX_F32);
-    lpx_tensor *b = randn(2, bs, 73, LPX_F32), *bias = randn(1, bis, 74, LPX_F32), *g = NULL, *w = NULL, *wdq = NULL;
+    lpx_tensor *x = rand_normal(3, xs, 70, 1.0, LPX_F32), *wd = rand_normal(2, ws, 71, 1.0, LPX_F32), *a = rand_normal(2, as, 72, 1.0, LPX_F32);
+    lpx_tensor *b = rand_normal(2, bs, 73, 1.0, LPX_F32), *bias = rand_normal(1, bis, 74, 1.0, LPX_F32), *g = NULL, *w = NULL, *wdq = NULL;
     int64_t gs[3] = {3, 4, OUT};
-    g = randn(3, gs, 75, LPX_F32);
+    g = rand_normal(3, gs, 75, 1.0, LPX_F32);
     CHECK_OK(lpx_nf4_quantize(wd, NULL, &w));
     CHECK_OK(lpx_nf4_dequantize(w, LPX_F32, &wdq));
     for (int pass = 0; pass < 2 && wdq; pass++) {
@@ -832,7 +826,7 @@ static void test_handlers_views(void)
     /* block 64, scaler block 4: 256 elements per scaler block; rows of 1000
      * -> one unit = 256 / gcd(1000, 256) = 32 rows */
     int64_t s[2] = {40, 1000};
-    lpx_tensor *x = randn(2, s, 80, LPX_BF16), *w = NULL;
+    lpx_tensor *x = rand_normal(2, s, 80, 1.0, LPX_BF16), *w = NULL;
     lpx_nf4_config c = cfg(64, 4);
     CHECK_OK(lpx_nf4_quantize(x, &c, &w));
     if (!w) { lpx_tensor_release(x); return; }
@@ -931,7 +925,7 @@ static void test_handlers_views(void)
 static void test_handlers_copy(void)
 {
     int64_t s[2] = {16, 512};
-    lpx_tensor *x = randn(2, s, 90, LPX_F32), *y = randn(2, s, 91, LPX_F32), *w = NULL, *w2 = NULL, *wy = NULL;
+    lpx_tensor *x = rand_normal(2, s, 90, 1.0, LPX_F32), *y = rand_normal(2, s, 91, 1.0, LPX_F32), *w = NULL, *w2 = NULL, *wy = NULL;
     CHECK_OK(lpx_nf4_quantize(x, NULL, &w));
     CHECK_OK(lpx_nf4_quantize(x, NULL, &w2));
     CHECK_OK(lpx_nf4_quantize(y, NULL, &wy));
@@ -968,7 +962,7 @@ static void test_handlers_copy(void)
     lpx_tensor_release(b);
     /* a slice shares its parent's mean: quantizing into it is refused */
     int64_t big[2] = {64, 512};
-    lpx_tensor *xb = randn(2, big, 92, LPX_F32), *wb = NULL, *sl = NULL;
+    lpx_tensor *xb = rand_normal(2, big, 92, 1.0, LPX_F32), *wb = NULL, *sl = NULL;
     CHECK_OK(lpx_nf4_quantize(xb, NULL, &wb));
     CHECK_OK(lpx_narrow(wb, 0, 0, 32, &sl));
     lpx_tensor *src = NULL;
@@ -984,7 +978,7 @@ static void test_handlers_copy(void)
 static void test_fallback(void)
 {
     int64_t s[2] = {8, 256};
-    lpx_tensor *x = randn(2, s, 100, LPX_F32), *w = NULL, *d = NULL, *r = NULL, *ref = NULL;
+    lpx_tensor *x = rand_normal(2, s, 100, 1.0, LPX_F32), *w = NULL, *d = NULL, *r = NULL, *ref = NULL;
     CHECK_OK(lpx_nf4_quantize(x, NULL, &w));
     CHECK_OK(lpx_nf4_dequantize(w, LPX_F32, &d));
     CHECK(!lpx_nf4_fallback_enabled());
@@ -1058,7 +1052,7 @@ static void test_hooks(void)
 {
     /* 37 rows of 96, block 32, scaler block 2: unit = 64 / gcd(96, 64) = 2 rows */
     int64_t s[2] = {37, 96};
-    lpx_tensor *x = randn(2, s, 110, LPX_BF16), *w = NULL;
+    lpx_tensor *x = rand_normal(2, s, 110, 1.0, LPX_BF16), *w = NULL;
     lpx_nf4_config c = cfg(32, 2);
     CHECK_OK(lpx_nf4_quantize(x, &c, &w));
     if (!w) { lpx_tensor_release(x); return; }
@@ -1107,7 +1101,7 @@ static void test_hooks(void)
             for (int i = 0; i < nin[r]; i++) lpx_tensor_release(in[r][i]);
     }
     /* shards of two separately quantized tensors do not form one */
-    lpx_tensor *x2 = randn(2, s, 111, LPX_BF16), *w2 = NULL, *sa = NULL, *sb = NULL;
+    lpx_tensor *x2 = rand_normal(2, s, 111, 1.0, LPX_BF16), *w2 = NULL, *sa = NULL, *sb = NULL;
     CHECK_OK(lpx_nf4_quantize(x2, &c, &w2));
     CHECK_OK(lpx_narrow(w, 0, 0, 20, &sa));
     CHECK_OK(lpx_narrow(w2, 0, 20, 17, &sb));
@@ -1148,7 +1142,7 @@ static void test_hooks(void)
 static void test_unflatten(void)
 {
     int64_t s[2] = {10, 100};
-    lpx_tensor *x = randn(2, s, 120, LPX_F32), *w = NULL, *u = NULL;
+    lpx_tensor *x = rand_normal(2, s, 120, 1.0, LPX_F32), *w = NULL, *u = NULL;
     CHECK_OK(lpx_nf4_quantize(x, NULL, &w));
     if (!w) { lpx_tensor_release(x); return; }
     const lpx_kind_i *vt = lpx_kind_vtable(lpx_nf4_kind());
@@ -1211,7 +1205,7 @@ static void test_unflatten(void)
 static void test_bad_configs(void)
 {
     int64_t s[1] = {1000}, bytes = 0;
-    lpx_tensor *x = randn(1, s, 130, LPX_F32), *w = NULL;
+    lpx_tensor *x = rand_normal(1, s, 130, 1.0, LPX_F32), *w = NULL;
     int64_t blocks[] = {0, 31, 33, 4098, -64};
     for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++) {
         lpx_nf4_config c = cfg(blocks[i], 256);
@@ -1346,11 +1340,11 @@ static lpx_status oom_fallback(void)
 static void test_out_of_memory(void)
 {
     int64_t xs[2] = {256, 128}, as[2] = {4, 128}, bs[2] = {256, 4}, gs[2] = {256, 256};
-    oom_x = randn(2, xs, 140, LPX_BF16);
-    oom_dense = randn(2, xs, 141, LPX_F32);
-    oom_a = randn(2, as, 142, LPX_F32);
-    oom_b = randn(2, bs, 143, LPX_F32);
-    oom_g = randn(2, gs, 144, LPX_F32);
+    oom_x = rand_normal(2, xs, 140, 1.0, LPX_BF16);
+    oom_dense = rand_normal(2, xs, 141, 1.0, LPX_F32);
+    oom_a = rand_normal(2, as, 142, 1.0, LPX_F32);
+    oom_b = rand_normal(2, bs, 143, 1.0, LPX_F32);
+    oom_g = rand_normal(2, gs, 144, 1.0, LPX_F32);
     CHECK_OK(lpx_nf4_quantize(oom_x, NULL, &oom_w));
     struct { const char *name; lpx_status (*fn)(void); } sc[] = {
         {"quantize", oom_quantize}, {"views", oom_views}, {"copy_", oom_copy},

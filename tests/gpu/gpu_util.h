@@ -123,18 +123,6 @@ static inline lpx_tensor *gpu_down(lpx_tensor *x)
     return y;
 }
 
-/* Random CPU tensor: normal values times `scale`, rounded to dtype. */
-static inline lpx_tensor *gpu_randn_cpu(lpx_dtype dt, int nd, const int64_t *shape, uint64_t seed, double scale)
-{
-    lpx_tensor *f = NULL, *s = NULL, *y = NULL;
-    if (lpx_randn(nd, shape, seed, LPX_F32, lpx_cpu(), &f)) return NULL;
-    if (lpx_mul_scalar(f, scale, &s)) { lpx_tensor_release(f); return NULL; }
-    lpx_tensor_release(f);
-    if (lpx_cast(s, dt, false, &y)) y = NULL;
-    lpx_tensor_release(s);
-    return y;
-}
-
 /* True when a (CPU) and b (any device) hold the same bytes in the same
  * shape; prints the first differing element. */
 static inline bool gpu_same_bits(const char *what, lpx_tensor *a, lpx_tensor *b)

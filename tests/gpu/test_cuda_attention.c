@@ -25,9 +25,9 @@ static void check_attention(const char *what, lpx_dtype dt, int64_t B, int64_t T
                             int64_t D, bool causal, bool strided_q)
 {
     int64_t qs[4] = {B, T, H, D}, ks[4] = {B, S, KH, D}, bs[4] = {B, H, T, D};
-    lpx_tensor *q0 = strided_q ? gpu_randn_cpu(dt, 4, bs, 1, 1.0) : gpu_randn_cpu(dt, 4, qs, 1, 1.0);
-    lpx_tensor *q = NULL, *k = gpu_randn_cpu(dt, 4, ks, 2, 1.0), *v = gpu_randn_cpu(dt, 4, ks, 3, 1.0),
-               *g = gpu_randn_cpu(dt, 4, qs, 4, 1.0);
+    lpx_tensor *q0 = strided_q ? rand_normal(4, bs, 1, 1.0, dt) : rand_normal(4, qs, 1, 1.0, dt);
+    lpx_tensor *q = NULL, *k = rand_normal(4, ks, 2, 1.0, dt), *v = rand_normal(4, ks, 3, 1.0, dt),
+               *g = rand_normal(4, qs, 4, 1.0, dt);
     if (strided_q) CHECK_OK(lpx_transpose(q0, 1, 2, &q));
     else {
         q = q0;
@@ -80,7 +80,7 @@ static void test_rope(void)
     lpx_tensor *gfr = gpu_up(fr);
     const lpx_dtype dts[2] = {LPX_F32, LPX_BF16};
     for (int t = 0; t < 2; t++) {
-        lpx_tensor *x = gpu_randn_cpu(dts[t], 4, xs, 9, 1.0), *gx = gpu_up(x), *y = NULL, *gy = NULL, *b = NULL,
+        lpx_tensor *x = rand_normal(4, xs, 9, 1.0, dts[t]), *gx = gpu_up(x), *y = NULL, *gy = NULL, *b = NULL,
                    *gb = NULL;
         CHECK_OK(lpx_rope(x, fr, 5, &y));
         CHECK_OK(lpx_rope(gx, gfr, 5, &gy));

@@ -90,7 +90,7 @@ static void test_round_trip_empty(void)
 static void test_views(void)
 {
     const int64_t shape[] = {4, 6, 5};
-    lpx_tensor *x = gpu_randn_cpu(LPX_F32, 3, shape, 11, 1.0), *g = gpu_up(x);
+    lpx_tensor *x = rand_normal(3, shape, 11, 1.0, LPX_F32), *g = gpu_up(x);
     lpx_tensor *a = NULL, *b = NULL;
     /* transpose: a view */
     CHECK_OK(lpx_transpose(x, 0, 2, &a));
@@ -196,7 +196,7 @@ static void test_mem_stats(void)
 static void test_mixed_devices_fail(void)
 {
     const int64_t shape[] = {3, 4};
-    lpx_tensor *x = gpu_randn_cpu(LPX_F32, 2, shape, 5, 1.0), *g = gpu_up(x), *y = NULL;
+    lpx_tensor *x = rand_normal(2, shape, 5, 1.0, LPX_F32), *g = gpu_up(x), *y = NULL;
     CHECK_ERR(lpx_add(x, g, &y), LPX_EDEVICE);
     CHECK(y == NULL && strstr(lpx_last_error(), "add") != NULL);
     CHECK_ERR(lpx_mul(g, x, &y), LPX_EDEVICE);

@@ -44,7 +44,7 @@ static lpx_tensor *rand_t(lpx_dtype dt, int nd, const int64_t *shape, uint64_t s
     memcpy(st, shape, (size_t)nd * sizeof *st);
     st[nd - 1] = shape[nd - 2];
     st[nd - 2] = shape[nd - 1];
-    *base = gpu_randn_cpu(dt, nd, st, seed, 1.0);
+    *base = rand_normal(nd, st, seed, 1.0, dt);
     lpx_tensor *v = NULL;
     if (lpx_transpose(*base, nd - 2, nd - 1, &v)) return NULL;
     return v;
@@ -81,8 +81,8 @@ static void mm_case(const char *what, lpx_dtype adt, lpx_dtype bdt, int and_, co
                     const int64_t *bsh, bool tb, double tol)
 {
     lpx_tensor *abase = NULL, *bbase = NULL;
-    lpx_tensor *a = ta ? rand_t(adt, and_, ash, 101, &abase) : gpu_randn_cpu(adt, and_, ash, 101, 1.0);
-    lpx_tensor *b = tb ? rand_t(bdt, bnd, bsh, 202, &bbase) : gpu_randn_cpu(bdt, bnd, bsh, 202, 1.0);
+    lpx_tensor *a = ta ? rand_t(adt, and_, ash, 101, &abase) : rand_normal(and_, ash, 101, 1.0, adt);
+    lpx_tensor *b = tb ? rand_t(bdt, bnd, bsh, 202, &bbase) : rand_normal(bnd, bsh, 202, 1.0, bdt);
     lpx_tensor *ga = up_like(a, abase), *gb = up_like(b, bbase), *ref = NULL, *got = NULL;
     CHECK_OK(lpx_matmul(a, b, &ref));
     CHECK_OK(lpx_matmul(ga, gb, &got));
@@ -129,7 +129,7 @@ static void test_matmul(void)
 static void test_matmul_out(void)
 {
     const int64_t as[] = {17, 33}, bs[] = {33, 65}, os[] = {65, 17};
-    lpx_tensor *a = gpu_randn_cpu(LPX_BF16, 2, as, 7, 1.0), *b = gpu_randn_cpu(LPX_BF16, 2, bs, 8, 1.0);
+    lpx_tensor *a = rand_normal(2, as, 7, 1.0, LPX_BF16), *b = rand_normal(2, bs, 8, 1.0, LPX_BF16);
     lpx_tensor *ga = gpu_up(a), *gb = gpu_up(b), *ref = NULL, *obase = NULL, *out = NULL;
     CHECK_OK(lpx_matmul(a, b, &ref));
     /* a transposed (non-contiguous) out view */
@@ -154,8 +154,8 @@ static void test_matmul_out(void)
 static void linear_case(const char *what, lpx_dtype dt, int xnd, const int64_t *xs, int64_t nout, bool with_bias)
 {
     int64_t in = xs[xnd - 1], ws[2] = {nout, in};
-    lpx_tensor *x = gpu_randn_cpu(dt, xnd, xs, 31, 1.0), *w = gpu_randn_cpu(dt, 2, ws, 32, 0.2);
-    lpx_tensor *bias = with_bias ? gpu_randn_cpu(dt, 1, &nout, 33, 1.0) : NULL;
+    lpx_tensor *x = rand_normal(xnd, xs, 31, 1.0, dt), *w = rand_normal(2, ws, 32, 0.2, dt);
+    lpx_tensor *bias = with_bias ? rand_normal(1, &nout, 33, 1.0, dt) : NULL;
     lpx_tensor *gx = gpu_up(x), *gw = gpu_up(w), *gbias = bias ? gpu_up(bias) : NULL, *ref = NULL, *got = NULL;
     CHECK_OK(lpx_linear(x, w, bias, &ref));
     CHECK_OK(lpx_linear(gx, gw, gbias, &got));
@@ -180,8 +180,8 @@ static void addmm_case(const char *what, lpx_dtype dt, int cnd, const int64_t *c
                        double beta, double alpha)
 {
     int64_t as[2] = {M, K}, bs[2] = {K, N};
-    lpx_tensor *ct = gpu_randn_cpu(dt, cnd, cs, 41, 1.0), *a = gpu_randn_cpu(dt, 2, as, 42, 1.0),
-               *b = gpu_randn_cpu(dt, 2, bs, 43, 1.0);
+    lpx_tensor *ct = rand_normal(cnd, cs, 41, 1.0, dt), *a = rand_normal(2, as, 42, 1.0, dt),
+               *b = rand_normal(2, bs, 43, 1.0, dt);
     lpx_tensor *gc = gpu_up(ct), *ga = gpu_up(a), *gb = gpu_up(b), *ref = NULL, *got = NULL;
     CHECK_OK(lpx_addmm(ct, a, b, beta, alpha, &ref));
     CHECK_OK(lpx_addmm(gc, ga, gb, beta, alpha, &got));
@@ -214,7 +214,7 @@ static void fp8_case_flags(const char *what, int64_t M, int64_t K, int64_t N, lp
                            bool rowwise, bool btv, lpx_dtype odt, int bias_dt, double tol, unsigned flags)
 {
     int64_t xs[2] = {M, K}, ws[2] = {N, K}, bs[2] = {K, N}, d1 = 1, d0 = 0;
-    lpx_tensor *x = gpu_randn_cpu(LPX_F32, 2, xs, 51, 1.0), *w = gpu_randn_cpu(LPX_F32, 2, btv ? ws : bs, 52, 0.5);
+    lpx_tensor *x = rand_normal(2, xs, 51, 1.0, LPX_F32), *w = rand_normal(2, btv ? ws : bs, 52, 0.5, LPX_F32);
     lpx_tensor *qa = NULL, *sa = NULL, *qw = NULL, *sw = NULL, *qb = NULL, *sb = NULL, *bias = NULL;
     CHECK_OK(lpx_fp8_quantize(x, NULL, afp8, rowwise ? &d1 : NULL, false, 0, true, &qa, NULL, &sa, NULL));
     CHECK_OK(lpx_fp8_quantize(w, NULL, bfp8, rowwise ? (btv ? &d1 : &d0) : NULL, false, 0, true, &qw, NULL, &sw,
@@ -232,7 +232,7 @@ static void fp8_case_flags(const char *what, int64_t M, int64_t K, int64_t N, lp
         lpx_tensor_retain(qb);
         lpx_tensor_retain(sb);
     }
-    if (bias_dt >= 0) bias = gpu_randn_cpu((lpx_dtype)bias_dt, 1, &N, 53, 1.0);
+    if (bias_dt >= 0) bias = rand_normal(1, &N, 53, 1.0, (lpx_dtype)bias_dt);
     lpx_tensor *ref = NULL, *got = NULL;
     CHECK_OK(lpx_fp8_scaled_mm(qa, sa, qb, sb, bias, odt, &ref));
     /* the same tensors on the GPU, views made there */
@@ -316,8 +316,8 @@ static void f8lin_case(const char *preset, int64_t M, int64_t K, int64_t N, lpx_
                        double tol)
 {
     int64_t xs[2] = {M, K}, ws[2] = {N, K}, gs[2] = {M, N};
-    lpx_tensor *x = gpu_randn_cpu(dt, 2, xs, 71, 1.0), *w = gpu_randn_cpu(dt, 2, ws, 72, 0.05);
-    lpx_tensor *g = gpu_randn_cpu(dt, 2, gs, 73, 1e-3);
+    lpx_tensor *x = rand_normal(2, xs, 71, 1.0, dt), *w = rand_normal(2, ws, 72, 0.05, dt);
+    lpx_tensor *g = rand_normal(2, gs, 73, 1e-3, dt);
     lpx_tensor *in[2][3] = {{x, w, g}, {gpu_up(x), gpu_up(w), gpu_up(g)}};
     lpx_tensor *res[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}}, *wq[2] = {NULL, NULL};
     lpx_float8_linear_recipe r;
@@ -399,8 +399,8 @@ static void test_float8_linear(void)
 static void nf4_case(const char *what, int64_t rows, int64_t cols, bool tw, lpx_dtype xdt, bool with_bias)
 {
     int64_t wsh[2] = {rows, cols}, K = tw ? cols : rows, N = tw ? rows : cols, xs[3] = {3, 5, K};
-    lpx_tensor *w = gpu_randn_cpu(LPX_F32, 2, wsh, 61, 1.0), *x = gpu_randn_cpu(xdt, 3, xs, 62, 1.0);
-    lpx_tensor *bias = with_bias ? gpu_randn_cpu(xdt, 1, &N, 63, 1.0) : NULL;
+    lpx_tensor *w = rand_normal(2, wsh, 61, 1.0, LPX_F32), *x = rand_normal(3, xs, 62, 1.0, xdt);
+    lpx_tensor *bias = with_bias ? rand_normal(1, &N, 63, 1.0, xdt) : NULL;
     lpx_value qa[3] = {lpx_v_tensor(w), lpx_v_i64(64), lpx_v_i64(256)};
     lpx_call q;
     lpx_call_init(&q, LPX_OP_nf4_quantize, qa, 3);
@@ -453,14 +453,14 @@ static void rms_case(const char *what, lpx_dtype dt, bool with_w, bool strided)
     const int64_t s3[] = {4, 7, 300}, s2[] = {300, 28}, r2[] = {28, 300};
     lpx_tensor *xbase = NULL, *x;
     if (strided) {
-        xbase = gpu_randn_cpu(dt, 2, s2, 71, 2.0);
+        xbase = rand_normal(2, s2, 71, 2.0, dt);
         x = NULL;
         CHECK_OK(lpx_t(xbase, &x));
     } else {
-        x = gpu_randn_cpu(dt, 3, s3, 71, 2.0);
+        x = rand_normal(3, s3, 71, 2.0, dt);
     }
     int64_t D = 300;
-    lpx_tensor *w = with_w ? gpu_randn_cpu(dt, 1, &D, 72, 1.0) : NULL;
+    lpx_tensor *w = with_w ? rand_normal(1, &D, 72, 1.0, dt) : NULL;
     lpx_tensor *gx = strided ? up_like(x, xbase) : gpu_up(x), *gw = w ? gpu_up(w) : NULL;
     lpx_tensor *y = NULL, *rs = NULL, *gy = NULL, *grs = NULL;
     CHECK_OK(lpx_rmsnorm(x, w, 1e-5, &y, &rs));
@@ -471,7 +471,7 @@ static void rms_case(const char *what, lpx_dtype dt, bool with_w, bool strided)
     snprintf(b, sizeof b, "%s rstd", what);
     close_to(b, rs, grs, 1e-5);
     /* backward on the forward's rstd */
-    lpx_tensor *g = gpu_randn_cpu(dt, lpx_tensor_ndim(x), strided ? r2 : s3, 73, 1.0), *gg = gpu_up(g);
+    lpx_tensor *g = rand_normal(lpx_tensor_ndim(x), strided ? r2 : s3, 73, 1.0, dt), *gg = gpu_up(g);
     lpx_tensor *dx = NULL, *dw = NULL, *gdx = NULL, *gdw = NULL;
     lpx_value a[4] = {lpx_v_tensor(g), lpx_v_tensor(x), lpx_v_opt_tensor(w), lpx_v_tensor(rs)};
     lpx_value ga[4] = {lpx_v_tensor(gg), lpx_v_tensor(gx), lpx_v_opt_tensor(gw), lpx_v_tensor(grs)};
@@ -504,14 +504,14 @@ static void test_rmsnorm(void)
 
 static void softmax_case(const char *what, lpx_dtype dt, int nd, const int64_t *shape, int64_t dim, bool strided)
 {
-    lpx_tensor *base = NULL, *x = strided ? rand_t(dt, nd, shape, 81, &base) : gpu_randn_cpu(dt, nd, shape, 81, 3.0);
+    lpx_tensor *base = NULL, *x = strided ? rand_t(dt, nd, shape, 81, &base) : rand_normal(nd, shape, 81, 3.0, dt);
     lpx_tensor *gx = up_like(x, base), *y = NULL, *gy = NULL;
     CHECK_OK(lpx_softmax(x, dim, &y));
     CHECK_OK(lpx_softmax(gx, dim, &gy));
     char b[128];
     snprintf(b, sizeof b, "%s forward", what);
     close_to(b, y, gy, tol_of(dt));
-    lpx_tensor *g = gpu_randn_cpu(dt, nd, shape, 82, 1.0), *gg = gpu_up(g), *dx = NULL, *gdx = NULL;
+    lpx_tensor *g = rand_normal(nd, shape, 82, 1.0, dt), *gg = gpu_up(g), *dx = NULL, *gdx = NULL;
     CHECK_OK(lpx_softmax_backward(g, y, dim, &dx));
     CHECK_OK(lpx_softmax_backward(gg, gy, dim, &gdx));
     snprintf(b, sizeof b, "%s backward", what);
@@ -537,7 +537,7 @@ static void test_cross_entropy(void)
     for (int i = 0; i < 64; i++) tv[i] = i % 9 == 4 ? -100 : (i * 37) % 1000;
     for (int k = 0; k < 2; k++) {
         lpx_dtype dt = dts[k];
-        lpx_tensor *lg = gpu_randn_cpu(dt, 2, ls, 91, 3.0), *t = mk_idx(k ? LPX_I32 : LPX_I64, 1, ts, tv);
+        lpx_tensor *lg = rand_normal(2, ls, 91, 3.0, dt), *t = mk_idx(k ? LPX_I32 : LPX_I64, 1, ts, tv);
         lpx_tensor *glg = gpu_up(lg), *gt = gpu_up(t), *loss = NULL, *gloss = NULL, *dl = NULL, *gdl = NULL;
         CHECK_OK(lpx_cross_entropy(lg, t, -100, &loss));
         CHECK_OK(lpx_cross_entropy(glg, gt, -100, &gloss));
@@ -551,7 +551,7 @@ static void test_cross_entropy(void)
     /* all ignored: 0; an out-of-range target: LPX_ERANGE naming it */
     int64_t ig[3] = {-1, -1, -1}, bad[3] = {0, 1000, 2};
     const int64_t s3[] = {3}, l3[] = {3, 1000};
-    lpx_tensor *lg = gpu_randn_cpu(LPX_F32, 2, l3, 92, 1.0), *glg = gpu_up(lg);
+    lpx_tensor *lg = rand_normal(2, l3, 92, 1.0, LPX_F32), *glg = gpu_up(lg);
     lpx_tensor *ti = mk_idx(LPX_I64, 1, s3, ig), *tb = mk_idx(LPX_I64, 1, s3, bad);
     lpx_tensor *gti = gpu_up(ti), *gtb = gpu_up(tb), *loss = NULL;
     CHECK_OK(lpx_cross_entropy(glg, gti, -1, &loss));
@@ -575,7 +575,7 @@ static void test_mse(void)
     static const lpx_dtype dts[] = {LPX_F32, LPX_BF16};
     for (int k = 0; k < 2; k++) {
         lpx_dtype dt = dts[k];
-        lpx_tensor *a = gpu_randn_cpu(dt, 2, s, 101, 1.0), *bbase = NULL, *b = rand_t(dt, 2, s, 102, &bbase);
+        lpx_tensor *a = rand_normal(2, s, 101, 1.0, dt), *bbase = NULL, *b = rand_t(dt, 2, s, 102, &bbase);
         lpx_tensor *ga = gpu_up(a), *gb = up_like(b, bbase), *l = NULL, *gl = NULL, *d = NULL, *gd = NULL;
         CHECK_OK(lpx_mse_loss(a, b, &l));
         CHECK_OK(lpx_mse_loss(ga, gb, &gl));
@@ -596,13 +596,13 @@ static void test_embedding(void)
     for (int i = 0; i < 36; i++) iv[i] = (i * 7) % 50 % (i % 5 == 0 ? 3 : 50); /* repeats */
     for (int k = 0; k < 2; k++) {
         lpx_dtype it = k ? LPX_I64 : LPX_I32, dt = k ? LPX_BF16 : LPX_F32;
-        lpx_tensor *w = gpu_randn_cpu(dt, 2, ws, 111, 1.0), *idx = mk_idx(it, 2, is, iv);
+        lpx_tensor *w = rand_normal(2, ws, 111, 1.0, dt), *idx = mk_idx(it, 2, is, iv);
         lpx_tensor *gw = gpu_up(w), *gi = gpu_up(idx), *o = NULL, *go = NULL;
         CHECK_OK(lpx_embedding(w, idx, &o));
         CHECK_OK(lpx_embedding(gw, gi, &go));
         CHECK(o && go && gpu_same_bits("embedding", o, go));
         const int64_t gs[] = {4, 9, 33};
-        lpx_tensor *g = gpu_randn_cpu(dt, 3, gs, 112, 1.0), *gg = gpu_up(g), *d = NULL, *gd = NULL;
+        lpx_tensor *g = rand_normal(3, gs, 112, 1.0, dt), *gg = gpu_up(g), *d = NULL, *gd = NULL;
         CHECK_OK(lpx_embedding_backward(g, idx, 50, &d));
         CHECK_OK(lpx_embedding_backward(gg, gi, 50, &gd));
         close_to(k ? "embedding_backward bf16" : "embedding_backward f32", d, gd, k ? 1e-2 : 1e-6);
@@ -612,7 +612,7 @@ static void test_embedding(void)
     /* an out-of-range index */
     int64_t bad[4] = {0, 3, 50, 1};
     const int64_t bs[] = {2, 2};
-    lpx_tensor *w = gpu_randn_cpu(LPX_F32, 2, ws, 113, 1.0), *idx = mk_idx(LPX_I64, 2, bs, bad);
+    lpx_tensor *w = rand_normal(2, ws, 113, 1.0, LPX_F32), *idx = mk_idx(LPX_I64, 2, bs, bad);
     lpx_tensor *gw = gpu_up(w), *gi = gpu_up(idx), *o = NULL;
     CHECK_ERR(lpx_embedding(gw, gi, &o), LPX_ERANGE);
     CHECK(strstr(lpx_last_error(), "indices[1, 0] = 50") != NULL);
@@ -636,9 +636,9 @@ static void adamw_case(const char *what, int n, const int64_t *sizes, const lpx_
     lpx_tensor **gP = t + 4 * n, **gG = t + 5 * n, **gM = t + 6 * n, **gV = t + 7 * n;
     for (int i = 0; i < n; i++) {
         int64_t s = sizes[i];
-        P[i] = gpu_randn_cpu(pdt[i], 1, &s, 1000 + (uint64_t)i, 1.0);
-        Mo[i] = gpu_randn_cpu(LPX_F32, 1, &s, 2000 + (uint64_t)i, 0.01);
-        lpx_tensor *r = gpu_randn_cpu(LPX_F32, 1, &s, 3000 + (uint64_t)i, 0.01);
+        P[i] = rand_normal(1, &s, 1000 + (uint64_t)i, 1.0, pdt[i]);
+        Mo[i] = rand_normal(1, &s, 2000 + (uint64_t)i, 0.01, LPX_F32);
+        lpx_tensor *r = rand_normal(1, &s, 3000 + (uint64_t)i, 0.01, LPX_F32);
         V[i] = NULL;
         CHECK_OK(lpx_mul(r, r, &V[i])); /* v >= 0 */
         lpx_tensor_release(r);
@@ -651,7 +651,7 @@ static void adamw_case(const char *what, int n, const int64_t *sizes, const lpx_
             int64_t s = sizes[i];
             lpx_tensor_release(G[i]);
             lpx_tensor_release(gG[i]);
-            G[i] = gpu_randn_cpu(gdt[i], 1, &s, 4000 + (uint64_t)(i * 16 + step), step == 2 ? 100.0 : 1.0);
+            G[i] = rand_normal(1, &s, 4000 + (uint64_t)(i * 16 + step), step == 2 ? 100.0 : 1.0, gdt[i]);
             gG[i] = gpu_up(G[i]);
         }
         CHECK_OK(lpx_adamw_(P, G, Mo, V, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, step));
@@ -690,7 +690,7 @@ static void test_adamw(void)
     adamw_case("700 tensors", NBIG, bs, bp, bg, 2);
     /* a CPU tensor in the list is refused */
     int64_t s = 4;
-    lpx_tensor *cp = gpu_randn_cpu(LPX_F32, 1, &s, 5, 1.0), *gpv = gpu_up(cp);
+    lpx_tensor *cp = rand_normal(1, &s, 5, 1.0, LPX_F32), *gpv = gpu_up(cp);
     lpx_tensor *ps[2] = {gpv, cp};
     CHECK_ERR(lpx_adamw_(ps, ps, ps, ps, 2, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1), LPX_EDEVICE);
     lpx_tensor_release(cp);

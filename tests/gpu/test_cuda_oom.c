@@ -54,7 +54,7 @@ static void release_inputs(void)
 /* Random tensor of dtype dt made on the CPU and moved to the GPU. */
 static lpx_tensor *up_randn(lpx_dtype dt, int nd, const int64_t *shape, uint64_t seed, double scale)
 {
-    lpx_tensor *c = gpu_randn_cpu(dt, nd, shape, seed, scale), *g = c ? gpu_up(c) : NULL;
+    lpx_tensor *c = rand_normal(nd, shape, seed, scale, dt), *g = c ? gpu_up(c) : NULL;
     lpx_tensor_release(c);
     return keep(g);
 }
@@ -82,7 +82,7 @@ static lpx_tensor *to_src;
 static void s_to(void)
 {
     const int64_t sh[2] = {33, 65};
-    to_src = keep(gpu_randn_cpu(LPX_BF16, 2, sh, 1, 1.0));
+    to_src = keep(rand_normal(2, sh, 1, 1.0, LPX_BF16));
 }
 static lpx_status c_to(lpx_tensor *r[MAXR]) { return lpx_tensor_to(to_src, gpu_dev(), &r[0]); }
 
@@ -257,7 +257,7 @@ static void s_adamw_n(int n)
         aw_p0[i] = up_randn(LPX_BF16, 1, &len, 100 + (uint64_t)i, 1.0);
         aw_g[i] = up_randn(LPX_BF16, 1, &len, 5000 + (uint64_t)i, 0.1);
         aw_m0[i] = up_randn(LPX_F32, 1, &len, 9000 + (uint64_t)i, 0.01);
-        lpx_tensor *v = gpu_randn_cpu(LPX_F32, 1, &len, 13000 + (uint64_t)i, 0.01), *v2 = NULL, *g = NULL;
+        lpx_tensor *v = rand_normal(1, &len, 13000 + (uint64_t)i, 0.01, LPX_F32), *v2 = NULL, *g = NULL;
         if (v && !lpx_mul(v, v, &v2)) g = gpu_up(v2); /* non-negative */
         lpx_tensor_release(v);
         lpx_tensor_release(v2);

@@ -65,9 +65,9 @@ static void setup(void)
 static void make_params(lpx_tensor **p)
 {
     const int64_t s0[2] = {13, 5}, s1[1] = {7}, s2[2] = {19, 16}, s3[2] = {136, 64};
-    p[0] = gpu_randn_cpu(LPX_F32, 2, s0, 1, 1.0);
-    p[1] = gpu_randn_cpu(LPX_BF16, 1, s1, 2, 1.0);
-    lpx_tensor *m = gpu_randn_cpu(LPX_F32, 2, s2, 3, 2.0), *w = gpu_randn_cpu(LPX_BF16, 2, s3, 4, 0.5);
+    p[0] = rand_normal(2, s0, 1, 1.0, LPX_F32);
+    p[1] = rand_normal(1, s1, 2, 1.0, LPX_BF16);
+    lpx_tensor *m = rand_normal(2, s2, 3, 2.0, LPX_F32), *w = rand_normal(2, s3, 4, 0.5, LPX_BF16);
     p[2] = p[3] = NULL;
     CHECK_OK(lpx_float8_weight_new(m, NULL, &p[2]));
     CHECK_OK(lpx_nf4_quantize(w, NULL, &p[3]));
@@ -188,8 +188,7 @@ static void run_offload(bool keep, bool pre)
         /* grads: the same values, on the device for the offloading engine */
         for (int i = 0; i < 3; i++) {
             lpx_tensor *like = i == 2 ? lpx_float8_weight_master(lpx_fsdp_param_local(rg, i)) : lpx_fsdp_param_local(rg, i);
-            lpx_tensor *gr = gpu_randn_cpu(i == 1 ? LPX_BF16 : LPX_F32, lpx_tensor_ndim(like), lpx_tensor_shape(like),
-                                           100 + 10 * (uint64_t)step + (uint64_t)i, 0.1);
+            lpx_tensor *gr = rand_normal(lpx_tensor_ndim(like), lpx_tensor_shape(like), 100 + 10 * (uint64_t)step + (uint64_t)i, 0.1, i == 1 ? LPX_BF16 : LPX_F32);
             lpx_tensor *gd = gr ? gpu_up(gr) : NULL;
             CHECK_OK(lpx_fsdp_set_grad(rg, i, gr));
             if (i == 0 && step == 0) CHECK_ERR(lpx_fsdp_set_grad(gg, i, gr), LPX_EDEVICE); /* a host grad */

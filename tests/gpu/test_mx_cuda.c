@@ -103,7 +103,7 @@ static bool same_bytes(const char *what, lpx_tensor *a, lpx_tensor *b)
  * block, huge and subnormal values. */
 static lpx_tensor *test_data(int nd, const int64_t *shape, uint64_t seed)
 {
-    lpx_tensor *x = gpu_randn_cpu(LPX_F32, nd, shape, seed, 3.0);
+    lpx_tensor *x = rand_normal(nd, shape, seed, 3.0, LPX_F32);
     if (!x) return NULL;
     float *v = lpx_tensor_data(x);
     int64_t n = lpx_tensor_numel(x);
@@ -244,7 +244,7 @@ static void test_through_ops(void)
     const lpx_kind *kinds[2] = {kfp8, kfp4};
     for (int f = 0; f < 2; f++) {
         int64_t ws[2] = {48, 200}, xs[2] = {7, 200};
-        lpx_tensor *w = gpu_randn_cpu(LPX_F32, 2, ws, 7 + f, 1.0), *x = gpu_randn_cpu(LPX_F32, 2, xs, 9 + f, 1.0);
+        lpx_tensor *w = rand_normal(2, ws, 7 + f, 1.0, LPX_F32), *x = rand_normal(2, xs, 9 + f, 1.0, LPX_F32);
         lpx_tensor *qc = NULL, *qg = NULL, *xg = NULL, *yc = NULL, *yg = NULL, *ac = NULL, *ag = NULL;
         CHECK_OK(lpx_kind_from_dense(kinds[f], w, &qc));
         if (qc) qg = mx_up(qc);
@@ -268,7 +268,7 @@ static void test_through_ops(void)
 static void test_errors(void)
 {
     int64_t shape[2] = {4, 40};
-    lpx_tensor *x = gpu_randn_cpu(LPX_F32, 2, shape, 1, 1.0), *qc = NULL, *xg = NULL, *out = NULL;
+    lpx_tensor *x = rand_normal(2, shape, 1, 1.0, LPX_F32), *qc = NULL, *xg = NULL, *out = NULL;
     CHECK_OK(lpx_kind_from_dense(kfp8, x, &qc));
     if (!qc) { lpx_tensor_release(x); return; }
     /* elements on the GPU, scales on the CPU */
