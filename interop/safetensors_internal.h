@@ -1,0 +1,18 @@
+/* What the safetensors reader (safetensors_read.c) and writer
+ * (safetensors_write.c) share: the name separator of quantized tensors'
+ * inner parts, the dtype names, and the JSON integer limit. Not installed. */
+#ifndef LPX_SAFETENSORS_INTERNAL_H
+#define LPX_SAFETENSORS_INTERNAL_H
+
+#include "lpx/lpx.h"
+#include "lpx/safetensors.h"
+
+/* "name::kind::inner": how a kind tensor's inner tensors are stored */
+#define SEP "::"
+/* 2^53: the integers a JSON double holds exactly */
+#define MAX_EXACT_INT 9007199254740992.0
+
+/* The lpx dtype of a safetensors dtype name ("BF16"), or -1. */
+lpx_dtype lpx__st_dtype_from_name(const char *st);
+
+#endif
