@@ -66,7 +66,7 @@ MUTATIONS = [
      "double s = fp8_max / (amax > 1e-12 ? amax : 1e-12);",
      "double s = fp8_max / (amax > 1e-12 ? amax : 1e-12) / 1.5;",
      "the dynamic scale is 1.5x too small (the fp8 range is under-used)"),
-    ("fp8-gemm-unscale", "backends/cpu/float8.c",
+    ("fp8-gemm-unscale", "backends/cpu/float8_mm.c",
      "float f = fa * sb_v[0];",
      "float f = fa;",
      "the fp8 GEMM forgets b's scale_inv when both operands are tensorwise"),

@@ -5,6 +5,7 @@
 #define LPX_CPU_INTERNAL_H
 
 #include "../../core/lpx_internal.h"
+#include "../../core/dtype_internal.h"
 
 /* elements processed per chunk by the generic strided paths */
 #define CPU_CHUNK 1024
@@ -17,6 +18,7 @@ lpx_status lpx_cpu_register_reduce(void);
 lpx_status lpx_cpu_register_linalg(void);
 lpx_status lpx_cpu_register_nn(void);
 lpx_status lpx_cpu_register_float8(void);
+lpx_status lpx_cpu_register_float8_mm(void);   /* float8_mm.c, called by the above */
 lpx_status lpx_cpu_register_float8_transpose(void);
 lpx_status lpx_cpu_register_nf4(void);
 lpx_status lpx_cpu_register_optim(void);
@@ -109,5 +111,12 @@ lpx_status cpu_contiguous_f32(const lpx_tensor *t, lpx_tensor **out);
 
 /* New contiguous CPU tensor; message names the op. */
 lpx_status cpu_new(const lpx_call *c, lpx_dtype dtype, int ndim, const int64_t *shape, lpx_tensor **out);
+
+/* The exact f32 value of each fp8 code (core/dtype_internal.h's tables):
+ * the decode of the fp8 kernels (float8.c, float8_mm.c). */
+static inline const float *cpu_f8_decode_table(lpx_dtype d)
+{
+    return d == LPX_F8E4M3FN ? lpx__f8e4m3fn_table.f : lpx__f8e5m2_table.f;
+}
 
 #endif
