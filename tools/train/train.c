@@ -1,4 +1,4 @@
-/* `lpx train`: the rank loop, evaluation, sampling and the summary.
+/* `lpx train`: the rank loop, evaluation, sampling (the end-of-run report is report.c).
  *
  * One step on each rank: for each of its micro-batches (global index
  * rank * (micro / ranks) + j), forward (the engine unshards each group as
@@ -648,107 +648,6 @@ static void free_params(const tr_geom *g, float **w)
     free(w);
 }
 
-/* ---- the summary ---- */
-
-static void mib(char *buf, size_t n, int64_t bytes) { snprintf(buf, n, "%.2f MiB", (double)bytes / 1048576.0); }
-
-static void print_dispatch(const tr_opts *o)
-{
-    /* the trace counts this process's calls: every rank's with local
-     * threads, rank 0's alone with one rank per process */
-    printf("\ndispatch counts (from the trace, main recipe%s)\n", strcmp(o->comm, "local") ? ", rank 0's process" : "");
-    printf("  %-26s %-10s %10s %10s\n", "op", "key", "calls", "fallbacks");
-    int flagged = 0;
-    for (int op = 0; op < lpx_op_count(); op++) {
-        for (int key = 0; key < 64; key++) {
-            uint64_t n = lpx_trace_count(op, key);
-            if (!n) continue;
-            uint64_t fb = lpx_trace_fallback_count(op, key);
-            printf("  %-26s %-10s %10llu %10llu%s\n", lpx_op_name(op), lpx_key_name(key), (unsigned long long)n,
-                   (unsigned long long)fb, fb ? "   <-- FALLBACK" : "");
-            flagged += fb != 0;
-        }
-    }
-    printf("  %s\n", flagged ? "fallbacks flagged above: those ops ran dequantized" : "no fallbacks: every op ran its own kernel");
-}
-
-static void print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, int nres, int main_idx,
-                          int base_idx)
-{
-    const tr_result *M = &res[main_idx];
-    printf("\n== summary: %d ranks (%s), dim %d, layers %d, heads %d (kv %d), ffn %d, vocab %d%s, seq %d, batch %d, "
-           "%lld params%s ==\n", o->ranks, o->comm, g->dim, g->layers, g->heads, g->kv_heads, g->hidden, g->vocab,
-           g->tied ? " (tied head)" : "", g->seq, o->batch, (long long)tr_geom_numel(g),
-           o->ac ? ", activation checkpointing" : "");
-    printf("  %-20s %10s %10s %10s %9s %8s\n", "recipe", "train", "val", "val gap", "tok/s", "time");
-    for (int r = 0; r < nres; r++) {
-        const tr_result *x = &res[r];
-        double toks = 0;
-        for (int s = 0; s < x->steps; s++) toks += x->rec[s].tok_s;
-        char gap[32] = "-";
-        if (base_idx >= 0 && r != base_idx && res[base_idx].val_loss > 0)
-            snprintf(gap, sizeof gap, "%+.2f%%", 100.0 * (x->val_loss - res[base_idx].val_loss) / res[base_idx].val_loss);
-        printf("  %-20s %10.4f %10.4f %10s %9.0f %7.1fs\n", x->label, x->train_loss, x->val_loss, gap,
-               toks / x->steps, x->seconds);
-    }
-    if (M->skipped || o->skip_nonfinite)
-        printf("  optimizer steps skipped for non-finite gradients (--skip-nonfinite): %d\n", M->skipped);
-    if (M->start) printf("  %s resumed at step %d (steps 1..%d from the checkpoint)\n", M->label, M->start, M->start);
-    if (M->recipe == TR_NF4_QLORA) {
-        printf("  nf4-qlora: val loss of the pre-trained base %.4f -> %.4f after adapter training\n",
-               M->val_loss_start, M->val_loss);
-        printf("  nf4 base weights: %lld bytes for %lld params = %.3f bits/param; trainable (adapters): %lld\n",
-               (long long)M->nf4_bytes, (long long)M->nf4_numel,
-               M->nf4_numel ? 8.0 * (double)M->nf4_bytes / (double)M->nf4_numel : 0.0, (long long)M->trainable);
-    }
-    printf("\ncollectives per step (rank 0, last step, from lpx_fsdp_stats)\n");
-    printf("  %-20s %12s %12s %12s %12s\n", "recipe", "all-gather", "bytes", "reduce-scat", "bytes");
-    for (int r = 0; r < nres; r++) {
-        const tr_result *x = &res[r];
-        printf("  %-20s %12llu %12llu %12llu %12llu   all-reduce %llu (%llu B)\n", x->label,
-               (unsigned long long)x->coll_calls[LPX_COLL_ALL_GATHER],
-               (unsigned long long)x->coll_bytes[LPX_COLL_ALL_GATHER],
-               (unsigned long long)x->coll_calls[LPX_COLL_REDUCE_SCATTER],
-               (unsigned long long)x->coll_bytes[LPX_COLL_REDUCE_SCATTER],
-               (unsigned long long)x->coll_calls[LPX_COLL_ALL_REDUCE],
-               (unsigned long long)x->coll_bytes[LPX_COLL_ALL_REDUCE]);
-    }
-    if (base_idx >= 0 && res[base_idx].coll_bytes[LPX_COLL_ALL_GATHER] && M->coll_bytes[LPX_COLL_ALL_GATHER])
-        printf("  all-gather bytes %s / bf16 = %.3f\n", M->label,
-               (double)M->coll_bytes[LPX_COLL_ALL_GATHER] / (double)res[base_idx].coll_bytes[LPX_COLL_ALL_GATHER]);
-    if (M->recipe == TR_F8_TENSORWISE)
-        printf("  amax all-reduces per step: %llu (lpx_fsdp_precompute_scales: all fp8 weight scales in one call)\n",
-               (unsigned long long)M->amax_allreduces);
-    for (int r = 0; r < nres; r++)
-        printf("  %-20s unshards per step %llu, peak unsharded %d groups / %.2f MiB (lpx_fsdp_stats)\n",
-               res[r].label, (unsigned long long)res[r].unshards, res[r].peak_unsharded_groups,
-               (double)res[r].peak_unsharded / 1048576.0);
-
-    printf("\npeak memory per rank (rank 0): measured vs `lpx mem` estimate\n");
-    printf("  %-20s %-12s %-12s %-12s %-12s %-12s\n", "recipe", "params", "grads", "optimizer", "unsharded",
-           "activations");
-    for (int r = 0; r < nres; r++) {
-        const tr_result *x = &res[r];
-        tr_mem_est e;
-        tr_mem_estimate_geom(g, x->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
-                             o->wrap_linear, 4, o->ac, &e);
-        int64_t meas[5] = {x->mem_peak[TR_MEM_PARAMS], x->mem_peak[TR_MEM_GRADS], x->mem_peak[TR_MEM_OPT],
-                           x->mem_peak[TR_MEM_UNSHARDED], x->mem_peak[TR_MEM_ACT]};
-        int64_t est[5] = {e.params, e.grads, e.optimizer, e.unsharded, e.activations};
-        char c[5][24];
-        for (int k = 0; k < 5; k++) mib(c[k], sizeof c[k], meas[k]);
-        printf("  %-20s %-12s %-12s %-12s %-12s %-12s measured\n", x->label, c[0], c[1], c[2], c[3], c[4]);
-        double worst = 0;
-        for (int k = 0; k < 5; k++) {
-            mib(c[k], sizeof c[k], est[k]);
-            double d = meas[k] ? fabs((double)est[k] - (double)meas[k]) / (double)meas[k] : (est[k] ? 1.0 : 0.0);
-            worst = d > worst ? d : worst;
-        }
-        printf("  %-20s %-12s %-12s %-12s %-12s %-12s estimate (worst %.1f%% off)\n", "", c[0], c[1], c[2], c[3],
-               c[4], 100 * worst);
-    }
-}
-
 static bool file_exists(const char *p) { return access(p, R_OK) == 0; }
 
 /* data/corpus.txt from the working directory, else from the source tree
@@ -1074,8 +973,8 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
         base_idx = main_idx;
     }
     if (!lead) goto out;    /* the other MPI ranks: rank 0 reports */
-    print_summary(&o, g, res, nres, main_idx, base_idx);
-    print_dispatch(&o);
+    tr_print_summary(&o, g, res, nres, main_idx, base_idx);
+    tr_print_dispatch(&o);
     TRY(tr_write_metrics(o.out_dir, res, nres));
     printf("\nwrote %s/metrics.csv and %s/loss.svg\n", o.out_dir, o.out_dir);
     if (o.sample_len > 0) printf("\nsample (%s, temperature 0.8):\n%s\n", res[main_idx].label, res[main_idx].sample);
