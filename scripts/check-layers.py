@@ -90,9 +90,21 @@ def component(rel):
 
 
 def sources():
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
-                         stdout=subprocess.PIPE, text=True).stdout.split()
-    return [f for f in out if f.endswith((".c", ".h", ".cu", ".cuh", ".cpp")) and not f.startswith("build")]
+    """The C, C++ and CUDA files of the tree: git's list (tracked and
+    untracked, not ignored) in a checkout, else a walk that leaves out build
+    directories and the test venv (a tarball, a scratch copy)."""
+    exts = (".c", ".h", ".cu", ".cuh", ".cpp")
+    try:
+        out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.split()
+        return [f for f in out if f.endswith(exts) and not f.startswith("build")]
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+        for dp, dirs, fs in os.walk(ROOT):
+            rel = os.path.relpath(dp, ROOT)
+            dirs[:] = [d for d in dirs if not d.startswith((".", "build")) and d != "gpu-stage"]
+            files += [os.path.normpath(os.path.join(rel, f)) for f in fs if f.endswith(exts)]
+        return files
 
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
