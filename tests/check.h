@@ -89,7 +89,7 @@ static inline void check_count_skip(const char *name, int cls, const char *why)
 
 /* TEST_FILTER=text runs only the cases whose name contains `text` (the
  * others are neither run nor counted): `TEST_FILTER=hybrid
- * build/tests/test_fsdp`, or through meson, `TEST_FILTER=hybrid meson test
+ * build/tests/test_fsdp_step`, or through meson, `TEST_FILTER=hybrid meson test
  * -C build fsdp`. A filter that selects no case fails the program, so a
  * typo does not pass as a green run. */
 static int check_filtered_out;

@@ -1,4 +1,4 @@
-/* Helpers shared by test_dtensor.c and test_fsdp.c: running N local ranks
+/* Helpers shared by test_dtensor.c and the test_fsdp_*.c programs: running N local ranks
  * and comparing tensors bit for bit. Rank functions never use CHECK (its
  * counters are not thread-safe): they record the first failure in their
  * rank_result and the main thread checks. */
@@ -40,7 +40,7 @@ static void rfail(int rank, const char *fmt, ...)
     __LINE__, #expr, lpx_status_string(s_), lpx_last_error()); } while (0)
 
 /* Runs fn on n ranks; checks every rank succeeded and recorded nothing. */
-static void run_ranks(int n, lpx_comm_rank_fn fn, void *ctx)
+static inline void run_ranks(int n, lpx_comm_rank_fn fn, void *ctx)
 {
     memset(results, 0, sizeof results);
     lpx_status sts[MAXR];

@@ -14,7 +14,7 @@
  * gives the same result with 15 branch-free compares (vectorizable, no
  * table gathers). The thresholds below are the smallest f32 v whose argmin
  * is i+1; they were derived from the argmin and checked against it for
- * every one of the 2^31 f32 values in [-1, 1] (tests/test_nf4.c re-checks
+ * every one of the 2^31 f32 values in [-1, 1] (tests/test_nf4_numerics.c re-checks
  * a window of ulps around each one). They are near, but not always equal
  * to, the f32 midpoints (c_i + c_{i+1}) / 2. */
 #ifndef LPX_NUMERICS_NF4_H

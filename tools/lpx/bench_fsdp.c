@@ -157,7 +157,7 @@ int lpx_bench_fsdp(int argc, char **argv)
                             .compare = lpx_bench_na(), .goal = lpx_bench_na(),
                             /* not a goal: it follows from the wire format
                              * (1-byte codes + one f32 scale per tensor), so
-                             * no machine can miss it; test_fsdp checks it */
+                             * no machine can miss it; test_fsdp_unshard checks it */
                             .note = k == K_FP8 ? "property of the wire format: 1 byte + scales vs 2 bytes" : NULL};
         lpx_bench_report_add(&rep, &r2);
     }
