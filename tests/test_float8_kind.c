@@ -3,6 +3,84 @@
  * out of memory and leaks. */
 #include "float8_util.h"
 
+/* ---- views, handlers -------------------------------------------------- */
+
+static bool same_values(lpx_tensor *a, lpx_tensor *b)
+{
+    if (lpx_tensor_numel(a) != lpx_tensor_numel(b)) return false;
+    double *x = values(a), *y = values(b);
+    bool same = !memcmp(x, y, (size_t)lpx_tensor_numel(a) * sizeof *x);
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Two dim-0 shards through pre_all_gather, a simulated gather (cat along
+ * dim 0), post_all_gather: the result equals the unsharded tensor. */
+static void gather_roundtrip(lpx_tensor *full, bool expect_ok)
+{
+    const lpx_kind *k = lpx_float8_kind();
+    const lpx_kind_i *vt = lpx_kind_vtable(k);
+    CHECK(vt->shard_unit(full) == 1);
+    lpx_tensor *sh[2] = {0};
+    int n = 0;
+    CHECK_OK(lpx_chunk(full, 2, 0, sh, 2, &n));
+    lpx_tensor *in[2][LPX_MAX_AG_INPUTS] = {{0}};
+    int nin[2] = {0, 0};
+    unsigned char meta[2][LPX_MAX_META];
+    size_t msz[2] = {0, 0};
+    lpx_status st = vt->pre_all_gather(sh[0], NULL, in[0], &nin[0], meta[0], &msz[0]);
+    if (!expect_ok) {
+        CHECK_ERR(st, LPX_ENOTIMPL);
+        lpx_tensor_release(sh[0]);
+        lpx_tensor_release(sh[1]);
+        return;
+    }
+    CHECK_OK(st);
+    CHECK_OK(vt->pre_all_gather(sh[1], NULL, in[1], &nin[1], meta[1], &msz[1]));
+    CHECK(nin[0] == nin[1] && nin[0] >= 1);
+    lpx_tensor *gathered[LPX_MAX_AG_INPUTS] = {0};
+    for (int i = 0; i < nin[0]; i++) {
+        lpx_tensor *pair[2] = {in[0][i], in[1][i]};
+        CHECK_OK(lpx_cat(pair, 2, 0, &gathered[i]));
+    }
+    lpx_tensor *r = NULL, *r2 = NULL;
+    CHECK_OK(vt->post_all_gather(k, gathered, nin[0], meta[0], msz[0], LPX_BF16, NULL, &r));
+    CHECK(r && lpx_tensor_dtype(r) == LPX_BF16);
+    lpx_tensor *df = NULL, *dr = NULL;
+    CHECK_OK(lpx_float8_dequantize(full, LPX_F32, &df));
+    if (r) {
+        CHECK_OK(lpx_float8_dequantize(r, LPX_F32, &dr));
+        CHECK(same_values(df, dr));
+        /* second step: refill r in place */
+        CHECK_OK(vt->post_all_gather(k, gathered, nin[0], meta[0], msz[0], LPX_BF16, r, &r2));
+        CHECK(r2 == r);
+    }
+    /* gathered bytes arriving as u8 are reinterpreted */
+    lpx_tensor *u8 = NULL, *r3 = NULL;
+    CHECK_OK(lpx_zeros(lpx_tensor_ndim(gathered[0]), lpx_tensor_shape(gathered[0]), LPX_U8, lpx_cpu(), &u8));
+    memcpy(lpx_tensor_data(u8), lpx_tensor_data(gathered[0]), (size_t)lpx_tensor_numel(u8));
+    lpx_tensor *g2[LPX_MAX_AG_INPUTS];
+    memcpy(g2, gathered, sizeof g2);
+    g2[0] = u8;
+    CHECK_OK(vt->post_all_gather(k, g2, nin[0], meta[0], msz[0], 0, NULL, &r3));
+    if (r3) {
+        lpx_tensor *d3 = NULL;
+        CHECK_OK(lpx_float8_dequantize(r3, LPX_F32, &d3));
+        CHECK(same_values(df, d3));
+        lpx_tensor_release(d3);
+    }
+    lpx_tensor_release(r3);
+    CHECK_ERR(vt->post_all_gather(k, gathered, nin[0] + 1, meta[0], msz[0], 0, NULL, &r3), LPX_EINVAL);
+    CHECK(r3 == NULL);
+    lpx_tensor_release(u8);
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < nin[s]; i++) lpx_tensor_release(in[s][i]);
+    for (int i = 0; i < nin[0]; i++) lpx_tensor_release(gathered[i]);
+    lpx_tensor *rel[] = {sh[0], sh[1], r, r2, df, dr};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
+}
+
 static lpx_tensor *oom_x, *oom_w, *oom_g; /* test_out_of_memory's inputs */
 
 /* ---- out of memory ----------------------------------------------------- */
@@ -78,7 +156,6 @@ static lpx_status oom_delayed(void)
     lpx_float8_delayed_free(e);
     return st;
 }
-
 
 static void test_views(void)
 {
@@ -387,7 +464,6 @@ static void test_out_of_memory(void)
     lpx_tensor_release(oom_w);
     lpx_tensor_release(oom_g);
 }
-
 
 int main(void)
 {

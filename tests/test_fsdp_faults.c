@@ -1,6 +1,45 @@
 /* The fsdp tests, faults, bad arguments and config versions. */
 #include "fsdp_util.h"
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static lpx_status fault_rank(lpx_comm *comm, void *vctx)
+{
+    fault_ctx *c = vctx;
+    int r = lpx_comm_rank(comm);
+    lpx_fsdp *f = NULL;
+    lpx_status st = new_engine(comm, NULL, &f);
+    if (st) return st;
+    lpx_fsdp_group *g = NULL;
+    lpx_fsdp_group_add(f, "l", &g);
+    lpx_fsdp_param_add(g, "w", c->full, 0, NULL);
+    st = lpx_fsdp_shard(f);
+    double t0 = now_s();
+    if (!st) {
+        if (r == 2 && c->mode == 0) st = lpx_error(LPX_EINVAL, "rank 2 gives up before the unshard");
+        else if (r == 2 && c->mode == 1) {
+            usleep(600 * 1000); /* the others are mid-collective past their timeout */
+            st = lpx_fsdp_unshard(g);
+        } else if (r == 2 && c->mode == 2) {
+            lpx_comm_abort(comm, "rank 2 stops mid-step");
+            st = LPX_ECOMM;
+        } else {
+            st = lpx_fsdp_unshard(g);
+            if (!st) st = lpx_fsdp_reshard(g);
+            if (!st) st = lpx_fsdp_unshard(g);
+        }
+    }
+    c->st[r] = st;
+    c->secs[r] = now_s() - t0;
+    lpx_fsdp_free(f);
+    return st;
+}
+
 static void test_faults(void)
 {
     const int64_t s[2] = {21, 6};

@@ -2,6 +2,58 @@
  * hooks, untrusted unflatten, bad configurations, out of memory and leaks. */
 #include "nf4_util.h"
 
+/* ---- handlers ---------------------------------------------------------------- */
+
+static bool same_values(lpx_tensor *a, lpx_tensor *b)
+{
+    if (lpx_tensor_numel(a) != lpx_tensor_numel(b)) return false;
+    float *av = values_f32(a), *bv = values_f32(b);
+    bool same = memcmp(av, bv, (size_t)lpx_tensor_numel(a) * sizeof(float)) == 0;
+    free(av);
+    free(bv);
+    return same;
+}
+
+/* dequantized nf4 (f32) */
+static lpx_tensor *deq(lpx_tensor *w)
+{
+    lpx_tensor *d = NULL;
+    CHECK_OK(lpx_cast(w, LPX_F32, false, &d));
+    return d;
+}
+
+/* ---- hooks --------------------------------------------------------------------- */
+
+/* Concatenates 1-D dense tensors (any byte dtype) in order. */
+static lpx_tensor *concat(lpx_tensor *const *ts, int n)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += lpx_tensor_numel(ts[i]);
+    lpx_tensor *out = NULL;
+    CHECK_OK(lpx_tensor_new(lpx_tensor_dtype(ts[0]), 1, &total, lpx_cpu(), &out));
+    size_t esz = lpx_dtype_nbytes(lpx_tensor_dtype(ts[0]), 1), off = 0;
+    for (int i = 0; i < n && out; i++) {
+        size_t nb = (size_t)lpx_tensor_numel(ts[i]) * esz;
+        if (nb) memcpy((char *)lpx_tensor_data(out) + off, lpx_tensor_data(ts[i]), nb);
+        off += nb;
+    }
+    return out;
+}
+
+static bool same_payload(lpx_tensor *a, lpx_tensor *b)
+{
+    for (int i = 0; i < LPX_NF4_NINNER; i++) {
+        lpx_tensor *x = lpx_tensor_inner(a, i), *y = lpx_tensor_inner(b, i);
+        size_t n = lpx_dtype_nbytes(lpx_tensor_dtype(x), lpx_tensor_numel(x));
+        if (lpx_tensor_numel(x) != lpx_tensor_numel(y) || (n && memcmp(lpx_tensor_data(x), lpx_tensor_data(y), n)))
+            return false;
+    }
+    size_t ma, mb;
+    const lpx_nf4_meta *pa = lpx_tensor_meta(a, &ma), *pb = lpx_tensor_meta(b, &mb);
+    return ma == mb && pa->padded == pb->padded && pa->block == pb->block && pa->scaler_block == pb->scaler_block &&
+           lpx_tensor_ndim(a) == lpx_tensor_ndim(b) && lpx_tensor_shape(a)[0] == lpx_tensor_shape(b)[0];
+}
+
 /* ---- out of memory -------------------------------------------------------------- */
 
 LPX_API void lpx__fail_alloc_after(long n);
@@ -517,7 +569,6 @@ static void test_out_of_memory(void)
     lpx_tensor *t[] = {oom_x, oom_w, oom_a, oom_b, oom_g, oom_dense};
     for (int i = 0; i < 6; i++) lpx_tensor_release(t[i]);
 }
-
 
 int main(void)
 {

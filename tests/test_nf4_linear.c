@@ -2,6 +2,59 @@
  * and the adapter dropout op. */
 #include "nf4_util.h"
 
+static double rel_err(const float *a, const double *ref, int64_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        num += (a[i] - ref[i]) * (a[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ---- linear ------------------------------------------------------------------ */
+
+/* y[m, n] = sum_k x[m, k] * w[n, k] + b[n], doubles */
+static double *ref_linear(const float *x, const float *w, const float *b, int64_t M, int64_t N, int64_t K)
+{
+    double *y = malloc((size_t)(M * N + 1) * sizeof(double));
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = b ? b[n] : 0.0;
+            for (int64_t k = 0; k < K; k++) s += (double)x[m * K + k] * w[n * K + k];
+            y[m * N + n] = s;
+        }
+    return y;
+}
+
+static void check_linear_case(int64_t M, int64_t N, int64_t K, lpx_dtype xdt, bool with_bias)
+{
+    int64_t xs[2] = {M, K}, ws[2] = {N, K}, bs[1] = {N};
+    lpx_tensor *x = rand_normal(2, xs, 50, 1.0, xdt), *wd = rand_normal(2, ws, 51, 1.0, LPX_BF16), *b = rand_normal(1, bs, 52, 1.0, LPX_F32);
+    lpx_tensor *w = NULL, *y = NULL, *wdq = NULL;
+    CHECK_OK(lpx_nf4_quantize(wd, NULL, &w));
+    CHECK_OK(lpx_nf4_dequantize(w, LPX_F32, &wdq));
+    CHECK_OK(lpx_linear(x, w, with_bias ? b : NULL, &y));
+    if (y && wdq) {
+        CHECK(lpx_tensor_dtype(y) == xdt && lpx_tensor_shape(y)[0] == M && lpx_tensor_shape(y)[1] == N);
+        float *xv = values_f32(x), *yv = values_f32(y), *bv = values_f32(b);
+        double *ref = ref_linear(xv, lpx_tensor_data(wdq), with_bias ? bv : NULL, M, N, K);
+        double e = rel_err(yv, ref, M * N);
+        CHECKF(e < (xdt == LPX_F32 ? 1e-5 : 1e-2), "linear [%lld,%lld]x[%lld,%lld]^T rel err %g", (long long)M,
+               (long long)K, (long long)N, (long long)K, e);
+        free(xv);
+        free(yv);
+        free(bv);
+        free(ref);
+    }
+    lpx_tensor_release(y);
+    lpx_tensor_release(wdq);
+    lpx_tensor_release(w);
+    lpx_tensor_release(x);
+    lpx_tensor_release(wd);
+    lpx_tensor_release(b);
+}
+
 static void test_linear(void)
 {
     check_linear_case(5, 96, 200, LPX_F32, true);

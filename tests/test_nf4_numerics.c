@@ -3,6 +3,200 @@
  * special blocks, padding and sizes. */
 #include "nf4_util.h"
 
+/* ---- the reference (independent of the production code path) ----------- */
+
+static const float REF_CB[16] = {
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
+    -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,
+    0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
+    0.7229568362236023f, 1.0f};
+
+/* argmin over |v - code| in f32, first minimum (= lower index) wins */
+static int ref_nearest(float v)
+{
+    int best = 0;
+    float bd = fabsf(v - REF_CB[0]);
+    for (int i = 1; i < 16; i++) {
+        float d = fabsf(v - REF_CB[i]);
+        if (d < bd) {
+            bd = d;
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* The recipe on x zero-padded to whole scaler blocks. */
+static ref_q ref_quantize(const float *x, int64_t n, int64_t B, int64_t S)
+{
+    ref_q r;
+    int64_t unit = B * S;
+    r.padded = (n + unit - 1) / unit * unit;
+    r.nb = r.padded / B;
+    r.nsb = r.padded / unit;
+    r.codes = calloc((size_t)(r.padded / 2 + 1), 1);
+    r.qs = calloc((size_t)(r.nb + 1), 1);
+    r.f = calloc((size_t)(r.nsb + 1), sizeof(float));
+    float *s = calloc((size_t)(r.nb + 1), sizeof(float));
+    for (int64_t b = 0; b < r.nb; b++) {
+        float amax = 0.0f;
+        for (int64_t j = 0; j < B; j++) {
+            int64_t i = b * B + j;
+            float v = i < n ? fabsf(x[i]) : 0.0f;
+            if (v > amax) amax = v;
+        }
+        s[b] = amax;
+        for (int64_t j = 0; j < B; j++) {
+            int64_t i = b * B + j;
+            float xv = i < n ? x[i] : 0.0f;
+            int code = amax == 0.0f ? 7 : ref_nearest(xv / amax);
+            if (i % 2 == 0) r.codes[i / 2] |= (uint8_t)(code << 4);
+            else r.codes[i / 2] |= (uint8_t)code;
+        }
+    }
+    double sum = 0.0;
+    for (int64_t b = 0; b < r.nb; b++) sum += s[b];
+    r.mean = r.nb ? (float)(sum / (double)r.nb) : 0.0f;
+    for (int64_t g = 0; g < r.nsb; g++) {
+        float amax = 0.0f;
+        for (int64_t k = 0; k < S; k++) {
+            float d = fabsf(s[g * S + k] - r.mean);
+            if (d > amax) amax = d;
+        }
+        float f = amax > 0.0f ? 256.0f / (2.0f * amax) : 1.0f;
+        r.f[g] = f;
+        for (int64_t k = 0; k < S; k++) {
+            float q = rintf((s[g * S + k] - r.mean) * f);
+            q = q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q;
+            r.qs[g * S + k] = (int8_t)q;
+        }
+    }
+    free(s);
+    return r;
+}
+
+static float ref_value(const ref_q *r, int64_t B, int64_t S, int64_t i)
+{
+    int64_t b = i / B;
+    int code = i % 2 ? r->codes[i / 2] & 15 : r->codes[i / 2] >> 4;
+    float scale = (float)r->qs[b] / r->f[b / S] + r->mean;
+    return REF_CB[code] * scale;
+}
+
+static void ref_free(ref_q *r)
+{
+    free(r->codes);
+    free(r->qs);
+    free(r->f);
+}
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static lpx_tensor *from_floats(const float *v, int ndim, const int64_t *shape)
+{
+    lpx_tensor *t = NULL;
+    CHECK_OK(lpx_tensor_new(LPX_F32, ndim, shape, lpx_cpu(), &t));
+    if (t) memcpy(lpx_tensor_data(t), v, (size_t)lpx_tensor_numel(t) * sizeof(float));
+    return t;
+}
+
+/* Payload of w equals the reference, bit for bit. Returns mismatches. */
+static int64_t compare_payload(lpx_tensor *w, const ref_q *r)
+{
+    int64_t bad = 0;
+    lpx_tensor *codes = lpx_tensor_inner(w, LPX_NF4_CODES), *qs = lpx_tensor_inner(w, LPX_NF4_QSCALERS),
+               *f = lpx_tensor_inner(w, LPX_NF4_FACTORS), *mean = lpx_tensor_inner(w, LPX_NF4_MEAN);
+    CHECK(lpx_tensor_numel(codes) * 2 == r->padded);
+    CHECK(lpx_tensor_numel(qs) == r->nb && lpx_tensor_numel(f) == r->nsb && lpx_tensor_numel(mean) == 1);
+    if (lpx_tensor_numel(codes) * 2 != r->padded || lpx_tensor_numel(qs) != r->nb || lpx_tensor_numel(f) != r->nsb)
+        return -1;
+    const uint8_t *c = lpx_tensor_data(codes);
+    const int8_t *q = lpx_tensor_data(qs);
+    const float *fv = lpx_tensor_data(f), *m = lpx_tensor_data(mean);
+    for (int64_t i = 0; i < r->padded / 2; i++) bad += c[i] != r->codes[i];
+    for (int64_t i = 0; i < r->nb; i++) bad += q[i] != r->qs[i];
+    for (int64_t i = 0; i < r->nsb; i++) bad += memcmp(&fv[i], &r->f[i], 4) != 0;
+    bad += memcmp(m, &r->mean, 4) != 0;
+    return bad;
+}
+
+/* Quantizes x (any float dtype) and checks payload and dequantized values
+ * against the reference. */
+static void check_exact(lpx_tensor *x, int64_t B, int64_t S)
+{
+    lpx_nf4_config c = cfg(B, S);
+    lpx_tensor *w = NULL, *d = NULL;
+    CHECK_OK(lpx_nf4_quantize(x, &c, &w));
+    if (!w) return;
+    float *xv = values_f32(x);
+    int64_t n = lpx_tensor_numel(x);
+    ref_q r = ref_quantize(xv, n, B, S);
+    int64_t bad = compare_payload(w, &r);
+    CHECKF(bad == 0, "%lld payload mismatches (block %lld, scaler_block %lld, numel %lld)", (long long)bad,
+           (long long)B, (long long)S, (long long)n);
+    CHECK_OK(lpx_nf4_dequantize(w, LPX_F32, &d));
+    if (d) {
+        const float *dv = lpx_tensor_data(d);
+        int64_t vbad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float want = ref_value(&r, B, S, i);
+            vbad += memcmp(&dv[i], &want, 4) != 0;
+        }
+        CHECKF(vbad == 0, "%lld dequantized values differ from the reference", (long long)vbad);
+    }
+    ref_free(&r);
+    free(xv);
+    lpx_tensor_release(d);
+    lpx_tensor_release(w);
+}
+
+static void roundtrip_error(void)
+{
+    int64_t shape[2] = {1024, 1024};
+    lpx_tensor *x = rand_normal(2, shape, 11, 1.0, LPX_F32), *w = NULL, *d = NULL;
+    CHECK_OK(lpx_nf4_quantize(x, NULL, &w));
+    CHECK_OK(lpx_nf4_dequantize(w, LPX_F32, &d));
+    if (d) {
+        const float *xv = lpx_tensor_data(x), *dv = lpx_tensor_data(d);
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < 1024 * 1024; i++) {
+            num += ((double)dv[i] - xv[i]) * ((double)dv[i] - xv[i]);
+            den += (double)xv[i] * xv[i];
+        }
+        double e = sqrt(num / den);
+        if (lpx__nf4_simd)
+            printf("     N(0,1) 1024x1024, defaults: dequant(quant(W)) relative error %.4f (SQNR %.2f dB)\n", e,
+                   -20.0 * log10(e));
+        CHECKF(e > 0.07 && e < 0.12, "relative error %.4f outside what the 16-value codebook implies", e);
+    }
+    /* bf16 and f16 outputs are the f32 values rounded once */
+    lpx_tensor *db = NULL, *dh = NULL;
+    CHECK_OK(lpx_nf4_dequantize(w, LPX_BF16, &db));
+    CHECK_OK(lpx_nf4_dequantize(w, LPX_F16, &dh));
+    if (d && db && dh) {
+        const float *dv = lpx_tensor_data(d);
+        float *bv = values_f32(db), *hv = values_f32(dh);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < 1024 * 1024; i++) {
+            float rb, rh;
+            uint16_t b16, h16;
+            lpx_convert(&b16, LPX_BF16, &dv[i], LPX_F32, 1, 0);
+            lpx_convert(&h16, LPX_F16, &dv[i], LPX_F32, 1, 0);
+            lpx_convert(&rb, LPX_F32, &b16, LPX_BF16, 1, 0);
+            lpx_convert(&rh, LPX_F32, &h16, LPX_F16, 1, 0);
+            bad += bv[i] != rb || hv[i] != rh;
+        }
+        CHECK(bad == 0);
+        free(bv);
+        free(hv);
+    }
+    lpx_tensor_release(db);
+    lpx_tensor_release(dh);
+    lpx_tensor_release(d);
+    lpx_tensor_release(w);
+    lpx_tensor_release(x);
+}
+
 /* ---- numerics ----------------------------------------------------------------- */
 
 static void test_codebook_encode(void)
