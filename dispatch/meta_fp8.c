@@ -99,6 +99,15 @@ lpx_status lpx_meta_fp8_scaled_mm(const char *op, const lpx_tensor *a, const lpx
     return LPX_OK;
 }
 
+lpx_status lpx_meta_fp8_scale_from_amax(const char *op, const lpx_tensor *amax, lpx_dtype fp8, double scale_max)
+{
+    lpx_status st;
+    if ((st = float_tensor(op, "amax", amax)) || (st = lpx_meta_fp8_dtype(op, "fp8", fp8))) return st;
+    if (isnan(scale_max) || scale_max < 0)
+        return lpx_error(LPX_EINVAL, "%s: scale_max = %g; it must be >= 0 (0: no clamp)", op, scale_max);
+    return LPX_OK;
+}
+
 lpx_status lpx_meta_fp8_quantize(const char *op, const lpx_tensor *x, const lpx_tensor *scale, lpx_dtype fp8,
                                  bool has_dim, int64_t dim, double scale_max, lpx_fp8_quant_geom *g)
 {

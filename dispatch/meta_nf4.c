@@ -55,13 +55,36 @@ lpx_status lpx_meta_nf4_payload(const char *op, const lpx_tensor *codes, const l
     return LPX_OK;
 }
 
-lpx_status lpx_meta_nf4_range(const char *op, int64_t padded, int64_t start, int64_t count, lpx_dtype dtype)
+lpx_status lpx_meta_nf4_range(const char *op, int64_t padded, int64_t start, int64_t count, lpx_dtype dtype,
+                              const lpx_tensor *out)
 {
     if (dtype != LPX_F32 && dtype != LPX_F16 && dtype != LPX_BF16)
         return lpx_error(LPX_EDTYPE, "%s: dtype %s: NF4 dequantizes to f32, f16 or bf16", op, lpx_dtype_name(dtype));
     if (start < 0 || count < 0 || start > padded || count > padded - start)
         return lpx_error(LPX_ERANGE, "%s: elements [%lld, %lld + %lld) outside the %lld the payload holds", op,
                          (long long)start, (long long)start, (long long)count, (long long)padded);
+    if (out && (out->kind || out->dtype != dtype || out->numel != count || !lpx_tensor_is_contiguous(out)))
+        return lpx_error(LPX_ESHAPE, "%s: out must be a contiguous %s tensor of %lld elements (is %s, %lld, %s)", op,
+                         lpx_dtype_name(dtype), (long long)count, lpx_dtype_name(out->dtype), (long long)out->numel,
+                         lpx_tensor_is_contiguous(out) ? "contiguous" : "strided");
+    return LPX_OK;
+}
+
+lpx_status lpx_meta_nf4_quantize(const char *op, const lpx_tensor *x, int64_t block, int64_t scaler_block,
+                                 lpx_nf4_sizes *sz)
+{
+    lpx_status st = lpx_meta_nf4_blocks(op, block, scaler_block);
+    if (st) return st;
+    if (!x) return lpx_error(LPX_EINVAL, "%s: x is NULL", op);
+    if (!lpx_dtype_get(x->dtype)->is_float)
+        return lpx_error(LPX_EDTYPE, "%s: x has dtype %s; NF4 quantizes floating-point tensors", op,
+                         lpx_dtype_name(x->dtype));
+    int64_t unit = block * scaler_block;
+    if (x->numel > INT64_MAX - unit)
+        return lpx_error(LPX_ERANGE, "%s: %lld elements cannot be padded to scaler blocks", op, (long long)x->numel);
+    sz->padded = (x->numel + unit - 1) / unit * unit;
+    sz->blocks = sz->padded / block;
+    sz->scaler_blocks = sz->padded / unit;
     return LPX_OK;
 }
 

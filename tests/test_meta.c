@@ -126,10 +126,24 @@ static void test_nf4_payload(void)
     CHECK_ERR(lpx_meta_nf4_payload("nf4_dequantize", codes, qs, f, m2, 64, 2, &padded), LPX_ESHAPE);
     CHECK_ERR(lpx_meta_nf4_payload("nf4_dequantize", codes, qs, f, mean, 64, 3, &padded), LPX_ESHAPE);
     CHECK(strstr(lpx_last_error(), "not a whole number of scaler blocks") != NULL);
-    CHECK_OK(lpx_meta_nf4_range("nf4_dequantize", 256, 10, 246, LPX_BF16));
-    CHECK_ERR(lpx_meta_nf4_range("nf4_dequantize", 256, 10, 247, LPX_F32), LPX_ERANGE);
-    CHECK_ERR(lpx_meta_nf4_range("nf4_dequantize", 256, -1, 1, LPX_F32), LPX_ERANGE);
-    CHECK_ERR(lpx_meta_nf4_range("nf4_dequantize", 256, 0, 1, LPX_I32), LPX_EDTYPE);
+    CHECK_OK(lpx_meta_nf4_range("nf4_dequantize", 256, 10, 246, LPX_BF16, NULL));
+    CHECK_ERR(lpx_meta_nf4_range("nf4_dequantize", 256, 10, 247, LPX_F32, NULL), LPX_ERANGE);
+    CHECK_ERR(lpx_meta_nf4_range("nf4_dequantize", 256, -1, 1, LPX_F32, NULL), LPX_ERANGE);
+    CHECK_ERR(lpx_meta_nf4_range("nf4_dequantize", 256, 0, 1, LPX_I32, NULL), LPX_EDTYPE);
+    lpx_tensor *o2 = vec_of(LPX_F32, 2), *o3 = vec_of(LPX_F32, 3);
+    CHECK_OK(lpx_meta_nf4_range("nf4_dequantize", 256, 0, 2, LPX_F32, o2));
+    CHECK_ERR(lpx_meta_nf4_range("nf4_dequantize", 256, 0, 2, LPX_F32, o3), LPX_ESHAPE);
+    CHECK_ERR(lpx_meta_nf4_range("nf4_dequantize", 256, 0, 2, LPX_BF16, o2), LPX_ESHAPE);
+    lpx_tensor_release(o2);
+    lpx_tensor_release(o3);
+    lpx_nf4_sizes sz;
+    const int64_t xs[2] = {3, 100};
+    lpx_tensor *x = t_of(2, xs);
+    CHECK_OK(lpx_meta_nf4_quantize("nf4_quantize", x, 64, 4, &sz)); /* 300 elements -> 512: 8 blocks, 2 factors */
+    CHECK(sz.padded == 512 && sz.blocks == 8 && sz.scaler_blocks == 2);
+    CHECK_ERR(lpx_meta_nf4_quantize("nf4_quantize", codes, 64, 4, &sz), LPX_EDTYPE);
+    CHECK_ERR(lpx_meta_nf4_quantize("nf4_quantize", x, 30, 4, &sz), LPX_EINVAL);
+    lpx_tensor_release(x);
     lpx_tensor *rel[] = {codes, qs, f, mean, qs5, m2};
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
 }
@@ -251,6 +265,11 @@ static void test_fp8(void)
     CHECK_ERR(lpx_meta_fp8_dequantize("fp8_dequantize", a, cols, LPX_F32), LPX_ESHAPE);
     CHECK_ERR(lpx_meta_fp8_dequantize("fp8_dequantize", a, one, LPX_I8), LPX_EDTYPE);
     CHECK_ERR(lpx_meta_fp8_dequantize("fp8_dequantize", xf, one, LPX_F32), LPX_EDTYPE);
+    CHECK_OK(lpx_meta_fp8_scale_from_amax("fp8_scale_from_amax", rows, LPX_F8E4M3FN, 0.0));
+    CHECK_ERR(lpx_meta_fp8_scale_from_amax("fp8_scale_from_amax", rows, LPX_F8E4M3FN, -1.0), LPX_EINVAL);
+    lpx_tensor *ia = t_dt(LPX_I32, 2, s41);
+    CHECK_ERR(lpx_meta_fp8_scale_from_amax("fp8_scale_from_amax", ia, LPX_F8E4M3FN, 0.0), LPX_EDTYPE);
+    lpx_tensor_release(ia);
     lpx_tensor *rel[] = {a, b, b5, a5, bk, one, rows, cols, colsT, bias, xf, bt, bs, a7};
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
 }

@@ -64,7 +64,7 @@ static const struct {
     {"lpx_meta_shape_arg", NOALLOC}, {"lpx_meta_arange", NOALLOC}, {"lpx_meta_random", NOALLOC},
     {"lpx_meta_cast", NOALLOC}, {"lpx_meta_copy", NOALLOC}, {"lpx_meta_fill", NOALLOC},
     {"lpx_meta_fp8_dtype", NOALLOC}, {"lpx_meta_fp8_scaled_mm", NOALLOC}, {"lpx_meta_fp8_quantize", NOALLOC},
-    {"lpx_meta_fp8_dequantize", NOALLOC}, {"lpx_meta_nf4_mm", NOALLOC}, {"lpx_meta_qlora_dropout", NOALLOC},
+    {"lpx_meta_fp8_dequantize", NOALLOC}, {"lpx_meta_fp8_scale_from_amax", NOALLOC}, {"lpx_meta_nf4_quantize", NOALLOC}, {"lpx_meta_nf4_mm", NOALLOC}, {"lpx_meta_qlora_dropout", NOALLOC},
     {"lpx_init", "not applicable: runs once per process, before the sweep; every entry point reports an init "
                  "failure as its own status"},
     /* dtype.h */

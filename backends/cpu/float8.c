@@ -554,9 +554,8 @@ static lpx_status k_fp8_scale_from_amax(lpx_call *c)
     bool pow2 = c->args[2].u.b;
     double smax = c->args[3].u.f;
     lpx_status st;
-    if ((st = cpu_check_float(c, "amax", am)) || (st = lpx_meta_fp8_dtype(cpu_op_name(c), "fp8", fp8))) return st;
-    if (isnan(smax) || smax < 0)
-        return lpx_error(LPX_EINVAL, "%s: scale_max = %g; it must be >= 0 (0: no clamp)", cpu_op_name(c), smax);
+    if ((st = cpu_check_dense(c, "amax", am)) || (st = lpx_meta_fp8_scale_from_amax(cpu_op_name(c), am, fp8, smax)))
+        return st;
     lpx_tensor *s = NULL, *si = NULL;
     if ((st = cpu_new(c, LPX_F32, am->ndim, am->shape, &s)) || (st = cpu_new(c, LPX_F32, am->ndim, am->shape, &si))) {
         lpx_tensor_release(s);

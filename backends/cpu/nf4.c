@@ -273,13 +273,9 @@ static lpx_status k_nf4_dequantize(lpx_call *c)
     lpx_dtype dtype = c->args[8].u.d;
     lpx_tensor *out = cpu_tensor_arg(c, 9);
     const char *op = cpu_op_name(c);
-    if ((st = lpx_meta_nf4_range(op, p.padded, start, count, dtype))) return st;
+    if ((out && (st = cpu_check_dense(c, "out", out))) || (st = lpx_meta_nf4_range(op, p.padded, start, count, dtype, out)))
+        return st;
     if (out) {
-        if ((st = cpu_check_dense(c, "out", out))) return st;
-        if (out->dtype != dtype || out->numel != count || !lpx_tensor_is_contiguous(out))
-            return lpx_error(LPX_ESHAPE, "%s: out must be a contiguous %s tensor of %lld elements (is %s, %lld, %s)",
-                             op, lpx_dtype_name(dtype), (long long)count, lpx_dtype_name(out->dtype),
-                             (long long)out->numel, lpx_tensor_is_contiguous(out) ? "contiguous" : "strided");
         lpx_tensor_retain(out);
     } else if ((st = cpu_new(c, dtype, 1, &count, &out))) {
         return st;
@@ -421,13 +417,10 @@ static lpx_status k_nf4_quantize(lpx_call *c)
     lpx_tensor *x = cpu_tensor_arg(c, 0);
     int64_t B = c->args[1].u.i, S = c->args[2].u.i;
     lpx_status st;
-    if ((st = lpx_meta_nf4_blocks(cpu_op_name(c), B, S)) || (st = cpu_check_dense(c, "x", x))) return st;
-    if (!lpx_dtype_get(x->dtype)->is_float)
-        return lpx_error(LPX_EDTYPE, "%s: x has dtype %s; NF4 quantizes floating-point tensors", cpu_op_name(c),
-                         lpx_dtype_name(x->dtype));
-    int64_t n = x->numel, unit = B * S;
-    int64_t padded = (n + unit - 1) / unit * unit, nb = padded / B;
-    int64_t shapes[4] = {padded / 2, nb, padded / unit, 1};
+    lpx_nf4_sizes sz;
+    if ((st = cpu_check_dense(c, "x", x)) || (st = lpx_meta_nf4_quantize(cpu_op_name(c), x, B, S, &sz))) return st;
+    int64_t n = x->numel, padded = sz.padded, nb = sz.blocks;
+    int64_t shapes[4] = {padded / 2, nb, sz.scaler_blocks, 1};
     lpx_dtype dts[4] = {LPX_U8, LPX_I8, LPX_F32, LPX_F32};
     lpx_tensor *r[4] = {NULL, NULL, NULL, NULL};
     float *scales = lpx_malloc((size_t)(nb ? nb : 1) * sizeof(float));

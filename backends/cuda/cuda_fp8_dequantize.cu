@@ -224,9 +224,7 @@ lpx_status k_fp8_scale_from_amax(lpx_call *c)
     double smax = c->args[3].u.f;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_check_float(c, "amax", am)) || (st = check_fp8_dtype(c, "fp8", fp8))) return st;
-    if (isnan(smax) || smax < 0)
-        return lpx_error(LPX_EINVAL, "%s: scale_max = %g; it must be >= 0 (0: no clamp)", op, smax);
+    if ((st = cu_check_dense(c, "amax", am)) || (st = lpx_meta_fp8_scale_from_amax(op, am, fp8, smax))) return st;
     lpx_device dev = lpx_tensor_device(am);
     lpx_tensor *s = NULL, *si = NULL;
     int nd = lpx_tensor_ndim(am);

@@ -349,13 +349,10 @@ lpx_status k_nf4_quantize(lpx_call *c)
     int64_t B = c->args[1].u.i, S = c->args[2].u.i;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = lpx_meta_nf4_blocks(cu_op(c), B, S)) || (st = cu_check_dense(c, "x", x))) return st;
-    if (!lpx_dtype_get(lpx_tensor_dtype(x))->is_float)
-        return lpx_error(LPX_EDTYPE, "%s: x has dtype %s; NF4 quantizes floating-point tensors", op,
-                         lpx_dtype_name(lpx_tensor_dtype(x)));
-    int64_t n = lpx_tensor_numel(x), unit = B * S;
-    int64_t padded = (n + unit - 1) / unit * unit, nb = padded / B;
-    int64_t shapes[4] = {padded / 2, nb, padded / unit, 1};
+    lpx_nf4_sizes sz;
+    if ((st = cu_check_dense(c, "x", x)) || (st = lpx_meta_nf4_quantize(op, x, B, S, &sz))) return st;
+    int64_t n = lpx_tensor_numel(x), padded = sz.padded, nb = sz.blocks;
+    int64_t shapes[4] = {padded / 2, nb, sz.scaler_blocks, 1};
     lpx_dtype dts[4] = {LPX_U8, LPX_I8, LPX_F32, LPX_F32};
     lpx_tensor *r[4] = {NULL, NULL, NULL, NULL};
     lpx_device dev = lpx_tensor_device(x);
@@ -415,15 +412,10 @@ lpx_status k_nf4_dequantize(lpx_call *c)
     lpx_dtype dtype = c->args[8].u.d;
     lpx_tensor *out = cu_arg_tensor(c, 9);
     const char *op = cu_op(c);
-    if ((st = lpx_meta_nf4_range(op, p.padded, start, count, dtype))) return st;
+    if ((out && (st = cu_check_dense(c, "out", out))) || (st = lpx_meta_nf4_range(op, p.padded, start, count, dtype, out)))
+        return st;
     lpx_device dev = lpx_tensor_device(cu_arg_tensor(c, 0));
     if (out) {
-        if ((st = cu_check_dense(c, "out", out))) return st;
-        if ((st = cu_check_same_device(c, "codes", cu_arg_tensor(c, 0), "out", out))) return st;
-        if (lpx_tensor_dtype(out) != dtype || lpx_tensor_numel(out) != count || !lpx_tensor_is_contiguous(out))
-            return lpx_error(LPX_ESHAPE, "%s: out must be a contiguous %s tensor of %lld elements (is %s, %lld, %s)",
-                             op, lpx_dtype_name(dtype), (long long)count, lpx_dtype_name(lpx_tensor_dtype(out)),
-                             (long long)lpx_tensor_numel(out), lpx_tensor_is_contiguous(out) ? "contiguous" : "strided");
         lpx_tensor_retain(out);
     } else if ((st = cu_new(c, dtype, 1, &count, dev, &out))) {
         return st;

@@ -183,9 +183,23 @@ LPX_API lpx_status lpx_meta_nf4_payload(const char *op, const lpx_tensor *codes,
                                         int64_t scaler_block, int64_t *padded);
 
 /** A dequantized range [start, start + count) of a payload covering
- *  `padded` elements, into dtype f32, f16 or bf16. Errors: LPX_EDTYPE,
- *  LPX_ERANGE. */
-LPX_API lpx_status lpx_meta_nf4_range(const char *op, int64_t padded, int64_t start, int64_t count, lpx_dtype dtype);
+ *  `padded` elements, into dtype f32, f16 or bf16; `out` (may be NULL) a
+ *  dense contiguous tensor of that dtype and count elements. Errors:
+ *  LPX_EDTYPE, LPX_ERANGE, LPX_ESHAPE (out). */
+LPX_API lpx_status lpx_meta_nf4_range(const char *op, int64_t padded, int64_t start, int64_t count, lpx_dtype dtype,
+                                      const lpx_tensor *out);
+
+/** The sizes of an NF4 payload of x: elements padded to whole scaler
+ *  blocks, blocks (one i8 scaler each), scaler blocks (one f32 factor each). */
+typedef struct lpx_nf4_sizes {
+    int64_t padded, blocks, scaler_blocks;
+} lpx_nf4_sizes;
+
+/** nf4_quantize: the block sizes, x floating-point; fills the payload's
+ *  sizes. Whether x holds only finite values is data: the kernel checks
+ *  it. Errors: LPX_EINVAL, LPX_EDTYPE, LPX_ERANGE. */
+LPX_API lpx_status lpx_meta_nf4_quantize(const char *op, const lpx_tensor *x, int64_t block, int64_t scaler_block,
+                                         lpx_nf4_sizes *sz);
 
 /* ---- the dense GEMMs (matmul, linear, addmm) ---- */
 
@@ -235,6 +249,12 @@ typedef struct lpx_fp8_mm_geom {
 LPX_API lpx_status lpx_meta_fp8_scaled_mm(const char *op, const lpx_tensor *a, const lpx_tensor *a_scale_inv,
                                           const lpx_tensor *b, const lpx_tensor *b_scale_inv, const lpx_tensor *bias,
                                           lpx_dtype out_dtype, lpx_fp8_mm_geom *g);
+
+/** fp8_scale_from_amax: amax floating-point, fp8 a format, scale_max >=
+ *  0 (0: no clamp). Whether each amax is finite is data: the kernel checks
+ *  it. Errors: LPX_EINVAL, LPX_EDTYPE. */
+LPX_API lpx_status lpx_meta_fp8_scale_from_amax(const char *op, const lpx_tensor *amax, lpx_dtype fp8,
+                                                double scale_max);
 
 /** The geometry of fp8_quantize: x viewed as [outer, D, inner] around the
  *  reduced dim (tensorwise: [1, numel, 1]); one scale per (outer, inner)
