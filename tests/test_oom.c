@@ -117,7 +117,7 @@ static const struct {
     {"lpx_float8_fallback_enabled", NOALLOC}, {"lpx_float8_linear_state_destroy", FREES},
     {"lpx_float8_linear_ctx_free", FREES},
     /* nf4.h */
-    {"lpx_nf4_config_default", NOALLOC}, {"lpx_nf4_kind", NOALLOC}, {"lpx_nf4_is", NOALLOC},
+    {"lpx_nf4_config_default", NOALLOC}, {"lpx_nf4_config_resolve", NOALLOC}, {"lpx_nf4_kind", NOALLOC}, {"lpx_nf4_is", NOALLOC},
     {"lpx_qlora_opts_default", NOALLOC}, {"lpx_nf4_set_fallback", "an atomic flag, never allocates"},
     {"lpx_nf4_fallback_enabled", NOALLOC},
     /* plugin.h */

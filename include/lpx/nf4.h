@@ -6,12 +6,14 @@
  * scale; each element is the nearest of 16 NormalFloat values (two 4-bit
  * codes per byte, first element in the high nibble); the block scales are
  * themselves quantized to i8 after subtracting their mean, in scaler blocks
- * of `scaler_block` (default 256) blocks sharing one f32 factor. The format
- * and the arithmetic are in docs/NF4.md.
+ * of `scaler_block` blocks sharing one f32 factor (by default the largest
+ * count up to 256 that divides the tensor's blocks). The format and the
+ * arithmetic are in docs/NF4.md.
  *
  * An nf4 tensor keeps its logical dtype (bf16, f16 or f32: what it
  * dequantizes to) and logical shape; any element count works (the tail is
- * zero-padded to whole scaler blocks). It is an lpx kind tensor:
+ * zero-padded to a whole block, and to whole scaler blocks when an explicit
+ * scaler_block does not divide the block count). It is an lpx kind tensor:
  * lpx_linear / lpx_matmul with an nf4 weight, lpx_t, lpx_view / lpx_reshape,
  * lpx_slice / lpx_narrow / lpx_split / lpx_chunk along dim 0 in whole
  * scaler blocks, lpx_cast (= dequantize), lpx_clone, lpx_copy_ and
@@ -46,7 +48,11 @@ enum { LPX_NF4_CODES = 0, LPX_NF4_QSCALERS = 1, LPX_NF4_FACTORS = 2, LPX_NF4_MEA
 /** Quantization settings. Start from lpx_nf4_config_default(). */
 typedef struct lpx_nf4_config {
     int64_t block;         /* elements per absmax block: even, 32..4096 (default 64) */
-    int64_t scaler_block;  /* blocks per f32 factor: 1..65536 (default 256) */
+    int64_t scaler_block;  /* blocks per f32 factor: 1..65536, or
+                              LPX_NF4_SCALER_BLOCK_AUTO (the default): the
+                              largest one up to 256 that divides the tensor's
+                              block count, so nothing is padded beyond the
+                              last block */
     bool pad;              /* true (default): zero-pad the tail to whole scaler
                               blocks. false: the strict torchao layout, where
                               numel must be a multiple of block and scaler_block
@@ -84,8 +90,19 @@ typedef struct lpx_nf4_info {
     bool whole;
 } lpx_nf4_info;
 
-/** The defaults: block 64, scaler_block 256, pad true. */
+/** scaler_block chosen per tensor (see lpx_nf4_config), and its cap. */
+#define LPX_NF4_SCALER_BLOCK_AUTO 0
+#define LPX_NF4_SCALER_BLOCK_AUTO_MAX 256
+
+/** The defaults: block 64, scaler_block LPX_NF4_SCALER_BLOCK_AUTO, pad
+ *  true. */
 LPX_API lpx_nf4_config lpx_nf4_config_default(void);
+
+/** The config a tensor of numel elements is quantized with: `config` (NULL:
+ *  the defaults) with an automatic scaler_block replaced by the one chosen
+ *  (numel < 0: LPX_NF4_SCALER_BLOCK_AUTO_MAX). Use it to size shards or
+ *  buffers before quantizing. Errors: LPX_EINVAL (NULL out). */
+LPX_API lpx_status lpx_nf4_config_resolve(const lpx_nf4_config *config, int64_t numel, lpx_nf4_config *out);
 
 /** Checks a config, and with numel >= 0 also its fit to a tensor of numel
  *  elements (only matters for pad = false). NULL means the defaults.

@@ -648,9 +648,10 @@ def float8_linear(x, w, bias=None, recipe="tensorwise"):
 
 # ---- nf4 / QLoRA ---------------------------------------------------------------
 
-def nf4_quantize(x, block=64, scaler_block=256, pad=True):
+def nf4_quantize(x, block=64, scaler_block=0, pad=True):
     """NF4 tensor of dense x (f32/f16/bf16: the logical dtype), with double
-    quantized block scales (block 64, scaler block 256 by default)."""
+    quantized block scales (block 64 by default; scaler_block 0: chosen per
+    tensor, the largest count up to 256 that divides the block count)."""
     cfg = _Nf4Config(int(block), int(scaler_block), bool(pad))
     x = _t(x)
     return _op(load_library().lpx_nf4_quantize, x._h, C.byref(cfg))

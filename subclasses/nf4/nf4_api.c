@@ -5,8 +5,29 @@
 
 lpx_nf4_config lpx_nf4_config_default(void)
 {
-    lpx_nf4_config c = {64, 256, true};
+    lpx_nf4_config c = {64, LPX_NF4_SCALER_BLOCK_AUTO, true};
     return c;
+}
+
+/* The config applied to a tensor of numel elements: an automatic
+ * scaler_block becomes the largest one up to 256 that divides the block
+ * count, so padding stops at the last whole block (a [32, 64] weight costs
+ * 4.5 bits per parameter, not the 33 that padding to 256 blocks of 64
+ * would). numel < 0 (no tensor yet): 256. */
+static lpx_nf4_config resolve(const lpx_nf4_config *c, int64_t numel)
+{
+    lpx_nf4_config r = *c;
+    if (r.scaler_block != LPX_NF4_SCALER_BLOCK_AUTO) return r;
+    r.scaler_block = LPX_NF4_SCALER_BLOCK_AUTO_MAX;
+    if (numel < 0 || r.block < LPX_NF4_BLOCK_MIN || r.block > LPX_NF4_BLOCK_MAX) return r;
+    int64_t blocks = (numel + r.block - 1) / r.block;
+    if (blocks < 1) blocks = 1;
+    for (int64_t sb = LPX_NF4_SCALER_BLOCK_AUTO_MAX; sb >= 1; sb--)
+        if (blocks % sb == 0) {
+            r.scaler_block = sb;
+            break;
+        }
+    return r;
 }
 
 /* Elements the codes cover for numel elements under a checked config. */
@@ -16,8 +37,18 @@ static int64_t padded_numel(int64_t numel, const lpx_nf4_config *c)
     return (numel + unit - 1) / unit * unit;
 }
 
-static lpx_status config_check(const char *op, const lpx_nf4_config *c, int64_t numel)
+lpx_status lpx_nf4_config_resolve(const lpx_nf4_config *config, int64_t numel, lpx_nf4_config *out)
 {
+    if (!out) return lpx_error(LPX_EINVAL, "lpx_nf4_config_resolve: out is NULL");
+    lpx_nf4_config d = lpx_nf4_config_default();
+    *out = resolve(config ? config : &d, numel);
+    return LPX_OK;
+}
+
+static lpx_status config_check(const char *op, const lpx_nf4_config *given, int64_t numel)
+{
+    lpx_nf4_config rc = resolve(given, numel);
+    const lpx_nf4_config *c = &rc;
     if (c->block < LPX_NF4_BLOCK_MIN || c->block > LPX_NF4_BLOCK_MAX || c->block % 2)
         return lpx_error(LPX_EINVAL, "%s: nf4 config.block = %lld must be even and in %d..%d", op,
                          (long long)c->block, LPX_NF4_BLOCK_MIN, LPX_NF4_BLOCK_MAX);
@@ -46,10 +77,12 @@ lpx_status lpx_nf4_bytes(int ndim, const int64_t *shape, const lpx_nf4_config *c
     const char *op = "lpx_nf4_bytes";
     if (!bytes) return lpx_error(LPX_EINVAL, "%s: bytes is NULL", op);
     *bytes = 0;
-    lpx_nf4_config d = lpx_nf4_config_default();
+    lpx_nf4_config d = lpx_nf4_config_default(), rc;
     const lpx_nf4_config *c = config ? config : &d;
     int64_t numel;
     lpx_status st = lpx_shape_numel(op, ndim, shape, &numel);
+    rc = resolve(c, st ? -1 : numel);
+    c = &rc;
     if (st || (st = config_check(op, c, numel))) return st;
     int64_t unit = c->block * c->scaler_block;
     if (numel > INT64_MAX - unit) return lpx_error(LPX_ERANGE, "%s: %lld elements overflow", op, (long long)numel);
@@ -85,8 +118,9 @@ lpx_status lpx_nf4_quantize(lpx_tensor *x, const lpx_nf4_config *config, lpx_ten
     if (!nf4_logical_dtype_ok(dt))
         return lpx_error(LPX_EDTYPE, "%s: x has dtype %s; NF4 weights are f32, f16 or bf16", op, lpx_dtype_name(dt));
     lpx_nf4_config d = lpx_nf4_config_default();
-    const lpx_nf4_config *c = config ? config : &d;
-    if ((st = config_check(op, c, lpx_tensor_numel(x)))) return st;
+    if ((st = config_check(op, config ? config : &d, lpx_tensor_numel(x)))) return st;
+    lpx_nf4_config rc = resolve(config ? config : &d, lpx_tensor_numel(x));
+    const lpx_nf4_config *c = &rc;
     lpx_tensor *inner[LPX_NF4_NINNER];
     if ((st = nf4_quantize_payload(x, c->block, c->scaler_block, inner))) return st;
     lpx_nf4_meta m = nf4_meta_init(c->block, c->scaler_block, lpx_tensor_numel(inner[0]) * 2, false, true);

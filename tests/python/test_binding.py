@@ -388,7 +388,10 @@ def test_nf4_linear_and_qlora():
     x = rng.standard_normal((5, 64)).astype(np.float32)
     q = lpx.nf4_quantize(w)
     info = lpx.nf4_info(q)
-    assert info["block"] == 64 and info["scaler_block"] == 256 and info["numel"] == 128 * 64 and info["whole"]
+    # 8192 elements = 128 blocks: the default scaler block is 128 (the largest
+    # count up to 256 dividing the block count), so nothing is padded
+    assert info["block"] == 64 and info["scaler_block"] == 128 and info["numel"] == 128 * 64 and info["whole"]
+    assert info["padded"] == 128 * 64, info
     wd = lpx.nf4_dequantize(q).numpy()
     np.testing.assert_allclose(lpx.nf4_linear(x, q).numpy(), x @ wd.T, rtol=1e-4, atol=1e-4)
     g = rng.standard_normal((5, 128)).astype(np.float32)

@@ -38,13 +38,10 @@ bool tr_recipe_is_mx(tr_recipe r) { return r == TR_MXFP8 || r == TR_MXFP4; }
 
 lpx_nf4_config tr_nf4_config(int64_t numel)
 {
-    lpx_nf4_config c = lpx_nf4_config_default();
-    int64_t blocks = (numel + c.block - 1) / c.block;
-    for (int64_t sb = 256; sb >= 1; sb--)
-        if (blocks % sb == 0) {
-            c.scaler_block = sb;
-            break;
-        }
+    /* the library's default picks the scaler block per tensor; resolved
+     * here because the shard plan cuts at whole scaler blocks of rows */
+    lpx_nf4_config c;
+    (void)lpx_nf4_config_resolve(NULL, numel, &c);
     return c;
 }
 
