@@ -21,4 +21,15 @@ int lpx_cmd_mem(int argc, char **argv);
 /* `lpx eval --init DIR --tokens FILE`: a Hugging Face Llama's forward on given ids */
 int lpx_cmd_eval(int argc, char **argv);
 
+/* Loads plugin `file` shipped beside this executable (build tree:
+ * <build>/<tree_dir>/<file>; install: <prefix>/lib{,64,/<triplet>}/lpx/<file>);
+ * true once one loaded (tools/lpx/shipped_plugins.c). */
+#include <stdbool.h>
+bool lpx_tool_load_shipped(const char *tree_dir, const char *file);
+/* What every lpx command does after lpx_init: unless LPX_PLUGIN_PATH is
+ * set (to anything, even empty), load the shipped format plugin lpx-mx.so, so that `lpx info`,
+ * `lpx conformance` and `lpx train` see the same kinds. Comm backends'
+ * plugins (lpx-mpi.so) are loaded on demand by `--comm`. */
+void lpx_tool_load_shipped_plugins(void);
+
 #endif

@@ -39,6 +39,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "lpx: initialisation failed: %s\n", lpx_last_error());
         return 1;
     }
+    lpx_tool_load_shipped_plugins();
     if (!strcmp(cmd, "info")) return lpx_cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return lpx_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "conformance")) return lpx_cmd_conformance(argc - 1, argv + 1);

@@ -114,9 +114,6 @@ void tr_lin_saved_clear(tr_lin_saved *s);
  * that evaluation and sampling are functions of the weights alone (they
  * neither read nor change the training state a checkpoint holds) */
 lpx_status tr_recipe_reset_eval(tr_rank *R);
-/* loads plugin `file` from the build tree (<build>/<tree_dir>/) or the
- * install prefix (lib{,64,/<triplet>}/lpx/) of this executable; true once one loaded */
-bool tr_plugin_near_exe(const char *tree_dir, const char *file);
 /* finds (loading lpx-mx.so if needed) the MX kind of an mx recipe */
 lpx_status tr_mx_kind(tr_recipe r, const lpx_kind **out);
 /* adds grad `g` (full shape) of parameter p into R->gacc[p] */

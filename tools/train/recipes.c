@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "../lpx/commands.h"
 #include "rank.h"
 
 static const char *const names[TR_RECIPE_COUNT] = {
@@ -45,35 +46,13 @@ lpx_nf4_config tr_nf4_config(int64_t numel)
     return c;
 }
 
-/* Loads plugin `file` found next to this executable: in the build tree
- * (build/tools/lpx/lpx -> build/<tree_dir>/<file>) or an install prefix
- * (<prefix>/bin/lpx -> <prefix>/lib{,64,/<triplet>}/lpx/<file>). True once one loaded. */
-bool tr_plugin_near_exe(const char *tree_dir, const char *file)
-{
-    char exe[1024];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return false;
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0;
-    static const char *const rel[] = {NULL, "/../lib/lpx", "/../lib/x86_64-linux-gnu/lpx", "/../lib64/lpx"};
-    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-        char path[1200];
-        if (rel[i]) snprintf(path, sizeof path, "%s%s/%s", exe, rel[i], file);
-        else snprintf(path, sizeof path, "%s/../../%s/%s", exe, tree_dir, file);
-        if (access(path, R_OK) == 0 && lpx_plugin_load(path, NULL) == LPX_OK) return true;
-    }
-    return false;
-}
-
-/* The MX kinds come from the lpx-mx.so plugin: already loaded through
- * LPX_PLUGIN_PATH, or found next to this executable (build tree or
- * install prefix). */
+/* The MX kinds come from the lpx-mx.so plugin: already loaded (through
+ * LPX_PLUGIN_PATH, or by the lpx command at start, lpx_tool_load_shipped). */
 lpx_status tr_mx_kind(tr_recipe r, const lpx_kind **out)
 {
     const char *kind = r == TR_MXFP8 ? "mxfp8" : "mxfp4";
     if (lpx_kind_find(kind, out) == LPX_OK) return LPX_OK;
-    tr_plugin_near_exe("plugins/mx", "lpx-mx.so");
+    lpx_tool_load_shipped("plugins/mx", "lpx-mx.so");
     if (lpx_kind_find(kind, out) == LPX_OK) return LPX_OK;
     return lpx_error(LPX_EPLUGIN, "recipe %s needs the MX plugin lpx-mx.so (set LPX_PLUGIN_PATH to its directory)",
                      tr_recipe_name(r));

@@ -771,7 +771,7 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
         char dir[64], file[64];
         snprintf(dir, sizeof dir, "backends/%s", o.comm);
         snprintf(file, sizeof file, "lpx-%s.so", o.comm);
-        if (!tr_plugin_near_exe(dir, file) || lpx_comm_backend_find(o.comm, &be) != LPX_OK) {
+        if (!lpx_tool_load_shipped(dir, file) || lpx_comm_backend_find(o.comm, &be) != LPX_OK) {
             fprintf(stderr, "lpx train: --comm %s is not available in this build (load its plugin, e.g. lpx-%s.so, "
                             "through LPX_PLUGIN_PATH)\n", o.comm, o.comm);
             return 2;
