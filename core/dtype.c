@@ -5,8 +5,12 @@
  * dtypes are appended under a mutex and published by a release store of
  * the count; readers load the count with acquire and never lock. Entries
  * are never freed, so a traits pointer stays valid for the process: the
- * rollback of a failed plugin load only marks its entries retired (the
- * name is free again) and pops retired entries off the top of the count.
+ * rollback of a failed plugin load marks its entries retired (the name is
+ * free again). An id is handed out again only if no tensor was ever made
+ * of it (the entry's `used` flag, set by the tensor constructors): a
+ * surviving tensor keeps meaning its dtype. A reused id gets a NEW entry,
+ * published through its slot with release order, so a reader that still
+ * holds the old entry reads memory nobody writes (no torn traits).
  *
  * Conversions go through f32: every built-in float dtype decodes to f32
  * exactly, so decode + one RNE encode rounds once. Two cases need more
@@ -147,6 +151,8 @@ typedef struct dtype_entry {
     lpx_dtype_traits t;
     char name[LPX_DTYPE_NAME_MAX + 1];
     atomic_bool retired;   /* unregistered by a rollback: not found by name */
+    atomic_bool used;      /* a tensor was made of it: the id is never reused */
+    struct dtype_entry *replaced_next; /* entries whose id was reused stay reachable */
 } dtype_entry;
 
 #define BUILTIN(idx, nm, nbits, isf, eb, mb, mx, dec, enc)                       \
@@ -154,7 +160,7 @@ typedef struct dtype_entry {
                    .block = 1, .is_float = isf, .exp_bits = eb, .mant_bits = mb,     \
                    .max = mx, .to_f32 = dec, .from_f32 = enc}}
 
-static dtype_entry table[LPX_DTYPE_MAX] = {
+static dtype_entry builtin[LPX_DTYPE_BUILTIN_COUNT] = {
     BUILTIN(LPX_F32, "f32", 32, true, 8, 23, FLT_MAX, f32_to_f32, f32_from_f32),
     BUILTIN(LPX_F16, "f16", 16, true, 5, 10, 65504.0, f16_to_f32, f16_from_f32),
     BUILTIN(LPX_BF16, "bf16", 16, true, 8, 7, 0x1.fep127, bf16_to_f32, bf16_from_f32),
@@ -168,14 +174,24 @@ static dtype_entry table[LPX_DTYPE_MAX] = {
     BUILTIN(LPX_BOOL, "bool", 8, false, 0, 0, 1.0, bool_to_f32, bool_from_f32),
 };
 
+/* id -> entry: the built-ins' static entries, registered ones allocated
+ * (never freed). Written under register_lock, read lock-free. */
+static _Atomic(dtype_entry *) slots[LPX_DTYPE_MAX] = {
+    &builtin[0], &builtin[1], &builtin[2], &builtin[3], &builtin[4],
+    &builtin[5], &builtin[6], &builtin[7], &builtin[8], &builtin[9],
+};
+_Static_assert(LPX_DTYPE_BUILTIN_COUNT == 10, "slots lists every built-in entry");
+static dtype_entry *replaced;   /* entries whose id was handed out again */
 static atomic_int dtype_count = LPX_DTYPE_BUILTIN_COUNT;
 static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static dtype_entry *entry(int d) { return atomic_load_explicit(&slots[d], memory_order_acquire); }
 
 /* The table is static; this only checks it (called once from lpx_init). */
 lpx_status lpx_dtype_init_builtins(void)
 {
     for (int i = 0; i < LPX_DTYPE_BUILTIN_COUNT; i++)
-        if (!table[i].t.name || !table[i].t.to_f32 || !table[i].t.from_f32)
+        if (!builtin[i].t.name || !builtin[i].t.to_f32 || !builtin[i].t.from_f32)
             return lpx_error(LPX_EINTERNAL, "lpx_init: built-in dtype %d is missing", i);
     return LPX_OK;
 }
@@ -184,7 +200,7 @@ const lpx_dtype_traits *lpx_dtype_get(lpx_dtype d)
 {
     if (d < 0 || d >= atomic_load_explicit(&dtype_count, memory_order_acquire))
         return NULL;
-    return &table[d].t;
+    return &entry(d)->t;
 }
 
 const char *lpx_dtype_name(lpx_dtype d)
@@ -201,8 +217,7 @@ lpx_dtype lpx_dtype_from_name(const char *name)
         return lpx_error(LPX_EINVAL, "lpx_dtype_from_name: name is NULL");
     int n = atomic_load_explicit(&dtype_count, memory_order_acquire);
     for (int i = 0; i < n; i++)
-        if (!atomic_load_explicit(&table[i].retired, memory_order_acquire) &&
-            strcmp(table[i].t.name, name) == 0)
+        if (!atomic_load_explicit(&entry(i)->retired, memory_order_acquire) && strcmp(entry(i)->t.name, name) == 0)
             return i;
     return lpx_error(LPX_ENOTFOUND, "lpx_dtype_from_name: no dtype named '%s'", name);
 }
@@ -214,7 +229,7 @@ int lpx_dtype_count(void)
 
 bool lpx_dtype_valid(lpx_dtype d)
 {
-    return lpx_dtype_get(d) != NULL && !atomic_load_explicit(&table[d].retired, memory_order_acquire);
+    return lpx_dtype_get(d) != NULL && !atomic_load_explicit(&entry(d)->retired, memory_order_acquire);
 }
 
 /* Whole byte groups: ceil(n / block) groups of bits * block / 8 bytes.
@@ -276,7 +291,7 @@ lpx_status lpx_dtype_register(const lpx_dtype_traits *traits, lpx_dtype *out)
     pthread_mutex_lock(&register_lock);
     int n = atomic_load_explicit(&dtype_count, memory_order_relaxed);
     for (int i = 0; i < n; i++) {
-        if (!atomic_load(&table[i].retired) && strcmp(table[i].t.name, t.name) == 0) {
+        if (!atomic_load(&entry(i)->retired) && strcmp(entry(i)->t.name, t.name) == 0) {
             pthread_mutex_unlock(&register_lock);
             return lpx_error(LPX_EEXIST, "%s: dtype name '%s' is taken (index %d)", op, t.name, i);
         }
@@ -286,11 +301,22 @@ lpx_status lpx_dtype_register(const lpx_dtype_traits *traits, lpx_dtype *out)
         return lpx_error(LPX_EFULL, "%s: dtype table is full (%d entries); cannot add '%s'", op,
                          LPX_DTYPE_MAX, t.name);
     }
-    dtype_entry *e = &table[n];
+    dtype_entry *e = lpx_calloc(1, sizeof *e);
+    if (!e) {
+        pthread_mutex_unlock(&register_lock);
+        return lpx_error(LPX_ENOMEM, "%s: cannot allocate the entry of dtype '%s'", op, t.name);
+    }
     strcpy(e->name, t.name);
     t.name = e->name;
     e->t = t;
-    atomic_store_explicit(&e->retired, false, memory_order_relaxed);
+    /* an id popped by a rollback gets a new entry; the old one stays
+     * readable by whoever still holds it */
+    dtype_entry *old = atomic_load_explicit(&slots[n], memory_order_relaxed);
+    if (old) {
+        old->replaced_next = replaced;
+        replaced = old;
+    }
+    atomic_store_explicit(&slots[n], e, memory_order_release);
     /* readers that see the new count also see the entry */
     atomic_store_explicit(&dtype_count, n + 1, memory_order_release);
     pthread_mutex_unlock(&register_lock);
@@ -307,16 +333,28 @@ lpx_status lpx_dtype_register(const lpx_dtype_traits *traits, lpx_dtype *out)
  * return to what they were. A popped slot is reused by the next
  * registration; only a reader that kept the traits of a dtype that existed
  * solely inside a failed init could see that, and none can be handed one. */
+void lpx__dtype_mark_used(lpx_dtype d)
+{
+    if (d >= LPX_DTYPE_BUILTIN_COUNT && d < atomic_load_explicit(&dtype_count, memory_order_acquire)) {
+        dtype_entry *e = entry(d);
+        if (!atomic_load_explicit(&e->used, memory_order_relaxed))
+            atomic_store_explicit(&e->used, true, memory_order_relaxed);
+    }
+}
+
 lpx_status lpx__dtype_unregister(lpx_dtype d)
 {
     pthread_mutex_lock(&register_lock);
     int n = atomic_load_explicit(&dtype_count, memory_order_relaxed);
-    if (d < LPX_DTYPE_BUILTIN_COUNT || d >= n || atomic_load(&table[d].retired)) {
+    if (d < LPX_DTYPE_BUILTIN_COUNT || d >= n || atomic_load(&entry(d)->retired)) {
         pthread_mutex_unlock(&register_lock);
         return lpx_error(LPX_ENOTFOUND, "lpx__dtype_unregister: dtype %d is not a registered plugin dtype", (int)d);
     }
-    atomic_store_explicit(&table[d].retired, true, memory_order_release);
-    while (n > LPX_DTYPE_BUILTIN_COUNT && atomic_load(&table[n - 1].retired))
+    atomic_store_explicit(&entry(d)->retired, true, memory_order_release);
+    /* free the top ids for reuse, unless a tensor was made of one: that
+     * tensor must keep meaning its dtype, so its id (and those below it)
+     * stay taken */
+    while (n > LPX_DTYPE_BUILTIN_COUNT && atomic_load(&entry(n - 1)->retired) && !atomic_load(&entry(n - 1)->used))
         n--;
     atomic_store_explicit(&dtype_count, n, memory_order_release);
     pthread_mutex_unlock(&register_lock);

@@ -102,6 +102,9 @@ void lpx__journal_note(lpx_reg_what what, int a, int b, const void *p);
 /* Undo one registration (rollback of a failed plugin load; not public:
  * see include/lpx/plugin.h for why plugins are never unloaded). */
 lpx_status lpx__dtype_unregister(lpx_dtype d);          /* core/dtype.c */
+/* A tensor is being made of dtype d: a rollback will not hand d out again
+ * (core/dtype.c; the tensor constructors call it for plugin dtypes). */
+void lpx__dtype_mark_used(lpx_dtype d);
 lpx_status lpx__op_unregister(lpx_op op);               /* dispatch/registry.c */
 /* comm backend at table index `index`: retired (its entry stays valid for
  * pointers handed out, and its name is free again) */

@@ -141,6 +141,7 @@ lpx_status lpx_tensor_new(lpx_dtype dtype, int ndim, const int64_t *shape, lpx_d
     }
     t->ndim = ndim;
     t->dtype = dtype;
+    if (dtype >= LPX_DTYPE_BUILTIN_COUNT) lpx__dtype_mark_used(dtype);
     t->device = device;
     t->numel = numel;
     t->keys = keys_for(NULL, device);
@@ -208,6 +209,7 @@ lpx_status lpx_tensor_from_blob(void *data, lpx_dtype dtype, int ndim, const int
     s->readonly = false;
     t->ndim = ndim;
     t->dtype = dtype;
+    if (dtype >= LPX_DTYPE_BUILTIN_COUNT) lpx__dtype_mark_used(dtype);
     t->device = device;
     t->numel = numel;
     t->keys = keys_for(NULL, device);
@@ -284,6 +286,7 @@ lpx_status lpx_tensor_new_kind(const lpx_kind *kind, lpx_dtype logical_dtype, in
     if (!t) return lpx_error(LPX_ENOMEM, "lpx_tensor_new_kind(%s): cannot allocate tensor", kn);
     t->ndim = ndim;
     t->dtype = logical_dtype;
+    if (logical_dtype >= LPX_DTYPE_BUILTIN_COUNT) lpx__dtype_mark_used(logical_dtype);
     t->device = device;
     t->numel = numel;
     t->kind = kind;

@@ -111,7 +111,7 @@ lpx_status lpx_dispatch(lpx_call *c)
     lpx_op op = c->op;
     if (LPX_UNLIKELY(op < 0 || op >= atomic_load_explicit(&lpx__nops, memory_order_acquire)))
         return lpx_error(LPX_EINVAL, "lpx_dispatch: unknown op id %d", (int)op);
-    const lpx_op_row *row = lpx__ops[op];
+    const lpx_op_row *row = lpx__op_row(op);
     const lpx_schema *s = &row->schema;
     if (LPX_UNLIKELY(c->nargs != s->nargs || (!c->args && c->nargs))) return bad_args(c, row);
 
@@ -164,7 +164,7 @@ lpx_status lpx_dispatch(lpx_call *c)
 lpx_status lpx_redispatch(lpx_call *c)
 {
     if (!c) return lpx_error(LPX_EINVAL, "lpx_redispatch: call is NULL");
-    const lpx_op_row *row = lpx__ops[c->op];
+    const lpx_op_row *row = lpx__op_row(c->op);
     int key = c->key;
     void *data = c->kernel_data;
     uint64_t keys = c->keys;

@@ -43,7 +43,12 @@ typedef struct lpx_op_row {
     struct lpx_op_row *retired_next;  /* dead rows stay allocated */
 } lpx_op_row;
 
-extern lpx_op_row *lpx__ops[LPX_MAX_OPS];
+/* id -> row. Atomic pointers: an id popped by a rollback is handed out
+ * again with a NEW row, published with release order while a dispatcher
+ * may still load the slot; rows are never freed, so either row it sees is
+ * valid memory. lpx__op_row(op) is the acquire load every reader uses. */
+extern _Atomic(lpx_op_row *) lpx__ops[LPX_MAX_OPS];
+static inline lpx_op_row *lpx__op_row(int op) { return atomic_load_explicit(&lpx__ops[op], memory_order_acquire); }
 extern atomic_int lpx__nops;
 extern _Atomic(lpx_kernel_entry *) lpx__fallbacks[LPX_NUM_KEYS];
 

@@ -27,7 +27,7 @@ static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
 void lpx_registry_lock(void) { pthread_mutex_lock(&registry_mutex); }
 void lpx_registry_unlock(void) { pthread_mutex_unlock(&registry_mutex); }
 
-lpx_op_row *lpx__ops[LPX_MAX_OPS];
+_Atomic(lpx_op_row *) lpx__ops[LPX_MAX_OPS];
 atomic_int lpx__nops;
 _Atomic(lpx_kernel_entry *) lpx__fallbacks[LPX_NUM_KEYS];
 
@@ -100,7 +100,7 @@ lpx_status lpx_op_register(const char *schema, lpx_op *out)
     } else if (n >= LPX_MAX_OPS) {
         st = lpx_error(LPX_EFULL, "lpx_op_register: op table full (%d ops)", LPX_MAX_OPS);
     } else if (!(st = name_add(&op_names, row->schema.name, n, row, "lpx_op_register"))) {
-        lpx__ops[n] = row;
+        atomic_store_explicit(&lpx__ops[n], row, memory_order_release);
         atomic_store_explicit(&lpx__nops, n + 1, memory_order_release);
         if (out) *out = n;
     }
@@ -121,7 +121,7 @@ lpx_status lpx__op_unregister(lpx_op op)
 {
     lpx_registry_lock();
     int n = atomic_load_explicit(&lpx__nops, memory_order_relaxed);
-    lpx_op_row *row = op >= LPX_OP_BUILTIN_COUNT && op < n ? lpx__ops[op] : NULL;
+    lpx_op_row *row = op >= LPX_OP_BUILTIN_COUNT && op < n ? lpx__op_row(op) : NULL;
     if (!row || atomic_load(&row->dead)) {
         lpx_registry_unlock();
         return lpx_error(LPX_ENOTFOUND, "lpx__op_unregister: op id %d is not a registered plugin op", (int)op);
@@ -129,9 +129,9 @@ lpx_status lpx__op_unregister(lpx_op op)
     for (int k = 0; k < LPX_NUM_KEYS; k++) retire(&row->k[k]);
     name_remove(&op_names, row->schema.name);
     atomic_store_explicit(&row->dead, true, memory_order_release);
-    while (n > LPX_OP_BUILTIN_COUNT && atomic_load(&lpx__ops[n - 1]->dead)) {
-        lpx__ops[n - 1]->retired_next = retired_rows;
-        retired_rows = lpx__ops[n - 1];
+    while (n > LPX_OP_BUILTIN_COUNT && atomic_load(&lpx__op_row(n - 1)->dead)) {
+        lpx__op_row(n - 1)->retired_next = retired_rows;
+        retired_rows = lpx__op_row(n - 1);
         n--;
     }
     atomic_store_explicit(&lpx__nops, n, memory_order_release);
@@ -158,7 +158,7 @@ lpx_status lpx_ops_init_builtins(void)
 static lpx_op_row *row_of(lpx_op op)
 {
     if (op < 0 || op >= atomic_load_explicit(&lpx__nops, memory_order_acquire)) return NULL;
-    lpx_op_row *r = lpx__ops[op];
+    lpx_op_row *r = lpx__op_row(op);
     return atomic_load_explicit(&r->dead, memory_order_acquire) ? NULL : r;
 }
 
@@ -341,7 +341,7 @@ void lpx__key_retire(int key)
     if (key <= 0 || key >= LPX_NUM_KEYS) return;
     lpx_registry_lock();
     int nops = atomic_load(&lpx__nops);
-    for (int i = 0; i < nops; i++) retire(&lpx__ops[i]->k[key]);
+    for (int i = 0; i < nops; i++) retire(&lpx__op_row(i)->k[key]);
     retire(&lpx__fallbacks[key]);
     lpx_registry_unlock();
 }
@@ -420,7 +420,7 @@ static lpx_status kind_unregister(const lpx_kind *ck, bool force)
         st = lpx_error(LPX_EINVAL, "lpx_kind_unregister(%s): %lld tensors of this kind are alive", k->vt.name, live);
     } else {
         int n = atomic_load(&lpx__nops);
-        for (int i = 0; i < n; i++) retire(&lpx__ops[i]->k[k->key]);
+        for (int i = 0; i < n; i++) retire(&lpx__op_row(i)->k[k->key]);
         retire(&lpx__fallbacks[k->key]);
         name_remove(&kind_names, k->vt.name);
         kind_by_key[k->key] = NULL;

@@ -244,7 +244,7 @@ lpx_status lpx__trace_invoke(lpx_call *c, lpx_kernel_fn fn, bool fallback)
     tls_child_ns = 0;
     uint64_t t0 = lpx_now_ns();
     if (atomic_load_explicit(&spans_on, memory_order_relaxed))
-        e = event_begin(t0, lpx__ops[op]->schema.name, cat, fallback ? EV_FALLBACK : 0, &egen);
+        e = event_begin(t0, lpx__op_row(op)->schema.name, cat, fallback ? EV_FALLBACK : 0, &egen);
     lpx_status st = fn(c);
     uint64_t t1 = lpx_now_ns();
     uint64_t dur = t1 - t0, child = tls_child_ns;
@@ -596,7 +596,7 @@ LPX_API lpx_kernel_fn lpx__kernel_peek(lpx_op op, int key, void **data);
 lpx_kernel_fn lpx__kernel_peek(lpx_op op, int key, void **data)
 {
     if (op < 0 || op >= atomic_load(&lpx__nops) || key <= 0 || key >= LPX_NUM_KEYS) return NULL;
-    lpx_kernel_entry *e = atomic_load_explicit(&lpx__ops[op]->k[key], memory_order_acquire);
+    lpx_kernel_entry *e = atomic_load_explicit(&lpx__op_row(op)->k[key], memory_order_acquire);
     if (data) *data = e ? e->data : NULL;
     return e ? e->fn : NULL;
 }

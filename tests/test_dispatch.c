@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <time.h>
 #include "check.h"
+#include "plugins/plugin_internal.h"   /* the registration journal: a plugin load, rolled back */
 
 static lpx_op op_probe;       /* probe(Tensor x, Tensor? y, float s) -> Tensor */
 /* atomics: the concurrency test runs probe_cpu on several threads */
@@ -544,6 +545,54 @@ done:
     CHECK_OK(lpx_kernel_unregister(op_probe, key));
 }
 
+/* Ops registered by a failing plugin load and rolled back, in a loop,
+ * while this thread dispatches a built-in op and walks every op's name:
+ * a reused op id gets a new row, published atomically (clean under TSan;
+ * the old code re-filled the slot with a plain store a reader could see
+ * half-written). */
+static atomic_int op_churn_stop;
+static void *op_churn(void *arg)
+{
+    (void)arg;
+    for (int k = 0; k < 300 && !atomic_load(&op_churn_stop); k++) {
+        lpx_journal j;
+        if (lpx_journal_open(&j, NULL, NULL)) break;
+        char schema[96];
+        snprintf(schema, sizeof schema, "churn_op_%d(Tensor x) -> Tensor", k % 7);
+        lpx_op op;
+        (void)lpx_op_register(schema, &op);
+        lpx_journal_close(&j);
+        lpx_journal_rollback(&j);
+        lpx_journal_free(&j);
+    }
+    return NULL;
+}
+
+static void test_op_rollback_concurrent_readers(void)
+{
+    pthread_t w;
+    atomic_store(&op_churn_stop, 0);
+    CHECK(pthread_create(&w, NULL, op_churn, NULL) == 0);
+    lpx_tensor *x = dense(), *y = NULL;
+    long bad = 0;
+    for (int round = 0; round < 300; round++) {
+        int n = lpx_op_count();
+        for (int i = 0; i < n; i++) {
+            const char *nm = lpx_op_name(i);
+            if (nm && !nm[0]) bad++;
+        }
+        if (lpx_add(x, x, &y)) bad++;
+        lpx_tensor_release(y);
+        y = NULL;
+    }
+    atomic_store(&op_churn_stop, 1);
+    pthread_join(w, NULL);
+    CHECK(bad == 0);
+    lpx_op op;
+    CHECK_ERR(lpx_op_find("churn_op_0", &op), LPX_ENOTFOUND);  /* every churned op rolled back */
+    lpx_tensor_release(x);
+}
+
 int main(void)
 {
     CHECK_OK(lpx_init());
@@ -557,5 +606,6 @@ int main(void)
     RUN(test_key_names);
     RUN(test_keys_of_every_argument);
     RUN(test_mixed_devices_refused);
+    RUN(test_op_rollback_concurrent_readers);
     return CHECK_DONE();
 }

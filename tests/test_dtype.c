@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "core/dtype_internal.h"
+#include "plugins/plugin_internal.h"   /* the registration journal: a plugin load, rolled back */
 
 static const char *const builtin_names[LPX_DTYPE_BUILTIN_COUNT] = {
     "f32", "f16", "bf16", "f8e4m3fn", "f8e5m2", "u8", "i8", "i32", "i64", "bool"};
@@ -370,6 +371,91 @@ static void test_register_concurrent(void)
 }
 
 /* last: fills the table */
+/* ---- rollback of a failed plugin load ---------------------------------
+ * A "plugin" registers a dtype inside an open journal (what the loader
+ * does), makes a tensor of it, and fails: the rollback retires the dtype.
+ * The surviving tensor must keep meaning that dtype: its id is never handed
+ * out again (the old code popped it and the next dtype took it, so the
+ * tensor read as the new, wider dtype: a heap overflow under ASan). An id
+ * no tensor was made of is handed out again (a loop of failing loads must
+ * not exhaust the table). */
+static lpx_dtype journaled_register(const char *name, int bits, bool make_tensor, lpx_tensor **t)
+{
+    lpx_journal j;
+    lpx_dtype d = -1;
+    CHECK_OK(lpx_journal_open(&j, NULL, NULL));
+    lpx_dtype_traits tr = t4_traits(name);
+    tr.bits = bits;
+    tr.block = bits < 8 ? 8 / bits : 1;
+    CHECK_OK(lpx_dtype_register(&tr, &d));
+    int64_t shape[1] = {16};
+    if (make_tensor) CHECK_OK(lpx_tensor_new(d, 1, shape, lpx_cpu(), t));
+    lpx_journal_close(&j);
+    lpx_journal_rollback(&j);  /* the plugin's init failed */
+    lpx_journal_free(&j);
+    return d;
+}
+
+static void test_rollback_never_reuses_a_used_id(void)
+{
+    lpx_tensor *t = NULL;
+    lpx_dtype ghost = journaled_register("ghost4", 4, true, &t);
+    CHECK(!lpx_dtype_valid(ghost) && lpx_dtype_from_name("ghost4") < 0);
+    lpx_dtype_traits wide = t4_traits("wide_after");
+    wide.bits = 64;
+    wide.block = 1;
+    lpx_dtype d = -1;
+    CHECK_OK(lpx_dtype_register(&wide, &d));
+    CHECKF(d != ghost, "the rolled-back id %d of a live tensor was handed out again", (int)ghost);
+    /* the tensor still is 16 4-bit elements = 8 bytes, named ghost4 */
+    if (t) {
+        CHECK(lpx_tensor_dtype(t) == ghost && !strcmp(lpx_dtype_name(lpx_tensor_dtype(t)), "ghost4"));
+        CHECK(lpx_dtype_nbytes(lpx_tensor_dtype(t), lpx_tensor_numel(t)) == 8);
+    }
+    lpx_tensor_release(t);
+    /* no tensor made: the id comes back (failing loads do not use up ids) */
+    lpx_dtype unused = journaled_register("ghost_unused", 4, false, NULL);
+    lpx_dtype again = -1;
+    lpx_dtype_traits tr = t4_traits("after_unused");
+    CHECK_OK(lpx_dtype_register(&tr, &again));
+    CHECK(again == unused && !strcmp(lpx_dtype_name(again), "after_unused"));
+}
+
+/* Readers never race a writer re-filling an id: readers walk the table's
+ * names while a thread registers and rolls back dtypes in a loop (clean
+ * under TSan: a reused id gets a new entry, published atomically). */
+static atomic_int churn_stop;
+static void *churn(void *arg)
+{
+    (void)arg;
+    for (int k = 0; k < 200 && !atomic_load(&churn_stop); k++) {
+        char name[32];
+        snprintf(name, sizeof name, "churn_%d", k);
+        (void)journaled_register(name, 4, false, NULL);
+    }
+    return NULL;
+}
+
+static void test_rollback_concurrent_readers(void)
+{
+    pthread_t w;
+    atomic_store(&churn_stop, 0);
+    CHECK(pthread_create(&w, NULL, churn, NULL) == 0);
+    long reads = 0, bad = 0;
+    for (int round = 0; round < 2000; round++) {
+        int n = lpx_dtype_count();
+        for (int i = 0; i < n; i++) {
+            const char *nm = lpx_dtype_name(i);
+            const lpx_dtype_traits *tr = lpx_dtype_get(i);
+            reads++;
+            if (!nm || !nm[0] || (tr && (!tr->to_f32 || tr->block < 1))) bad++;
+        }
+    }
+    atomic_store(&churn_stop, 1);
+    pthread_join(w, NULL);
+    CHECKF(bad == 0, "%ld of %ld reads saw a torn entry", bad, reads);
+}
+
 static void test_register_full(void)
 {
     lpx_status st = LPX_OK;
@@ -407,6 +493,8 @@ int main(void)
     RUN(test_registered_convert);
     RUN(test_load_store);
     RUN(test_register_concurrent);
+    RUN(test_rollback_never_reuses_a_used_id);
+    RUN(test_rollback_concurrent_readers);
     RUN(test_register_full);
     return CHECK_DONE();
 }
