@@ -39,6 +39,10 @@ static lpx_op_row *retired_rows;        /* rows of unregistered ops, never freed
 static char key_names[LPX_NUM_KEYS][LPX_MAX_NAME];
 
 static lpx_kind *kinds[LPX_NUM_KEYS];   /* registration order */
+/* Keys of kinds rolled back while tensors of theirs lived: never handed
+ * out again, so those tensors (whose key sets carry the bit) cannot be
+ * routed to another kind's handlers; dispatch refuses them instead. */
+static bool key_poisoned[LPX_NUM_KEYS];
 static atomic_int nkinds;
 static lpx_kind *kind_by_key[LPX_NUM_KEYS];
 
@@ -383,7 +387,7 @@ lpx_status lpx_kind_register(const lpx_kind_i *vt, const lpx_kind **out)
     lpx_registry_lock();
     int key = 0;
     for (int b = lo; b <= hi && !key; b++)
-        if (!kind_by_key[b]) key = b;
+        if (!kind_by_key[b] && !key_poisoned[b]) key = b;
     int n = atomic_load(&nkinds);
     if (name_find(kind_names, vt->name))
         st = lpx_error(LPX_EEXIST, "lpx_kind_register: kind '%s' is already registered", vt->name);
@@ -424,7 +428,12 @@ static lpx_status kind_unregister(const lpx_kind *ck, bool force)
         retire(&lpx__fallbacks[k->key]);
         name_remove(&kind_names, k->vt.name);
         kind_by_key[k->key] = NULL;
-        key_names[k->key][0] = 0;
+        if (live > 0) {
+            key_poisoned[k->key] = true;
+            snprintf(key_names[k->key], LPX_MAX_NAME, "%.*s (rolled back)", LPX_MAX_NAME - 16, k->vt.name);
+        } else {
+            key_names[k->key][0] = 0;
+        }
         int nk = atomic_load(&nkinds);
         for (int i = k->index; i + 1 < nk; i++) { kinds[i] = kinds[i + 1]; kinds[i]->index = i; }
         kinds[nk - 1] = NULL;

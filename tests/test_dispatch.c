@@ -593,6 +593,34 @@ static void test_op_rollback_concurrent_readers(void)
     lpx_tensor_release(x);
 }
 
+/* A kind rolled back while a tensor of it lives: its key is never handed
+ * out again, so the tensor cannot reach the next kind's handlers; ops on
+ * it are refused naming the rolled-back kind. */
+static void test_kind_rollback_poisons_live_key(void)
+{
+    lpx_journal j;
+    CHECK_OK(lpx_journal_open(&j, NULL, NULL));
+    const lpx_kind *k = register_kind("ghost_kind", LPX_PRIORITY_PAYLOAD);
+    lpx_tensor *x = dense(), *gx = k ? wrap(k, x) : NULL, *out = NULL;
+    lpx_journal_close(&j);
+    lpx_journal_rollback(&j);
+    lpx_journal_free(&j);
+    int ghost_key = k ? lpx_kind_key(k) : -1;
+    const lpx_kind *next = register_kind("after_ghost", LPX_PRIORITY_PAYLOAD);
+    CHECKF(next && lpx_kind_key(next) != ghost_key, "the live ghost's key %d was handed out again", ghost_key);
+    CHECK_OK(lpx_kernel_register(op_probe, lpx_kind_key(next), probe_kind_redispatch, NULL));
+    kind_runs = 0;
+    if (gx) {
+        CHECK_ERR(call_probe(gx, NULL, &out), LPX_ENOTIMPL);
+        CHECK(strstr(lpx_last_error(), "ghost_kind (rolled back)") != NULL);
+    }
+    CHECK(kind_runs == 0 && out == NULL);
+    lpx_tensor_release(gx);
+    lpx_tensor_release(x);
+    CHECK_OK(lpx_kernel_unregister(op_probe, lpx_kind_key(next)));
+    CHECK_OK(lpx_kind_unregister(next));
+}
+
 int main(void)
 {
     CHECK_OK(lpx_init());
@@ -607,5 +635,6 @@ int main(void)
     RUN(test_keys_of_every_argument);
     RUN(test_mixed_devices_refused);
     RUN(test_op_rollback_concurrent_readers);
+    RUN(test_kind_rollback_poisons_live_key);
     return CHECK_DONE();
 }
