@@ -4,6 +4,8 @@
  * producer's deleter once, when the last view dies. */
 #include <stdint.h>
 #include <stdio.h>
+#include <dlfcn.h>
+#include <stdatomic.h>
 #include <string.h>
 #include "lpx/lpx.h"
 #include "lpx/dlpack.h"
@@ -399,4 +401,37 @@ lpx_status lpx_dlpack_unflatten(lpx_dlpack_flat *flat, lpx_tensor **out)
     }
     for (int i = 0; i < got; i++) lpx_tensor_release(inner[i]);
     return st;
+}
+
+/* ---- the PyCapsule destructor of Python bindings --------------------------- */
+
+typedef int (*py_capsule_is_valid_fn)(void *capsule, const char *name);
+typedef void *(*py_capsule_get_pointer_fn)(void *capsule, const char *name);
+
+void lpx_dlpack_capsule_destructor(void *capsule)
+{
+    /* called with the GIL held (Python destroys the capsule); resolved once,
+     * racing threads store the same values */
+    static _Atomic(py_capsule_is_valid_fn) is_valid;
+    static _Atomic(py_capsule_get_pointer_fn) get_pointer;
+    py_capsule_is_valid_fn iv = atomic_load(&is_valid);
+    py_capsule_get_pointer_fn gp = atomic_load(&get_pointer);
+    if (!iv || !gp) {
+        void *a = dlsym(RTLD_DEFAULT, "PyCapsule_IsValid"), *b = dlsym(RTLD_DEFAULT, "PyCapsule_GetPointer");
+        memcpy(&iv, &a, sizeof iv);
+        memcpy(&gp, &b, sizeof gp);
+        if (!iv || !gp) return;
+        atomic_store(&is_valid, iv);
+        atomic_store(&get_pointer, gp);
+    }
+    if (!capsule) return;
+    /* IsValid sets no error; GetPointer of a valid capsule of that name
+     * neither: the pending exception, if any, stays as it was */
+    if (iv(capsule, "dltensor_versioned")) {
+        DLManagedTensorVersioned *m = gp(capsule, "dltensor_versioned");
+        if (m && m->deleter) m->deleter(m);
+    } else if (iv(capsule, "dltensor")) {
+        DLManagedTensor *m = gp(capsule, "dltensor");
+        if (m && m->deleter) m->deleter(m);
+    }
 }

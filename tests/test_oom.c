@@ -128,7 +128,7 @@ static const struct {
     {"lpx_plugin_abi", NOALLOC}, {"lpx_plugin_registered", NOALLOC}, {"lpx_plugin_skipped_count", NOALLOC},
     {"lpx_plugin_skipped_path", NOALLOC}, {"lpx_plugin_skipped_reason", NOALLOC},
     /* dlpack.h */
-    {"lpx_kind_inner_name", "formats into the caller's buffer"}, {"lpx_dlpack_flat_release", FREES},
+    {"lpx_kind_inner_name", "formats into the caller's buffer"}, {"lpx_dlpack_capsule_destructor", "calls a deleter, never allocates"}, {"lpx_dlpack_flat_release", FREES},
     /* safetensors.h */
     {"lpx_safetensors_close", FREES}, {"lpx_safetensors_count", NOALLOC}, {"lpx_safetensors_name", NOALLOC},
     {"lpx_safetensors_kind_of", NOALLOC}, {"lpx_safetensors_metadata", NOALLOC},

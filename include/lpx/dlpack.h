@@ -72,6 +72,18 @@ LPX_API lpx_status lpx_from_dlpack(DLManagedTensorVersioned *m, lpx_tensor **out
  *  read-only: the legacy struct has no flags). Same ownership rules. */
 LPX_API lpx_status lpx_from_dlpack_legacy(DLManagedTensor *m, lpx_tensor **out);
 
+/** A PyCapsule destructor for bindings that wrap lpx_to_dlpack(_legacy)
+ *  results in Python capsules named "dltensor_versioned" / "dltensor"
+ *  (python/lpx does): for a capsule no consumer took (still named so), it
+ *  calls the DLPack deleter, releasing lpx's reference; a consumed capsule
+ *  ("used_dltensor...") is left alone. Written in C because a destructor
+ *  written in Python cannot run while the refusing consumer's exception is
+ *  pending (numpy refusing a bf16 capsule raises BufferError and then drops
+ *  it). It never touches Python's error state. liblpx does not link
+ *  Python: PyCapsule_IsValid/GetPointer are looked up in the process at
+ *  the first call; without them it does nothing. */
+LPX_API void lpx_dlpack_capsule_destructor(void *capsule);
+
 /** A kind tensor flattened for DLPack: its inner tensors by name, exported
  *  (each a DLManagedTensorVersioned owned by this struct until consumed),
  *  plus what lpx_dlpack_unflatten needs to rebuild it. */

@@ -23,7 +23,8 @@ import ctypes as C
 import glob
 import os
 
-__all__ = ["LpxError", "Tensor", "from_numpy", "from_dlpack", "load_library", "dtype_names",
+__all__ = ["LpxError", "LpxValueError", "LpxTypeError", "LpxIndexError", "LpxLoadError", "Tensor", "from_numpy",
+           "from_dlpack", "load_library", "dtype_names", "sub", "mul", "div",
            "add", "matmul", "cast", "clone",
            "float8_quantize", "float8_dequantize", "float8_mm", "float8_info", "float8_linear", "Float8Linear",
            "nf4_quantize", "nf4_dequantize", "nf4_info", "nf4_linear", "nf4_linear_backward",
@@ -33,12 +34,34 @@ __all__ = ["LpxError", "Tensor", "from_numpy", "from_dlpack", "load_library", "d
 
 class LpxError(RuntimeError):
     """An lpx call failed: .status is the lpx_status code, .message lpx's
-    message (lpx_last_error), str() both."""
+    message (lpx_last_error), str() both. Every failure of this module is
+    an LpxError; the subclasses below are also the Python exception a
+    caller would catch for the same mistake."""
 
     def __init__(self, status, message):
         super().__init__(f"{message} (status {status})")
         self.status = status
         self.message = message
+
+
+_EINVAL, _ENOTFOUND, _ERANGE, _EDTYPE, _EPLUGIN = -1, -4, -6, -7, -12
+
+
+class LpxValueError(LpxError, ValueError):
+    """A bad argument value (an unknown role or format name)."""
+
+
+class LpxTypeError(LpxError, TypeError):
+    """An argument of the wrong type (len() of a 0-d tensor, an index that
+    is not an int or a slice)."""
+
+
+class LpxIndexError(LpxError, IndexError):
+    """An index out of range."""
+
+
+class LpxLoadError(LpxError, OSError):
+    """liblpx could not be loaded."""
 
 
 def _find_library():
@@ -108,7 +131,12 @@ def load_library(path=None):
     global _lib
     if _lib is not None:
         return _lib
-    lib = C.CDLL(path or _find_library())
+    where = path or _find_library()
+    try:
+        lib = C.CDLL(where)
+    except OSError as e:
+        raise LpxLoadError(_EPLUGIN, f"cannot load liblpx from '{where}' ({e}); build it (make) or point "
+                                     "LPX_LIBRARY at liblpx.so") from None
     P, I64P, VP, PP = C.c_void_p, C.POINTER(C.c_int64), C.c_void_p, C.POINTER(C.c_void_p)
     Dev, D, S = _Device, C.c_int32, C.c_int
     sig = {
@@ -140,6 +168,14 @@ def load_library(path=None):
         "lpx_dtype_nbytes": (C.c_size_t, [D, C.c_int64]),
         "lpx_convert": (S, [VP, D, VP, D, C.c_size_t, C.c_uint]),
         "lpx_add": (S, [P, P, PP]),
+        "lpx_sub": (S, [P, P, PP]),
+        "lpx_mul": (S, [P, P, PP]),
+        "lpx_div": (S, [P, P, PP]),
+        "lpx_add_scalar": (S, [P, C.c_double, PP]),
+        "lpx_mul_scalar": (S, [P, C.c_double, PP]),
+        "lpx_neg": (S, [P, PP]),
+        "lpx_tensor_offset": (C.c_int64, [P]),
+        "lpx_tensor_view_of": (S, [P, C.c_int, I64P, I64P, C.c_int64, PP]),
         "lpx_matmul": (S, [P, P, PP]),
         "lpx_cast": (S, [P, D, C.c_bool, PP]),
         "lpx_clone": (S, [P, PP]),
@@ -208,14 +244,41 @@ def dtype_names():
     return [lib.lpx_dtype_name(i).decode() for i in range(lib.lpx_dtype_count())]
 
 
+def _np_name(d):
+    """The lpx name of a numpy dtype or scalar type (ml_dtypes' bfloat16 and
+    float8 types included), or None."""
+    try:
+        import numpy as np
+        nd = np.dtype(d)
+    except Exception:  # noqa: BLE001 (not a numpy dtype)
+        return None
+    by_name = {"float32": "f32", "float16": "f16", "uint8": "u8", "int8": "i8", "int32": "i32", "int64": "i64",
+               "bool": "bool", "bfloat16": "bf16", "float8_e4m3fn": "f8e4m3fn", "float8_e5m2": "f8e5m2"}
+    return by_name.get(nd.name)
+
+
 def _dtype(d):
-    if isinstance(d, int):
+    """An lpx dtype id from a name ("bf16"), an id, or a numpy dtype / type
+    (np.float16, ml_dtypes.bfloat16)."""
+    if isinstance(d, int) and not isinstance(d, bool):
         return d
     lib = load_library()
-    v = lib.lpx_dtype_from_name(str(d).encode())
+    name = d if isinstance(d, str) else _np_name(d)
+    if name is None:
+        raise LpxValueError(_ENOTFOUND, f"{d!r} is neither an lpx dtype name nor a numpy dtype lpx has")
+    v = lib.lpx_dtype_from_name(str(name).encode())
     if v < 0:
-        raise LpxError(-4, f"unknown dtype name '{d}'")
+        raise LpxValueError(_ENOTFOUND, f"unknown dtype name '{name}'")
     return v
+
+
+def _fp8(d):
+    """An fp8 format (a name or ml_dtypes' float8 types); any other dtype is
+    refused (the C options read 0, f32's id, as 'default')."""
+    name = d if isinstance(d, str) else _np_name(d)
+    if name not in ("f8e4m3fn", "f8e5m2"):
+        raise LpxValueError(_EDTYPE, f"fp8 must be 'f8e4m3fn' or 'f8e5m2' (or their ml_dtypes types), not {d!r}")
+    return _dtype(name)
 
 
 _NP = {"f32": "<f4", "f16": "<f2", "u8": "|u1", "i8": "|i1", "i32": "<i4", "i64": "<i8", "bool": "|b1",
@@ -241,7 +304,12 @@ class Tensor:
 
     @property
     def handle(self):
-        return self._h.value
+        return self._live().value
+
+    def _live(self):
+        if self._h is None or not self._h.value:
+            raise LpxValueError(_EINVAL, "the tensor is closed")
+        return self._h
 
     def close(self):
         if self._h is not None and self._h.value and _lib is not None:
@@ -256,33 +324,33 @@ class Tensor:
 
     @property
     def shape(self):
-        n = _lib.lpx_tensor_ndim(self._h)
+        n = _lib.lpx_tensor_ndim(self._live())
         s = _lib.lpx_tensor_shape(self._h)
         return tuple(s[i] for i in range(n))
 
     @property
     def strides(self):
         """Strides in elements."""
-        n = _lib.lpx_tensor_ndim(self._h)
+        n = _lib.lpx_tensor_ndim(self._live())
         s = _lib.lpx_tensor_strides(self._h)
         return tuple(s[i] for i in range(n))
 
     @property
     def numel(self):
-        return _lib.lpx_tensor_numel(self._h)
+        return _lib.lpx_tensor_numel(self._live())
 
     @property
     def dtype(self):
-        return _lib.lpx_dtype_name(_lib.lpx_tensor_dtype(self._h)).decode()
+        return _lib.lpx_dtype_name(_lib.lpx_tensor_dtype(self._live())).decode()
 
     @property
     def device(self):
-        d = _lib.lpx_tensor_device(self._h)
+        d = _lib.lpx_tensor_device(self._live())
         return (d.type, d.index)
 
     @property
     def kind(self):
-        k = _lib.lpx_tensor_kind(self._h)
+        k = _lib.lpx_tensor_kind(self._live())
         return _lib.lpx_kind_name(k).decode() if k else None
 
     @property
@@ -334,9 +402,69 @@ class Tensor:
                 "strides": tuple(s * item for s in self.strides)}
 
     def numpy(self):
-        """A zero-copy numpy view (keeps this tensor alive)."""
+        """A zero-copy numpy view (keeps this tensor alive). bf16 and the
+        fp8 formats come back as ml_dtypes' bfloat16 / float8_e4m3fn /
+        float8_e5m2 when ml_dtypes is installed (else raw void bytes)."""
         import numpy as np
-        return np.asarray(self)
+        a = np.asarray(self)
+        ml = {"bf16": "bfloat16", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}.get(self.dtype)
+        if ml:
+            try:
+                import ml_dtypes
+                a = a.view(getattr(ml_dtypes, ml))
+            except ImportError:
+                pass
+        return a
+
+    def __len__(self):
+        shape = self.shape
+        if not shape:
+            raise LpxTypeError(_EINVAL, "len() of a 0-d tensor")
+        return shape[0]
+
+    def __getitem__(self, key):
+        """Basic indexing as a view of the same storage: ints (dropping the
+        dim), slices with a positive step, and Ellipsis, as numpy does (a
+        negative step is refused: lpx has no negative strides)."""
+        if self.kind:
+            raise LpxTypeError(_EINVAL, f"a {self.kind} tensor is not indexed: dequantize it first")
+        shape, strides = list(self.shape), list(self.strides)
+        key = key if isinstance(key, tuple) else (key,)
+        if key.count(Ellipsis) > 1:
+            raise LpxIndexError(_ERANGE, "an index can only have a single ellipsis")
+        if Ellipsis in key:
+            i = key.index(Ellipsis)
+            fill = len(shape) - (len(key) - 1)
+            key = key[:i] + (slice(None),) * max(fill, 0) + key[i + 1:]
+        if len(key) > len(shape):
+            raise LpxIndexError(_ERANGE, f"too many indices ({len(key)}) for a {len(shape)}-d tensor")
+        off = _lib.lpx_tensor_offset(self._h)
+        nshape, nstrides = [], []
+        for d, k in enumerate(key):
+            if isinstance(k, bool) or not isinstance(k, (int, slice)) and not hasattr(k, "__index__"):
+                raise LpxTypeError(_EINVAL, f"index {k!r}: lpx indexes with ints, slices and ...")
+            if isinstance(k, slice):
+                start, stop, step = k.indices(shape[d])
+                if step < 0:
+                    raise LpxValueError(_EINVAL, f"slice step {step}: lpx strides are non-negative, so a "
+                                                 "reversed slice is not a view (reverse a numpy() copy)")
+                n = len(range(start, stop, step))
+                off += start * strides[d] if n else 0
+                nshape.append(n)
+                nstrides.append(strides[d] * step)
+            else:
+                i = k.__index__()
+                if not -shape[d] <= i < shape[d]:
+                    raise LpxIndexError(_ERANGE, f"index {i} is out of range for dim {d} of size {shape[d]}")
+                off += (i + shape[d] if i < 0 else i) * strides[d]
+        nshape += shape[len(key):]
+        nstrides += strides[len(key):]
+        nd = len(nshape)
+        s = (C.c_int64 * max(nd, 1))(*nshape)
+        st = (C.c_int64 * max(nd, 1))(*nstrides)
+        out = C.c_void_p()
+        _check(_lib.lpx_tensor_view_of(self._h, nd, s, st, off, C.byref(out)))
+        return Tensor(out)
 
     # ---- DLPack
     def __dlpack_device__(self):
@@ -362,9 +490,36 @@ class Tensor:
         _check(_lib.lpx_to_dlpack_legacy(t._h, False, C.byref(out)))
         return _capsule_new(out.value, _LEGACY)
 
-    # ---- ops
+    # ---- ops: tensors (or numpy arrays) and Python scalars
     def __add__(self, other):
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return _op(load_library().lpx_add_scalar, self._live(), float(other))
         return add(self, other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return _op(load_library().lpx_add_scalar, self._live(), -float(other))
+        return sub(self, other)
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __mul__(self, other):
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return _op(load_library().lpx_mul_scalar, self._live(), float(other))
+        return mul(self, other)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return _op(load_library().lpx_mul_scalar, self._live(), 1.0 / float(other))
+        return div(self, other)
+
+    def __neg__(self):
+        return _op(load_library().lpx_neg, self._live())
 
     def __matmul__(self, other):
         return matmul(self, other)
@@ -380,7 +535,6 @@ _api.PyCapsule_IsValid.restype = C.c_int
 _api.PyCapsule_IsValid.argtypes = [C.py_object, C.c_char_p]
 _api.PyCapsule_SetName.restype = C.c_int
 _api.PyCapsule_SetName.argtypes = [C.py_object, C.c_char_p]
-_DESTRUCTOR = C.CFUNCTYPE(None, C.c_void_p)
 _DELETER = C.CFUNCTYPE(None, C.c_void_p)
 
 _LEGACY, _VERSIONED = b"dltensor", b"dltensor_versioned"
@@ -402,23 +556,14 @@ class _DLManagedTensorVersioned(C.Structure):
                 ("shape", C.c_void_p), ("strides", C.c_void_p), ("byte_offset", C.c_uint64)]
 
 
-def _capsule_destructor(cap):
-    # an unconsumed capsule still owns its struct: call its deleter (a
-    # consumer renames it "used_dltensor[_versioned]" and owns it instead)
-    capobj = C.cast(C.c_void_p(cap), C.py_object)
-    for name, struct in ((_LEGACY, _DLManagedTensor), (_VERSIONED, _DLManagedTensorVersioned)):
-        if _api.PyCapsule_IsValid(capobj, name):
-            p = _api.PyCapsule_GetPointer(capobj, name)
-            m = struct.from_address(p)
-            if m.deleter:
-                m.deleter(p)
-
-
-_capsule_destructor_c = _DESTRUCTOR(_capsule_destructor)
 
 
 def _capsule_new(ptr, name):
-    return _api.PyCapsule_New(ptr, name, C.cast(_capsule_destructor_c, C.c_void_p))
+    # the destructor is liblpx's C one: a Python destructor cannot run while
+    # a refusing consumer's exception is pending (it then raised SystemError
+    # and leaked the tensor)
+    lib = load_library()
+    return _api.PyCapsule_New(ptr, name, C.cast(lib.lpx_dlpack_capsule_destructor, C.c_void_p))
 
 
 def capsule_name(cap):
@@ -457,11 +602,34 @@ def from_dlpack(obj):
     return Tensor(out)
 
 
-def from_numpy(a, copy=False):
+def from_numpy(a, copy=False, dtype=None):
     """An lpx Tensor over numpy array `a` (zero-copy through DLPack when
-    numpy supports it, else a copy)."""
+    numpy supports it, else a copy). `dtype` (an lpx name or a numpy dtype)
+    converts explicitly, e.g. float64 input: from_numpy(a, dtype="f32") or
+    dtype="bf16" (rounded once, from f32). ml_dtypes' bfloat16 and float8
+    arrays are taken as bf16 / f8e4m3fn / f8e5m2."""
     import numpy as np
     a = np.asarray(a)
+    if dtype is not None:
+        want = _dtype(dtype)
+        name = load_library().lpx_dtype_name(want).decode()
+        np_direct = {"f32": np.float32, "f16": np.float16, "u8": np.uint8, "i8": np.int8, "i32": np.int32,
+                     "i64": np.int64, "bool": np.bool_}
+        if name in np_direct:
+            return from_numpy(a.astype(np_direct[name]), copy=True)
+        return cast(from_numpy(a.astype(np.float32), copy=True), name)
+    ml = _np_name(a.dtype)
+    if ml in ("bf16", "f8e4m3fn", "f8e5m2"):
+        # ml_dtypes arrays: the same bits, copied into an lpx tensor
+        src = np.ascontiguousarray(a)
+        out = C.c_void_p()
+        s = (C.c_int64 * max(a.ndim, 1))(*a.shape)
+        lib = load_library()
+        _check(lib.lpx_tensor_new(_dtype(ml), a.ndim, s, _Device(1, 0), C.byref(out)))
+        t = Tensor(out)
+        if src.nbytes:
+            C.memmove(lib.lpx_tensor_data(t._h), src.ctypes.data, src.nbytes)
+        return t
     if not copy and hasattr(a, "__dlpack__") and a.dtype != np.bool_:
         try:
             return from_dlpack(a)
@@ -471,7 +639,8 @@ def from_numpy(a, copy=False):
     names = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.uint8): "u8",
              np.dtype(np.int8): "i8", np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.bool_): "bool"}
     if a.dtype not in names:
-        raise LpxError(-7, f"numpy dtype {a.dtype} has no lpx dtype")
+        hint = " (convert explicitly: from_numpy(a, dtype=\"f32\"))" if a.dtype.kind == "f" else ""
+        raise LpxTypeError(_EDTYPE, f"numpy dtype {a.dtype} has no lpx dtype{hint}")
     shape = (C.c_int64 * max(a.ndim, 1))(*a.shape)
     out = C.c_void_p()
     _check(lib.lpx_tensor_new(_dtype(names[a.dtype]), a.ndim, shape, _Device(1, 0), C.byref(out)))
@@ -507,6 +676,21 @@ def add(a, b):
     return _op(load_library().lpx_add, a._h, b._h)
 
 
+def sub(a, b):
+    a, b = _t(a), _t(b)
+    return _op(load_library().lpx_sub, a._h, b._h)
+
+
+def mul(a, b):
+    a, b = _t(a), _t(b)
+    return _op(load_library().lpx_mul, a._h, b._h)
+
+
+def div(a, b):
+    a, b = _t(a), _t(b)
+    return _op(load_library().lpx_div, a._h, b._h)
+
+
 def matmul(a, b):
     a, b = _t(a), _t(b)
     return _op(load_library().lpx_matmul, a._h, b._h)
@@ -536,10 +720,12 @@ def float8_quantize(x, fp8="f8e4m3fn", rowwise=False, axis=None, pow2_scale=Fals
     x = _t(x)
     o = _Float8QuantOpts()
     o.struct_size = C.sizeof(_Float8QuantOpts)
-    o.fp8 = _dtype(fp8)
+    o.fp8 = _fp8(fp8)
     if rowwise or axis is not None:
         o.granularity = _AXISWISE
         o.axis = -1 if axis is None else int(axis)
+    if role not in _ROLES:
+        raise LpxValueError(_EINVAL, f"role {role!r}: one of {sorted(r for r in _ROLES if r)} or None")
     o.role = _ROLES[role]
     o.pow2_scale = bool(pow2_scale)
     o.nonsaturating = bool(nonsaturating)

@@ -527,6 +527,90 @@ def test_errors_carry_lpx_message():
         assert "nosuch" in e.message
 
 
+# ---- the papercuts a new user found (the reliability issue) --------------------
+
+
+@case
+def test_refused_capsule_neither_leaks_nor_raises_from_its_destructor():
+    t = lpx.cast(lpx.from_numpy(np.ones((2, 3), np.float32)), "bf16")
+    before = t.refcount()
+    for _ in range(50):
+        try:
+            np.from_dlpack(t)   # numpy has no bfloat16: it refuses the capsule
+        except Exception as e:  # noqa: BLE001
+            assert not isinstance(e, SystemError), e   # the consumer's own error surfaces
+    gc.collect()
+    assert t.refcount() == before, (before, t.refcount())
+
+
+@case(extra=("ml_dtypes",))
+def test_ml_dtypes_in_and_out():
+    ml_dtypes = needs("ml_dtypes")
+    t = lpx.cast(lpx.from_numpy(np.array([1.5, -2.0, 3.25], np.float32)), "bf16")
+    a = t.numpy()
+    assert a.dtype == ml_dtypes.bfloat16 and a.astype(np.float32).tolist() == [1.5, -2.0, 3.25]
+    q = lpx.cast(t, ml_dtypes.float8_e4m3fn)          # a numpy dtype where a name goes
+    assert q.dtype == "f8e4m3fn" and q.numpy().dtype == ml_dtypes.float8_e4m3fn
+    back = lpx.from_numpy(a)
+    assert back.dtype == "bf16" and back.numpy().astype(np.float32).tolist() == [1.5, -2.0, 3.25]
+
+
+@case
+def test_dtypes_and_names_checked():
+    assert lpx.cast(lpx.from_numpy(np.ones(2, np.float32)), np.float16).dtype == "f16"
+    try:
+        lpx.from_numpy(np.ones(3))
+        raise AssertionError("float64 taken silently")
+    except lpx.LpxTypeError as e:
+        assert "dtype=" in e.message
+    assert lpx.from_numpy(np.ones(3), dtype="f32").dtype == "f32"      # explicit
+    for bad in ({"fp8": "f32"}, {"role": "bogus"}):
+        try:
+            lpx.float8_quantize(np.ones((2, 2), np.float32), **bad)
+            raise AssertionError(f"{bad} accepted")
+        except lpx.LpxValueError as e:
+            assert e.message and isinstance(e, lpx.LpxError)
+    c = lpx.from_numpy(np.ones(2, np.float32))
+    c.close()
+    try:
+        c.shape
+        raise AssertionError("a closed tensor answered")
+    except lpx.LpxError as e:
+        assert "closed" in e.message
+
+
+@case
+def test_operators_indexing_len():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = lpx.from_numpy(a)
+    np.testing.assert_array_equal((t - t).numpy(), a - a)
+    np.testing.assert_array_equal((t * t).numpy(), a * a)
+    np.testing.assert_array_equal((t / (t + 1)).numpy(), a / (a + 1))
+    np.testing.assert_array_equal((2 * t - 1).numpy(), 2 * a - 1)
+    np.testing.assert_array_equal((-t).numpy(), -a)
+    np.testing.assert_array_equal((t / 4).numpy(), a / 4)
+    assert len(t) == 3
+    for key in (1, -1, (1, 2), slice(1, None), (slice(None), slice(None, None, 2)), (Ellipsis, 0),
+                (slice(-2, None), slice(1, 3))):
+        v = t[key]
+        np.testing.assert_array_equal(v.numpy(), a[key], err_msg=str(key))
+    v = t[:, 1]                      # a view: writes through numpy show in it
+    a[2, 1] = 100.0
+    assert v.numpy()[2] == 100.0
+    for bad, exc in ((7, lpx.LpxIndexError), ((0, 0, 0), lpx.LpxIndexError), ("x", lpx.LpxTypeError),
+                     (slice(None, None, -1), lpx.LpxValueError)):
+        try:
+            t[bad]
+            raise AssertionError(f"t[{bad!r}] accepted")
+        except exc:
+            pass
+    try:
+        len(t[0, 0])
+        raise AssertionError("len() of a 0-d tensor")
+    except lpx.LpxTypeError:
+        pass
+
+
 # the line the suite's summary reads (tests/check.h prints the same)
 print(f"{passed + failures + skipped} cases: {passed} passed, {failures} failed, {skipped} skipped")
 print(f"lpx-cases: passed={passed} failed={failures} skipped={skipped} gpu=0")
