@@ -864,6 +864,58 @@ static void test_stalled_rank_times_out_everyone(void)
     }
 }
 
+/* A rank stuck in its own code (never returning, never calling the comm)
+ * must not hold lpx_local_run: once a peer failed, the stuck rank is
+ * abandoned after a grace period and the call returns, so the process can
+ * exit (fault 2 of the reliability issue; on the old code the call waited
+ * for the stuck thread forever). The stuck thread is released afterwards
+ * and cleans up after itself (ASan's leak check sees nothing left). */
+typedef struct stuck {
+    atomic_int release;        /* set by the main thread to end the stuck rank */
+    atomic_int ended;          /* the stuck rank's function returned */
+    lpx_status st0;
+    char msg0[512];
+} stuck;
+
+static lpx_status stuck_rank(lpx_comm *c, void *ctx)
+{
+    stuck *s = ctx;
+    if (lpx_comm_rank(c) == 1) {
+        while (!atomic_load(&s->release)) sleep_ms(5);
+        /* back after the run gave up on it: its comm says the group failed */
+        lpx_status st = lpx_comm_barrier(c);
+        atomic_store(&s->ended, 1);
+        return st;
+    }
+    s->st0 = lpx_comm_barrier(c);
+    snprintf(s->msg0, sizeof s->msg0, "%s", lpx_last_error());
+    return s->st0;
+}
+
+static void test_stuck_rank_is_abandoned(void)
+{
+    stuck *s = calloc(1, sizeof *s); /* outlives the run: the stuck rank reads it */
+    lpx_status st[2] = {LPX_OK, LPX_OK};
+    uint64_t t0 = lpx_now_ns();
+    lpx_status all = lpx_local_run(2, stuck_rank, s, TIMEOUT_MS, st);
+    double total = ms_since(t0);
+    char err[512];
+    snprintf(err, sizeof err, "%s", lpx_last_error());
+    CHECKF(s->st0 == LPX_ETIMEOUT && strstr(s->msg0, "waiting for rank 1"), "rank 0: %s '%s'",
+           lpx_status_string(s->st0), s->msg0);
+    CHECK(all == LPX_ETIMEOUT);
+    CHECK(st[0] == LPX_ETIMEOUT && st[1] == LPX_ETIMEOUT);
+    CHECKF(strstr(err, "lpx_local_run: rank 0:") && strstr(err, "abandoned"), "'%s'", err);
+    /* the timeout, the 2 s grace, and slack for a loaded machine */
+    CHECKF(total < TIMEOUT_MS + 2000 + 3000, "returned after %.0f ms", total);
+    CHECK(atomic_load(&s->ended) == 0);
+    atomic_store(&s->release, 1);
+    for (int i = 0; i < 2000 && !atomic_load(&s->ended); i++) sleep_ms(5);
+    CHECK(atomic_load(&s->ended) == 1);
+    sleep_ms(100); /* lets the abandoned thread finish freeing the run */
+    free(s);
+}
+
 /* Comms driven by hand (no lpx_local_run): destroying one while a peer
  * waits fails the peer at once; the group is freed with the last handle. */
 typedef struct hand {
@@ -1050,6 +1102,7 @@ int main(void)
     RUN(test_rank_error_return_fails_everyone);
     RUN(test_rank_leaving_fails_everyone);
     RUN(test_stalled_rank_times_out_everyone);
+    RUN(test_stuck_rank_is_abandoned);
     RUN(test_destroyed_peer_fails_waiter);
     RUN(test_reduce_buffers_semantics);
     RUN(test_backend_registry);

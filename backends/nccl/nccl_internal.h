@@ -97,4 +97,12 @@ lpx_status nc_wrap(lpx_status st, const char *prefix);
 /* "ncclX failed: <ncclGetErrorString> (<ncclGetLastError>)" into buf. */
 void nc_describe(char *buf, size_t len, const char *call, ncclResult_t rc, ncclComm_t nc);
 
+/* nccl_run.c */
+/* Runs fn for one rank, aborts its comm when fn fails (so its peers
+ * fail), destroys the comm; msg gets the failure's message. */
+lpx_status nc_run_rank(lpx_comm *c, lpx_comm_rank_fn fn, void *ctx, char *msg, size_t len);
+/* Ranks 0..n-1 of one world on GPUs 0..n-1, one thread each; a rank still
+ * running 2 s after another failed is abandoned (LPX_ETIMEOUT). */
+lpx_status nc_run_local(int n, int64_t timeout_ms, lpx_comm_rank_fn fn, void *ctx, lpx_status *statuses);
+
 #endif

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,89 +282,6 @@ static int env_rank(const char *a, const char *b, const char **which)
     return -1;
 }
 
-/* Runs fn for one rank, aborts its comm when fn fails (so its peers fail),
- * destroys the comm; msg gets the failure's message. */
-static lpx_status run_rank(lpx_comm *c, lpx_comm_rank_fn fn, void *ctx, char *msg, size_t len)
-{
-    lpx_clear_error();
-    lpx_status st = fn(c, ctx);
-    msg[0] = 0;
-    if (st) {
-        snprintf(msg, len, "%s", lpx_last_error()[0] ? lpx_last_error() : lpx_status_string(st));
-        char reason[NC_MSG + 64];
-        snprintf(reason, sizeof reason, "its function returned %s: %s", lpx_status_string(st), msg);
-        lpx_comm_abort(c, reason);
-    }
-    lpx_comm_destroy(c);
-    return st;
-}
-
-typedef struct rank_thread {
-    pthread_t tid;
-    bool started;
-    lpx_comm *comm;
-    lpx_comm_rank_fn fn;
-    void *ctx;
-    lpx_status st;
-    char msg[NC_MSG];
-} rank_thread;
-
-static void *rank_main(void *arg)
-{
-    rank_thread *t = arg;
-    t->st = run_rank(t->comm, t->fn, t->ctx, t->msg, sizeof t->msg);
-    return NULL;
-}
-
-/* One process hosting ranks 0..n-1 on GPUs 0..n-1, one thread each. */
-static lpx_status run_local(int n, int64_t timeout_ms, lpx_comm_rank_fn fn, void *ctx, lpx_status *statuses)
-{
-    lpx_comm **comms = calloc((size_t)n, sizeof *comms);
-    rank_thread *ts = calloc((size_t)n, sizeof *ts);
-    if (!comms || !ts) {
-        free(comms);
-        free(ts);
-        return lpx_error(LPX_ENOMEM, "nccl backend: out of memory");
-    }
-    lpx_status st = lpx_nccl_comm_create_local(n, NULL, timeout_ms, comms);
-    if (st) {
-        free(comms);
-        free(ts);
-        return nc_wrap(st, "nccl backend");
-    }
-    if (n == 1) {
-        ts[0].st = run_rank(comms[0], fn, ctx, ts[0].msg, sizeof ts[0].msg);
-    } else {
-        for (int r = 0; r < n; r++) {
-            ts[r] = (rank_thread){.comm = comms[r], .fn = fn, .ctx = ctx};
-            if (pthread_create(&ts[r].tid, NULL, rank_main, &ts[r]) == 0) {
-                ts[r].started = true;
-                continue;
-            }
-            /* this rank and the later ones never run: fail the group */
-            for (int q = r; q < n; q++) {
-                ts[q].st = LPX_ECOMM;
-                snprintf(ts[q].msg, sizeof ts[q].msg, "could not start the thread of rank %d", q);
-                lpx_comm_abort(comms[q], ts[q].msg);
-                lpx_comm_destroy(comms[q]);
-            }
-            break;
-        }
-        for (int r = 0; r < n; r++)
-            if (ts[r].started) pthread_join(ts[r].tid, NULL);
-    }
-    st = LPX_OK;
-    int worst = -1;
-    for (int r = 0; r < n; r++) {
-        if (statuses) statuses[r] = ts[r].st;
-        if (ts[r].st && worst < 0) worst = r;
-    }
-    if (worst >= 0) st = lpx_error(ts[worst].st, "rank %d: %s", worst, ts[worst].msg);
-    free(comms);
-    free(ts);
-    return st;
-}
-
 static lpx_status nccl_run(const lpx_comm_backend_i *self, int nranks, int64_t timeout_ms, lpx_comm_rank_fn fn,
                            void *ctx, lpx_status *statuses)
 {
@@ -382,7 +298,7 @@ static lpx_status nccl_run(const lpx_comm_backend_i *self, int nranks, int64_t t
             return lpx_error(LPX_EINVAL, "nccl backend: %d ranks in one process need %d GPUs, this one has %d "
                              "(NCCL runs one rank per GPU; launch one process per GPU with LPX_RANK/"
                              "LPX_WORLD_SIZE, or use the 'local' backend)", n, n, ndev);
-        return run_local(n, timeout_ms, fn, ctx, statuses);
+        return nc_run_local(n, timeout_ms, fn, ctx, statuses);
     }
     if (size == -2 || size == 0 || size == -1)
         return lpx_error(LPX_EINVAL, "nccl backend: %s must be a positive integer (with %s)", sn, rn);
@@ -409,7 +325,7 @@ static lpx_status nccl_run(const lpx_comm_backend_i *self, int nranks, int64_t t
     if (unlink_path) unlink(unlink_path);
     if (st) return nc_wrap(st, "nccl backend");
     char msg[NC_MSG];
-    st = run_rank(c, fn, ctx, msg, sizeof msg);
+    st = nc_run_rank(c, fn, ctx, msg, sizeof msg);
     if (statuses) statuses[rank] = st;
     return st ? lpx_error(st, "nccl backend: rank %d: %s", rank, msg) : LPX_OK;
 }

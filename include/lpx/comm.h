@@ -319,9 +319,14 @@ LPX_API lpx_status lpx_local_comm_group_create(int n, lpx_comm **comms);
  *  destroys the group. A rank whose fn returns an error aborts the group
  *  with that error's message; a rank whose fn returns (or pthread_exits)
  *  while peers still expect it in a collective makes those peers fail with
- *  LPX_ECOMM. statuses (n entries, may be NULL) gets each rank's status.
- *  Returns LPX_OK when all ranks succeeded, else the lowest failing rank's
- *  status, with "rank R: <its message>" as this thread's error message.
+ *  LPX_ECOMM. A rank whose fn is still running 2 s after another rank
+ *  failed is abandoned: its thread is detached, its status is
+ *  LPX_ETIMEOUT, and the call returns without it (the thread frees what
+ *  it holds if it ever ends; end the process). statuses (n entries, may
+ *  be NULL) gets each rank's status. Returns LPX_OK when all ranks
+ *  succeeded, else the lowest failing rank's status, with "rank R: <its
+ *  message>" as this thread's error message (an abandoned rank is named
+ *  only when no rank returned an error).
  *  Errors also: LPX_EINVAL (n out of range, NULL fn), LPX_ENOMEM, LPX_ECOMM
  *  (a thread could not be started). */
 LPX_API lpx_status lpx_local_run(int n, lpx_comm_rank_fn fn, void *ctx, int64_t timeout_ms,

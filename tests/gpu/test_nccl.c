@@ -632,6 +632,54 @@ static void test_two_ranks_timeout(void)
     CHECKF(ms < 5000, "took %llu ms", (unsigned long long)ms);
 }
 
+/* Rank 1 is stuck in its own code (never calls the comm); rank 0's
+ * barrier times out; lpx_comm_run must abandon rank 1 and return within
+ * the timeout and the 2 s grace, not wait for it (fault 2 of the
+ * reliability issue). Rank 1 is released afterwards and frees the run. */
+typedef struct stuck_ctx {
+    _Atomic int release, ended;
+} stuck_ctx;
+
+static lpx_status stuck_fn(lpx_comm *c, void *p)
+{
+    stuck_ctx *s = p;
+    if (lpx_comm_rank(c) == 1) {
+        while (!s->release) {
+            struct timespec ts = {0, 5 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        lpx_status st = lpx_comm_barrier(c);
+        s->ended = 1;
+        return st;
+    }
+    lpx_status st = lpx_comm_barrier(c);
+    return st ? st : nccl_sync(c);
+}
+
+static void test_two_ranks_stuck_abandoned(void)
+{
+    if (!enough_gpus(2, "2-rank stuck-rank abandonment")) return;
+    stuck_ctx *s = calloc(1, sizeof *s);
+    lpx_status sts[2] = {LPX_OK, LPX_OK};
+    uint64_t t0 = lpx_now_ns();
+    lpx_status st = lpx_comm_run("nccl", 2, 300, stuck_fn, s, sts);
+    uint64_t ms = (lpx_now_ns() - t0) / 1000000;
+    CHECK(st != LPX_OK);
+    CHECKF(sts[0] == LPX_ETIMEOUT || sts[0] == LPX_ECOMM, "rank 0: %s", lpx_status_string(sts[0]));
+    CHECKF(sts[1] == LPX_ETIMEOUT, "rank 1: %s", lpx_status_string(sts[1]));
+    CHECKF(strstr(lpx_last_error(), "abandoned") != NULL, "'%s'", lpx_last_error());
+    CHECKF(ms < 300 + 2000 + 3000, "took %llu ms", (unsigned long long)ms);
+    s->release = 1;
+    for (int i = 0; i < 2000 && !s->ended; i++) {
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    CHECK(s->ended == 1);
+    struct timespec ts = {0, 200 * 1000000L};
+    nanosleep(&ts, NULL);
+    free(s);
+}
+
 int main(void)
 {
     nccl_setup();
@@ -651,5 +699,6 @@ int main(void)
     RUN(test_two_ranks);
     RUN(test_two_ranks_failure);
     RUN(test_two_ranks_timeout);
+    RUN(test_two_ranks_stuck_abandoned);
     return CHECK_DONE();
 }
