@@ -464,6 +464,33 @@ lpx_status lpx_kind_from_dense(const lpx_kind *k, lpx_tensor *x, lpx_tensor **ou
     return st;
 }
 
+lpx_status lpx_kind_unflatten(const lpx_kind *k, lpx_dtype logical_dtype, int ndim, const int64_t *shape,
+                              lpx_tensor *const *inner, int ninner, const void *meta, size_t meta_size,
+                              lpx_tensor **out)
+{
+    if (!out) return lpx_error(LPX_EINVAL, "lpx_kind_unflatten: out is NULL");
+    *out = NULL;
+    if (!k) return lpx_error(LPX_EINVAL, "lpx_kind_unflatten: kind is NULL");
+    const char *kn = k->vt.name;
+    if (ndim < 0 || ndim > LPX_MAX_DIMS)
+        return lpx_error(LPX_EINVAL, "lpx_kind_unflatten(%s): ndim %d out of range 0..%d", kn, ndim, LPX_MAX_DIMS);
+    if (ndim && !shape) return lpx_error(LPX_EINVAL, "lpx_kind_unflatten(%s): shape is NULL", kn);
+    if (ninner < 0 || ninner > LPX_MAX_INNER)
+        return lpx_error(LPX_EINVAL, "lpx_kind_unflatten(%s): ninner %d out of range 0..%d", kn, ninner, LPX_MAX_INNER);
+    if (ninner && !inner) return lpx_error(LPX_EINVAL, "lpx_kind_unflatten(%s): inner is NULL", kn);
+    for (int i = 0; i < ninner; i++)
+        if (!inner[i]) return lpx_error(LPX_EINVAL, "lpx_kind_unflatten(%s): inner[%d] is NULL", kn, i);
+    if (meta_size > LPX_MAX_META)
+        return lpx_error(LPX_EINVAL, "lpx_kind_unflatten(%s): meta_size %zu exceeds %d", kn, meta_size, LPX_MAX_META);
+    if (meta_size && !meta) return lpx_error(LPX_EINVAL, "lpx_kind_unflatten(%s): meta is NULL", kn);
+    lpx_status st = k->vt.unflatten
+        ? k->vt.unflatten(k, logical_dtype, ndim, shape, inner, ninner, meta, meta_size, out)
+        : lpx_tensor_new_kind(k, logical_dtype, ndim, shape, ninner ? lpx_tensor_device(inner[0]) : lpx_cpu(), inner,
+                              ninner, meta, meta_size, out);
+    if (st && *out) { lpx_tensor_release(*out); *out = NULL; }
+    return st;
+}
+
 lpx_status lpx_kind_to_dense(lpx_tensor *t, lpx_tensor **out)
 {
     if (!out) return lpx_error(LPX_EINVAL, "lpx_kind_to_dense: out is NULL");

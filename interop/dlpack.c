@@ -389,16 +389,9 @@ lpx_status lpx_dlpack_unflatten(lpx_dlpack_flat *flat, lpx_tensor **out)
         }
         flat->inner[got] = NULL; /* consumed */
     }
-    if (!st) {
-        const lpx_kind_i *vt = lpx_kind_vtable(k);
-        if (vt->unflatten)
-            st = vt->unflatten(k, flat->logical_dtype, flat->ndim, flat->shape, inner, flat->ninner,
-                               flat->meta, flat->meta_size, out);
-        else
-            st = lpx_tensor_new_kind(k, flat->logical_dtype, flat->ndim, flat->shape,
-                                     flat->ninner ? lpx_tensor_device(inner[0]) : lpx_cpu(), inner,
-                                     flat->ninner, flat->meta, flat->meta_size, out);
-    }
+    if (!st)
+        st = lpx_kind_unflatten(k, flat->logical_dtype, flat->ndim, flat->shape, inner, flat->ninner, flat->meta,
+                                flat->meta_size, out);
     for (int i = 0; i < got; i++) lpx_tensor_release(inner[i]);
     return st;
 }

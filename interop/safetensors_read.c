@@ -830,12 +830,8 @@ lpx_status lpx_safetensors_get(lpx_safetensors *f, const char *name, lpx_tensor 
             st = get_raw(f, &f->raw[e->k->inner_raw[i]], &inner[i]);
     }
     if (!st) {
-        const lpx_kind_i *vt = lpx_kind_vtable(k);
-        if (vt->unflatten)
-            st = vt->unflatten(k, e->dtype, e->ndim, e->shape, inner, e->k->ninner, e->k->meta, e->k->meta_size, out);
-        else
-            st = lpx_tensor_new_kind(k, e->dtype, e->ndim, e->shape, lpx_cpu(), inner, e->k->ninner, e->k->meta,
-                                     e->k->meta_size, out);
+        st = lpx_kind_unflatten(k, e->dtype, e->ndim, e->shape, inner, e->k->ninner, e->k->meta, e->k->meta_size,
+                                out);
         if (st) {
             char msg[700];
             snprintf(msg, sizeof msg, "%s", lpx_last_error());

@@ -471,6 +471,34 @@ static void test_unflatten(void)
         CHECK_ERR(vt->unflatten(lpx_nf4_kind(), LPX_F32, 2, s, badm, 4, m0, ms, &u), LPX_EINVAL);
     }
     CHECK(u == NULL);
+    /* the public entry (lpx_kind_unflatten): same result, its own
+     * argument checks before the kind sees anything */
+    const lpx_kind *nk = lpx_nf4_kind();
+    CHECK_OK(lpx_kind_unflatten(nk, LPX_F32, 2, s, inner, 4, m0, ms, &u));
+    if (u) {
+        lpx_tensor *a = deq(u), *b = deq(w);
+        CHECK(same_values(a, b));
+        CHECK(lpx_tensor_inner(u, 0) == inner[0]);   /* borrowed, shared: zero copy */
+        lpx_tensor_release(a);
+        lpx_tensor_release(b);
+        lpx_tensor_release(u);
+        u = NULL;
+    }
+    CHECK_ERR(lpx_kind_unflatten(NULL, LPX_F32, 2, s, inner, 4, m0, ms, &u), LPX_EINVAL);
+    CHECK_ERR(lpx_kind_unflatten(nk, LPX_F32, -1, s, inner, 4, m0, ms, &u), LPX_EINVAL);
+    CHECK_ERR(lpx_kind_unflatten(nk, LPX_F32, LPX_MAX_DIMS + 1, s, inner, 4, m0, ms, &u), LPX_EINVAL);
+    CHECK_ERR(lpx_kind_unflatten(nk, LPX_F32, 2, NULL, inner, 4, m0, ms, &u), LPX_EINVAL);
+    CHECK_ERR(lpx_kind_unflatten(nk, LPX_F32, 2, s, inner, LPX_MAX_INNER + 1, m0, ms, &u), LPX_EINVAL);
+    CHECK_ERR(lpx_kind_unflatten(nk, LPX_F32, 2, s, NULL, 4, m0, ms, &u), LPX_EINVAL);
+    lpx_tensor *holed[4] = {inner[0], NULL, inner[2], inner[3]};
+    CHECK_ERR(lpx_kind_unflatten(nk, LPX_F32, 2, s, holed, 4, m0, ms, &u), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "lpx_kind_unflatten(nf4): inner[1] is NULL") != NULL);
+    CHECK_ERR(lpx_kind_unflatten(nk, LPX_F32, 2, s, inner, 4, NULL, ms, &u), LPX_EINVAL);
+    CHECK_ERR(lpx_kind_unflatten(nk, LPX_F32, 2, s, inner, 4, m0, (size_t)LPX_MAX_META + 1, &u), LPX_EINVAL);
+    m = *m0; m.magic = 0;
+    CHECK_ERR(lpx_kind_unflatten(nk, LPX_F32, 2, s, inner, 4, &m, ms, &u), LPX_EINVAL);  /* the kind's check */
+    CHECK_ERR(lpx_kind_unflatten(nk, LPX_F32, 2, s, inner, 4, m0, ms, NULL), LPX_EINVAL);
+    CHECK(u == NULL);
     lpx_tensor *tmp[] = {x, w, f, mean};
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) lpx_tensor_release(tmp[i]);
 }

@@ -163,6 +163,16 @@ LPX_API lpx_status lpx_kind_unregister(const lpx_kind *kind);
  *  Errors: LPX_EINVAL (NULL, x not dense), LPX_ENOTIMPL (the kind has no
  *  from_dense), and whatever the kind reports. */
 LPX_API lpx_status lpx_kind_from_dense(const lpx_kind *kind, lpx_tensor *x, lpx_tensor **out);
+/** Rebuilds a tensor of kind `kind` from its inner tensors and metadata,
+ *  the inverse of reading lpx_tensor_inner / lpx_tensor_meta (how
+ *  checkpoints, DLPack flattening and bindings restore kind tensors),
+ *  through the kind's unflatten slot, which validates the payload (without
+ *  one: lpx_tensor_new_kind on inner[0]'s device). inner[] is borrowed:
+ *  the result takes its own references. Errors: LPX_EINVAL (NULL, ndim,
+ *  ninner or meta_size out of range), and whatever the kind reports. */
+LPX_API lpx_status lpx_kind_unflatten(const lpx_kind *kind, lpx_dtype logical_dtype, int ndim, const int64_t *shape,
+                                      lpx_tensor *const *inner, int ninner, const void *meta, size_t meta_size,
+                                      lpx_tensor **out);
 /** Dense f32 copy of a kind tensor through its kind's to_dense slot (a
  *  dense `t` is returned retained if f32, else cast). Errors: LPX_EINVAL,
  *  LPX_ENOTIMPL (no to_dense), and whatever the kind reports. */
