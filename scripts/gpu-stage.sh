@@ -56,6 +56,12 @@ done
 cjson=$(ls /lib/x86_64-linux-gnu/libcjson.so.1 2>/dev/null || ls /usr/lib/x86_64-linux-gnu/libcjson.so.1 2>/dev/null || true)
 if [ -n "$cjson" ]; then cp -L "$cjson" "$stage/libcjson.so.1"; else echo "gpu-stage.sh: warning: libcjson.so.1 not found" >&2; fi
 cp bench/gpu/run.sh bench/gpu/torch_bench.py bench/gpu/compare.py bench/gpu/train_ref.py "$stage/bench/"
+# the Python package and lpx.torch's tests (run by run-gpu.sh; train_ref.py's
+# lpx-f8-* modes import it from here)
+mkdir -p "$stage/python" "$stage/tests/python"
+cp -r python/lpx "$stage/python/"
+rm -rf "$stage/python/lpx/__pycache__"
+cp tests/python/pycase.py tests/python/test_torch.py "$stage/tests/python/"
 # the Llama fixture the GPU suite checks its kernels' composition against
 cp -r tests/data/llama_tiny "$stage/llama_tiny"
 chmod +x "$stage/bench/run.sh"
@@ -209,6 +215,9 @@ if [ "$mode" != bench-only ]; then
     echo "== GPU tests"
     rm -rf "$D/coverage"  # written by this run's programs, checked by cuda_coverage (last)
 @TESTS@
+    # lpx.torch on CUDA tensors (DLPack into lpx-cuda, stream ordering)
+    run_test python_torch 600 python3 LPX_LIBRARY="$D/liblpx.so.0" LPX_PLUGIN_PATH="$D" \
+        -- "$D/tests/python/test_torch.py"
     echo "$passed passed, $failed failed, $skipped skipped"
 fi
 rc=0

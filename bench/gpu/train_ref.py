@@ -9,6 +9,11 @@ bf16 weights and activations), timed the ways a PyTorch user would train it:
   f8-rowwise      torchao Float8Linear "rowwise" + per-block compile
                   (the LM head stays bf16, as in torchao's recipes; the two
                   float8 rows are skipped with a message without torchao)
+  lpx-f8-tensorwise  lpx.torch Float8Linear "tensorwise", EAGER (no compile):
+  lpx-f8-rowwise     lpx's fp8 kernels called from PyTorch (python/lpx/torch.py;
+                  the python package on sys.path, liblpx and lpx-cuda.so found
+                  through LPX_LIBRARY / LPX_PLUGIN_PATH or a wheel); the LM
+                  head stays bf16 as above
 
 Prints one line per mode (tokens/s, ms per step, peak memory) and, with
 --json, one JSON object per mode, so bench scripts can put lpx's numbers
@@ -71,12 +76,36 @@ def float8(model, recipe):
     return model
 
 
+def lpx_float8(model, recipe, device):
+    """lpx.torch's Float8Linear on every linear but the LM head, or the
+    reason it cannot run."""
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    for d in (os.path.join(here, "..", "python"), os.path.join(here, "..", "..", "python")):  # a stage, the repo
+        if os.path.isdir(os.path.join(d, "lpx")):
+            sys.path.insert(0, d)
+            break
+    try:
+        import lpx
+        import lpx.torch as lt
+        if device.startswith("cuda"):
+            lpx.cuda_stream(0)   # lpx-cuda.so must be loaded (a wheel loads it; else LPX_PLUGIN_PATH)
+    except Exception as e:  # noqa: BLE001 (ImportError, LpxLoadError)
+        return str(e)
+    lt.convert_to_float8_training(model, recipe=recipe, module_filter_fn=lambda m, fqn: fqn != "lm_head")
+    return None
+
+
 def run_mode(a, mode, torch, transformers):
     model = build(a, torch, transformers)
     if mode.startswith("f8-"):
         if float8(model, mode[3:]) is None:
             return {"mode": mode, "skipped": "torchao is not installed"}
-    if mode != "eager":
+    if mode.startswith("lpx-f8-"):
+        why = lpx_float8(model, mode[len("lpx-f8-"):], a.device)
+        if why:
+            return {"mode": mode, "skipped": why}
+    if mode != "eager" and not mode.startswith("lpx-"):
         for layer in model.model.layers:
             layer.compile()
     fused = a.device.startswith("cuda")

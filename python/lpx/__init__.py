@@ -1,7 +1,9 @@
 """lpx: a ctypes binding over liblpx.
 
 liblpx.so is found through, in order: the LPX_LIBRARY environment variable
-(a path to the .so), a meson build directory next to the source tree
+(a path to the .so), the copy bundled in the wheel (`pip install ./python`
+builds and bundles liblpx and its plugins, and loads lpx-mx and the CUDA
+plugins with it), a meson build directory next to the source tree
 (build*/liblpx.so), then the system loader (ldconfig / LD_LIBRARY_PATH).
 
 Tensors are refcounted handles: a Tensor owns one lpx reference and releases
@@ -27,9 +29,10 @@ __all__ = ["LpxError", "LpxValueError", "LpxTypeError", "LpxIndexError", "LpxLoa
            "from_dlpack", "load_library", "dtype_names", "sub", "mul", "div",
            "add", "matmul", "cast", "clone",
            "float8_quantize", "float8_dequantize", "float8_mm", "float8_info", "float8_linear", "Float8Linear",
+           "Float8Recipe", "Float8LinearCtx", "kind_unflatten", "cuda_stream",
            "nf4_quantize", "nf4_dequantize", "nf4_info", "nf4_linear", "nf4_linear_backward",
            "qlora_linear", "qlora_linear_backward",
-           "save_file", "load_file", "safe_open", "load_plugin"]
+           "save_file", "load_file", "safe_open", "load_plugin", "bundled_plugins"]
 
 
 class LpxError(RuntimeError):
@@ -64,15 +67,30 @@ class LpxLoadError(LpxError, OSError):
     """liblpx could not be loaded."""
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# the wheel's bundled liblpx and plugins (python/meson.build)
+_BUNDLED = os.path.join(_HERE, "_lib")
+# bundled plugins loaded with liblpx, in this order (lpx-mx-cuda and
+# lpx-nccl need lpx-cuda); each declines politely where it cannot run.
+# lpx-mpi.so is bundled but loaded only on request (load_plugin): it
+# initializes MPI.
+_AUTOLOAD = ("lpx-mx.so", "lpx-cuda.so", "lpx-mx-cuda.so", "lpx-nccl.so")
+
+
 def _find_library():
+    """(path, bundled): LPX_LIBRARY, else the wheel's own copy, else a meson
+    build directory of the source tree (build*/liblpx.so), else the system
+    loader."""
     env = os.environ.get("LPX_LIBRARY")
     if env:
-        return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(os.path.dirname(here))
+        return env, False
+    mine = os.path.join(_BUNDLED, "liblpx.so.0")
+    if os.path.exists(mine):
+        return mine, True
+    root = os.path.dirname(os.path.dirname(_HERE))
     for cand in sorted(glob.glob(os.path.join(root, "build*", "liblpx.so"))):
-        return cand
-    return "liblpx.so.0"
+        return cand, False
+    return "liblpx.so.0", False
 
 
 _lib = None
@@ -108,6 +126,40 @@ class _Float8LinearState(C.Structure):
     _fields_ = [("input", C.c_void_p), ("weight", C.c_void_p), ("grad_output", C.c_void_p)]
 
 
+class _OperandConfig(C.Structure):
+    # lpx_float8_operand_config
+    _fields_ = [("dtype", C.c_int32), ("granularity", C.c_int), ("scaling", C.c_int), ("pow2_scale", C.c_bool)]
+
+
+class _GemmConfig(C.Structure):
+    _fields_ = [("mode", C.c_int), ("a", _OperandConfig), ("b", _OperandConfig)]
+
+
+class _DelayedConfig(C.Structure):
+    _fields_ = [("history_len", C.c_int), ("algo", C.c_int), ("margin", C.c_int), ("interval", C.c_int),
+                ("fp8", C.c_int32)]
+
+
+class _Float8LinearRecipe(C.Structure):
+    # lpx_float8_linear_recipe (ABI 1.1 layout; the preset writes
+    # struct_size, which load_library's check compares with this)
+    _fields_ = [("struct_size", C.c_size_t), ("fprop", _GemmConfig), ("dgrad", _GemmConfig), ("wgrad", _GemmConfig),
+                ("nonsaturating", C.c_bool), ("delayed", _DelayedConfig), ("fast_accum", C.c_uint)]
+
+
+class _OperandReport(C.Structure):
+    _fields_ = [("quantized", C.c_bool), ("reused", C.c_bool), ("given_fp8", C.c_bool), ("dtype", C.c_int32),
+                ("stats", _Float8Stats)]
+
+
+class _GemmReport(C.Structure):
+    _fields_ = [("mode", C.c_int), ("a", _OperandReport), ("b", _OperandReport)]
+
+
+class _LinearReport(C.Structure):
+    _fields_ = [("fprop", _GemmReport), ("dgrad", _GemmReport), ("wgrad", _GemmReport)]
+
+
 class _Nf4Config(C.Structure):
     _fields_ = [("block", C.c_int64), ("scaler_block", C.c_int64), ("pad", C.c_bool)]
 
@@ -131,7 +183,7 @@ def load_library(path=None):
     global _lib
     if _lib is not None:
         return _lib
-    where = path or _find_library()
+    where, bundled = (path, False) if path else _find_library()
     try:
         lib = C.CDLL(where)
     except OSError as e:
@@ -141,6 +193,7 @@ def load_library(path=None):
     Dev, D, S = _Device, C.c_int32, C.c_int
     sig = {
         "lpx_last_error": (C.c_char_p, []),
+        "lpx_clear_error": (None, []),
         "lpx_init": (S, []),
         "lpx_version": (C.c_char_p, []),
         "lpx_tensor_new": (S, [D, C.c_int, I64P, Dev, PP]),
@@ -162,6 +215,7 @@ def load_library(path=None):
         "lpx_kind_name": (C.c_char_p, [P]),
         "lpx_kind_find": (S, [C.c_char_p, PP]),
         "lpx_kind_inner_name": (C.c_char_p, [P, C.c_int, C.c_char_p, C.c_size_t]),
+        "lpx_kind_unflatten": (S, [P, D, C.c_int, I64P, PP, C.c_int, VP, C.c_size_t, PP]),
         "lpx_dtype_name": (C.c_char_p, [D]),
         "lpx_dtype_from_name": (D, [C.c_char_p]),
         "lpx_dtype_count": (C.c_int, []),
@@ -186,11 +240,16 @@ def load_library(path=None):
         "lpx_float8_mm": (S, [P, P, P, D, PP]),
         "lpx_float8_get_info": (S, [P, C.POINTER(_Float8Info)]),
         "lpx_float8_is": (C.c_bool, [P]),
-        "lpx_float8_linear_recipe_preset": (S, [C.c_char_p, VP]),
-        "lpx_float8_linear_state_init": (S, [C.POINTER(_Float8LinearState), VP]),
+        "lpx_float8_linear_recipe_preset": (S, [C.c_char_p, C.POINTER(_Float8LinearRecipe)]),
+        "lpx_float8_linear_state_init": (S, [C.POINTER(_Float8LinearState), C.POINTER(_Float8LinearRecipe)]),
         "lpx_float8_linear_state_destroy": (None, [C.POINTER(_Float8LinearState)]),
-        "lpx_float8_linear_forward": (S, [VP, C.POINTER(_Float8LinearState), P, P, P, PP, PP, VP]),
-        "lpx_float8_linear_backward": (S, [P, P, PP, PP, PP, VP]),
+        "lpx_float8_linear_forward": (S, [C.POINTER(_Float8LinearRecipe), C.POINTER(_Float8LinearState), P, P, P,
+                                          PP, PP, C.POINTER(_LinearReport)]),
+        "lpx_float8_linear_backward": (S, [P, P, PP, PP, PP, C.POINTER(_LinearReport)]),
+        "lpx_float8_delayed_save": (S, [P, VP, C.c_size_t, C.POINTER(C.c_size_t)]),
+        "lpx_float8_delayed_load": (S, [P, VP, C.c_size_t]),
+        "lpx_float8_delayed_scale": (C.c_float, [P]),
+        "lpx_float8_delayed_steps": (C.c_int64, [P]),
         "lpx_float8_linear_ctx_free": (None, [P]),
         # nf4
         "lpx_nf4_config_default": (_Nf4Config, []),
@@ -221,6 +280,8 @@ def load_library(path=None):
         "lpx_safetensors_metadata_at": (C.c_char_p, [P, C.c_int, C.POINTER(C.c_char_p)]),
         # plugins
         "lpx_plugin_load": (S, [C.c_char_p, PP]),
+        "lpx_plugin_find": (S, [C.c_char_p, PP]),
+        "lpx_plugin_symbol": (VP, [P, C.c_char_p]),
     }
     for name, (res, args) in sig.items():
         if not hasattr(lib, name):
@@ -229,7 +290,36 @@ def load_library(path=None):
         f.restype, f.argtypes = res, args
     _lib = lib
     _check(lib.lpx_init())
+    if bundled and "LPX_PLUGIN_PATH" not in os.environ:
+        _load_bundled_plugins(lib)
     return lib
+
+
+_bundled_status = {}
+
+
+def _load_bundled_plugins(lib):
+    """Loads the wheel's plugins (a caller who set LPX_PLUGIN_PATH chose the
+    plugins, as for the lpx command); a decline (no GPU) is recorded, not
+    raised: see bundled_plugins()."""
+    for name in _AUTOLOAD:
+        path = os.path.join(_BUNDLED, name)
+        if not os.path.exists(path):
+            continue
+        out = C.c_void_p()
+        if lib.lpx_plugin_load(path.encode(), C.byref(out)) == 0:
+            _bundled_status[name] = "loaded"
+        else:
+            _bundled_status[name] = lib.lpx_last_error().decode("utf-8", "replace")
+    lib.lpx_clear_error()
+
+
+def bundled_plugins():
+    """{file: "loaded" or the reason it was not} for the plugins bundled in
+    this wheel and loaded with liblpx ({} outside a wheel, or when
+    LPX_PLUGIN_PATH is set)."""
+    load_library()
+    return dict(_bundled_status)
 
 
 def _check(status):
@@ -764,58 +854,339 @@ def float8_mm(a, b, bias=None, out_dtype=None):
                _FLOAT8_LOGICAL if out_dtype is None else _dtype(out_dtype))
 
 
-class Float8Linear:
-    """A linear layer out = x @ W^T (+ b) through lpx's Float8Linear with a
-    recipe preset ('tensorwise', 'rowwise', 'rowwise_with_gw_hp',
-    'delayed'). forward(x) keeps what backward(grad_out) needs; backward
-    returns (grad_x, grad_w, grad_b). W and b are dense (or float8) tensors
-    or arrays."""
+_GEMM_MODES = {"fp8": 0, "high_precision": 1, "fake_quant": 2}
+_GRANULARITIES = {"tensorwise": 0, "axiswise": 1}
+_SCALINGS = {"dynamic": 0, "delayed": 1}
+_GEMMS = ("fprop", "dgrad", "wgrad")
 
-    _RECIPE_BYTES = 1024   # room for lpx_float8_linear_recipe (filled by the preset)
 
-    def __init__(self, weight, bias=None, recipe="tensorwise"):
+def _name_of(table, value):
+    for k, v in table.items():
+        if v == value:
+            return k
+    return value
+
+
+def _choose(table, what, value):
+    if value not in table:
+        raise LpxValueError(_EINVAL, f"{what} must be one of {sorted(table)}, not {value!r}")
+    return table[value]
+
+
+class _OperandView:
+    """One operand's cast within a Float8Recipe GEMM (a view of the C
+    struct: setting a field changes the recipe)."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, c):
+        self._c = c
+
+    @property
+    def dtype(self):
+        """'f8e4m3fn' or 'f8e5m2'."""
+        return _lib.lpx_dtype_name(self._c.dtype).decode()
+
+    @dtype.setter
+    def dtype(self, v):
+        self._c.dtype = _fp8(v)
+
+    @property
+    def granularity(self):
+        """'tensorwise' or 'axiswise' (one scale per row of A / column of B)."""
+        return _name_of(_GRANULARITIES, self._c.granularity)
+
+    @granularity.setter
+    def granularity(self, v):
+        self._c.granularity = _choose(_GRANULARITIES, "granularity", v)
+
+    @property
+    def scaling(self):
+        """'dynamic' (from this tensor's amax) or 'delayed' (amax history)."""
+        return _name_of(_SCALINGS, self._c.scaling)
+
+    @scaling.setter
+    def scaling(self, v):
+        self._c.scaling = _choose(_SCALINGS, "scaling", v)
+
+    @property
+    def pow2_scale(self):
+        """Dynamic scales rounded down to powers of two."""
+        return bool(self._c.pow2_scale)
+
+    @pow2_scale.setter
+    def pow2_scale(self, v):
+        self._c.pow2_scale = bool(v)
+
+    def __repr__(self):
+        return (f"{self.dtype}/{self.granularity}/{self.scaling}" + ("/pow2" if self.pow2_scale else ""))
+
+
+class _GemmView:
+    """One GEMM of a Float8Recipe: mode ('fp8', 'high_precision',
+    'fake_quant') and its operands a and b."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, c):
+        self._c = c
+
+    @property
+    def mode(self):
+        return _name_of(_GEMM_MODES, self._c.mode)
+
+    @mode.setter
+    def mode(self, v):
+        self._c.mode = _choose(_GEMM_MODES, "mode", v)
+
+    @property
+    def a(self):
+        return _OperandView(self._c.a)
+
+    @property
+    def b(self):
+        return _OperandView(self._c.b)
+
+    def __repr__(self):
+        return f"{self.mode}(a={self.a!r}, b={self.b!r})" if self.mode != "high_precision" else self.mode
+
+
+class Float8Recipe:
+    """A Float8Linear recipe (lpx_float8_linear_recipe): a preset
+    ('tensorwise', 'rowwise', 'rowwise_with_gw_hp', 'delayed') whose three
+    GEMMs can be overridden one by one, as torchao's Float8LinearConfig and
+    TransformerEngine's recipes allow:
+
+        r = lpx.Float8Recipe("tensorwise")
+        r.wgrad.mode = "high_precision"      # grad_W = g^T @ x in bf16/f32
+        r.dgrad.a.dtype = "f8e4m3fn"         # grad_output in e4m3 for dgrad
+        r.fast_accum = {"fprop", "dgrad"}
+
+    fprop: out = x @ W^T (a = x, b = W^T); dgrad: grad_x = g @ W (a = g,
+    b = W); wgrad: grad_W = g^T @ x (a = g^T, b = x). The recipe is checked
+    when a layer uses it."""
+
+    def __init__(self, preset="tensorwise"):
         lib = load_library()
-        self.weight = _t(weight)
-        self.bias = None if bias is None else _t(bias)
-        self._recipe = C.create_string_buffer(self._RECIPE_BYTES)
-        _check(lib.lpx_float8_linear_recipe_preset(recipe.encode(), self._recipe))
-        self._state = _Float8LinearState()
-        _check(lib.lpx_float8_linear_state_init(C.byref(self._state), self._recipe))
-        self._ctx = C.c_void_p()
+        if isinstance(preset, Float8Recipe):
+            self._c = _Float8LinearRecipe()
+            C.pointer(self._c)[0] = preset._c
+            self.name = preset.name
+            return
+        if not isinstance(preset, str):
+            raise LpxTypeError(_EINVAL, f"a recipe is a preset name or a Float8Recipe, not {type(preset).__name__}")
+        self._c = _Float8LinearRecipe()
+        st = lib.lpx_float8_linear_recipe_preset(preset.encode(), C.byref(self._c))
+        if st == _ENOTFOUND:
+            raise LpxValueError(st, lib.lpx_last_error().decode("utf-8", "replace"))
+        _check(st)
+        if self._c.struct_size != C.sizeof(_Float8LinearRecipe):
+            raise LpxLoadError(_EPLUGIN, f"liblpx's Float8Linear recipe is {self._c.struct_size} bytes, this binding "
+                                         f"expects {C.sizeof(_Float8LinearRecipe)}: binding and library disagree")
+        self.name = preset
 
-    def _free_ctx(self):
-        if self._ctx and self._ctx.value and _lib is not None:
-            _lib.lpx_float8_linear_ctx_free(self._ctx)
-        self._ctx = C.c_void_p()
+    fprop = property(lambda self: _GemmView(self._c.fprop), doc="out = x @ W^T")
+    dgrad = property(lambda self: _GemmView(self._c.dgrad), doc="grad_x = g @ W")
+    wgrad = property(lambda self: _GemmView(self._c.wgrad), doc="grad_W = g^T @ x")
 
-    def forward(self, x):
-        self._free_ctx()
-        x = _t(x)
-        out = C.c_void_p()
-        _check(_lib.lpx_float8_linear_forward(self._recipe, C.byref(self._state), x._h, self.weight._h,
-                                              _h(self.bias), C.byref(out), C.byref(self._ctx), None))
-        return Tensor(out)
+    @property
+    def nonsaturating(self):
+        """Casts overflow to NaN/inf instead of clamping."""
+        return bool(self._c.nonsaturating)
 
-    __call__ = forward
+    @nonsaturating.setter
+    def nonsaturating(self, v):
+        self._c.nonsaturating = bool(v)
 
-    def backward(self, grad_out):
-        if not self._ctx.value:
-            raise LpxError(-1, "Float8Linear.backward before forward")
+    @property
+    def fast_accum(self):
+        """The GEMMs ({'fprop', 'dgrad', 'wgrad'}) whose fp8 products may
+        accumulate without promotion to f32."""
+        return {g for i, g in enumerate(_GEMMS) if self._c.fast_accum >> i & 1}
+
+    @fast_accum.setter
+    def fast_accum(self, gemms):
+        bits = 0
+        for g in gemms:
+            if g not in _GEMMS:
+                raise LpxValueError(_EINVAL, f"fast_accum names GEMMs of {_GEMMS}, not {g!r}")
+            bits |= 1 << _GEMMS.index(g)
+        self._c.fast_accum = bits
+
+    @property
+    def history_len(self):
+        """Amax history length of the delayed-scaling states (0: 1024)."""
+        return self._c.delayed.history_len
+
+    @history_len.setter
+    def history_len(self, v):
+        self._c.delayed.history_len = int(v)
+
+    @property
+    def uses_delayed(self):
+        """True when some operand uses delayed scaling (the layer then
+        carries amax histories, saved with its state)."""
+        return any(getattr(self._c, g).mode != 1 and
+                   (getattr(self._c, g).a.scaling == 1 or getattr(self._c, g).b.scaling == 1) for g in _GEMMS)
+
+    def __repr__(self):
+        return (f"Float8Recipe({self.name!r}: fprop={self.fprop!r}, dgrad={self.dgrad!r}, wgrad={self.wgrad!r}, "
+                f"fast_accum={sorted(self.fast_accum)})")
+
+
+def _report_dict(r, gemms):
+    out = {}
+    for g in gemms:
+        gr = getattr(r, g)
+        if gr.mode < 0:
+            continue
+        d = {"mode": _name_of(_GEMM_MODES, gr.mode)}
+        for side in ("a", "b"):
+            o = getattr(gr, side)
+            d[side] = {"quantized": o.quantized, "reused": o.reused, "given_fp8": o.given_fp8,
+                       "dtype": _lib.lpx_dtype_name(o.dtype).decode() if o.dtype else None,
+                       **{f: getattr(o.stats, f) for f, _ in _Float8Stats._fields_}}
+        out[g] = d
+    return out
+
+
+class Float8LinearCtx:
+    """What one Float8Linear forward keeps for its backward (lpx's
+    lpx_float8_linear_ctx: references to x, W and their fp8 casts). Freed
+    by backward(free=True), close(), or garbage collection."""
+
+    __slots__ = ("_p", "_bias", "report")
+
+    def __init__(self, p, has_bias):
+        self._p, self._bias, self.report = p, has_bias, {}
+
+    def backward(self, grad_out, need_x=True, need_w=True, free=True):
+        """(grad_x, grad_w, grad_b) as lpx Tensors (None where not asked or
+        the layer has no bias); `report` gets the dgrad/wgrad statistics."""
+        if not self._p or not self._p.value:
+            raise LpxValueError(_EINVAL, "Float8Linear backward: the forward context was freed (one backward "
+                                         "per forward)")
         g = _t(grad_out)
         gx, gw, gb = C.c_void_p(), C.c_void_p(), C.c_void_p()
-        _check(_lib.lpx_float8_linear_backward(self._ctx, g._h, C.byref(gx), C.byref(gw),
-                                               C.byref(gb) if self.bias is not None else None, None))
-        return Tensor(gx), Tensor(gw), (Tensor(gb) if gb.value else None)
+        rep = _LinearReport()
+        try:
+            _check(_lib.lpx_float8_linear_backward(self._p, g._h, C.byref(gx) if need_x else None,
+                                                   C.byref(gw) if need_w else None,
+                                                   C.byref(gb) if self._bias else None, C.byref(rep)))
+        finally:
+            if free:
+                self.close()
+        self.report.update(_report_dict(rep, ("dgrad", "wgrad")))
+        return tuple(Tensor(h) if h.value else None for h in (gx, gw, gb))
 
     def close(self):
-        self._free_ctx()
-        if _lib is not None:
-            _lib.lpx_float8_linear_state_destroy(C.byref(self._state))
+        if self._p and self._p.value and _lib is not None:
+            _lib.lpx_float8_linear_ctx_free(self._p)
+        self._p = None
 
     def __del__(self):
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 (interpreter shutdown)
+            pass
+
+
+class Float8Linear:
+    """A linear layer out = x @ W^T (+ b) through lpx's Float8Linear.
+    `recipe` is a preset name or a Float8Recipe (per-GEMM overrides).
+    forward(x) keeps what backward(grad_out) needs; backward returns
+    (grad_x, grad_w, grad_b). W and b are dense (or float8) tensors or
+    arrays (weight may be None when every forward_ctx passes one). last_report holds the fp8 statistics of the last forward and
+    backward: per GEMM, per operand, amax, scale, underflow and saturation
+    fractions. With a delayed-scaling recipe the layer owns amax
+    histories: state_bytes()/load_state_bytes() save and restore them."""
+
+    def __init__(self, weight, bias=None, recipe="tensorwise"):
+        lib = load_library()
+        self.weight = None if weight is None else _t(weight)
+        self.bias = None if bias is None else _t(bias)
+        self.recipe = Float8Recipe(recipe)
+        self._state = _Float8LinearState()
+        _check(lib.lpx_float8_linear_state_init(C.byref(self._state), C.byref(self.recipe._c)))
+        self._ctx = None
+        self.last_report = {}
+
+    def forward_ctx(self, x, weight=None, bias=None, keep=True):
+        """(out, ctx): the forward with this layer's recipe and state on x
+        (and, when given, on another weight/bias of the same shape, such as
+        a framework's parameter seen through DLPack); ctx (None unless
+        keep) runs the matching backward."""
+        x = _t(x)
+        w = self.weight if weight is None else _t(weight)
+        if w is None:
+            raise LpxValueError(_EINVAL, "Float8Linear: no weight (give one to the constructor or to forward_ctx)")
+        b = self.bias if bias is None else _t(bias)
+        out, p = C.c_void_p(), C.c_void_p()
+        rep = _LinearReport()
+        _check(_lib.lpx_float8_linear_forward(C.byref(self.recipe._c), C.byref(self._state), x._h, w._h, _h(b),
+                                              C.byref(out), C.byref(p) if keep else None, C.byref(rep)))
+        ctx = Float8LinearCtx(p, b is not None) if keep else None
+        self.last_report = _report_dict(rep, ("fprop",))
+        if ctx is not None:
+            ctx.report = self.last_report
+        return Tensor(out), ctx
+
+    def forward(self, x):
+        if self._ctx is not None:
+            self._ctx.close()
+        out, self._ctx = self.forward_ctx(x)
+        return out
+
+    __call__ = forward
+
+    def backward(self, grad_out):
+        if self._ctx is None:
+            raise LpxError(_EINVAL, "Float8Linear.backward before forward")
+        ctx, self._ctx = self._ctx, None
+        return ctx.backward(grad_out)
+
+    def _states(self):
+        return [(n, getattr(self._state, n)) for n in ("input", "weight", "grad_output")]
+
+    def state_bytes(self):
+        """{'input'|'weight'|'grad_output': bytes} of the delayed-scaling
+        states this recipe uses (lpx_float8_delayed_save blobs; {} for
+        dynamic recipes)."""
+        out = {}
+        for name, h in self._states():
+            if not h:
+                continue
+            size = C.c_size_t(0)
+            _check(_lib.lpx_float8_delayed_save(h, None, 0, C.byref(size)))
+            buf = C.create_string_buffer(size.value)
+            _check(_lib.lpx_float8_delayed_save(h, buf, size, C.byref(size)))
+            out[name] = buf.raw[:size.value]
+        return out
+
+    def load_state_bytes(self, blobs):
+        """Restores what state_bytes() returned (each blob is checked; a
+        state this recipe lacks, or one missing from blobs, is an error)."""
+        have = {n for n, h in self._states() if h}
+        if set(blobs) != have:
+            raise LpxValueError(_EINVAL, f"Float8Linear state: this recipe keeps {sorted(have)}, "
+                                         f"given {sorted(blobs)}")
+        for name, h in self._states():
+            if h:
+                data = bytes(blobs[name])
+                _check(_lib.lpx_float8_delayed_load(h, data, len(data)))
+
+    def close(self):
+        if self._ctx is not None:
+            self._ctx.close()
+            self._ctx = None
+        if _lib is not None and self._state is not None:
+            _lib.lpx_float8_linear_state_destroy(C.byref(self._state))
+            self._state = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 (interpreter shutdown)
             pass
 
 
@@ -823,13 +1194,52 @@ def float8_linear(x, w, bias=None, recipe="tensorwise"):
     """One Float8Linear forward (no backward context kept)."""
     layer = Float8Linear(w, bias, recipe)
     try:
-        x = _t(x)
-        out = C.c_void_p()
-        _check(_lib.lpx_float8_linear_forward(layer._recipe, C.byref(layer._state), x._h, layer.weight._h,
-                                              _h(layer.bias), C.byref(out), None, None))
-        return Tensor(out)
+        return layer.forward_ctx(x, keep=False)[0]
     finally:
         layer.close()
+
+
+def kind_unflatten(kind, dtype, shape, inner, meta=b""):
+    """Rebuilds a kind tensor (an 'nf4', 'float8', plugin kind...) from its
+    inner tensors and metadata, the inverse of Tensor.inner / Tensor.meta
+    (lpx_kind_unflatten: the kind validates every byte, so this is safe on
+    untrusted input). `inner` is a sequence of Tensors or arrays, shared
+    (zero copy), in the kind's order; `dtype` the logical dtype."""
+    lib = load_library()
+    k = C.c_void_p()
+    st = lib.lpx_kind_find(str(kind).encode(), C.byref(k))
+    if st:
+        raise LpxValueError(st, lib.lpx_last_error().decode("utf-8", "replace"))
+    ts = [_t(x) for x in inner]
+    arr = (C.c_void_p * max(1, len(ts)))(*[t._h.value for t in ts])
+    shp = (C.c_int64 * max(1, len(shape)))(*[int(v) for v in shape])
+    meta = bytes(meta)
+    out = C.c_void_p()
+    _check(lib.lpx_kind_unflatten(k, _dtype(dtype), len(shape), shp, arr, len(ts), meta or None, len(meta),
+                                  C.byref(out)))
+    return Tensor(out)
+
+
+_stream_fn = None
+
+
+def cuda_stream(device=0):
+    """The CUDA stream (a cudaStream_t, as an int) on which lpx-cuda.so
+    queues its work for `device`: order a framework's stream against it
+    (lpx.torch does) so that neither reads the other's results early.
+    Raises LpxLoadError when lpx-cuda.so is not loaded."""
+    global _stream_fn
+    lib = load_library()
+    if _stream_fn is None:
+        p = C.c_void_p()
+        if lib.lpx_plugin_find(b"cuda", C.byref(p)) != 0:
+            lib.lpx_clear_error()
+            raise LpxLoadError(_EPLUGIN, "lpx-cuda.so is not loaded (no GPU, or LPX_PLUGIN_PATH does not name it)")
+        sym = lib.lpx_plugin_symbol(p, b"lpx_cuda_stream")
+        if not sym:
+            raise LpxLoadError(_EPLUGIN, "lpx-cuda.so exports no lpx_cuda_stream")
+        _stream_fn = C.CFUNCTYPE(C.c_void_p, C.c_int)(sym)
+    return _stream_fn(int(device)) or 0
 
 
 # ---- nf4 / QLoRA ---------------------------------------------------------------

@@ -20,49 +20,7 @@ except ImportError:
 
 import lpx  # noqa: E402
 
-failures = passed = skipped = 0
-# LPX_TEST_PY_NUMPY_ONLY=1 (the system interpreter's run, tests/meson.build):
-# cases that need packages besides numpy are not part of this configuration,
-# so they are neither run nor counted; every other run needs them all, and a
-# missing one is a dependency skip (which fails CI, scripts/test-summary.py).
-NUMPY_ONLY = os.environ.get("LPX_TEST_PY_NUMPY_ONLY") == "1"
-
-
-class Skip(Exception):
-    """Raised by a case that cannot run here; carries the reason."""
-
-
-def needs(module):
-    """Imports `module` for a case, or skips the case naming the package."""
-    import importlib
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise Skip(f"{module} is not importable by {sys.executable} "
-                   "(scripts/ensure-deps.sh test installs it)") from None
-
-
-def case(fn=None, *, extra=()):
-    """Runs a case at definition: ok, FAIL (with the traceback) or skip
-    (with the reason). `extra`: packages besides numpy the case imports."""
-    if fn is None:
-        return lambda f: case(f, extra=extra)
-    global failures, passed, skipped
-    if extra and NUMPY_ONLY:
-        return fn
-    try:
-        fn()
-        print("ok  ", fn.__name__)
-        passed += 1
-    except Skip as e:
-        print(f"skip {fn.__name__} (dependency): {e}")
-        skipped += 1
-    except Exception as e:  # noqa: BLE001
-        import traceback
-        traceback.print_exc()
-        print("FAIL", fn.__name__, e)
-        failures += 1
-    return fn
+from pycase import NUMPY_ONLY, Skip, case, finish, needs  # noqa: E402,F401
 
 
 @case
@@ -611,7 +569,4 @@ def test_operators_indexing_len():
         pass
 
 
-# the line the suite's summary reads (tests/check.h prints the same)
-print(f"{passed + failures + skipped} cases: {passed} passed, {failures} failed, {skipped} skipped")
-print(f"lpx-cases: passed={passed} failed={failures} skipped={skipped} gpu=0")
-sys.exit(1 if failures else (77 if skipped and not passed else 0))
+finish()
