@@ -186,6 +186,31 @@ LPX_PLUGIN_EXPORT lpx_status lpx_cuda_sync(int device)
     return be_sync(NULL, lpx_cuda_device(device));
 }
 
+LPX_PLUGIN_EXPORT lpx_status lpx_cuda_stream_wait(int device, void *stream)
+{
+    if (device < 0 || device >= ndevs)
+        return lpx_error(LPX_EINVAL, "lpx_cuda_stream_wait: device %d out of range 0..%d", device, ndevs - 1);
+    cudaStream_t lpx_s = cu_stream(device);
+    /* DLPack's stream numbers: 1 the legacy default stream, 2 the
+     * per-thread one; 0 (ambiguous there) is taken as the legacy one */
+    cudaStream_t other = stream == NULL ? cudaStreamLegacy : (cudaStream_t)stream;
+    if (other == lpx_s) return LPX_OK;
+    const char *op = "lpx_cuda_stream_wait";
+    int prev = 0;
+    CU_CHECK(op, cudaGetDevice(&prev));
+    CU_CHECK(op, cudaSetDevice(device));
+    cudaEvent_t ev = NULL;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(ev, lpx_s);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(other, ev, 0);
+    if (ev) (void)cudaEventDestroy(ev);  /* released once the wait is done */
+    (void)cudaSetDevice(prev);
+    if (e != cudaSuccess)
+        return lpx_error(LPX_EDEVICE, "lpx_cuda_stream_wait: device %d, stream %p: %s", device, stream,
+                         cudaGetErrorString(e));
+    return LPX_OK;
+}
+
 LPX_PLUGIN_EXPORT lpx_status lpx_cuda_get_mem_stats(int device, lpx_cuda_mem_stats *out)
 {
     if (!out || out->struct_size < offsetof(lpx_cuda_mem_stats, bytes_reserved))

@@ -56,6 +56,12 @@ typedef void *(*lpx_cuda_stream_fn)(int device);
  *  LPX_EINVAL (bad device), LPX_EDEVICE (a kernel failed: the CUDA error
  *  is named). */
 typedef lpx_status (*lpx_cuda_sync_fn)(int device);
+/** Makes `stream` (a cudaStream_t as void *; NULL or 1: the legacy
+ *  default stream, 2: the per-thread one, as DLPack numbers them) wait for
+ *  all work the plugin has queued on `device` so far, through an event: no
+ *  host wait. What a DLPack export to a consumer on another stream needs.
+ *  Errors: LPX_EINVAL (bad device), LPX_EDEVICE (a CUDA error, named). */
+typedef lpx_status (*lpx_cuda_stream_wait_fn)(int device, void *stream);
 /** Number of CUDA devices the plugin serves. */
 typedef int (*lpx_cuda_device_count_fn)(void);
 /** Page-locked (pinned) host memory of nbytes (0 gives a 1-byte block),
@@ -83,6 +89,7 @@ typedef void (*lpx_cuda_fail_alloc_after_fn)(int64_t n);
 #define LPX_CUDA_SYM_MEM_TRIM "lpx_cuda_mem_trim"
 #define LPX_CUDA_SYM_STREAM "lpx_cuda_stream"
 #define LPX_CUDA_SYM_SYNC "lpx_cuda_sync"
+#define LPX_CUDA_SYM_STREAM_WAIT "lpx_cuda_stream_wait"
 #define LPX_CUDA_SYM_DEVICE_COUNT "lpx_cuda_device_count"
 #define LPX_CUDA_SYM_HOST_ALLOC "lpx_cuda_host_alloc"
 #define LPX_CUDA_SYM_HOST_FREE "lpx_cuda_host_free"

@@ -96,6 +96,7 @@ def _find_library():
 _lib = None
 
 LPX_DEVICE_CPU = 1
+_DEVICE_CUDA = 2   # LPX_DEVICE_CUDA (= DLPack's kDLCUDA)
 _FLOAT8_LOGICAL = -1
 _TENSORWISE, _AXISWISE = 0, 1
 _ROLES = {None: 0, "input": 1, "weight": 2, "grad_output": 3}
@@ -564,12 +565,17 @@ class Tensor:
         """A DLPack capsule of this (dense) tensor: versioned
         ("dltensor_versioned") when max_version >= (1, 0), else legacy
         ("dltensor"). copy=True exports a copy; copy=False and None export
-        the tensor itself (lpx never needs to copy)."""
+        the tensor itself (lpx never needs to copy). On CUDA, `stream` is
+        the consumer's stream (DLPack's numbering: 1 legacy default, 2
+        per-thread, -1 none): it is made to wait for the work lpx queued,
+        through an event, as the protocol asks of a producer."""
         if dl_device is not None and tuple(dl_device) != self.device:
             raise BufferError(f"lpx cannot export to device {tuple(dl_device)} (tensor is on {self.device})")
         if self.kind:
             raise BufferError(f"a {self.kind} tensor has no dense buffer: dequantize it, or export its inner()")
         t = clone(self) if copy else self
+        if self.device[0] == _DEVICE_CUDA and stream != -1:
+            _cuda_stream_wait(self.device[1], stream)
         out = C.c_void_p()
         if max_version is not None and tuple(max_version)[0] >= 1:
             _check(_lib.lpx_to_dlpack(t._h, C.byref(out)))
@@ -1221,6 +1227,28 @@ def kind_unflatten(kind, dtype, shape, inner, meta=b""):
 
 
 _stream_fn = None
+_stream_wait_fn = None
+
+
+def _cuda_plugin_symbol(name):
+    lib = load_library()
+    p = C.c_void_p()
+    if lib.lpx_plugin_find(b"cuda", C.byref(p)) != 0:
+        lib.lpx_clear_error()
+        raise LpxLoadError(_EPLUGIN, "lpx-cuda.so is not loaded (no GPU, or LPX_PLUGIN_PATH does not name it)")
+    sym = lib.lpx_plugin_symbol(p, name.encode())
+    if not sym:
+        raise LpxLoadError(_EPLUGIN, f"lpx-cuda.so exports no {name}")
+    return sym
+
+
+def _cuda_stream_wait(device, stream):
+    """The consumer's `stream` waits for lpx's work on `device` (DLPack
+    export; None: the legacy default stream)."""
+    global _stream_wait_fn
+    if _stream_wait_fn is None:
+        _stream_wait_fn = C.CFUNCTYPE(C.c_int, C.c_int, C.c_void_p)(_cuda_plugin_symbol("lpx_cuda_stream_wait"))
+    _check(_stream_wait_fn(int(device), None if stream is None else int(stream)))
 
 
 def cuda_stream(device=0):
@@ -1229,16 +1257,8 @@ def cuda_stream(device=0):
     (lpx.torch does) so that neither reads the other's results early.
     Raises LpxLoadError when lpx-cuda.so is not loaded."""
     global _stream_fn
-    lib = load_library()
     if _stream_fn is None:
-        p = C.c_void_p()
-        if lib.lpx_plugin_find(b"cuda", C.byref(p)) != 0:
-            lib.lpx_clear_error()
-            raise LpxLoadError(_EPLUGIN, "lpx-cuda.so is not loaded (no GPU, or LPX_PLUGIN_PATH does not name it)")
-        sym = lib.lpx_plugin_symbol(p, b"lpx_cuda_stream")
-        if not sym:
-            raise LpxLoadError(_EPLUGIN, "lpx-cuda.so exports no lpx_cuda_stream")
-        _stream_fn = C.CFUNCTYPE(C.c_void_p, C.c_int)(sym)
+        _stream_fn = C.CFUNCTYPE(C.c_void_p, C.c_int)(_cuda_plugin_symbol("lpx_cuda_stream"))
     return _stream_fn(int(device)) or 0
 
 
