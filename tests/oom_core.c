@@ -342,6 +342,24 @@ static lpx_status c_kind_to_dense(int attempt)
     return st;
 }
 
+static lpx_status c_kind_unflatten(int attempt)
+{
+    (void)attempt;
+    lpx_tensor *x = oom_randn2(64, 32, 7, LPX_F32), *q = NULL, *u = NULL;
+    OOM_SETUP(lpx_nf4_quantize(x, NULL, &q));
+    lpx_tensor *inner[4];
+    for (int i = 0; i < 4; i++) inner[i] = lpx_tensor_inner(q, i);
+    size_t ms = 0;
+    const void *meta = lpx_tensor_meta(q, &ms);
+    lpx_status st = OOM(lpx_kind_unflatten(lpx_nf4_kind(), LPX_F32, 2, lpx_tensor_shape(q), inner, 4, meta, ms, &u));
+    OOM_OUT_NULL(st, u);
+    for (int i = 0; i < 4; i++) OOM_CHECK(lpx_tensor_refcount(inner[i]) == 1 || !st);
+    lpx_tensor_release(u);
+    lpx_tensor_release(q);
+    lpx_tensor_release(x);
+    return st;
+}
+
 /* ---- dispatch ----------------------------------------------------------------------- */
 
 static lpx_status c_dispatch(int attempt)
@@ -531,6 +549,7 @@ const oom_case oom_cases_core[] = {
     {"lpx_kind_from_dense", "nf4", c_kind_from_dense_nf4, 0},
     {"lpx_kind_from_dense", "float8", c_kind_from_dense_float8, 0},
     {"lpx_kind_to_dense", "nf4", c_kind_to_dense, 0},
+    {"lpx_kind_unflatten", "nf4", c_kind_unflatten, 0},
     {"lpx_dispatch", "add, broadcast f16", c_dispatch, 0},
     {"lpx_redispatch", "a kind handler unwrapping to cpu", c_redispatch, OOM_PERSISTENT},
     {"lpx_trace_start", NULL, c_trace_start, 0},
