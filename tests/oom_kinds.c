@@ -221,6 +221,54 @@ static lpx_status c_fp8_scale_from_amax(int attempt)
 
 OUT_CASE(c_fp8_dequantize, lpx_fp8_dequantize(D8, lpx_float8_scale_inv(Q8X), LPX_BF16, &o))
 
+/* blockwise: the dense ops, and the float8 kind's block path */
+static lpx_status c_fp8_quantize_block(int attempt)
+{
+    (void)attempt;
+    lpx_tensor *q = NULL, *s = NULL, *si = NULL, *stt = NULL;
+    lpx_status st = OOM(lpx_fp8_quantize_block(WF, LPX_F8E4M3FN, 128, 128, true, true, &q, &s, &si, &stt));
+    OOM_CHECK(!st || (!q && !s && !si && !stt));
+    lpx_tensor *tmp[4] = {q, s, si, stt};
+    for (int i = 0; i < 4; i++) lpx_tensor_release(tmp[i]);
+    return st;
+}
+
+static lpx_status c_f8_quantize_block(int attempt)
+{
+    (void)attempt;
+    lpx_float8_quant_opts o = {.struct_size = sizeof o, .granularity = LPX_FLOAT8_BLOCK, .role = LPX_FLOAT8_ROLE_INPUT,
+                               .pow2_scale = true};
+    lpx_tensor *q = NULL;
+    lpx_status st = OOM(lpx_float8_quantize(XF, &o, &q, NULL));
+    OOM_OUT_NULL(st, q);
+    lpx_tensor_release(q);
+    return st;
+}
+
+static lpx_status c_fp8_block_dequantize_mm(int attempt)
+{
+    (void)attempt;
+    lpx_tensor *qa = NULL, *qw = NULL, *sa = NULL, *sw = NULL, *wt = NULL, *swt = NULL, *d = NULL, *o = NULL;
+    OOM_SETUP(lpx_fp8_quantize_block(XF, LPX_F8E4M3FN, 1, 128, true, true, &qa, NULL, &sa, NULL));
+    OOM_SETUP(lpx_fp8_quantize_block(WF, LPX_F8E4M3FN, 128, 128, true, true, &qw, NULL, &sw, NULL));
+    OOM_SETUP(lpx_t(qw, &wt));
+    OOM_SETUP(lpx_t(sw, &swt));
+    lpx_status st = OOM(lpx_fp8_dequantize_block(qa, sa, 1, 128, LPX_BF16, &d));
+    OOM_OUT_NULL(st, d);
+    if (!st) {
+        st = OOM(lpx_fp8_mm_block(qa, sa, 1, 128, wt, swt, 128, 128, NULL, LPX_F32, &o));
+        OOM_OUT_NULL(st, o);
+    }
+    lpx_tensor *tmp[8] = {qa, qw, sa, sw, wt, swt, d, o};
+    for (int i = 0; i < 8; i++) lpx_tensor_release(tmp[i]);
+    return st;
+}
+
+static lpx_status c_fp8_mm_block(int attempt)
+{
+    return c_fp8_block_dequantize_mm(attempt);
+}
+
 static lpx_status c_fp8_scaled_mm(int attempt)
 {
     (void)attempt;
@@ -582,6 +630,10 @@ const oom_case oom_cases_kinds[] = {
     {"lpx_fp8_quantize", "axiswise e5m2", c_fp8_quantize, 0},
     {"lpx_fp8_quantize_t", "tensorwise and axiswise", c_fp8_quantize_t, 0},
     {"lpx_fp8_dequantize", NULL, c_fp8_dequantize, 0},
+    {"lpx_fp8_quantize_block", NULL, c_fp8_quantize_block, 0},
+    {"lpx_float8_quantize", "blockwise", c_f8_quantize_block, 0},
+    {"lpx_fp8_dequantize_block", NULL, c_fp8_block_dequantize_mm, 0},
+    {"lpx_fp8_mm_block", NULL, c_fp8_mm_block, 0},
     {"lpx_fp8_scaled_mm", NULL, c_fp8_scaled_mm, 0},
     {"lpx_fp8_scaled_mm_ex", "fast_accum", c_fp8_scaled_mm_ex, 0},
     {"lpx_fp8_scale_from_amax", NULL, c_fp8_scale_from_amax, 0},

@@ -64,7 +64,9 @@ static const struct {
     {"lpx_meta_shape_arg", NOALLOC}, {"lpx_meta_arange", NOALLOC}, {"lpx_meta_random", NOALLOC},
     {"lpx_meta_cast", NOALLOC}, {"lpx_meta_copy", NOALLOC}, {"lpx_meta_fill", NOALLOC},
     {"lpx_meta_fp8_dtype", NOALLOC}, {"lpx_meta_fp8_scaled_mm", NOALLOC}, {"lpx_meta_fp8_quantize", NOALLOC},
-    {"lpx_meta_fp8_dequantize", NOALLOC}, {"lpx_meta_fp8_scale_from_amax", NOALLOC}, {"lpx_meta_nf4_quantize", NOALLOC}, {"lpx_meta_nf4_mm", NOALLOC}, {"lpx_meta_qlora_dropout", NOALLOC},
+    {"lpx_meta_fp8_dequantize", NOALLOC}, {"lpx_meta_fp8_block_grid", NOALLOC},
+    {"lpx_meta_fp8_quantize_block", NOALLOC}, {"lpx_meta_fp8_dequantize_block", NOALLOC},
+    {"lpx_meta_fp8_mm_block", NOALLOC}, {"lpx_meta_fp8_scale_from_amax", NOALLOC}, {"lpx_meta_nf4_quantize", NOALLOC}, {"lpx_meta_nf4_mm", NOALLOC}, {"lpx_meta_qlora_dropout", NOALLOC},
     {"lpx_init", "not applicable: runs once per process, before the sweep; every entry point reports an init "
                  "failure as its own status"},
     /* dtype.h */
@@ -113,7 +115,7 @@ static const struct {
     /* float8.h */
     {"lpx_float8_delayed_free", FREES}, {"lpx_float8_delayed_scale", NOALLOC}, {"lpx_float8_delayed_steps", NOALLOC},
     {"lpx_float8_delayed_history", NOALLOC}, {"lpx_float8_kind", NOALLOC}, {"lpx_float8_is", NOALLOC},
-    {"lpx_float8_data", NOALLOC}, {"lpx_float8_scale", NOALLOC}, {"lpx_float8_scale_inv", NOALLOC},
+    {"lpx_float8_data", NOALLOC}, {"lpx_float8_block_shape", NOALLOC}, {"lpx_float8_scale", NOALLOC}, {"lpx_float8_scale_inv", NOALLOC},
     {"lpx_float8_fallback_enabled", NOALLOC}, {"lpx_float8_linear_state_destroy", FREES},
     {"lpx_float8_linear_ctx_free", FREES},
     /* nf4.h */

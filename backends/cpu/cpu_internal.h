@@ -20,6 +20,7 @@ lpx_status lpx_cpu_register_nn(void);
 lpx_status lpx_cpu_register_float8(void);
 lpx_status lpx_cpu_register_float8_mm(void);   /* float8_mm.c, called by the above */
 lpx_status lpx_cpu_register_float8_transpose(void);
+lpx_status lpx_cpu_register_float8_block(void);    /* float8_block.c */
 lpx_status lpx_cpu_register_nf4(void);
 lpx_status lpx_cpu_register_optim(void);
 lpx_status lpx_cpu_register_rope(void);

@@ -591,6 +591,6 @@ lpx_status lpx_cpu_register_float8(void)
 #endif
     if ((st = cpu_reg(LPX_OP_fp8_quantize, k_fp8_quantize))) return st;
     if ((st = cpu_reg(LPX_OP_fp8_dequantize, k_fp8_dequantize))) return st;
-    if ((st = lpx_cpu_register_float8_mm())) return st;
+    if ((st = lpx_cpu_register_float8_mm()) || (st = lpx_cpu_register_float8_block())) return st;
     return cpu_reg(LPX_OP_fp8_scale_from_amax, k_fp8_scale_from_amax);
 }

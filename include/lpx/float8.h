@@ -50,8 +50,14 @@ typedef enum lpx_float8_role {
 /* One scale for the tensor, or one per slice along an axis. */
 typedef enum lpx_float8_granularity {
     LPX_FLOAT8_TENSORWISE = 0,
-    LPX_FLOAT8_AXISWISE = 1   /* amax reduced over `axis`: scale has size 1 there */
+    LPX_FLOAT8_AXISWISE = 1,  /* amax reduced over `axis`: scale has size 1 there */
+    LPX_FLOAT8_BLOCK = 2      /* 2-D only: one scale per block_rows x block_cols block (DeepSeek-V3,
+                                 TransformerEngine Float8BlockScaling: 1 x 128 for activations and
+                                 gradients, 128 x 128 for weights); scale [ceil(R/br), ceil(C/bc)] */
 } lpx_float8_granularity;
+
+/* The block sides of the DeepSeek-V3 recipe. */
+#define LPX_FLOAT8_BLOCK_SIZE 128
 
 /* Where a scale comes from. */
 typedef enum lpx_float8_scaling {
@@ -140,6 +146,9 @@ typedef struct lpx_float8_quant_opts {
     bool nonsaturating;            /* overflow -> NaN (e4m3fn) / inf (e5m2) instead of +-max */
     const lpx_tensor *scale;       /* static scaling: f32 scale (numel 1, or the keepdim shape) */
     lpx_float8_delayed *delayed;   /* delayed scaling (tensorwise): cast with its scale, then record the amax */
+    /* appended later (read only when struct_size covers them) */
+    int block_rows, block_cols;    /* BLOCK: the block sides; 0 and 0: by role, 128 x 128 for a
+                                      weight, else 1 x 128 (along the last dim) */
 } lpx_float8_quant_opts;
 
 /** Quantizes dense x (f32, bf16 or f16: the logical dtype) into a new
@@ -171,8 +180,32 @@ typedef struct lpx_float8_info {
     lpx_dtype logical;       /* the tensor's dtype */
     int role;                /* lpx_float8_role */
     int granularity;         /* lpx_float8_granularity */
-    int axis;                /* AXISWISE: the reduced dim (>= 0); TENSORWISE: -1 */
+    int axis;                /* AXISWISE: the reduced dim (>= 0); TENSORWISE and BLOCK: -1
+                                (lpx_float8_block_shape gives a BLOCK tensor's blocks) */
 } lpx_float8_info;
+
+/** The block sides of a BLOCK float8 tensor into *block_rows and
+ *  *block_cols (either may be NULL). Errors: LPX_EINVAL (not float8, or
+ *  not blockwise). */
+LPX_API lpx_status lpx_float8_block_shape(const lpx_tensor *t, int64_t *block_rows, int64_t *block_cols);
+
+/* Typed calls of the blockwise dense ops (ops.def, "blockwise fp8");
+ * outputs may be NULL except q / out. */
+/** fp8_quantize_block: x 2-D -> q, scale and scale_inv [ceil(R/br),
+ *  ceil(C/bc)], stats f32 [4]. Errors: LPX_EINVAL, LPX_EDTYPE, LPX_ESHAPE,
+ *  LPX_ENUMERIC (a block holding NaN/inf), LPX_ENOMEM. */
+LPX_API lpx_status lpx_fp8_quantize_block(lpx_tensor *x, lpx_dtype fp8, int64_t block_rows, int64_t block_cols,
+                                          bool pow2, bool saturate, lpx_tensor **q, lpx_tensor **scale,
+                                          lpx_tensor **scale_inv, lpx_tensor **stats);
+/** fp8_dequantize_block: decode(q) * its block's scale_inv, in dtype. */
+LPX_API lpx_status lpx_fp8_dequantize_block(lpx_tensor *q, lpx_tensor *scale_inv, int64_t block_rows,
+                                            int64_t block_cols, lpx_dtype dtype, lpx_tensor **out);
+/** fp8_mm_block: a [M, K] @ b [K, N] with per-K-block promotion (see
+ *  ops.def); bias may be NULL. */
+LPX_API lpx_status lpx_fp8_mm_block(lpx_tensor *a, lpx_tensor *a_scale_inv, int64_t a_block_rows,
+                                    int64_t a_block_cols, lpx_tensor *b, lpx_tensor *b_scale_inv,
+                                    int64_t b_block_rows, int64_t b_block_cols, lpx_tensor *bias, lpx_dtype out_dtype,
+                                    lpx_tensor **out);
 
 /** The float8 kind (registered by lpx_init), or NULL before init. */
 LPX_API const lpx_kind *lpx_float8_kind(void);

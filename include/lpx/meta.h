@@ -281,6 +281,48 @@ LPX_API lpx_status lpx_meta_fp8_quantize(const char *op, const lpx_tensor *x, co
 LPX_API lpx_status lpx_meta_fp8_dequantize(const char *op, const lpx_tensor *q, const lpx_tensor *scale_inv,
                                            lpx_dtype dtype);
 
+/* ---- blockwise fp8 (fp8_quantize_block, fp8_dequantize_block, fp8_mm_block) ---- */
+
+/** A 2-D tensor [rows, cols] cut into blocks of block_rows x block_cols:
+ *  grid_rows = ceil(rows / block_rows), grid_cols likewise (the scale
+ *  shape; the last blocks of a row or column are ragged). */
+typedef struct lpx_fp8_block_geom {
+    int64_t rows, cols, block_rows, block_cols, grid_rows, grid_cols;
+} lpx_fp8_block_geom;
+
+/** The grid of [rows, cols] (>= 0) in blocks whose sides are in
+ *  1..65536. Errors: LPX_EINVAL (a side), LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_fp8_block_grid(const char *op, int64_t rows, int64_t cols, int64_t block_rows,
+                                           int64_t block_cols, lpx_fp8_block_geom *g);
+
+/** fp8_quantize_block: x 2-D floating-point, fp8 a format, block sides
+ *  in range. Errors: LPX_EINVAL, LPX_EDTYPE, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_fp8_quantize_block(const char *op, const lpx_tensor *x, lpx_dtype fp8, int64_t block_rows,
+                                               int64_t block_cols, lpx_fp8_block_geom *g);
+
+/** fp8_dequantize_block: q 2-D fp8 (any strides), scale_inv
+ *  floating-point of exactly the grid's shape, dtype byte-sized
+ *  floating-point. Errors: LPX_EINVAL, LPX_EDTYPE, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_fp8_dequantize_block(const char *op, const lpx_tensor *q, const lpx_tensor *scale_inv,
+                                                 int64_t block_rows, int64_t block_cols, lpx_dtype dtype,
+                                                 lpx_fp8_block_geom *g);
+
+/** The geometry of fp8_mm_block: a [M, K] @ b [K, N] and each operand's
+ *  block grid (a.block_cols == b.block_rows: the K block). */
+typedef struct lpx_fp8_block_mm_geom {
+    int64_t M, N, K;
+    lpx_fp8_block_geom a, b;
+} lpx_fp8_block_mm_geom;
+
+/** fp8_mm_block: a [M, K] and b [K, N] fp8 (not both e5m2, any strides),
+ *  a's block columns equal to b's block rows, each scale_inv the shape of
+ *  its operand's grid, bias (may be NULL) [N], out_dtype f32, bf16 or
+ *  f16. Errors: LPX_EINVAL, LPX_EDTYPE, LPX_ESHAPE. */
+LPX_API lpx_status lpx_meta_fp8_mm_block(const char *op, const lpx_tensor *a, const lpx_tensor *a_scale_inv,
+                                         int64_t a_block_rows, int64_t a_block_cols, const lpx_tensor *b,
+                                         const lpx_tensor *b_scale_inv, int64_t b_block_rows, int64_t b_block_cols,
+                                         const lpx_tensor *bias, lpx_dtype out_dtype, lpx_fp8_block_mm_geom *g);
+
 /** nf4_mm: x [..., K] @ W, W [rows, cols] the first rows * cols elements
  *  of a payload covering `padded`, used as [K, N] = [rows, cols] or, when
  *  `transposed`, as its transpose; x floating-point; bias (may be NULL)

@@ -861,7 +861,7 @@ def float8_mm(a, b, bias=None, out_dtype=None):
 
 
 _GEMM_MODES = {"fp8": 0, "high_precision": 1, "fake_quant": 2}
-_GRANULARITIES = {"tensorwise": 0, "axiswise": 1}
+_GRANULARITIES = {"tensorwise": 0, "axiswise": 1, "block": 2}
 _SCALINGS = {"dynamic": 0, "delayed": 1}
 _GEMMS = ("fprop", "dgrad", "wgrad")
 
@@ -959,7 +959,7 @@ class _GemmView:
 
 class Float8Recipe:
     """A Float8Linear recipe (lpx_float8_linear_recipe): a preset
-    ('tensorwise', 'rowwise', 'rowwise_with_gw_hp', 'delayed') whose three
+    ('tensorwise', 'rowwise', 'rowwise_with_gw_hp', 'delayed', 'blockwise') whose three
     GEMMs can be overridden one by one, as torchao's Float8LinearConfig and
     TransformerEngine's recipes allow:
 

@@ -40,11 +40,31 @@ static lpx_status check_operand(const char *op, const char *arg, const lpx_tenso
     return LPX_OK;
 }
 
+/* Both operands blockwise: the block-scaled GEMM (fp8_mm_block). A mix
+ * of blockwise and other scalings is refused: requantize one side. */
+static lpx_status block_gemm(const char *op, lpx_tensor *a, lpx_tensor *b, lpx_tensor *bias, lpx_dtype out_dtype,
+                             lpx_tensor **out)
+{
+    if (!f8_is_block(a) || !f8_is_block(b))
+        return lpx_error(LPX_EINVAL, "%s (float8): %s is blockwise and %s is not; a block-scaled GEMM takes two "
+                                     "blockwise operands", op, f8_is_block(a) ? "a" : "b", f8_is_block(a) ? "b" : "a");
+    const f8_meta *ma = f8_meta_of(a), *mb = f8_meta_of(b);
+    if (out_dtype == LPX_FLOAT8_LOGICAL) out_dtype = lpx_tensor_dtype(a);
+    lpx_tensor *hb = NULL;
+    lpx_status st;
+    if (bias && (st = f8_hp(bias, &hb))) return st;
+    st = lpx_fp8_mm_block(f8_data(a), f8_scale_inv(a), f8_block_rows(ma), f8_block_cols(ma), f8_data(b),
+                          f8_scale_inv(b), f8_block_rows(mb), f8_block_cols(mb), hb, out_dtype, out);
+    lpx_tensor_release(hb);
+    return st ? prefixed(op, st) : LPX_OK;
+}
+
 lpx_status f8_gemm(const char *op, lpx_tensor *a, lpx_tensor *b, lpx_tensor *bias, lpx_dtype out_dtype,
                    unsigned flags, lpx_tensor **out)
 {
     *out = NULL;
     lpx_status st;
+    if (f8_is_block(a) || f8_is_block(b)) return block_gemm(op, a, b, bias, out_dtype, out);
     if ((st = check_operand(op, "a", a, 1)) || (st = check_operand(op, "b", b, 0))) return st;
     int64_t K = lpx_tensor_shape(a)[1], Kb = lpx_tensor_shape(b)[0];
     if (K != Kb) {

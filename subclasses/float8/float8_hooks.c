@@ -63,7 +63,9 @@ lpx_status f8_pre_all_gather(const lpx_tensor *shard, void *ctx, lpx_tensor **in
         am.scale = (float)s;
         am.scale_inv = (float)si;
         n = 1;
-    } else if (row_scaled(shard)) {
+    } else if (row_scaled(shard) || m->granularity == LPX_FLOAT8_BLOCK) {
+        /* row scales, or block scales whose grid rows follow the data's
+         * (shards are cut at whole row blocks: the shard unit) */
         n = 3;
     } else {
         return lpx_error(LPX_ENOTIMPL,

@@ -25,8 +25,8 @@ typedef struct f8_meta {
     uint16_t version;      /* F8_META_VERSION */
     uint8_t role;          /* lpx_float8_role */
     uint8_t granularity;   /* lpx_float8_granularity */
-    int32_t axis;          /* AXISWISE: reduced dim, 0..ndim-1; TENSORWISE: -1 */
-    uint32_t reserved;     /* 0 */
+    int32_t axis;          /* AXISWISE: reduced dim, 0..ndim-1; TENSORWISE: -1; BLOCK: block rows */
+    uint32_t reserved;     /* BLOCK: block columns; otherwise 0 */
 } f8_meta;
 
 _Static_assert(sizeof(f8_meta) == 16, "f8_meta is a 16-byte blob");
@@ -46,6 +46,17 @@ static inline f8_meta f8_meta_make(int role, int granularity, int axis)
                  granularity == LPX_FLOAT8_AXISWISE ? axis : -1, 0};
     return m;
 }
+
+/* The metadata of a BLOCK tensor of br x bc blocks. */
+static inline f8_meta f8_meta_block(int role, int64_t br, int64_t bc)
+{
+    f8_meta m = {F8_META_MAGIC, (uint16_t)F8_META_VERSION, (uint8_t)role, (uint8_t)LPX_FLOAT8_BLOCK, (int32_t)br,
+                 (uint32_t)bc};
+    return m;
+}
+static inline bool f8_is_block(const lpx_tensor *t) { return f8_meta_of(t)->granularity == LPX_FLOAT8_BLOCK; }
+static inline int64_t f8_block_rows(const f8_meta *m) { return m->axis; }
+static inline int64_t f8_block_cols(const f8_meta *m) { return (int64_t)m->reserved; }
 
 /* Builds a float8 tensor from trusted parts (retained): shape and device
  * from data. */

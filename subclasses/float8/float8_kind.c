@@ -51,6 +51,14 @@ static lpx_status check_scale_tensor(const char *what, const char *name, const l
     int nd = lpx_tensor_ndim(data);
     const int64_t *ds = lpx_tensor_shape(data), *ss = lpx_tensor_shape(s);
     bool ok;
+    if (m->granularity == LPX_FLOAT8_BLOCK) {
+        int64_t br = f8_block_rows(m), bc = f8_block_cols(m);
+        int64_t gr = nd == 2 ? ds[0] / br + (ds[0] % br != 0) : 0, gc = nd == 2 ? ds[1] / bc + (ds[1] % bc != 0) : 0;
+        if (nd == 2 && lpx_tensor_ndim(s) == 2 && ss[0] == gr && ss[1] == gc) return LPX_OK;
+        return lpx_error(LPX_ESHAPE, "%s: %s has shape %s; blocks of %lld x %lld over data %s need [%lld, %lld]", what,
+                         name, lpx_tensor_shape_str(s, sh, sizeof sh), (long long)br, (long long)bc,
+                         lpx_tensor_shape_str(data, dsh, sizeof dsh), (long long)gr, (long long)gc);
+    }
     if (m->granularity == LPX_FLOAT8_TENSORWISE) {
         ok = lpx_tensor_ndim(s) == 0;
     } else {
@@ -78,15 +86,19 @@ lpx_status f8_validate(const char *what, lpx_dtype logical, int ndim, const int6
                          meta ? meta_size : 0);
     f8_meta m;
     memcpy(&m, meta, sizeof m);
-    if (m.magic != F8_META_MAGIC || m.version != F8_META_VERSION || m.reserved != 0)
+    bool block = m.granularity == LPX_FLOAT8_BLOCK;
+    if (m.magic != F8_META_MAGIC || m.version != F8_META_VERSION || (!block && m.reserved != 0))
         return lpx_error(LPX_EINVAL, "%s: float8 metadata has magic 0x%08x version %u reserved %u (expected 0x%08x, %u, 0)",
                          what, m.magic, (unsigned)m.version, m.reserved, F8_META_MAGIC, F8_META_VERSION);
     if (m.role > LPX_FLOAT8_ROLE_GRAD_OUTPUT)
         return lpx_error(LPX_EINVAL, "%s: float8 metadata role %u is not a lpx_float8_role", what, (unsigned)m.role);
-    if (m.granularity > LPX_FLOAT8_AXISWISE)
-        return lpx_error(LPX_EINVAL, "%s: float8 metadata granularity %u is not tensorwise (0) or axiswise (1)", what,
-                         (unsigned)m.granularity);
-    if (m.granularity == LPX_FLOAT8_TENSORWISE ? m.axis != -1 : (m.axis < 0 || m.axis >= ndim))
+    if (m.granularity > LPX_FLOAT8_BLOCK)
+        return lpx_error(LPX_EINVAL, "%s: float8 metadata granularity %u is not tensorwise (0), axiswise (1) or block "
+                         "(2)", what, (unsigned)m.granularity);
+    if (block && (ndim != 2 || m.axis < 1 || m.axis > 65536 || m.reserved < 1 || m.reserved > 65536))
+        return lpx_error(LPX_EINVAL, "%s: float8 metadata blocks %d x %u for a %d-d tensor (blockwise tensors are 2-D, "
+                         "block sides 1..65536)", what, (int)m.axis, m.reserved, ndim);
+    if (!block && (m.granularity == LPX_FLOAT8_TENSORWISE ? m.axis != -1 : (m.axis < 0 || m.axis >= ndim)))
         return lpx_error(LPX_EINVAL, "%s: float8 metadata axis %d is invalid for %s scaling of a %d-d tensor", what,
                          (int)m.axis, m.granularity ? "axiswise" : "tensorwise", ndim);
     if (!f8_logical_ok(logical))
@@ -150,6 +162,8 @@ static int f8_describe(const lpx_tensor *t, char *buf, size_t len)
     if (m->granularity == LPX_FLOAT8_TENSORWISE) {
         if (one) snprintf(gran, sizeof gran, "tensorwise scale=%g", s);
         else snprintf(gran, sizeof gran, "tensorwise");
+    } else if (m->granularity == LPX_FLOAT8_BLOCK) {
+        snprintf(gran, sizeof gran, "block(%lldx%lld)", (long long)f8_block_rows(m), (long long)f8_block_cols(m));
     } else {
         snprintf(gran, sizeof gran, "axiswise(axis=%d)", (int)m->axis);
     }
@@ -159,11 +173,11 @@ static int f8_describe(const lpx_tensor *t, char *buf, size_t len)
     return n < 0 ? 0 : n;
 }
 
-/* fp8 data has no row blocks: any dim-0 boundary works. */
+/* fp8 data has no row blocks: any dim-0 boundary works; a blockwise
+ * tensor's scales cover block_rows rows each. */
 static int64_t f8_shard_unit(const lpx_tensor *t)
 {
-    (void)t;
-    return 1;
+    return f8_is_block(t) ? f8_block_rows(f8_meta_of(t)) : 1;
 }
 
 /* from_dense / to_dense slots: the default recipe (dynamic tensorwise
@@ -198,7 +212,21 @@ lpx_status lpx_float8_get_info(const lpx_tensor *t, lpx_float8_info *info)
     info->logical = lpx_tensor_dtype(t);
     info->role = m->role;
     info->granularity = m->granularity;
-    info->axis = m->axis;
+    info->axis = m->granularity == LPX_FLOAT8_BLOCK ? -1 : m->axis;
+    return LPX_OK;
+}
+
+lpx_status lpx_float8_block_shape(const lpx_tensor *t, int64_t *block_rows, int64_t *block_cols)
+{
+    if (!f8_is(t))
+        return lpx_error(LPX_EINVAL, "lpx_float8_block_shape: tensor is %s, not float8",
+                         t ? (lpx_tensor_kind(t) ? lpx_kind_name(lpx_tensor_kind(t)) : "dense") : "NULL");
+    const f8_meta *m = f8_meta_of(t);
+    if (m->granularity != LPX_FLOAT8_BLOCK)
+        return lpx_error(LPX_EINVAL, "lpx_float8_block_shape: the float8 tensor is %s, not blockwise",
+                         m->granularity == LPX_FLOAT8_TENSORWISE ? "tensorwise" : "axiswise");
+    if (block_rows) *block_rows = f8_block_rows(m);
+    if (block_cols) *block_cols = f8_block_cols(m);
     return LPX_OK;
 }
 

@@ -121,10 +121,18 @@ lpx_status lpx_float8_linear_recipe_preset(const char *name, lpx_float8_linear_r
         x.fprop = gemmc(FP8, e4, e4);
         x.dgrad = gemmc(FP8, e4, e4);
         x.wgrad = gemmc(name[7] ? LPX_FLOAT8_GEMM_HIGH_PRECISION : FP8, e4, e4);
+    } else if (!strcmp(name, "blockwise")) {
+        /* DeepSeek-V3 / TransformerEngine Float8BlockScaling: e4m3
+         * everywhere, 1 x 128 blocks along K for activations and
+         * gradients, 128 x 128 for the weight, power-of-two scales */
+        lpx_float8_operand_config e4 = opc(LPX_F8E4M3FN, LPX_FLOAT8_BLOCK, DYN, true);
+        x.fprop = gemmc(FP8, e4, e4);
+        x.dgrad = gemmc(FP8, e4, e4);
+        x.wgrad = gemmc(FP8, e4, e4);
     } else {
         return lpx_error(LPX_ENOTFOUND,
                          "lpx_float8_linear_recipe_preset: unknown preset '%s' (tensorwise, rowwise, "
-                         "rowwise_with_gw_hp, delayed)", name);
+                         "rowwise_with_gw_hp, delayed, blockwise)", name);
     }
     /* the forward GEMM accumulates fast, the gradients with promotion
      * (torchao's Float8LinearConfig, TransformerEngine's split
@@ -139,13 +147,26 @@ static lpx_status check_operand_cfg(const char *what, int g, const char *which, 
     if (!f8_is_fp8(o->dtype))
         return lpx_error(LPX_EDTYPE, "%s: recipe %s.%s.dtype is %s; f8e4m3fn or f8e5m2", what, gemm_name(g), which,
                          lpx_dtype_name(o->dtype));
-    if (o->granularity != LPX_FLOAT8_TENSORWISE && o->granularity != LPX_FLOAT8_AXISWISE)
+    if (o->granularity != LPX_FLOAT8_TENSORWISE && o->granularity != LPX_FLOAT8_AXISWISE &&
+        o->granularity != LPX_FLOAT8_BLOCK)
         return lpx_error(LPX_EINVAL, "%s: recipe %s.%s.granularity %d", what, gemm_name(g), which, o->granularity);
     if (o->scaling != LPX_FLOAT8_DYNAMIC && o->scaling != LPX_FLOAT8_DELAYED)
         return lpx_error(LPX_EINVAL, "%s: recipe %s.%s.scaling %d is not dynamic (0) or delayed (1)", what,
                          gemm_name(g), which, o->scaling);
     if (o->scaling == LPX_FLOAT8_DELAYED && o->granularity != LPX_FLOAT8_TENSORWISE)
         return lpx_error(LPX_EINVAL, "%s: recipe %s.%s: delayed scaling is tensorwise only", what, gemm_name(g), which);
+    return LPX_OK;
+}
+
+/* A block-scaled GEMM takes two blockwise operands: a recipe mixing them
+ * with other scalings in one fp8 GEMM is refused up front. */
+static lpx_status check_block_pair(const char *what, int g, const lpx_float8_gemm_config *c)
+{
+    if (c->mode == LPX_FLOAT8_GEMM_FP8 &&
+        (c->a.granularity == LPX_FLOAT8_BLOCK) != (c->b.granularity == LPX_FLOAT8_BLOCK))
+        return lpx_error(LPX_EINVAL, "%s: recipe %s casts %s blockwise and %s not; a block-scaled fp8 GEMM takes two "
+                         "blockwise operands (or use fake_quant)", what, gemm_name(g),
+                         c->a.granularity == LPX_FLOAT8_BLOCK ? "a" : "b", c->a.granularity == LPX_FLOAT8_BLOCK ? "b" : "a");
     return LPX_OK;
 }
 
@@ -208,7 +229,8 @@ static lpx_status check_recipe(const char *what, const lpx_float8_linear_recipe 
             return lpx_error(LPX_EINVAL, "%s: recipe %s.mode %d is not fp8 (0), high precision (1) or fake quant (2)",
                              what, gemm_name(g), mode);
         if (mode == LPX_FLOAT8_GEMM_HIGH_PRECISION) continue;
-        if ((st = check_operand_cfg(what, g, "a", &gs[g]->a)) || (st = check_operand_cfg(what, g, "b", &gs[g]->b)))
+        if ((st = check_operand_cfg(what, g, "a", &gs[g]->a)) || (st = check_operand_cfg(what, g, "b", &gs[g]->b)) ||
+            (st = check_block_pair(what, g, gs[g])))
             return st;
         if (mode == LPX_FLOAT8_GEMM_FP8 && gs[g]->a.dtype == LPX_F8E5M2 && gs[g]->b.dtype == LPX_F8E5M2)
             return lpx_error(LPX_EDTYPE, "%s: recipe %s casts both operands to f8e5m2; e5m2 x e5m2 GEMMs are refused "
@@ -357,12 +379,25 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
     bool layouts = !(flags & OP_ANY_LAYOUT) && lpx_tensor_device(t).type != LPX_DEVICE_CPU;
     bool both = layouts && (flags & OP_BOTH);
     bool want_col = layouts && reduce_dim == 0;
+    /* blockwise: the weight's 128 x 128 cast serves both orientations;
+     * activations and gradients get 1 x kb blocks along the contracted
+     * dim (kb x 1 when that is dim 0: a fresh cast, not a re-layout) */
+    bool block = oc->granularity == LPX_FLOAT8_BLOCK;
+    int64_t br = LPX_FLOAT8_BLOCK_SIZE, bc = LPX_FLOAT8_BLOCK_SIZE;
+    if (block && role != LPX_FLOAT8_ROLE_WEIGHT) {
+        br = reduce_dim == 0 ? LPX_FLOAT8_BLOCK_SIZE : 1;
+        bc = reduce_dim == 0 ? 1 : LPX_FLOAT8_BLOCK_SIZE;
+    }
+    if (block) both = want_col = false;
     if (f8_is(t)) {
         const f8_meta *m = f8_meta_of(t);
         if (m->role != LPX_FLOAT8_ROLE_NONE && m->role != role)
             return lpx_error(LPX_EINVAL, "%s: a float8 tensor with role %s was passed as the %s", u->what,
                              role_word(m->role), role_word(role));
-        if (m->granularity == LPX_FLOAT8_TENSORWISE || m->axis == reduce_dim) {
+        bool fits = block ? m->granularity == LPX_FLOAT8_BLOCK && f8_block_rows(m) == br && f8_block_cols(m) == bc
+                          : m->granularity == LPX_FLOAT8_TENSORWISE ||
+                                (m->granularity == LPX_FLOAT8_AXISWISE && m->axis == reduce_dim);
+        if (fits) {
             if (rep) {
                 rep->given_fp8 = true;
                 rep->dtype = lpx_tensor_dtype(f8_data(t));
@@ -395,7 +430,11 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
         if ((st = f8_dequantize(t, LPX_FLOAT8_LOGICAL, &hp))) return st;
         t = hp;
     }
-    int axis = oc->granularity == LPX_FLOAT8_AXISWISE ? reduce_dim : -1;
+    /* the cache key's axis: the reduced dim for axiswise and for blocks
+     * that depend on it, -2 for the weight's square blocks */
+    int axis = oc->granularity == LPX_FLOAT8_AXISWISE || (block && role != LPX_FLOAT8_ROLE_WEIGHT) ? reduce_dim
+               : block                                                                          ? -2
+                                                                                                : -1;
     f8_cast *hit = cache_find(cache, src, oc, axis, want_col);
     if (hit) {
         if (rep) {
@@ -416,6 +455,10 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
     o.role = role;
     o.pow2_scale = oc->pow2_scale;
     o.nonsaturating = u->r->nonsaturating;
+    if (block) {
+        o.block_rows = (int)br;
+        o.block_cols = (int)bc;
+    }
     if (oc->scaling == LPX_FLOAT8_DELAYED) {
         o.delayed = state_for(u, role);
         if (!o.delayed) {
@@ -428,7 +471,7 @@ static lpx_status operand(const run *u, f8_cache *cache, int src, lpx_tensor *t,
     lpx_float8_stats stats;
     /* both orientations from one read: q scaled along dim 1 (row-major),
      * qt along dim 0 (column-major) */
-    bool dual = (both || want_col) && lpx_tensor_ndim(t) == 2;
+    bool dual = !block && (both || want_col) && lpx_tensor_ndim(t) == 2;
     lpx_tensor *row = NULL, *col = NULL;
     o.axis = dual ? 1 : reduce_dim;
     st = dual ? f8_quantize2(u->what, t, &o, &row, &col, &stats) : f8_quantize(u->what, t, &o, &row, &stats);

@@ -64,6 +64,38 @@ lpx_status lpx_fp8_quantize_t(lpx_tensor *x, lpx_tensor *scale, lpx_dtype fp8, b
     return LPX_OK;
 }
 
+lpx_status lpx_fp8_quantize_block(lpx_tensor *x, lpx_dtype fp8, int64_t block_rows, int64_t block_cols, bool pow2,
+                                  bool saturate, lpx_tensor **q, lpx_tensor **scale, lpx_tensor **scale_inv,
+                                  lpx_tensor **stats)
+{
+    lpx_tensor **outs[4] = {q, scale, scale_inv, stats};
+    for (int i = 0; i < 4; i++)
+        if (outs[i]) *outs[i] = NULL;
+    if (!q) return lpx_error(LPX_EINVAL, "fp8_quantize_block: q is NULL");
+    lpx_value args[6] = {lpx_v_tensor(x), lpx_v_dtype(fp8), lpx_v_i64(block_rows), lpx_v_i64(block_cols),
+                         lpx_v_bool(pow2), lpx_v_bool(saturate)};
+    return lpx__call_retn(LPX_OP_fp8_quantize_block, args, 6, 4, outs);
+}
+
+lpx_status lpx_fp8_dequantize_block(lpx_tensor *q, lpx_tensor *scale_inv, int64_t block_rows, int64_t block_cols,
+                                    lpx_dtype dtype, lpx_tensor **out)
+{
+    lpx_value args[5] = {lpx_v_tensor(q), lpx_v_tensor(scale_inv), lpx_v_i64(block_rows), lpx_v_i64(block_cols),
+                         lpx_v_dtype(dtype)};
+    return lpx__call_ret1(LPX_OP_fp8_dequantize_block, args, 5, out);
+}
+
+lpx_status lpx_fp8_mm_block(lpx_tensor *a, lpx_tensor *a_scale_inv, int64_t a_block_rows, int64_t a_block_cols,
+                            lpx_tensor *b, lpx_tensor *b_scale_inv, int64_t b_block_rows, int64_t b_block_cols,
+                            lpx_tensor *bias, lpx_dtype out_dtype, lpx_tensor **out)
+{
+    lpx_value args[10] = {lpx_v_tensor(a), lpx_v_tensor(a_scale_inv), lpx_v_i64(a_block_rows),
+                          lpx_v_i64(a_block_cols), lpx_v_tensor(b), lpx_v_tensor(b_scale_inv),
+                          lpx_v_i64(b_block_rows), lpx_v_i64(b_block_cols), lpx_v_opt_tensor(bias),
+                          lpx_v_dtype(out_dtype)};
+    return lpx__call_ret1(LPX_OP_fp8_mm_block, args, 10, out);
+}
+
 lpx_status lpx_fp8_dequantize(lpx_tensor *q, lpx_tensor *scale_inv, lpx_dtype dtype, lpx_tensor **out)
 {
     lpx_value args[3] = {lpx_v_tensor(q), lpx_v_tensor(scale_inv), lpx_v_dtype(dtype)};
@@ -130,6 +162,49 @@ static lpx_status transposed_view(lpx_tensor *qt, lpx_tensor *s, lpx_tensor *si,
     return st;
 }
 
+/* BLOCK granularity (o resolved by f8_quantize2): 2-D x, dynamic scaling
+ * only, blocks by role unless given. */
+static lpx_status block_quantize(const char *op, lpx_tensor *x, const lpx_float8_quant_opts *o, lpx_tensor **out,
+                                 lpx_tensor **out_t, lpx_float8_stats *stats)
+{
+    if (o->scale || o->delayed)
+        return lpx_error(LPX_EINVAL, "%s: blockwise scaling is dynamic; a %s was given", op,
+                         o->scale ? "static scale" : "delayed state");
+    if (out_t)
+        return lpx_error(LPX_EINTERNAL, "%s: no transposed copy for blockwise casts (cast x^T on its own)", op);
+    if (lpx_tensor_ndim(x) != 2) {
+        char sx[160];
+        return lpx_error(LPX_ESHAPE, "%s: x has shape %s; blockwise scaling takes 2-D tensors (flatten the leading "
+                                     "dims)", op, lpx_tensor_shape_str(x, sx, sizeof sx));
+    }
+    int64_t br = o->block_rows, bc = o->block_cols;
+    if (br == 0 && bc == 0) {
+        br = o->role == LPX_FLOAT8_ROLE_WEIGHT ? LPX_FLOAT8_BLOCK_SIZE : 1;
+        bc = LPX_FLOAT8_BLOCK_SIZE;
+    }
+    /* the metadata keeps the sides in 32 bits; the op's own check (1..65536) names them */
+    lpx_tensor *q = NULL, *s = NULL, *si = NULL, *tstats = NULL;
+    lpx_status st = lpx_fp8_quantize_block(x, o->fp8, br, bc, o->pow2_scale, !o->nonsaturating, &q, &s, &si, &tstats);
+    if (!st) {
+        f8_meta m = f8_meta_block(o->role, br, bc);
+        st = f8_make(q, s, si, lpx_tensor_dtype(x), &m, out);
+    }
+    if (!st && stats) {
+        double v[4] = {NAN, NAN, NAN, NAN};
+        if (lpx_tensor_device(tstats).type == LPX_DEVICE_CPU)
+            for (int i = 0; i < 4; i++) lpx_item(tstats, i, &v[i]);
+        stats->amax = v[0];
+        stats->underflow = v[1];
+        stats->saturation = v[2];
+        stats->nan = v[3];
+        stats->numel = lpx_tensor_numel(x);
+        scale_range(s, &stats->scale, &stats->scale_max);
+    }
+    lpx_tensor *tmp[4] = {q, s, si, tstats};
+    f8_release_all(tmp, 4);
+    return st;
+}
+
 lpx_status f8_quantize2(const char *op, lpx_tensor *x, const lpx_float8_quant_opts *opts, lpx_tensor **out,
                         lpx_tensor **out_t, lpx_float8_stats *stats)
 {
@@ -167,12 +242,15 @@ lpx_status f8_quantize2(const char *op, lpx_tensor *x, const lpx_float8_quant_op
         return lpx_error(LPX_EINVAL, "%s: role %d is not a lpx_float8_role", op, o.role);
     int nd = lpx_tensor_ndim(x);
     int axis = -1;
+    if (o.granularity == LPX_FLOAT8_BLOCK) /* (block sides a shorter struct_size lacks read 0: by role) */
+        return block_quantize(op, x, &o, out, out_t, stats);
     if (o.granularity == LPX_FLOAT8_AXISWISE) {
         axis = o.axis < 0 ? o.axis + nd : o.axis;
         if (axis < 0 || axis >= nd)
             return lpx_error(LPX_ERANGE, "%s: axis %d out of range for a %d-d x", op, o.axis, nd);
     } else if (o.granularity != LPX_FLOAT8_TENSORWISE) {
-        return lpx_error(LPX_EINVAL, "%s: granularity %d is not tensorwise (0) or axiswise (1)", op, o.granularity);
+        return lpx_error(LPX_EINVAL, "%s: granularity %d is not tensorwise (0), axiswise (1) or block (2)", op,
+                         o.granularity);
     }
     if (o.scale && o.delayed)
         return lpx_error(LPX_EINVAL, "%s: both a static scale and a delayed state given; pick one scaling", op);
@@ -257,10 +335,15 @@ lpx_status f8_dequantize(lpx_tensor *t, lpx_dtype dtype, lpx_tensor **out)
     if (dtype == LPX_FLOAT8_LOGICAL) dtype = lpx_tensor_dtype(t);
     const lpx_dtype_traits *tr = lpx_dtype_get(dtype);
     if (!tr) return lpx_error(LPX_EDTYPE, "float8 dequantize: dtype %d is not registered", (int)dtype);
-    if (tr->is_float && tr->bits >= 8 && tr->block == 1)
-        return lpx_fp8_dequantize(f8_data(t), f8_scale_inv(t), dtype, out);
+    const f8_meta *m = f8_meta_of(t);
+    bool block = m->granularity == LPX_FLOAT8_BLOCK;
+    bool direct = tr->is_float && tr->bits >= 8 && tr->block == 1;
+    lpx_dtype to = direct ? dtype : LPX_F32;
     lpx_tensor *tmp = NULL;
-    lpx_status st = lpx_fp8_dequantize(f8_data(t), f8_scale_inv(t), LPX_F32, &tmp);
+    lpx_status st = block ? lpx_fp8_dequantize_block(f8_data(t), f8_scale_inv(t), f8_block_rows(m), f8_block_cols(m),
+                                                     to, direct ? out : &tmp)
+                          : lpx_fp8_dequantize(f8_data(t), f8_scale_inv(t), to, direct ? out : &tmp);
+    if (direct) return st;
     if (!st) st = lpx_cast(tmp, dtype, false, out);
     lpx_tensor_release(tmp);
     return st;

@@ -54,8 +54,70 @@ static void share_scales(const lpx_tensor *x, lpx_tensor **s, lpx_tensor **si)
 
 /* ---- transpose / t --------------------------------------------------- */
 
+/* A blockwise tensor transposed: data and the block grids of both scales
+ * transposed, the block sides swapped. */
+static lpx_status block_transpose(lpx_call *c, lpx_tensor *x)
+{
+    lpx_tensor *d = NULL, *s = NULL, *si = NULL, *r = NULL;
+    const f8_meta *m = f8_meta_of(x);
+    lpx_status st = lpx_transpose(f8_data(x), 0, 1, &d);
+    if (!st) st = lpx_transpose(f8_scale(x), 0, 1, &s);
+    if (!st) st = lpx_transpose(f8_scale_inv(x), 0, 1, &si);
+    if (!st) {
+        f8_meta mt = f8_meta_block(m->role, f8_block_cols(m), f8_block_rows(m));
+        st = f8_make(d, s, si, lpx_tensor_dtype(x), &mt, &r);
+    }
+    lpx_tensor *tmp[3] = {d, s, si};
+    f8_release_all(tmp, 3);
+    return st ? st : ret_new(c, r);
+}
+
+/* Views that would cut or regroup blocks are refused for blockwise
+ * tensors (their scales cover whole blocks). */
+static lpx_status block_refused(const char *op, const lpx_tensor *x)
+{
+    const f8_meta *m = f8_meta_of(x);
+    char s[160];
+    return lpx_error(LPX_ENOTIMPL, "%s (float8): x %s is blockwise (%lld x %lld blocks): only transpose, t, "
+                                   "narrow along whole blocks, contiguous, clone, detach and cast apply; dequantize "
+                                   "it for other views",
+                     op, lpx_tensor_shape_str(x, s, sizeof s), (long long)f8_block_rows(m), (long long)f8_block_cols(m));
+}
+
+/* narrow(dim, start, length) of a blockwise tensor along whole blocks:
+ * start a multiple of the block side, the end one too or the dim's end
+ * (how the sharding engine cuts rows: its shard unit is the block rows;
+ * empty cuts, its ranks past the last rows, anywhere).
+ * The scale grids are narrowed to the blocks kept. */
+static lpx_status block_narrow(lpx_call *c, lpx_tensor *x, int d, int64_t start, int64_t len)
+{
+    const f8_meta *m = f8_meta_of(x);
+    int64_t side = d == 0 ? f8_block_rows(m) : f8_block_cols(m), size = lpx_tensor_shape(x)[d];
+    if (start < 0 || len < 0 || start > size || len > size - start)
+        return lpx_error(LPX_ERANGE, "narrow (float8): [%lld, +%lld) out of range for dim %d of size %lld",
+                         (long long)start, (long long)len, d, (long long)size);
+    if (len && (start % side || (len % side && start + len != size))) {
+        char s[160];
+        return lpx_error(LPX_ESHAPE, "narrow (float8): x %s is blockwise (%lld x %lld blocks); dim %d can be cut at "
+                         "multiples of %lld only (asked [%lld, +%lld))", lpx_tensor_shape_str(x, s, sizeof s),
+                         (long long)f8_block_rows(m), (long long)f8_block_cols(m), d, (long long)side,
+                         (long long)start, (long long)len);
+    }
+    /* (an empty cut may start anywhere: its grid is empty too) */
+    int64_t g0 = start / side + (start % side != 0), gn = len / side + (len % side != 0);
+    lpx_tensor *nd = NULL, *s = NULL, *si = NULL, *r = NULL;
+    lpx_status st = lpx_narrow(f8_data(x), d, start, len, &nd);
+    if (!st) st = lpx_narrow(f8_scale(x), d, g0, gn, &s);
+    if (!st) st = lpx_narrow(f8_scale_inv(x), d, g0, gn, &si);
+    if (!st) st = f8_make(nd, s, si, lpx_tensor_dtype(x), m, &r);
+    lpx_tensor *tmp[3] = {nd, s, si};
+    f8_release_all(tmp, 3);
+    return st ? st : ret_new(c, r);
+}
+
 static lpx_status do_transpose(lpx_call *c, lpx_tensor *x, int d0, int d1)
 {
+    if (f8_is_block(x)) return block_transpose(c, x);
     lpx_tensor *d = NULL, *s = NULL, *si = NULL;
     int axis = f8_meta_of(x)->axis;
     lpx_status st = lpx_transpose(f8_data(x), d0, d1, &d);
@@ -119,6 +181,7 @@ static lpx_status slice_like(lpx_call *c, bool narrow)
     int d = 0;
     lpx_status st = norm_dim(op, c->args[1].u.i, lpx_tensor_ndim(x), &d);
     if (st) return st;
+    if (f8_is_block(x)) return narrow ? block_narrow(c, x, d, a, b) : block_refused(op, x);
     lpx_tensor *nd = NULL, *s = NULL, *si = NULL;
     st = cut(f8_data(x), d, a, b, step, &nd);
     /* scales with a full-size dim d follow the cut; size-1 ones broadcast */
@@ -178,6 +241,11 @@ static lpx_status view_like(lpx_call *c, bool reshape)
     const int64_t *xs = lpx_tensor_shape(x);
     int64_t sshape[LPX_MAX_DIMS];
     bool scales_follow = false;
+    if (f8_is_block(x)) {
+        bool same = nd == xnd;
+        for (int i = 0; same && i < nd; i++) same = shape[i] == xs[i];
+        if (!same) return block_refused(op, x);
+    }
     if (axiswise(x)) {
         bool same = nd == xnd;
         for (int i = 0; same && i < nd; i++) same = shape[i] == xs[i];
@@ -286,6 +354,7 @@ static lpx_status h_copy_(lpx_call *c)
         lpx_tensor_retain(dst);
         return ret_new(c, dst);
     }
+    if (f8_is_block(dst)) return block_refused("copy_ into", dst);
     if ((st = f8_hp(src, &hs))) return st;
     int nd = lpx_tensor_ndim(dst);
     if (!(st = lpx_expand(hs, nd, lpx_tensor_shape(dst), &ex))) {

@@ -170,8 +170,8 @@ int lpx_cmd_eval(int argc, char **argv)
         else if (!strcmp(a, "--recipe")) {
             recipe = tr_recipe_from_name(v);
             if (recipe < 0 || recipe == TR_NF4_QLORA || tr_recipe_is_mx((tr_recipe)recipe)) {
-                fprintf(stderr, "lpx eval: --recipe '%s': expected f32, bf16, float8-tensorwise, float8-rowwise or "
-                                "float8-delayed\n", v);
+                fprintf(stderr, "lpx eval: --recipe '%s': expected f32, bf16, float8-tensorwise, float8-rowwise, "
+                                "float8-delayed or float8-blockwise\n", v);
                 return 2;
             }
         } else {

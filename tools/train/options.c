@@ -12,7 +12,8 @@ void tr_train_usage(FILE *f)
     fprintf(f,
             "usage: lpx train [options]\n"
             "  --recipe R      bf16 | float8-tensorwise (default) | float8-rowwise | float8-delayed |\n"
-            "                  nf4-qlora | mxfp8 | mxfp4 (MX recipes need the lpx-mx.so plugin) | f32\n"
+            "                  float8-blockwise | nf4-qlora | mxfp8 | mxfp4 (MX recipes need the lpx-mx.so\n"
+            "                  plugin) | f32\n"
             "  --compare       also train the bf16 baseline and report the gap\n"
             "  --ranks N       ranks (local comm: threads), default 4; with --comm mpi the MPI\n"
             "                  world size (given: must equal it)\n"
@@ -275,7 +276,8 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
             int r = tr_recipe_from_name(v);
             if (r < 0)
                 return bad("unknown recipe '%s' (%s)", v,
-                           "bf16, float8-tensorwise, float8-rowwise, float8-delayed, nf4-qlora, mxfp8, mxfp4, f32");
+                           "bf16, float8-tensorwise, float8-rowwise, float8-delayed, float8-blockwise, nf4-qlora, mxfp8, "
+                           "mxfp4, f32");
             o->recipe = (tr_recipe)r;
             o->given |= TR_GIVEN_RECIPE;
         } else if (!strcmp(a, "--ranks")) {

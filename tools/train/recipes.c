@@ -7,6 +7,9 @@
  *   float8-rowwise      W gathered in fp8 (rowwise float8_weight: one scale
  *                       per row, no amax all-reduce), Float8Linear rowwise
  *   float8-delayed      W gathered in bf16, Float8Linear delayed scaling
+ *   float8-blockwise    W gathered in bf16, Float8Linear blockwise (1 x 128
+ *                       blocks for activations and gradients, 128 x 128
+ *                       for W, e4m3, power-of-two scales)
  *   nf4-qlora           frozen NF4 W, trainable LoRA adapters A, B
  *   mxfp8 / mxfp4       W gathered in bf16 and quantized to an MX kind of
  *                       the lpx-mx.so plugin for the forward GEMM; the
@@ -23,6 +26,7 @@
 
 static const char *const names[TR_RECIPE_COUNT] = {
     "bf16", "float8-tensorwise", "float8-rowwise", "float8-delayed", "nf4-qlora", "mxfp8", "mxfp4", "f32",
+    "float8-blockwise",
 };
 
 const char *tr_recipe_name(tr_recipe r) { return (unsigned)r < TR_RECIPE_COUNT ? names[r] : "?"; }
@@ -34,7 +38,10 @@ int tr_recipe_from_name(const char *name)
     return -1;
 }
 
-bool tr_recipe_is_float8(tr_recipe r) { return r == TR_F8_TENSORWISE || r == TR_F8_ROWWISE || r == TR_F8_DELAYED; }
+bool tr_recipe_is_float8(tr_recipe r)
+{
+    return r == TR_F8_TENSORWISE || r == TR_F8_ROWWISE || r == TR_F8_DELAYED || r == TR_F8_BLOCKWISE;
+}
 bool tr_recipe_is_mx(tr_recipe r) { return r == TR_MXFP8 || r == TR_MXFP4; }
 
 lpx_nf4_config tr_nf4_config(int64_t numel)
@@ -65,6 +72,7 @@ lpx_status tr_recipe_setup(tr_rank *R)
     if (tr_recipe_is_float8(R->recipe)) {
         const char *preset = R->recipe == TR_F8_TENSORWISE ? "tensorwise"
                              : R->recipe == TR_F8_ROWWISE  ? "rowwise"
+                             : R->recipe == TR_F8_BLOCKWISE ? "blockwise"
                                                            : "delayed";
         TRY(lpx_float8_linear_recipe_preset(preset, &R->f8r));
         if (R->recipe == TR_F8_DELAYED) {
@@ -134,7 +142,8 @@ lpx_status tr_linear_forward(tr_rank *R, int p, int slot, lpx_tensor *x, lpx_ten
     switch (R->recipe) {
     case TR_F8_TENSORWISE:
     case TR_F8_ROWWISE:
-    case TR_F8_DELAYED: {
+    case TR_F8_DELAYED:
+    case TR_F8_BLOCKWISE: {
         const lpx_float8_linear_state *state =
             R->f8state ? &R->f8state[p * R->f8slots + (slot < R->f8slots ? slot : R->f8slots - 1)] : NULL;
         TRY(lpx_float8_linear_forward(&R->f8r, state, x, R->full[p], NULL, y, s ? &s->ctx : NULL, NULL));
@@ -195,6 +204,7 @@ lpx_status tr_linear_backward(tr_rank *R, int p, tr_lin_saved *s, lpx_tensor *g,
     case TR_F8_TENSORWISE:
     case TR_F8_ROWWISE:
     case TR_F8_DELAYED:
+    case TR_F8_BLOCKWISE:
         TRY(lpx_float8_linear_backward(s->ctx, g, gx, gw, NULL, NULL));
         break;
     case TR_NF4_QLORA:
