@@ -570,6 +570,92 @@ static void test_fsdp_gather_equals_full_cast(void)
     for (int i = 0; i < c.n; i++) lpx_tensor_release(c.full[i]);
 }
 
+/* A blockwise float8_weight: the f32 master is sharded at whole 128-row
+ * blocks, each rank casts its own shard to 128 x 128 blocks, the gather
+ * rebuilds exactly the full master's blockwise cast (no collective but
+ * the all-gather), and Float8Linear "blockwise" uses the gathered weight
+ * as it is for fprop and dgrad, with the unsharded results bit for bit. */
+typedef struct w_ctx {
+    lpx_tensor *master, *expect, *x, *g;
+    lpx_tensor *ref[3];
+} w_ctx;
+
+static lpx_status wblk_rank(lpx_comm *comm, void *vctx)
+{
+    w_ctx *c = vctx;
+    int r = lpx_comm_rank(comm);
+    lpx_fsdp *f = NULL;
+    lpx_status st = new_engine(comm, NULL, &f);
+    if (st) return st;
+    lpx_fsdp_group *g = NULL;
+    lpx_tensor *w = NULL;
+    lpx_float8_weight_opts wo = {.struct_size = sizeof wo, .blockwise = true};
+    RCHECK_OK(r, lpx_fsdp_group_add(f, "w", &g));
+    RCHECK_OK(r, lpx_float8_weight_new(c->master, &wo, &w));
+    RCHECK(r, lpx_float8_weight_blockwise(w) && !lpx_float8_weight_rowwise(w));
+    RCHECK_OK(r, lpx_fsdp_param_add(g, "w", w, 0, NULL));
+    lpx_tensor_release(w);
+    RCHECK_OK(r, lpx_fsdp_shard(f));
+    RCHECK_OK(r, lpx_fsdp_precompute_scales(f));
+    lpx_fsdp_stats_reset(f);
+    RCHECK_OK(r, lpx_fsdp_unshard(g));
+    lpx_tensor *full = lpx_fsdp_param_full(g, 0);
+    if (!full || !same_bits(full, c->expect)) rfail(r, "the gathered weight differs from the full blockwise cast");
+    lpx_float8_linear_recipe rc;
+    RCHECK_OK(r, lpx_float8_linear_recipe_preset("blockwise", &rc));
+    lpx_tensor *got[3] = {NULL, NULL, NULL};
+    lpx_float8_linear_ctx *lc = NULL;
+    lpx_float8_linear_report rep;
+    memset(&rep, 0, sizeof rep);
+    if (full) {
+        RCHECK_OK(r, lpx_float8_linear_forward(&rc, NULL, c->x, full, NULL, &got[0], &lc, &rep));
+        if (lc) RCHECK_OK(r, lpx_float8_linear_backward(lc, c->g, &got[1], &got[2], NULL, &rep));
+        lpx_float8_linear_ctx_free(lc);
+        RCHECK(r, rep.fprop.b.given_fp8 && rep.dgrad.b.given_fp8);
+        for (int k = 0; k < 3; k++)
+            if (!same_bits(got[k], c->ref[k])) rfail(r, "Float8Linear output %d differs from the unsharded run", k);
+    }
+    for (int k = 0; k < 3; k++) lpx_tensor_release(got[k]);
+    lpx_fsdp_stats s = {.struct_size = sizeof s};
+    RCHECK_OK(r, lpx_fsdp_stats_get(f, &s));
+    RCHECK(r, s.calls[LPX_COLL_ALL_GATHER] == 1 && s.amax_allreduces == 0 && s.calls[LPX_COLL_ALL_REDUCE] == 0);
+    RCHECK_OK(r, lpx_fsdp_reshard(g));
+    lpx_fsdp_free(f);
+    return LPX_OK;
+}
+
+static void test_fsdp_blockwise_float8_weight(void)
+{
+    w_ctx c;
+    memset(&c, 0, sizeof c);
+    int64_t sw[2] = {300, 256}, sx[2] = {40, 256}, sg[2] = {40, 300};
+    c.master = rand_normal(2, sw, 60, 0.1, LPX_F32);
+    c.expect = quant_block(c.master, LPX_F8E4M3FN, 128, 128, true, LPX_FLOAT8_ROLE_WEIGHT);
+    c.x = rand_normal(2, sx, 61, 1.0, LPX_F32);
+    c.g = rand_normal(2, sg, 62, 1.0, LPX_F32);
+    lpx_float8_linear_recipe rc;
+    CHECK_OK(lpx_float8_linear_recipe_preset("blockwise", &rc));
+    lpx_float8_linear_ctx *lc = NULL;
+    CHECK_OK(lpx_float8_linear_forward(&rc, NULL, c.x, c.expect, NULL, &c.ref[0], &lc, NULL));
+    if (lc) CHECK_OK(lpx_float8_linear_backward(lc, c.g, &c.ref[1], &c.ref[2], NULL, NULL));
+    lpx_float8_linear_ctx_free(lc);
+    for (int w = 0; w < NWORLDS; w++) run_ranks(worlds[w], wblk_rank, &c);
+    /* the options: blockwise needs a 2-D master and excludes rowwise */
+    lpx_tensor *bad = NULL, *v = NULL;
+    int64_t s1[1] = {256};
+    lpx_float8_weight_opts wo = {.struct_size = sizeof wo, .blockwise = true};
+    v = rand_normal(1, s1, 63, 1.0, LPX_F32);
+    CHECK_ERR(lpx_float8_weight_new(v, &wo, &bad), LPX_EINVAL);
+    wo.rowwise = true;
+    CHECK_ERR(lpx_float8_weight_new(c.master, &wo, &bad), LPX_EINVAL);
+    /* an older caller's options (ending before `blockwise`) read as tensorwise */
+    lpx_float8_weight_opts old = {.struct_size = offsetof(lpx_float8_weight_opts, blockwise), .blockwise = true};
+    CHECK_OK(lpx_float8_weight_new(c.master, &old, &bad));
+    CHECK(bad && !lpx_float8_weight_blockwise(bad));
+    lpx_tensor *tmp[] = {c.master, c.expect, c.x, c.g, c.ref[0], c.ref[1], c.ref[2], bad, v};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) lpx_tensor_release(tmp[i]);
+}
+
 int main(void)
 {
     CHECK_OK(lpx_init());
@@ -581,6 +667,7 @@ int main(void)
     RUN(test_linear_blockwise_beats_tensorwise_on_outliers);
     RUN(test_kind_views_and_validation);
     RUN(test_fsdp_gather_equals_full_cast);
+    RUN(test_fsdp_blockwise_float8_weight);
     RUN(test_no_live_tensors);
     return CHECK_DONE();
 }

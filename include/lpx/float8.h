@@ -416,6 +416,10 @@ typedef struct lpx_float8_weight_opts {
     lpx_dtype fp8;          /* LPX_F8E4M3FN (also 0) or LPX_F8E5M2 */
     bool rowwise;           /* one scale per row, local to the owning rank:
                                no amax all-reduce at all */
+    /* appended later (read only when struct_size covers it) */
+    bool blockwise;         /* 128 x 128 blocks, power-of-two scales (DeepSeek-V3's weights;
+                               2-D masters): sharded at whole row blocks, no amax all-reduce;
+                               the gathered float8 tensor serves Float8Linear "blockwise" */
 } lpx_float8_weight_opts;
 
 /** The float8_weight kind (priority WRAPPER), or NULL before init. */
@@ -438,6 +442,8 @@ LPX_API lpx_status lpx_float8_weight_set_scale(lpx_tensor *w, float scale);
 LPX_API lpx_dtype lpx_float8_weight_fp8(const lpx_tensor *w);
 /** True if w is a rowwise float8_weight. */
 LPX_API bool lpx_float8_weight_rowwise(const lpx_tensor *w);
+/** True if w is a blockwise float8_weight. */
+LPX_API bool lpx_float8_weight_blockwise(const lpx_tensor *w);
 /** The precomputed scale (0 when none). */
 LPX_API float lpx_float8_weight_scale(const lpx_tensor *w);
 

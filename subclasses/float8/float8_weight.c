@@ -18,7 +18,11 @@
  *               the dynamic formula, so gathering then casting and
  *               casting then gathering give the same bits;
  *   rowwise:    each row's scale comes from its own amax, which lives on
- *               the rank that owns the row: no collective at all.
+ *               the rank that owns the row: no collective at all;
+ *   blockwise:  128 x 128 blocks (DeepSeek-V3's weights): shards are cut
+ *               at whole row blocks (the shard unit), so each block's
+ *               amax lives on one rank: no collective either; the wire
+ *               carries the fp8 codes and the block scales.
  * post_all_gather is the float8 kind's: a float8 tensor (role WEIGHT)
  * ready for the scaled GEMM.
  *
@@ -34,6 +38,10 @@
 
 #define F8W_MAGIC 0x57384657u /* "WF8W" */
 
+/* f8w_meta.rowwise values (the field predates blocks; 0 and 1 keep their
+ * meaning in saved checkpoints) */
+enum { F8W_TENSORWISE = 0, F8W_ROWWISE = 1, F8W_BLOCKWISE = 2 };
+
 typedef struct f8w_state {
     float scale;   /* precomputed replicated scale, 0: none */
 } f8w_state;
@@ -41,7 +49,7 @@ typedef struct f8w_state {
 typedef struct f8w_meta {
     uint32_t magic;
     int32_t fp8;
-    int32_t rowwise;
+    int32_t rowwise;       /* the scaling: F8W_TENSORWISE, F8W_ROWWISE or F8W_BLOCKWISE */
     int32_t reserved;
     f8w_state *state;
 } f8w_meta;
@@ -62,7 +70,15 @@ lpx_tensor *lpx_float8_weight_master(const lpx_tensor *w) { return lpx_float8_we
 
 lpx_dtype lpx_float8_weight_fp8(const lpx_tensor *w) { return lpx_float8_weight_is(w) ? meta_of(w)->fp8 : -1; }
 
-bool lpx_float8_weight_rowwise(const lpx_tensor *w) { return lpx_float8_weight_is(w) && meta_of(w)->rowwise; }
+bool lpx_float8_weight_rowwise(const lpx_tensor *w)
+{
+    return lpx_float8_weight_is(w) && meta_of(w)->rowwise == F8W_ROWWISE;
+}
+
+bool lpx_float8_weight_blockwise(const lpx_tensor *w)
+{
+    return lpx_float8_weight_is(w) && meta_of(w)->rowwise == F8W_BLOCKWISE;
+}
 
 float lpx_float8_weight_scale(const lpx_tensor *w) { return lpx_float8_weight_is(w) ? meta_of(w)->state->scale : 0.0f; }
 
@@ -76,7 +92,7 @@ lpx_status lpx_float8_weight_set_scale(lpx_tensor *w, float scale)
 }
 
 /* New float8_weight over master (retained) with format and scale. */
-static lpx_status make(lpx_tensor *master, lpx_dtype fp8, bool rowwise, float scale, lpx_tensor **out)
+static lpx_status make(lpx_tensor *master, lpx_dtype fp8, int rowwise, float scale, lpx_tensor **out)
 {
     f8w_meta m;
     memset(&m, 0, sizeof m);
@@ -108,9 +124,16 @@ lpx_status lpx_float8_weight_new(lpx_tensor *master, const lpx_float8_weight_opt
     lpx_dtype fp8 = opts && opts->fp8 ? opts->fp8 : LPX_F8E4M3FN;
     if (!f8_is_fp8(fp8)) return lpx_error(LPX_EDTYPE, "%s: fp8 %s is not an fp8 dtype", op, lpx_dtype_name(fp8));
     bool rowwise = opts && opts->rowwise;
+    /* `blockwise` was appended: read only when the caller's struct has it */
+    bool blockwise = opts && (opts->struct_size == 0 || opts->struct_size >= offsetof(lpx_float8_weight_opts, blockwise) +
+                                                                                  sizeof opts->blockwise) &&
+                     opts->blockwise;
+    if (rowwise && blockwise) return lpx_error(LPX_EINVAL, "%s: rowwise and blockwise both set; pick one", op);
     if (rowwise && lpx_tensor_ndim(master) < 2)
         return lpx_error(LPX_EINVAL, "%s: rowwise scaling needs a 2-D or higher master", op);
-    return make(master, fp8, rowwise, 0.0f, out);
+    if (blockwise && lpx_tensor_ndim(master) != 2)
+        return lpx_error(LPX_EINVAL, "%s: blockwise scaling needs a 2-D master", op);
+    return make(master, fp8, blockwise ? F8W_BLOCKWISE : rowwise ? F8W_ROWWISE : F8W_TENSORWISE, 0.0f, out);
 }
 
 /* ---- all-gather hooks -------------------------------------------- */
@@ -193,7 +216,10 @@ static lpx_status cast_shard(const lpx_tensor *shard, void *ctx, lpx_tensor **f8
     o.role = LPX_FLOAT8_ROLE_WEIGHT;
     lpx_tensor *scale = NULL;
     lpx_status st;
-    if (m->rowwise) {
+    if (m->rowwise == F8W_BLOCKWISE) {
+        o.granularity = LPX_FLOAT8_BLOCK;   /* 128 x 128 for a weight */
+        o.pow2_scale = true;
+    } else if (m->rowwise == F8W_ROWWISE) {
         o.granularity = LPX_FLOAT8_AXISWISE;
         o.axis = -1;
     } else {
@@ -296,7 +322,7 @@ static lpx_status f8w_unflatten(const lpx_kind *kind, lpx_dtype logical, int ndi
     if (!meta || meta_size != sizeof m)
         return lpx_error(LPX_EINVAL, "%s: metadata of %zu bytes, expected %zu", op, meta_size, sizeof m);
     memcpy(&m, meta, sizeof m);
-    if (m.magic != F8W_MAGIC || !f8_is_fp8(m.fp8) || (m.rowwise != 0 && m.rowwise != 1))
+    if (m.magic != F8W_MAGIC || !f8_is_fp8(m.fp8) || m.rowwise < F8W_TENSORWISE || m.rowwise > F8W_BLOCKWISE)
         return lpx_error(LPX_EINVAL, "%s: metadata is not a float8_weight's (magic, fp8 dtype or rowwise flag)", op);
     if (!inner || ninner != 1 || !inner[0])
         return lpx_error(LPX_EINVAL, "%s: needs exactly 1 inner tensor (the master), got %d", op, inner ? ninner : 0);
@@ -305,6 +331,7 @@ static lpx_status f8w_unflatten(const lpx_kind *kind, lpx_dtype logical, int ndi
         return lpx_error(LPX_EDTYPE, "%s: the master must be a dense f32/bf16/f16 tensor of the logical dtype %s", op,
                          lpx_dtype_name(logical));
     if (!shape || ndim != lpx_tensor_ndim(master) || ndim < (m.rowwise ? 2 : 1) ||
+        (m.rowwise == F8W_BLOCKWISE && ndim != 2) ||
         memcmp(shape, lpx_tensor_shape(master), (size_t)ndim * sizeof *shape))
         return lpx_error(LPX_ESHAPE, "%s: the shape does not match the master's", op);
     return make(master, m.fp8, m.rowwise, 0.0f, out);
@@ -328,7 +355,8 @@ static int f8w_describe(const lpx_tensor *t, char *buf, size_t len)
     char sh[128];
     const f8w_meta *m = meta_of(t);
     int n = snprintf(buf, len, "float8_weight %s %s -> %s %s scale=%g", lpx_tensor_shape_str(t, sh, sizeof sh),
-                     lpx_dtype_name(lpx_tensor_dtype(t)), lpx_dtype_name(m->fp8), m->rowwise ? "rowwise" : "tensorwise",
+                     lpx_dtype_name(lpx_tensor_dtype(t)), lpx_dtype_name(m->fp8),
+                     m->rowwise == F8W_BLOCKWISE ? "blockwise" : m->rowwise ? "rowwise" : "tensorwise",
                      (double)m->state->scale);
     return n < 0 ? 0 : n;
 }
@@ -384,8 +412,16 @@ static lpx_status f8w_rewrap(lpx_call *c)
 
 static lpx_tensor *f8w_master(const lpx_tensor *t) { return lpx_float8_weight_master(t); }
 
+/* Blockwise weights are cut at whole 128-row blocks, so that each
+ * block's amax (and the cast's block grid) lives on one rank. */
+static int64_t f8w_shard_unit(const lpx_tensor *t)
+{
+    return lpx_float8_weight_blockwise(t) ? LPX_FLOAT8_BLOCK_SIZE : 1;
+}
+
 /* tensorwise: one value, the amax, agreed by MAX into the replicated
- * scale; rowwise scales are each row's own: nothing to agree */
+ * scale; rowwise and block scales are each row's or block's own: nothing
+ * to agree */
 static int f8w_sync_count(const lpx_tensor *t, int *reduce_op)
 {
     *reduce_op = LPX_REDUCE_MAX;
@@ -428,6 +464,7 @@ lpx_status lpx_float8_weight_register_kind(void)
     vt.sync_count = f8w_sync_count;
     vt.sync_local = f8w_sync_local;
     vt.sync_apply = f8w_sync_apply;
+    vt.shard_unit = f8w_shard_unit;
     const lpx_kind *k = NULL;
     lpx_status st = lpx_kind_register(&vt, &k);
     if (st) return st;

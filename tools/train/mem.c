@@ -45,6 +45,8 @@ static int64_t gwire(const tr_geom *g, tr_recipe recipe, int lora_rank, int grp)
             b += P->kind == TR_P_LIN ? nf4_bytes(P) + 4 * (int64_t)lora_rank * (P->rows + P->cols) : 4 * n;
         else if (P->kind == TR_P_LIN && recipe == TR_F8_TENSORWISE) b += n;               /* fp8 */
         else if (P->kind == TR_P_LIN && recipe == TR_F8_ROWWISE) b += n + 8 * P->rows;    /* fp8 + row scales */
+        else if (P->kind == TR_P_LIN && recipe == TR_F8_BLOCKWISE)                       /* fp8 + block scales */
+            b += n + 8 * ceil_div(P->rows, LPX_FLOAT8_BLOCK_SIZE) * ceil_div(P->cols, LPX_FLOAT8_BLOCK_SIZE);
         else if (recipe == TR_F32) b += 4 * n;                                            /* f32 */
         else b += 2 * n;                                                                  /* bf16 */
     }

@@ -7,9 +7,11 @@
  *   float8-rowwise      W gathered in fp8 (rowwise float8_weight: one scale
  *                       per row, no amax all-reduce), Float8Linear rowwise
  *   float8-delayed      W gathered in bf16, Float8Linear delayed scaling
- *   float8-blockwise    W gathered in bf16, Float8Linear blockwise (1 x 128
- *                       blocks for activations and gradients, 128 x 128
- *                       for W, e4m3, power-of-two scales)
+ *   float8-blockwise    W gathered in fp8 (blockwise float8_weight: 128 x 128
+ *                       blocks, no amax all-reduce), Float8Linear blockwise
+ *                       (1 x 128 blocks for activations and gradients,
+ *                       e4m3, power-of-two scales); the gathered weight
+ *                       serves fprop and dgrad as it is
  *   nf4-qlora           frozen NF4 W, trainable LoRA adapters A, B
  *   mxfp8 / mxfp4       W gathered in bf16 and quantized to an MX kind of
  *                       the lpx-mx.so plugin for the forward GEMM; the

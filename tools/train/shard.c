@@ -78,12 +78,15 @@ lpx_status tr_shard_setup(tr_rank *R, float *const *init)
         lpx_fsdp_group *G = R->grp[P->group];
         TRY(full_tensor(P, init[p], &full));
         unsigned flags = P->decay ? 0u : LPX_FSDP_NO_DECAY;
-        if (P->kind == TR_P_LIN && (R->recipe == TR_F8_TENSORWISE || R->recipe == TR_F8_ROWWISE)) {
+        if (P->kind == TR_P_LIN &&
+            (R->recipe == TR_F8_TENSORWISE || R->recipe == TR_F8_ROWWISE || R->recipe == TR_F8_BLOCKWISE)) {
             /* fp8 on the wire: the float8_weight wrapper casts the f32
              * master shard at each unshard (tensorwise: with the scale
-             * lpx_fsdp_precompute_scales agreed on; rowwise: its own rows) */
+             * lpx_fsdp_precompute_scales agreed on; rowwise: its own rows;
+             * blockwise: its own 128 x 128 blocks, cut at whole row blocks) */
             lpx_float8_weight_opts wo = {.struct_size = sizeof wo, .fp8 = LPX_F8E4M3FN,
-                                         .rowwise = R->recipe == TR_F8_ROWWISE};
+                                         .rowwise = R->recipe == TR_F8_ROWWISE,
+                                         .blockwise = R->recipe == TR_F8_BLOCKWISE};
             TRY(lpx_float8_weight_new(full, &wo, &w));
             TRY(lpx_fsdp_param_add(G, P->name, w, flags, &R->gi[p]));
             REL(w);

@@ -42,7 +42,7 @@ typedef enum tr_recipe {
     TR_MXFP8,
     TR_MXFP4,
     TR_F32,                 /* everything in f32 (f32 on the wire): the reference */
-    TR_F8_BLOCKWISE,        /* Float8Linear blockwise (DeepSeek-V3 blocks), W gathered in bf16 */
+    TR_F8_BLOCKWISE,        /* Float8Linear blockwise (DeepSeek-V3 blocks), W gathered in fp8 blocks */
     TR_RECIPE_COUNT
 } tr_recipe;
 
