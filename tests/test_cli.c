@@ -14,6 +14,7 @@ static void test_info(void)
     CHECK(strstr(out, "f8e4m3fn") && strstr(out, "bf16") && strstr(out, "bool"));
     CHECK(strstr(out, "backends (1): cpu") != NULL);
     CHECK(strstr(out, "ops: ") != NULL);
+    CHECK(strstr(out, "blockwise fp8 GEMM (fp8_mm_block): cpu (reference") != NULL);
     CHECK(run("info --bogus", out, sizeof out) == 2);
     CHECK(strstr(out, "unknown option") != NULL);
 }

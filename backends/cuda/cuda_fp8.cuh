@@ -558,5 +558,7 @@ lpx_status cu_f8_register_transpose(const lpx_host *h);
 /* Registers fp8_dequantize and fp8_scale_from_amax (cuda_fp8_dequantize.cu;
  * cu_register_float8 calls it after fp8_quantize). */
 lpx_status cu_f8_register_dequantize(const lpx_host *h);
+/* Registers the blockwise ops (cuda_fp8_block.cu). */
+lpx_status cu_f8_register_block(const lpx_host *h);
 
 #endif

@@ -478,5 +478,6 @@ extern "C" lpx_status cu_register_float8(const lpx_host *h)
     }
     lpx_status st;
     if ((st = cu_reg(h, LPX_OP_fp8_quantize, k_fp8_quantize)) || (st = cu_f8_register_transpose(h))) return st;
-    return cu_f8_register_dequantize(h);
+    if ((st = cu_f8_register_dequantize(h))) return st;
+    return cu_f8_register_block(h);
 }

@@ -53,6 +53,16 @@ int lpx_cmd_info(int argc, char **argv)
     int nops = lpx_op_count(), with_cpu = 0;
     for (int op = 0; op < nops; op++) with_cpu += lpx_kernel_exists(op, LPX_KEY_CPU);
     printf("\nops: %d registered, %d with a cpu kernel\n", nops, with_cpu);
+    /* the block-scaled fp8 GEMM: which backends run it, and how */
+    printf("blockwise fp8 GEMM (fp8_mm_block):");
+    for (int i = 0; i < lpx_backend_count(); i++) {
+        const lpx_backend_i *b = lpx_backend_at(i);
+        if (!lpx_kernel_exists(LPX_OP_fp8_mm_block, lpx_device_key(b->device_type))) continue;
+        printf(" %s (%s)", b->name,
+               b->device_type == LPX_DEVICE_CPU ? "reference: sgemm per 128-K block, f32 promotion"
+                                                : "lpx reference kernel; cuBLASLt block scaling not used yet");
+    }
+    printf("\n");
     print_plugins();
     printf("tracing: %s (set LPX_TRACE=1 or LPX_TRACE=trace.json)\n", lpx_trace_enabled() ? "on" : "off");
     return 0;
