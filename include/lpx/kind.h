@@ -143,6 +143,12 @@ typedef struct lpx_kind_conformance {
      *  all_gather/world1..4); the kit reports it as skipped with the
      *  reason. [NULL: every contract applies] */
     const struct lpx_conformance_na *not_applicable;
+    /** Other forms of the kind the kit checks too (granularities, recipes),
+     *  each built by its own from_dense: an array ended by an entry whose
+     *  name is NULL. Every contract runs again per variant, named
+     *  "KIND[variant]/contract", with the variant's not_applicable list
+     *  (the kind's does not carry over). [NULL: none] */
+    const struct lpx_conformance_variant *variants;
 } lpx_kind_conformance;
 
 /** One waived contract of lpx_kind_conformance.not_applicable. */
@@ -150,6 +156,16 @@ typedef struct lpx_conformance_na {
     const char *contract;   /* "flatten_unflatten", "all_gather", "op/linear", ... */
     const char *reason;     /* one line, printed by the kit */
 } lpx_conformance_na;
+
+/** A form of a kind for the conformance kit (lpx_kind_conformance.variants):
+ *  `from_dense` builds it from a dense tensor as the kind's from_dense slot
+ *  would (same contract), e.g. float8 with one scale per row or per block. */
+typedef struct lpx_conformance_variant {
+    const char *name;
+    lpx_status (*from_dense)(const lpx_kind *kind, lpx_tensor *x, lpx_tensor **out);
+    const struct lpx_conformance_na *not_applicable;
+    double max_err;   /* the quantization bound of this form (0: the kind's) */
+} lpx_conformance_variant;
 
 /** Registers a kind (vtable copied up to min(struct_size, ours)); the
  *  handle stays valid for the process. Errors: LPX_EINVAL (NULL, missing

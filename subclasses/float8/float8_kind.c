@@ -193,6 +193,54 @@ static lpx_status f8_to_dense(const lpx_tensor *t, lpx_tensor **out)
     return f8_dequantize((lpx_tensor *)t, LPX_F32, out);
 }
 
+/* The other granularities, for `lpx conformance` (lpx_kind_conformance.
+ * variants): one scale per row, and one per 1 x 128 block (an activation's
+ * DeepSeek-V3 cast). */
+static lpx_status f8_from_dense_rows(const lpx_kind *kind, lpx_tensor *x, lpx_tensor **out)
+{
+    (void)kind;
+    lpx_float8_quant_opts o = {.struct_size = sizeof o, .granularity = LPX_FLOAT8_AXISWISE, .axis = -1};
+    return f8_quantize("float8[axiswise] from_dense", x, &o, out, NULL);
+}
+
+static lpx_status f8_from_dense_block(const lpx_kind *kind, lpx_tensor *x, lpx_tensor **out)
+{
+    (void)kind;
+    lpx_float8_quant_opts o = {.struct_size = sizeof o, .granularity = LPX_FLOAT8_BLOCK,
+                               .role = LPX_FLOAT8_ROLE_INPUT, .pow2_scale = true};
+    return f8_quantize("float8[block] from_dense", x, &o, out, NULL);
+}
+
+/* The kit builds both GEMM operands with the same cast, scaled along each
+ * operand's rows; a GEMM wants B's scales constant along K (per column,
+ * or kb-row blocks). Float8Linear casts each operand for its role. */
+#define F8_NA_GEMM(why)                                                                        \
+    {"op/matmul", "the kit casts b like a, along its rows; " why " (Float8Linear casts per role)"}, \
+    {"op/addmm", "the kit casts b like a, along its rows; " why " (Float8Linear casts per role)"}
+
+static const lpx_conformance_na f8_rows_na[] = {
+    {"op/view", "a view that moves the scaled dim changes what a row is: refused by design"},
+    {"op/reshape", "a reshape that moves the scaled dim changes what a row is: refused by design"},
+    F8_NA_GEMM("a GEMM wants b scaled per column"),
+    {NULL, NULL},
+};
+
+static const lpx_conformance_na f8_block_na[] = {
+    {"op/view", "a view that regroups elements would cut blocks: refused by design (dequantize first)"},
+    {"op/reshape", "a reshape that regroups elements would cut blocks: refused by design (dequantize first)"},
+    {"op/slice", "a strided slice would cut blocks: refused by design (narrow cuts whole blocks)"},
+    F8_NA_GEMM("a block-scaled GEMM wants b in kb-row blocks"),
+    {NULL, NULL},
+};
+
+/* block: power-of-two scales put a block's amax anywhere in (fp8_max / 2,
+ * fp8_max], so the top binade's half ulp is up to 1/16 of it */
+static const lpx_conformance_variant f8_variants[] = {
+    {"axiswise", f8_from_dense_rows, f8_rows_na, 0.0},
+    {"block", f8_from_dense_block, f8_block_na, 0.0625},
+    {NULL, NULL, NULL, 0.0},
+};
+
 /* ---- public: inspection ------------------------------------------- */
 
 const lpx_kind *lpx_float8_kind(void) { return lpx_ensure_init() ? NULL : f8__kind; }
@@ -323,7 +371,7 @@ lpx_status lpx_float8_register_kind(void)
     /* what `lpx conformance` may expect: e4m3 tensorwise rounds to within
      * half a step of the top binade, 16/448 = 0.036 of the amax */
     static const lpx_kind_conformance conf = {
-        .struct_size = sizeof conf, .max_err = 0.04, .min_sqnr_db = 25.0,
+        .struct_size = sizeof conf, .max_err = 0.04, .min_sqnr_db = 25.0, .variants = f8_variants,
     };
     vt.conformance = &conf;
     const lpx_kind *k = NULL;

@@ -12,7 +12,8 @@ cf_outcome cf_run_op(const cf_case *c, char *d, size_t len);
 cf_outcome cf_run_shard(const cf_case *c, char *d, size_t len);
 int cf_recipe_for(lpx_op op);
 
-static cf_case *add(cf_case **v, int *n, int *cap, const lpx_kind *k, cf_contract ct, int arg, const char *suffix)
+static cf_case *add(cf_case **v, int *n, int *cap, const lpx_kind *k, const lpx_conformance_variant *var,
+                    cf_contract ct, int arg, const char *suffix)
 {
     if (*n == *cap) {
         int c = *cap ? 2 * *cap : 64;
@@ -23,8 +24,10 @@ static cf_case *add(cf_case **v, int *n, int *cap, const lpx_kind *k, cf_contrac
     }
     cf_case *cs = &(*v)[(*n)++];
     memset(cs, 0, sizeof *cs);
-    snprintf(cs->name, sizeof cs->name, "%s/%s", lpx_kind_name(k), suffix);
+    if (var) snprintf(cs->name, sizeof cs->name, "%s[%s]/%s", lpx_kind_name(k), var->name, suffix);
+    else snprintf(cs->name, sizeof cs->name, "%s/%s", lpx_kind_name(k), suffix);
     cs->kind = k;
+    cs->variant = var;
     cs->contract = ct;
     cs->arg = arg;
     return cs;
@@ -33,12 +36,14 @@ static cf_case *add(cf_case **v, int *n, int *cap, const lpx_kind *k, cf_contrac
 /* Marks the cases the kind declares not applicable (its descriptor's
  * not_applicable list) as skipped with the kind's reason. Only data of
  * the descriptor is read: no kind code runs in the parent. */
-static void waive(const lpx_kind *k, cf_case *cs, int n)
+static void waive(const lpx_kind *k, const lpx_conformance_variant *var, cf_case *cs, int n)
 {
     cf_params p;
     cf_params_of(k, &p);
-    size_t klen = strlen(lpx_kind_name(k)) + 1;   /* "kind/" */
-    for (const lpx_conformance_na *na = p.not_applicable; na && na->contract; na++) {
+    const lpx_conformance_na *list = var ? var->not_applicable : p.not_applicable;
+    /* "kind/" or "kind[variant]/" */
+    size_t klen = strlen(lpx_kind_name(k)) + 1 + (var ? strlen(var->name) + 2 : 0);
+    for (const lpx_conformance_na *na = list; na && na->contract; na++) {
         size_t cl = strlen(na->contract);
         for (int i = 0; i < n; i++) {
             const char *sfx = cs[i].name + klen;
@@ -53,10 +58,11 @@ static void waive(const lpx_kind *k, cf_case *cs, int n)
     do {                                                                   \
         char sfx_[128];                                                    \
         snprintf(sfx_, sizeof sfx_, __VA_ARGS__);                          \
-        if (!(last = add(v, n, cap, k, ct, arg, sfx_))) return -1;         \
+        if (!(last = add(v, n, cap, k, var, ct, arg, sfx_))) return -1;    \
     } while (0)
 
-int cf_cases_for_kind(const lpx_kind *k, cf_case **v, int *n, int *cap)
+/* The cases of one form of kind k (var NULL: its own from_dense). */
+static int cases_for(const lpx_kind *k, const lpx_conformance_variant *var, cf_case **v, int *n, int *cap)
 {
     const lpx_kind_i *vt = lpx_kind_vtable(k);
     cf_case *last;
@@ -87,7 +93,17 @@ int cf_cases_for_kind(const lpx_kind *k, cf_case **v, int *n, int *cap)
     }
     ADD(CF_SHARD_UNIT, 0, "shard_unit");
     ADD(CF_REFUSAL, 0, "refusal");
-    waive(k, *v + first, *n - first);
+    waive(k, var, *v + first, *n - first);
+    return 0;
+}
+
+int cf_cases_for_kind(const lpx_kind *k, cf_case **v, int *n, int *cap)
+{
+    if (cases_for(k, NULL, v, n, cap)) return -1;
+    cf_params p;
+    cf_params_of(k, &p);
+    for (const lpx_conformance_variant *var = p.variants; var && var->name && var->from_dense; var++)
+        if (cases_for(k, var, v, n, cap)) return -1;
     return 0;
 }
 
@@ -95,6 +111,7 @@ cf_outcome cf_run(const cf_case *c, char *detail, size_t len)
 {
     detail[0] = 0;
     if (c->skip[0]) return cf_say(CF_SKIP, detail, len, "%s", c->skip);
+    cf_variant = c->variant;
     switch (c->contract) {
     case CF_OP: return cf_run_op(c, detail, len);
     case CF_ALL_GATHER:

@@ -182,7 +182,7 @@ cf_outcome cf_run_op(const cf_case *c, char *d, size_t len)
     char declined[512] = "";
     cf_outcome o = CF_PASS;
     lpx_status st = cf_data(&p, CF_DIST_NORMAL, 20, &x);
-    if (!st) st = lpx_kind_from_dense(c->kind, x, &q);
+    if (!st) st = cf_from_dense(c->kind, x, &q);
     if (!st) st = cf_dense(q, &dq);
     for (int i = 0; !st && i < rd->r.naux; i++) st = make_aux(rd->aux[i], &p, &aux[i]);
     if (st) { o = cf_lpx_fail(d, len, "setting up the recipe", st); goto done; }
@@ -195,7 +195,7 @@ cf_outcome cf_run_op(const cf_case *c, char *d, size_t len)
          * and give the reference its dequantized value */
         snprintf(declined, sizeof declined, "%s", lpx_last_error());
         lpx_tensor *qa = NULL;
-        lpx_status qs = lpx_kind_from_dense(c->kind, aux[rd->kind_aux], &qa);
+        lpx_status qs = cf_from_dense(c->kind, aux[rd->kind_aux], &qa);
         if (!qs) qs = cf_dense(qa, &dense_aux);
         if (qs) {
             lpx_tensor_release(qa);

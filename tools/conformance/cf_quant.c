@@ -11,7 +11,7 @@
  * x's shape; on failure writes the detail and returns CF_FAIL. */
 static cf_outcome quantize(const lpx_kind *k, lpx_tensor *x, lpx_tensor **q, char *d, size_t len)
 {
-    lpx_status st = lpx_kind_from_dense(k, x, q);
+    lpx_status st = cf_from_dense(k, x, q);
     if (st) return cf_lpx_fail(d, len, "from_dense", st);
     char sa[128], sb[128];
     if (lpx_tensor_kind(*q) != k)

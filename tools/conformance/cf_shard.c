@@ -133,7 +133,7 @@ static cf_outcome c_all_gather(const lpx_kind *k, int world, char *d, size_t len
     cf_outcome o = CF_PASS;
     char what[96];
     lpx_status st = cf_data(&p, CF_DIST_NORMAL, 30, &x);
-    if (!st) st = lpx_kind_from_dense(k, x, &q);
+    if (!st) st = cf_from_dense(k, x, &q);
     if (!st) st = cf_dense(q, &full);
     if (st) { o = cf_lpx_fail(d, len, "setting up", st); goto done; }
     if (p.all_gather_kind) {
@@ -220,7 +220,7 @@ static cf_outcome c_shard_unit(const lpx_kind *k, char *d, size_t len)
     lpx_tensor *x = NULL, *q = NULL, *full = NULL;
     cf_outcome o = CF_PASS;
     lpx_status st = cf_data(&p, CF_DIST_NORMAL, 40, &x);
-    if (!st) st = lpx_kind_from_dense(k, x, &q);
+    if (!st) st = cf_from_dense(k, x, &q);
     if (!st) st = cf_dense(q, &full);
     if (st) { o = cf_lpx_fail(d, len, "setting up", st); goto done; }
     int64_t rows = lpx_tensor_shape(q)[0], unit = cf_shard_unit(q);

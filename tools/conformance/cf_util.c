@@ -21,6 +21,27 @@ void cf_params_of(const lpx_kind *k, cf_params *p)
     p->op_atol = c.op_atol > 0 ? c.op_atol : 1e-5;
     p->all_gather_kind = c.all_gather_kind;
     p->not_applicable = c.not_applicable;
+    p->variants = c.variants;
+    /* a variant's own waivers replace the kind's */
+    if (cf_variant) {
+        p->not_applicable = cf_variant->not_applicable;
+        if (cf_variant->max_err > 0) p->max_err = cf_variant->max_err;
+    }
+}
+
+const lpx_conformance_variant *cf_variant;
+
+lpx_status cf_from_dense(const lpx_kind *k, lpx_tensor *x, lpx_tensor **out)
+{
+    if (!cf_variant) return lpx_kind_from_dense(k, x, out);
+    if (!out) return lpx_error(LPX_EINVAL, "%s[%s] from_dense: out is NULL", lpx_kind_name(k), cf_variant->name);
+    *out = NULL;
+    lpx_status st = cf_variant->from_dense(k, x, out);
+    if (st && *out) {
+        lpx_tensor_release(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 static const char *const dist_names[CF_DIST_COUNT] = {

@@ -14,7 +14,15 @@ typedef struct cf_params {
     double max_err, min_sqnr_db, op_rtol, op_atol;
     const char *all_gather_kind;          /* NULL: post_all_gather returns this kind */
     const lpx_conformance_na *not_applicable;
+    const lpx_conformance_variant *variants;
 } cf_params;
+
+/* The variant the running case checks (set by cf_run; each case runs in
+ * a process of its own), NULL for the kind's own form. */
+extern const lpx_conformance_variant *cf_variant;
+/* from_dense of the running case's form: the variant's, else the kind's
+ * (lpx_kind_from_dense). */
+lpx_status cf_from_dense(const lpx_kind *k, lpx_tensor *x, lpx_tensor **out);
 
 void cf_params_of(const lpx_kind *k, cf_params *p);
 

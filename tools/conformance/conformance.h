@@ -23,8 +23,9 @@ typedef enum cf_contract {
 } cf_contract;
 
 typedef struct cf_case {
-    char name[160];          /* "mxfp4/all_gather/world3" */
+    char name[160];          /* "mxfp4/all_gather/world3", "float8[block]/quantize/normal" */
     const lpx_kind *kind;
+    const lpx_conformance_variant *variant;   /* NULL: the kind's own from_dense */
     cf_contract contract;
     int arg;                 /* distribution, recipe index or world size */
     char skip[400];          /* non-empty: skipped without running, and why */
