@@ -3,7 +3,9 @@
  * engine. Calls that run collectives go through oom_run_ranks: the hook
  * is armed on both ranks at once, a rank that runs out of memory aborts
  * the comm and its peer must fail with LPX_ECOMM, not hang. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include "oom.h"
 
 /* ---- comm groups and backends (no collective) ----------------------------- */
@@ -504,6 +506,30 @@ static lpx_status call_adamw(fsdp_state *s)
 static lpx_status call_pre_group(fsdp_state *s) { return lpx_fsdp_group_precompute_scales(s->g[1]); }
 static lpx_status call_pre_all(fsdp_state *s) { return lpx_fsdp_precompute_scales(s->f); }
 
+/* checkpoints: save, and save then load, under the sweep (a directory of
+ * this process's own; the cleanup of the sweep's program removes it) */
+static char ckpt_path[128];
+static void ckpt_remove(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s.tmp' '%s.old'", ckpt_path, ckpt_path, ckpt_path);
+    if (system(cmd)) fprintf(stderr, "oom: could not remove %s\n", ckpt_path);
+}
+static const char *ckpt_dir(void)
+{
+    if (!ckpt_path[0]) {
+        snprintf(ckpt_path, sizeof ckpt_path, "/tmp/lpx-oom-ckpt-%d", (int)getpid());
+        atexit(ckpt_remove);
+    }
+    return ckpt_path;
+}
+static lpx_status call_save(fsdp_state *s) { return lpx_fsdp_save(s->f, ckpt_dir()); }
+static lpx_status call_load(fsdp_state *s)
+{
+    lpx_status st = lpx_fsdp_save(s->f, ckpt_dir());
+    return st ? st : lpx_fsdp_load(s->f, ckpt_dir());
+}
+
 #define PLAN_CASE(cname, stage_, call_, ...)                                              \
     static lpx_status cname(int attempt)                                                  \
     {                                                                                     \
@@ -526,6 +552,8 @@ PLAN_CASE(c_fsdp_rs_fp8, ST_GRADS, call_rs1, .fp8_grad_reduce = true)
 PLAN_CASE(c_fsdp_adamw, ST_REDUCED, call_adamw, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_pre_group, ST_SHARDED, call_pre_group, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_pre_all, ST_SHARDED, call_pre_all, .max_unsharded = 2)
+PLAN_CASE(c_fsdp_save, ST_SHARDED, call_save, .max_unsharded = 2)
+PLAN_CASE(c_fsdp_load, ST_SHARDED, call_load, .max_unsharded = 2)
 
 /* the engine's local calls, on rank 0 of a two-rank group from this thread */
 static lpx_status c_fsdp_new(int attempt)
@@ -706,6 +734,8 @@ const oom_case oom_cases_dist[] = {
     {"lpx_fsdp_param_set_adamw_state", "1 rank", c_set_adamw_state, 0},
     {"lpx_fsdp_group_precompute_scales", "2 ranks", c_fsdp_pre_group, 0},
     {"lpx_fsdp_precompute_scales", "2 ranks", c_fsdp_pre_all, 0},
+    {"lpx_fsdp_save", "2 ranks, dense/nf4/float8_weight", c_fsdp_save, 0},
+    {"lpx_fsdp_load", "2 ranks, after a save", c_fsdp_load, 0},
     {"lpx_float8_weight_new", "rowwise", c_f8w_new, 0},
     {"lpx_float8_weight_set_scale", NULL, c_f8w_set_scale, 0},
     {NULL, NULL, NULL, 0},

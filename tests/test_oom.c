@@ -112,7 +112,8 @@ static const struct {
     {"lpx_fsdp_param_grad", NOALLOC}, {"lpx_adamw_opts_default", NOALLOC}, {"lpx_fsdp_stats_reset", NOALLOC},
     {"lpx_float8_weight_kind", NOALLOC}, {"lpx_float8_weight_is", NOALLOC}, {"lpx_float8_weight_master", NOALLOC},
     {"lpx_float8_weight_fp8", NOALLOC}, {"lpx_float8_weight_rowwise", NOALLOC},
-    {"lpx_float8_weight_blockwise", NOALLOC}, {"lpx_float8_weight_scale", NOALLOC},
+    {"lpx_float8_weight_blockwise", NOALLOC},
+    {"lpx_fsdp_param_name", NOALLOC}, {"lpx_fsdp_param_flags", NOALLOC}, {"lpx_fsdp_param_rows", NOALLOC}, {"lpx_float8_weight_scale", NOALLOC},
     /* float8.h */
     {"lpx_float8_delayed_free", FREES}, {"lpx_float8_delayed_scale", NOALLOC}, {"lpx_float8_delayed_steps", NOALLOC},
     {"lpx_float8_delayed_history", NOALLOC}, {"lpx_float8_kind", NOALLOC}, {"lpx_float8_is", NOALLOC},

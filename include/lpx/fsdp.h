@@ -156,6 +156,16 @@ LPX_API lpx_status lpx_fsdp_param_add(lpx_fsdp_group *g, const char *name, lpx_t
  *  LPX_ECOMM, LPX_ETIMEOUT, LPX_ENOMEM. */
 LPX_API lpx_status lpx_fsdp_shard(lpx_fsdp *f);
 
+/** Name of parameter i of g as given to lpx_fsdp_param_add (borrowed,
+ *  valid while the engine lives), or NULL when out of range. */
+LPX_API const char *lpx_fsdp_param_name(const lpx_fsdp_group *g, int i);
+/** The flags parameter i of g was added with (0 when out of range). */
+LPX_API unsigned lpx_fsdp_param_flags(const lpx_fsdp_group *g, int i);
+/** The dim-0 rows of parameter i this rank holds ([*start, *start +
+ *  *len) of the global rows) and the kind's shard unit; any output may be
+ *  NULL. Errors: LPX_EINVAL (NULL g, i out of range, before shard). */
+LPX_API lpx_status lpx_fsdp_param_rows(const lpx_fsdp_group *g, int i, int64_t *start, int64_t *len, int64_t *unit);
+
 /** Number of groups / the i-th group (NULL when out of range). */
 LPX_API int lpx_fsdp_group_count(const lpx_fsdp *f);
 LPX_API lpx_fsdp_group *lpx_fsdp_group_at(const lpx_fsdp *f, int i);

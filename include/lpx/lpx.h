@@ -18,6 +18,7 @@
 #include "plugin.h"
 #include "dlpack.h"
 #include "safetensors.h"
+#include "checkpoint.h"
 #include "meta.h"
 
 LPX_BEGIN_DECLS

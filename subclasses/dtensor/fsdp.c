@@ -293,6 +293,25 @@ int lpx_fsdp_group_count(const lpx_fsdp *f) { return f ? f->ng : 0; }
 lpx_fsdp_group *lpx_fsdp_group_at(const lpx_fsdp *f, int i) { return f && i >= 0 && i < f->ng ? f->g[i] : NULL; }
 const char *lpx_fsdp_group_name(const lpx_fsdp_group *g) { return g ? g->name : NULL; }
 int lpx_fsdp_param_count(const lpx_fsdp_group *g) { return g ? g->n : 0; }
+
+const char *lpx_fsdp_param_name(const lpx_fsdp_group *g, int i)
+{
+    return g && i >= 0 && i < g->n ? g->p[i].name : NULL;
+}
+
+unsigned lpx_fsdp_param_flags(const lpx_fsdp_group *g, int i) { return g && i >= 0 && i < g->n ? g->p[i].flags : 0u; }
+
+lpx_status lpx_fsdp_param_rows(const lpx_fsdp_group *g, int i, int64_t *start, int64_t *len, int64_t *unit)
+{
+    if (!g || i < 0 || i >= g->n)
+        return lpx_error(LPX_EINVAL, "lpx_fsdp_param_rows: %s", g ? "parameter index out of range" : "g is NULL");
+    if (!g->f->sharded) return lpx_error(LPX_EINVAL, "lpx_fsdp_param_rows: call lpx_fsdp_shard first");
+    const fsdp_param *p = &g->p[i];
+    if (start) *start = p->start;
+    if (len) *len = p->len;
+    if (unit) *unit = p->unit;
+    return LPX_OK;
+}
 bool lpx_fsdp_is_unsharded(const lpx_fsdp_group *g) { return g && g->unsharded; }
 
 static lpx_status gather_finish(lpx_fsdp_group *g);

@@ -1,0 +1,723 @@
+/* Sharded checkpoints of the sharding engine (include/lpx/checkpoint.h,
+ * docs/CHECKPOINT.md). Lives in interop (it writes safetensors and JSON)
+ * and sees the engine through its public API only.
+ *
+ * Layout of a checkpoint directory:
+ *   rank-RRRRR-of-WWWWW.safetensors   one per rank of the saving world:
+ *       "<group>/<i>/<name>"          the local shard (dense or kind)
+ *       "<group>/<i>/<name>#m", "#v"  AdamW's moments (f32, the shard's shape)
+ *       __metadata__ "step:<key>"     AdamW's step count
+ *   index.json                        written last: format, world, every
+ *       file's bytes and FNV-1a 64, every parameter's global shape, dtype,
+ *       kind, shard unit and every rank's rows
+ * Commit: all ranks write into "<dir>.tmp"; once every rank's file is
+ * durable (a collective agreement), rank 0 writes the index there, moves
+ * a previous "<dir>" aside, renames "<dir>.tmp" to "<dir>" and removes the
+ * old one; a crash before the rename leaves the previous checkpoint, one
+ * after it the new one (a leftover "<dir>.old" is removed by the next save). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "lpx/lpx.h"
+#include "lpx/checkpoint.h"
+#include "core/lpx_internal.h"
+
+#define CK_FORMAT "lpx-fsdp-checkpoint"
+#define CK_VERSION 1
+#define CK_PATH 4096
+
+typedef struct ck_file {
+    uint64_t bytes, fnv;
+} ck_file;
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static void key_of(const lpx_fsdp_group *g, int i, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%d/%s", lpx_fsdp_group_name(g), i, lpx_fsdp_param_name(g, i));
+}
+
+/* (callers keep dir below CK_PATH - 64 bytes, so nothing is cut) */
+static void rank_file(char *buf, size_t len, const char *dir, int rank, int world)
+{
+    if (snprintf(buf, len, "%s/rank-%05d-of-%05d.safetensors", dir, rank, world) >= (int)len) buf[0] = 0;
+}
+
+static lpx_status fnv_of_file(const char *path, ck_file *out)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return lpx_error(LPX_EIO, "checkpoint %s: open: %s", path, strerror(errno));
+    uint64_t h = 1469598103934665603ull, n = 0;
+    unsigned char buf[1 << 16];
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r < 0) {
+            int e = errno;
+            close(fd);
+            return lpx_error(LPX_EIO, "checkpoint %s: read: %s", path, strerror(e));
+        }
+        if (r == 0) break;
+        for (ssize_t i = 0; i < r; i++) h = (h ^ buf[i]) * 1099511628211ull;
+        n += (uint64_t)r;
+    }
+    close(fd);
+    out->bytes = n;
+    out->fnv = h;
+    return LPX_OK;
+}
+
+/* Removes the regular files of a directory and the directory (a
+ * checkpoint has no subdirectories); a missing one is fine. */
+static lpx_status remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? LPX_OK : lpx_error(LPX_EIO, "checkpoint %s: opendir: %s", dir, strerror(errno));
+    struct dirent *e;
+    char p[CK_PATH];
+    lpx_status st = LPX_OK;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (unlink(p) && !st) st = lpx_error(LPX_EIO, "checkpoint %s: unlink: %s", p, strerror(errno));
+    }
+    closedir(d);
+    if (!st && rmdir(dir)) st = lpx_error(LPX_EIO, "checkpoint %s: rmdir: %s", dir, strerror(errno));
+    return st;
+}
+
+/* True if dir is absent, empty, or holds an lpx checkpoint. */
+static bool replaceable(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT;
+    struct dirent *e;
+    bool empty = true, index = false;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        empty = false;
+        index |= !strcmp(e->d_name, "index.json");
+    }
+    closedir(d);
+    return empty || index;
+}
+
+static void fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+/* The parent directory of path into buf ("." when none). */
+static void parent_of(const char *path, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", path);
+    char *s = strrchr(buf, '/');
+    if (!s) snprintf(buf, len, ".");
+    else if (s == buf) buf[1] = 0;
+    else *s = 0;
+}
+
+/* Every rank learns whether every rank succeeded: the lowest failing
+ * rank's status is returned everywhere (its own message on that rank;
+ * the others say which rank failed). Allocates nothing, so a rank that
+ * ran out of memory still takes part: two all-reduces of one value. A
+ * comm failure is returned as is. */
+static lpx_status agree(lpx_comm *comm, const char *what, lpx_status mine)
+{
+    int world = lpx_comm_size(comm), rank = lpx_comm_rank(comm);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", mine ? lpx_last_error() : "");
+    float who = mine ? (float)(world - rank) : 0.0f, code = 0.0f;
+    lpx_status st = lpx_comm_all_reduce_buf(comm, &who, &who, 1, LPX_F32, LPX_REDUCE_MAX);
+    if (st) return st;
+    if (who == 0.0f) return LPX_OK;
+    int first = world - (int)who;
+    code = rank == first ? (float)-(int)mine : 0.0f;
+    if ((st = lpx_comm_all_reduce_buf(comm, &code, &code, 1, LPX_F32, LPX_REDUCE_MAX))) return st;
+    lpx_status out = (lpx_status)-(int)code;
+    if (mine) return lpx_error(mine, "%s", msg);
+    return lpx_error(out, "%s: rank %d failed (%s); see its error", what, first, lpx_status_string(out));
+}
+
+static lpx_status check_engine(const char *op, lpx_fsdp *f, lpx_comm **comm)
+{
+    if (!f) return lpx_error(LPX_EINVAL, "%s: f is NULL", op);
+    lpx_mesh *mesh = NULL;
+    for (int gi = 0; gi < lpx_fsdp_group_count(f) && !mesh; gi++) {
+        lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
+        for (int i = 0; i < lpx_fsdp_param_count(g) && !mesh; i++) {
+            lpx_tensor *dt = lpx_fsdp_param_dtensor(g, i);
+            if (!dt) return lpx_error(LPX_EINVAL, "%s: the engine is not sharded (call lpx_fsdp_shard first)", op);
+            mesh = lpx_dtensor_mesh(dt);
+        }
+    }
+    if (!mesh) return lpx_error(LPX_EINVAL, "%s: the engine has no parameters", op);
+    if (lpx_mesh_ndim(mesh) != 1)
+        return lpx_error(LPX_EINVAL, "%s: a %d-D mesh (hybrid sharding): only 1-D meshes are checkpointed so far", op,
+                         lpx_mesh_ndim(mesh));
+    for (int gi = 0; gi < lpx_fsdp_group_count(f); gi++)
+        if (lpx_fsdp_is_unsharded(lpx_fsdp_group_at(f, gi)))
+            return lpx_error(LPX_EINVAL, "%s: group '%s' is unsharded; reshard every group first", op,
+                             lpx_fsdp_group_name(lpx_fsdp_group_at(f, gi)));
+    *comm = lpx_mesh_comm(mesh, 0);
+    return LPX_OK;
+}
+
+/* ---- save --------------------------------------------------------------- */
+
+/* The CPU form of a tensor to write (retained, or copied to the host). */
+static lpx_status on_host(lpx_tensor *t, lpx_tensor **out)
+{
+    if (lpx_tensor_device(t).type == LPX_DEVICE_CPU) {
+        lpx_tensor_retain(t);
+        *out = t;
+        return LPX_OK;
+    }
+    return lpx_tensor_to(t, lpx_cpu(), out);
+}
+
+typedef struct ck_list {
+    char **names;
+    lpx_tensor **ts;
+    int n, cap;
+    lpx_safetensors_kv *meta;
+    char **meta_store;
+    int nmeta, mcap;
+} ck_list;
+
+static lpx_status list_add(ck_list *l, const char *name, lpx_tensor *t /* consumed */)
+{
+    if (l->n == l->cap) {
+        int c = l->cap ? 2 * l->cap : 16;
+        char **nn = lpx_realloc(l->names, (size_t)c * sizeof *nn);
+        if (nn) l->names = nn;
+        lpx_tensor **nt = nn ? lpx_realloc(l->ts, (size_t)c * sizeof *nt) : NULL;
+        if (nt) l->ts = nt;
+        if (!nn || !nt) {
+            lpx_tensor_release(t);
+            return lpx_error(LPX_ENOMEM, "lpx_fsdp_save: out of memory");
+        }
+        l->cap = c;
+    }
+    l->names[l->n] = lpx_strdup(name);
+    if (!l->names[l->n]) {
+        lpx_tensor_release(t);
+        return lpx_error(LPX_ENOMEM, "lpx_fsdp_save: out of memory");
+    }
+    l->ts[l->n++] = t;
+    return LPX_OK;
+}
+
+static lpx_status meta_add(ck_list *l, const char *key, const char *value)
+{
+    if (l->nmeta == l->mcap) {
+        int c = l->mcap ? 2 * l->mcap : 16;
+        lpx_safetensors_kv *nm = lpx_realloc(l->meta, (size_t)c * sizeof *nm);
+        if (nm) l->meta = nm;
+        char **ns = nm ? lpx_realloc(l->meta_store, (size_t)(2 * c) * sizeof *ns) : NULL;
+        if (ns) l->meta_store = ns;
+        if (!nm || !ns) return lpx_error(LPX_ENOMEM, "lpx_fsdp_save: out of memory");
+        l->mcap = c;
+    }
+    char *k = lpx_strdup(key), *v = lpx_strdup(value);
+    if (!k || !v) {
+        lpx_free(k);
+        lpx_free(v);
+        return lpx_error(LPX_ENOMEM, "lpx_fsdp_save: out of memory");
+    }
+    l->meta_store[2 * l->nmeta] = k;
+    l->meta_store[2 * l->nmeta + 1] = v;
+    l->meta[l->nmeta].key = k;
+    l->meta[l->nmeta].value = v;
+    l->nmeta++;
+    return LPX_OK;
+}
+
+static void list_free(ck_list *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        lpx_free(l->names[i]);
+        lpx_tensor_release(l->ts[i]);
+    }
+    for (int i = 0; i < 2 * l->nmeta; i++) lpx_free(l->meta_store[i]);
+    lpx_free(l->names);
+    lpx_free(l->ts);
+    lpx_free(l->meta);
+    lpx_free(l->meta_store);
+}
+
+/* This rank's file: every local shard, AdamW state. */
+static lpx_status write_rank(lpx_fsdp *f, const char *path)
+{
+    ck_list l;
+    memset(&l, 0, sizeof l);
+    lpx_status st = LPX_OK;
+    char key[512], name[600], val[64];
+    for (int gi = 0; gi < lpx_fsdp_group_count(f) && !st; gi++) {
+        lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
+        for (int i = 0; i < lpx_fsdp_param_count(g) && !st; i++) {
+            key_of(g, i, key, sizeof key);
+            lpx_tensor *h = NULL;
+            if ((st = on_host(lpx_fsdp_param_local(g, i), &h)) || (st = list_add(&l, key, h))) break;
+            if (lpx_fsdp_param_flags(g, i) & LPX_FSDP_FROZEN) continue;
+            lpx_tensor *m = NULL, *v = NULL;
+            int64_t step = 0;
+            if ((st = lpx_fsdp_param_adamw_state(g, i, &m, &v, &step))) break;
+            snprintf(name, sizeof name, "%s#m", key);
+            if ((st = list_add(&l, name, m))) {
+                lpx_tensor_release(v);
+                break;
+            }
+            snprintf(name, sizeof name, "%s#v", key);
+            if ((st = list_add(&l, name, v))) break;
+            snprintf(name, sizeof name, "step:%s", key);
+            snprintf(val, sizeof val, "%" PRId64, step);
+            st = meta_add(&l, name, val);
+        }
+    }
+    if (!st) st = lpx_safetensors_save(path, l.n, (const char *const *)l.names, l.ts, l.nmeta, l.meta);
+    list_free(&l);
+    return st;
+}
+
+static cJSON *index_json(lpx_fsdp *f, int world, const ck_file *files)
+{
+    cJSON *root = cJSON_CreateObject(), *fl = cJSON_CreateArray(), *ps = cJSON_CreateArray();
+    if (!root || !fl || !ps) goto oom;
+    cJSON_AddItemToObject(root, "files", fl);
+    cJSON_AddItemToObject(root, "params", ps);
+    if (!cJSON_AddStringToObject(root, "format", CK_FORMAT) || !cJSON_AddNumberToObject(root, "version", CK_VERSION) ||
+        !cJSON_AddNumberToObject(root, "world", world))
+        goto oom_root;
+    char name[128], hex[32];
+    for (int r = 0; r < world; r++) {
+        cJSON *o = cJSON_CreateObject();
+        if (!o) goto oom_root;
+        cJSON_AddItemToArray(fl, o);
+        rank_file(name, sizeof name, "", r, world);
+        snprintf(hex, sizeof hex, "%016" PRIx64, files[r].fnv);
+        if (!cJSON_AddStringToObject(o, "name", name + 1) || !cJSON_AddNumberToObject(o, "bytes", (double)files[r].bytes) ||
+            !cJSON_AddStringToObject(o, "fnv1a64", hex))
+            goto oom_root;
+    }
+    char key[512];
+    for (int gi = 0; gi < lpx_fsdp_group_count(f); gi++) {
+        lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
+        for (int i = 0; i < lpx_fsdp_param_count(g); i++) {
+            lpx_tensor *dt = lpx_fsdp_param_dtensor(g, i), *loc = lpx_fsdp_param_local(g, i);
+            const lpx_kind *k = lpx_tensor_kind(loc);
+            int64_t unit = 1;
+            lpx_fsdp_param_rows(g, i, NULL, NULL, &unit);
+            key_of(g, i, key, sizeof key);
+            cJSON *o = cJSON_CreateObject(), *sh = cJSON_CreateArray();
+            if (!o || !sh) {
+                cJSON_Delete(o);
+                cJSON_Delete(sh);
+                goto oom_root;
+            }
+            cJSON_AddItemToArray(ps, o);
+            cJSON_AddItemToObject(o, "shape", sh);
+            for (int d = 0; d < lpx_tensor_ndim(dt); d++)
+                cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)lpx_tensor_shape(dt)[d]));
+            if (!cJSON_AddStringToObject(o, "key", key) ||
+                !cJSON_AddStringToObject(o, "dtype", lpx_dtype_name(lpx_tensor_dtype(dt))) ||
+                !cJSON_AddStringToObject(o, "kind", k ? lpx_kind_name(k) : "") ||
+                !cJSON_AddNumberToObject(o, "unit", (double)unit) ||
+                !cJSON_AddNumberToObject(o, "frozen", (lpx_fsdp_param_flags(g, i) & LPX_FSDP_FROZEN) ? 1 : 0))
+                goto oom_root;
+        }
+    }
+    return root;
+oom:
+    cJSON_Delete(fl);
+    cJSON_Delete(ps);
+oom_root:
+    cJSON_Delete(root);
+    lpx_error(LPX_ENOMEM, "lpx_fsdp_save: out of memory for the index");
+    return NULL;
+}
+
+static lpx_status write_index(const char *dir, cJSON *index)
+{
+    char tmp[CK_PATH], path[CK_PATH];
+    if (snprintf(tmp, sizeof tmp, "%s/index.json.tmp", dir) >= (int)sizeof tmp ||
+        snprintf(path, sizeof path, "%s/index.json", dir) >= (int)sizeof path)
+        return lpx_error(LPX_EINVAL, "lpx_fsdp_save: dir path is too long");
+    char *text = cJSON_Print(index);
+    if (!text) return lpx_error(LPX_ENOMEM, "lpx_fsdp_save: out of memory for the index");
+    lpx_status st = LPX_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    size_t n = strlen(text);
+    if (fd < 0) st = lpx_error(LPX_EIO, "checkpoint %s: open: %s", tmp, strerror(errno));
+    else if (write(fd, text, n) != (ssize_t)n) st = lpx_error(LPX_EIO, "checkpoint %s: write: %s", tmp, strerror(errno));
+    else if (fsync(fd)) st = lpx_error(LPX_EIO, "checkpoint %s: fsync: %s", tmp, strerror(errno));
+    if (fd >= 0) close(fd);
+    if (!st && rename(tmp, path)) st = lpx_error(LPX_EIO, "checkpoint %s: rename: %s", path, strerror(errno));
+    if (!st) fsync_dir(dir);
+    free(text);
+    return st;
+}
+
+/* Rank 0's commit: <dir>.tmp becomes <dir>, the previous one removed. */
+static lpx_status commit(const char *dir, const char *tmp)
+{
+    char old[CK_PATH], parent[CK_PATH];
+    snprintf(old, sizeof old, "%s.old", dir);
+    lpx_status st = remove_dir(old);
+    if (st) return st;
+    struct stat sb;
+    bool had = stat(dir, &sb) == 0;
+    if (had && rename(dir, old)) return lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", dir, old, strerror(errno));
+    if (rename(tmp, dir)) return lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", tmp, dir, strerror(errno));
+    parent_of(dir, parent, sizeof parent);
+    fsync_dir(parent);
+    return had ? remove_dir(old) : LPX_OK;
+}
+
+lpx_status lpx_fsdp_save(lpx_fsdp *f, const char *dir)
+{
+    const char *op = "lpx_fsdp_save";
+    lpx_comm *comm = NULL;
+    lpx_status st = lpx_ensure_init();
+    if (st || (st = check_engine(op, f, &comm))) return st;
+    if (!dir || !*dir) return lpx_error(LPX_EINVAL, "%s: dir is %s", op, dir ? "empty" : "NULL");
+    if (strlen(dir) > CK_PATH - 64) return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
+    int rank = lpx_comm_rank(comm), world = lpx_comm_size(comm);
+    char tmp[CK_PATH], path[CK_PATH];
+    snprintf(tmp, sizeof tmp, "%s.tmp", dir);
+    /* 1: rank 0 makes a fresh <dir>.tmp (and every rank has its buffer
+     * for step 3: no allocation between collectives) */
+    ck_file *files = lpx_calloc((size_t)world, sizeof *files);
+    lpx_status mine = files ? LPX_OK : lpx_error(LPX_ENOMEM, "%s: out of memory", op);
+    if (rank == 0 && !mine) {
+        if (!replaceable(dir))
+            mine = lpx_error(LPX_EINVAL, "%s: '%s' exists and is not an lpx checkpoint (it holds other files); a save "
+                             "replaces the directory, so choose another", op, dir);
+        else if (!(mine = remove_dir(tmp)) && mkdir(tmp, 0755))
+            mine = lpx_error(LPX_EIO, "checkpoint %s: mkdir: %s", tmp, strerror(errno));
+    }
+    if ((st = agree(comm, op, mine))) {
+        lpx_free(files);
+        return st;
+    }
+    /* 2: every rank writes its file (durable: safetensors fsyncs), and
+     * measures it for the index */
+    ck_file me = {0, 0};
+    rank_file(path, sizeof path, tmp, rank, world);
+    mine = write_rank(f, path);
+    if (!mine) mine = fnv_of_file(path, &me);
+    if ((st = agree(comm, op, mine))) {
+        lpx_free(files);
+        return st;
+    }
+    /* 3: rank 0 writes the index from every rank's file record, then commits */
+    st = lpx_comm_all_gather_buf(comm, &me, files, sizeof me);
+    if (st) {
+        lpx_free(files);
+        return st;
+    }
+    mine = LPX_OK;
+    if (rank == 0) {
+        cJSON *index = index_json(f, world, files);
+        mine = index ? write_index(tmp, index) : LPX_ENOMEM;
+        cJSON_Delete(index);
+        if (!mine) mine = commit(dir, tmp);
+    }
+    lpx_free(files);
+    return agree(comm, op, mine);
+}
+
+/* ---- load --------------------------------------------------------------- */
+
+typedef struct ck_index {
+    cJSON *root;
+    int world;
+    cJSON *files, *params;
+} ck_index;
+
+static lpx_status read_index(const char *op, const char *dir, ck_index *ix)
+{
+    memset(ix, 0, sizeof *ix);
+    char path[CK_PATH];
+    snprintf(path, sizeof path, "%s/index.json", dir);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return lpx_error(LPX_EIO, "%s: %s: %s (not a checkpoint directory?)", op, path, strerror(errno));
+    char *text = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            if (cap > ((size_t)1 << 30)) {
+                fclose(fp);
+                lpx_free(text);
+                return lpx_error(LPX_EINVAL, "%s: %s is larger than 1 GiB", op, path);
+            }
+            char *t = lpx_realloc(text, cap);
+            if (!t) {
+                fclose(fp);
+                lpx_free(text);
+                return lpx_error(LPX_ENOMEM, "%s: out of memory reading %s", op, path);
+            }
+            text = t;
+        }
+        size_t r = fread(text + n, 1, 4096, fp);
+        n += r;
+        if (r < 4096) break;
+    }
+    fclose(fp);
+    text[n] = 0;
+    ix->root = cJSON_Parse(text);
+    lpx_free(text);
+    if (!ix->root) return lpx_error(LPX_EINVAL, "%s: %s is not valid JSON", op, path);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(ix->root, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(ix->root, "version");
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(ix->root, "world");
+    ix->files = cJSON_GetObjectItemCaseSensitive(ix->root, "files");
+    ix->params = cJSON_GetObjectItemCaseSensitive(ix->root, "params");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CK_FORMAT) || !cJSON_IsNumber(ver) ||
+        ver->valuedouble != CK_VERSION || !cJSON_IsNumber(w) || w->valuedouble < 1 || w->valuedouble > 1 << 20 ||
+        !cJSON_IsArray(ix->files) || !cJSON_IsArray(ix->params) ||
+        cJSON_GetArraySize(ix->files) != (int)w->valuedouble) {
+        cJSON_Delete(ix->root);
+        ix->root = NULL;
+        return lpx_error(LPX_EINVAL, "%s: %s is not an lpx checkpoint index of version %d (format, version, world, "
+                         "files, params)", op, path, CK_VERSION);
+    }
+    ix->world = (int)w->valuedouble;
+    return LPX_OK;
+}
+
+static const cJSON *find_param(const ck_index *ix, const char *key)
+{
+    const cJSON *p;
+    cJSON_ArrayForEach(p, ix->params)
+    {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(p, "key");
+        if (cJSON_IsString(k) && !strcmp(k->valuestring, key)) return p;
+    }
+    return NULL;
+}
+
+/* The saved entry agrees with the engine's parameter. */
+static lpx_status check_param(const char *op, const cJSON *p, const char *key, lpx_tensor *dt, lpx_tensor *loc,
+                              int64_t unit)
+{
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(p, "dtype");
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(p, "kind");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(p, "shape");
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(p, "unit");
+    const lpx_kind *k = lpx_tensor_kind(loc);
+    bool ok = cJSON_IsString(dtype) && !strcmp(dtype->valuestring, lpx_dtype_name(lpx_tensor_dtype(dt))) &&
+              cJSON_IsString(kind) && !strcmp(kind->valuestring, k ? lpx_kind_name(k) : "") && cJSON_IsArray(shape) &&
+              cJSON_GetArraySize(shape) == lpx_tensor_ndim(dt) && cJSON_IsNumber(u) && u->valuedouble == (double)unit;
+    for (int d = 0; ok && d < lpx_tensor_ndim(dt); d++) {
+        const cJSON *s = cJSON_GetArrayItem(shape, d);
+        ok = cJSON_IsNumber(s) && s->valuedouble == (double)lpx_tensor_shape(dt)[d];
+    }
+    if (!ok) {
+        char sh[160];
+        return lpx_error(LPX_EINVAL, "%s: parameter '%s' was saved with another shape, dtype, kind or shard unit "
+                         "(the engine has %s %s %s, unit %lld): an incompatible model", op, key,
+                         lpx_tensor_shape_str(dt, sh, sizeof sh), lpx_dtype_name(lpx_tensor_dtype(dt)),
+                         k ? lpx_kind_name(k) : "dense", (long long)unit);
+    }
+    return LPX_OK;
+}
+
+typedef struct ck_open {
+    lpx_safetensors **f;   /* per old rank, opened on first use */
+    const ck_index *ix;
+    const char *dir;
+} ck_open;
+
+static lpx_status open_rank(const char *op, ck_open *o, int r, lpx_safetensors **out)
+{
+    if (o->f[r]) {
+        *out = o->f[r];
+        return LPX_OK;
+    }
+    char path[CK_PATH];
+    rank_file(path, sizeof path, o->dir, r, o->ix->world);
+    const cJSON *fe = cJSON_GetArrayItem(o->ix->files, r), *b = cJSON_GetObjectItemCaseSensitive(fe, "bytes");
+    struct stat sb;
+    if (stat(path, &sb)) return lpx_error(LPX_EIO, "%s: %s: %s (a rank's file is missing)", op, path, strerror(errno));
+    if (!cJSON_IsNumber(b) || (double)sb.st_size != b->valuedouble)
+        return lpx_error(LPX_EIO, "%s: %s has %lld bytes, the index says %.0f: the file was changed or truncated", op,
+                         path, (long long)sb.st_size, cJSON_IsNumber(b) ? b->valuedouble : -1.0);
+    lpx_status st = lpx_safetensors_open(path, &o->f[r]);
+    if (!st) *out = o->f[r];
+    return st;
+}
+
+/* The rows [a, a + n) of the saved tensor `name` of old rank r, whose
+ * shard starts at row r0 (a view of the mapping where the file allows). */
+static lpx_status old_rows(const char *op, ck_open *o, int r, const char *name, int64_t rel, int64_t n,
+                           lpx_tensor **out)
+{
+    lpx_safetensors *sf = NULL;
+    lpx_tensor *t = NULL;
+    lpx_status st = open_rank(op, o, r, &sf);
+    if (!st && (st = lpx_safetensors_get(sf, name, &t)))
+        st = lpx_error(st, "%s: rank %d's file lacks '%s'", op, r, name);
+    if (!st) st = lpx_narrow(t, 0, rel, n, out);
+    lpx_tensor_release(t);
+    return st;
+}
+
+/* Copies piece (rows [at, at + n) of this rank's shard) into dst (the
+ * local shard or an AdamW moment of its shape). */
+static lpx_status put_rows(const char *op, const char *key, lpx_tensor *dst, int64_t at, int64_t n, int64_t len,
+                           lpx_tensor *piece)
+{
+    lpx_tensor *d = dst, *view = NULL, *src = piece;
+    const lpx_kind *k = lpx_tensor_kind(dst);
+    if (k) {
+        const lpx_kind_i *vt = lpx_kind_vtable(k);
+        if (vt->master) {
+            d = vt->master(dst);
+            src = vt->master(piece);
+        } else if (at == 0 && n == len) {
+            /* a kind with no dense master: whole shards only, inner tensor by inner tensor */
+            size_t m1 = 0, m2 = 0;
+            const void *a = lpx_tensor_meta(dst, &m1), *b = lpx_tensor_meta(piece, &m2);
+            int ni = lpx_tensor_inner_count(dst);
+            if (ni != lpx_tensor_inner_count(piece) || m1 != m2 || (m1 && memcmp(a, b, m1)))
+                return lpx_error(LPX_EINVAL, "%s: parameter '%s' (%s): the saved shard's metadata differs", op, key,
+                                 lpx_kind_name(k));
+            for (int i = 0; i < ni; i++) {
+                lpx_status st = lpx_copy_(lpx_tensor_inner(dst, i), lpx_tensor_inner(piece, i));
+                if (st) return st;
+            }
+            return LPX_OK;
+        } else {
+            return lpx_error(LPX_ENOTIMPL, "%s: parameter '%s' is a %s tensor whose shards changed with the world "
+                             "size; re-cutting kind tensors without a dense master is not done yet (load it at the "
+                             "saving world size)", op, key, lpx_kind_name(k));
+        }
+    }
+    lpx_status st = lpx_narrow(d, 0, at, n, &view);
+    if (!st) st = lpx_copy_(view, src);
+    lpx_tensor_release(view);
+    return st;
+}
+
+static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int i, const cJSON *p, const char *key,
+                             int64_t unit)
+{
+    lpx_tensor *loc = lpx_fsdp_param_local(g, i);
+    int64_t start = 0, len = 0, rows = lpx_tensor_shape(lpx_fsdp_param_dtensor(g, i))[0];
+    lpx_status st = lpx_fsdp_param_rows(g, i, &start, &len, NULL);
+    if (st) return st;
+    bool frozen = lpx_fsdp_param_flags(g, i) & LPX_FSDP_FROZEN;
+    const cJSON *fz = cJSON_GetObjectItemCaseSensitive(p, "frozen");
+    bool saved_state = cJSON_IsNumber(fz) && fz->valuedouble == 0;
+    lpx_tensor *m = NULL, *v = NULL;
+    int64_t step = -1;
+    if (!frozen && saved_state) {
+        int64_t elems = lpx_tensor_numel(loc);
+        if ((st = lpx_zeros(1, &elems, LPX_F32, lpx_cpu(), &m)) || (st = lpx_zeros(1, &elems, LPX_F32, lpx_cpu(), &v)))
+            goto out;
+    }
+    int64_t row_elems = len ? lpx_tensor_numel(loc) / len : 0;
+    char name[600];
+    for (int r = 0; r < o->ix->world && !st; r++) {
+        int64_t chunk = 0, os = 0, ol = 0;
+        if ((st = lpx_shard_range(rows, o->ix->world, r, unit, &chunk, &os, &ol))) break;
+        int64_t a = os > start ? os : start, b = os + ol < start + len ? os + ol : start + len;
+        if (b <= a) continue;
+        lpx_tensor *piece = NULL;
+        if ((st = old_rows(op, o, r, key, a - os, b - a, &piece))) break;
+        st = put_rows(op, key, loc, a - start, b - a, len, piece);
+        lpx_tensor_release(piece);
+        if (st || !m) continue;
+        /* the moments are flat f32 over the shard's elements: rows are runs */
+        const char *mv[2] = {"#m", "#v"};
+        lpx_tensor *dst[2] = {m, v};
+        for (int j = 0; j < 2 && !st; j++) {
+            lpx_safetensors *sf = NULL;
+            lpx_tensor *t = NULL, *flat = NULL, *src = NULL, *dv = NULL;
+            snprintf(name, sizeof name, "%s%s", key, mv[j]);
+            int64_t all = -1;
+            if (!(st = open_rank(op, o, r, &sf)) && (st = lpx_safetensors_get(sf, name, &t)))
+                st = lpx_error(st, "%s: rank %d's file lacks '%s'", op, r, name);
+            if (!st) st = lpx_reshape(t, 1, &all, &flat);
+            if (!st) st = lpx_narrow(flat, 0, (a - os) * row_elems, (b - a) * row_elems, &src);
+            if (!st) st = lpx_narrow(dst[j], 0, (a - start) * row_elems, (b - a) * row_elems, &dv);
+            if (!st) st = lpx_copy_(dv, src);
+            lpx_tensor *tmp[4] = {t, flat, src, dv};
+            for (int q = 0; q < 4; q++) lpx_tensor_release(tmp[q]);
+        }
+    }
+    /* the step is the same on every saving rank: rank 0's file has it (a
+     * rank with no rows now still takes it) */
+    if (!st && m) {
+        lpx_safetensors *sf = NULL;
+        snprintf(name, sizeof name, "step:%s", key);
+        if (!(st = open_rank(op, o, 0, &sf))) {
+            const char *s = lpx_safetensors_metadata(sf, name);
+            char *end = NULL;
+            long long sv = s ? strtoll(s, &end, 10) : -1;
+            if (!s || *end || sv < 0)
+                st = lpx_error(LPX_EINVAL, "%s: parameter '%s': rank 0's file has %s AdamW step", op, key,
+                               s ? "a malformed" : "no");
+            else
+                step = sv;
+        }
+    }
+    if (!st && m) st = lpx_fsdp_param_set_adamw_state(g, i, m, v, step < 0 ? 0 : step);
+out:
+    lpx_tensor_release(m);
+    lpx_tensor_release(v);
+    return st;
+}
+
+lpx_status lpx_fsdp_load(lpx_fsdp *f, const char *dir)
+{
+    const char *op = "lpx_fsdp_load";
+    lpx_comm *comm = NULL;
+    lpx_status st = lpx_ensure_init();
+    if (st || (st = check_engine(op, f, &comm))) return st;
+    lpx_status mine = LPX_OK;
+    ck_index ix;
+    memset(&ix, 0, sizeof ix);
+    ck_open o = {NULL, &ix, dir};
+    if (!dir || !*dir) mine = lpx_error(LPX_EINVAL, "%s: dir is %s", op, dir ? "empty" : "NULL");
+    else if (strlen(dir) > CK_PATH - 64) mine = lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
+    else mine = read_index(op, dir, &ix);
+    if (!mine && !(o.f = lpx_calloc((size_t)ix.world, sizeof *o.f)))
+        mine = lpx_error(LPX_ENOMEM, "%s: out of memory", op);
+    char key[512];
+    for (int gi = 0; gi < lpx_fsdp_group_count(f) && !mine; gi++) {
+        lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
+        for (int i = 0; i < lpx_fsdp_param_count(g) && !mine; i++) {
+            key_of(g, i, key, sizeof key);
+            int64_t unit = 1;
+            lpx_fsdp_param_rows(g, i, NULL, NULL, &unit);
+            const cJSON *p = find_param(&ix, key);
+            if (!p) mine = lpx_error(LPX_EINVAL, "%s: parameter '%s' is not in the checkpoint (another model?)", op, key);
+            else if (!(mine = check_param(op, p, key, lpx_fsdp_param_dtensor(g, i), lpx_fsdp_param_local(g, i), unit)))
+                mine = load_param(op, &o, g, i, p, key, unit);
+        }
+    }
+    if (!mine && cJSON_GetArraySize(ix.params) != 0) {
+        int n = 0;
+        for (int gi = 0; gi < lpx_fsdp_group_count(f); gi++) n += lpx_fsdp_param_count(lpx_fsdp_group_at(f, gi));
+        if (n != cJSON_GetArraySize(ix.params))
+            mine = lpx_error(LPX_EINVAL, "%s: the checkpoint holds %d parameters, the engine %d (another model?)", op,
+                             cJSON_GetArraySize(ix.params), n);
+    }
+    for (int r = 0; o.f && r < ix.world; r++) lpx_safetensors_close(o.f[r]);
+    lpx_free(o.f);
+    cJSON_Delete(ix.root);
+    return agree(comm, op, mine);
+}

@@ -1,0 +1,352 @@
+/* Sharded checkpoints (include/lpx/checkpoint.h): save at world size W,
+ * load at W' for every pair of {1, 2, 3, 4, 8}, the state gathered after
+ * the load equals the saved state bit for bit: dense f32 and bf16
+ * parameters with uneven rows, a float8_weight's f32 master, AdamW's
+ * moments and step; an NF4 base (no dense master) at the same world size;
+ * a second save replaces the first atomically; damaged checkpoints
+ * (a missing rank file, a truncated one, an index from another model, a
+ * directory that is not a checkpoint) refused on every rank with one line
+ * naming the file or parameter. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "check.h"
+#include "tensor_util.h"
+#include "dt_util.h"
+
+#define NP 4
+static const int64_t shapes[NP][2] = {{37, 8}, {13, 5}, {21, 16}, {3, 7}};
+static const lpx_dtype dtypes[NP] = {LPX_F32, LPX_BF16, LPX_F32, LPX_F32};
+
+typedef struct ck_ctx {
+    const char *dir;
+    bool save, zeros, with_nf4, expect_fail;
+    lpx_tensor *full[NP], *nf4;
+    /* the global image of every parameter (f32 values) and moment, written
+     * row by row by the ranks that own them */
+    float *img[NP], *m[NP], *v[NP];
+    int64_t step[NP];
+    uint8_t *nf4_codes;
+    lpx_status st[MAXR];
+    char msg[MAXR][512];
+} ck_ctx;
+
+static int64_t numel2(const int64_t *s) { return s[0] * s[1]; }
+
+/* the f32 values of a dense tensor into dst */
+static void to_f32(lpx_tensor *t, float *dst)
+{
+    lpx_tensor *c = NULL, *f = NULL;
+    if (!lpx_cast(t, LPX_F32, false, &c) && !lpx_contiguous(c, &f))
+        memcpy(dst, lpx_tensor_data(f), (size_t)lpx_tensor_numel(f) * sizeof(float));
+    lpx_tensor_release(c);
+    lpx_tensor_release(f);
+}
+
+static lpx_status build(lpx_comm *comm, ck_ctx *c, lpx_fsdp **fp, lpx_fsdp_group *g[2])
+{
+    int r = lpx_comm_rank(comm);
+    lpx_status st = new_engine(comm, NULL, fp);
+    if (st) return st;
+    RCHECK_OK(r, lpx_fsdp_group_add(*fp, "emb", &g[0]));
+    RCHECK_OK(r, lpx_fsdp_group_add(*fp, "block0", &g[1]));
+    for (int i = 0; i < NP; i++) {
+        lpx_tensor *full = c->full[i], *z = NULL, *w = NULL;
+        if (c->zeros) {   /* a fresh model: the load must fill every value */
+            RCHECK_OK(r, lpx_zeros(2, shapes[i], dtypes[i], lpx_cpu(), &z));
+            full = z;
+        }
+        if (i == 2) {
+            lpx_float8_weight_opts wo = {.struct_size = sizeof wo};
+            RCHECK_OK(r, lpx_float8_weight_new(full, &wo, &w));
+            full = w;
+        }
+        RCHECK_OK(r, lpx_fsdp_param_add(g[i == 0 ? 0 : 1], i == 3 ? "norm" : "w", full, 0, NULL));
+        lpx_tensor_release(z);
+        lpx_tensor_release(w);
+    }
+    if (c->with_nf4) RCHECK_OK(r, lpx_fsdp_param_add(g[1], "base", c->nf4, LPX_FSDP_FROZEN, NULL));
+    return lpx_fsdp_shard(*fp);
+}
+
+/* every rank's rows of params, masters and moments into the images */
+static void image(lpx_fsdp_group *g[2], ck_ctx *c, int r)
+{
+    for (int i = 0; i < NP; i++) {
+        lpx_fsdp_group *G = g[i == 0 ? 0 : 1];
+        int k = i == 0 ? 0 : i - 1;
+        int64_t start = 0, len = 0, cols = shapes[i][1];
+        RCHECK_OK(r, lpx_fsdp_param_rows(G, k, &start, &len, NULL));
+        lpx_tensor *loc = lpx_fsdp_param_local(G, k);
+        if (lpx_tensor_kind(loc)) loc = lpx_float8_weight_master(loc);
+        if (len) to_f32(loc, c->img[i] + start * cols);
+        lpx_tensor *m = NULL, *v = NULL;
+        int64_t step = 0;
+        RCHECK_OK(r, lpx_fsdp_param_adamw_state(G, k, &m, &v, &step));
+        if (m && len) {
+            memcpy(c->m[i] + start * cols, lpx_tensor_data(m), (size_t)(len * cols) * sizeof(float));
+            memcpy(c->v[i] + start * cols, lpx_tensor_data(v), (size_t)(len * cols) * sizeof(float));
+        }
+        c->step[i] = step;
+        lpx_tensor_release(m);
+        lpx_tensor_release(v);
+    }
+    if (c->with_nf4) {
+        lpx_tensor *loc = lpx_fsdp_param_local(g[1], NP - 1), *codes = lpx_tensor_inner(loc, 0);
+        int64_t start = 0, len = 0;
+        RCHECK_OK(r, lpx_fsdp_param_rows(g[1], NP - 1, &start, &len, NULL));
+        if (len) memcpy(c->nf4_codes + start * 64 / 2, lpx_tensor_data(codes), (size_t)(len * 64 / 2));
+        RCHECK(r, lpx_tensor_numel(codes) >= len * 64 / 2);
+    }
+}
+
+static lpx_status ck_rank(lpx_comm *comm, void *vctx)
+{
+    ck_ctx *c = vctx;
+    int r = lpx_comm_rank(comm);
+    lpx_fsdp *f = NULL;
+    lpx_fsdp_group *g[2] = {NULL, NULL};
+    lpx_status st = build(comm, c, &f, g);
+    if (st) {
+        lpx_fsdp_free(f);
+        return st;
+    }
+    if (c->save) {
+        /* AdamW state that depends on the global element: moments and a step */
+        for (int i = 0; i < NP; i++) {
+            lpx_fsdp_group *G = g[i == 0 ? 0 : 1];
+            int k = i == 0 ? 0 : i - 1;
+            int64_t start = 0, len = 0, cols = shapes[i][1], n = 0;
+            RCHECK_OK(r, lpx_fsdp_param_rows(G, k, &start, &len, NULL));
+            n = len * cols;
+            lpx_tensor *m = NULL, *v = NULL;
+            RCHECK_OK(r, lpx_zeros(1, &n, LPX_F32, lpx_cpu(), &m));
+            RCHECK_OK(r, lpx_zeros(1, &n, LPX_F32, lpx_cpu(), &v));
+            for (int64_t e = 0; m && v && e < n; e++) {
+                ((float *)lpx_tensor_data(m))[e] = 0.001f * (float)(start * cols + e) + (float)i;
+                ((float *)lpx_tensor_data(v))[e] = 1.0f / (float)(1 + start * cols + e);
+            }
+            RCHECK_OK(r, lpx_fsdp_param_set_adamw_state(G, k, m, v, 7 + i));
+            lpx_tensor_release(m);
+            lpx_tensor_release(v);
+        }
+        st = lpx_fsdp_save(f, c->dir);
+    } else {
+        st = lpx_fsdp_load(f, c->dir);
+    }
+    c->st[r] = st;
+    snprintf(c->msg[r], sizeof c->msg[r], "%s", st ? lpx_last_error() : "");
+    if (!st) image(g, c, r);
+    lpx_fsdp_free(f);
+    return c->expect_fail ? LPX_OK : st;
+}
+
+static void ctx_init(ck_ctx *c, const char *dir)
+{
+    memset(c, 0, sizeof *c);
+    c->dir = dir;
+    for (int i = 0; i < NP; i++) {
+        c->full[i] = rand_normal(2, shapes[i], 900 + (uint64_t)i, 1.0, dtypes[i]);
+        c->img[i] = calloc((size_t)numel2(shapes[i]), sizeof(float));
+        c->m[i] = calloc((size_t)numel2(shapes[i]), sizeof(float));
+        c->v[i] = calloc((size_t)numel2(shapes[i]), sizeof(float));
+    }
+}
+
+static void ctx_free(ck_ctx *c)
+{
+    for (int i = 0; i < NP; i++) {
+        lpx_tensor_release(c->full[i]);
+        free(c->img[i]);
+        free(c->m[i]);
+        free(c->v[i]);
+    }
+    lpx_tensor_release(c->nf4);
+    free(c->nf4_codes);
+}
+
+static bool same_images(ck_ctx *a, ck_ctx *b, char *why, size_t len)
+{
+    for (int i = 0; i < NP; i++) {
+        size_t n = (size_t)numel2(shapes[i]) * sizeof(float);
+        if (memcmp(a->img[i], b->img[i], n)) return snprintf(why, len, "param %d values", i), false;
+        if (memcmp(a->m[i], b->m[i], n) || memcmp(a->v[i], b->v[i], n))
+            return snprintf(why, len, "param %d AdamW moments", i), false;
+        if (a->step[i] != b->step[i]) return snprintf(why, len, "param %d step", i), false;
+    }
+    return true;
+}
+
+static char root[256];
+
+static void test_reshard_every_world_pair(void)
+{
+    char dir[300];
+    int pairs = 0;
+    for (int a = 0; a < NWORLDS; a++) {
+        snprintf(dir, sizeof dir, "%s/w%d", root, worlds[a]);
+        ck_ctx saved;
+        ctx_init(&saved, dir);
+        saved.save = true;
+        run_ranks(worlds[a], ck_rank, &saved);
+        for (int b = 0; b < NWORLDS; b++) {
+            ck_ctx loaded;
+            ctx_init(&loaded, dir);
+            loaded.zeros = true;
+            run_ranks(worlds[b], ck_rank, &loaded);
+            char why[128] = "";
+            CHECKF(same_images(&saved, &loaded, why, sizeof why), "saved on %d, loaded on %d: %s differ", worlds[a],
+                   worlds[b], why);
+            ctx_free(&loaded);
+            pairs++;
+        }
+        ctx_free(&saved);
+    }
+    CHECK(pairs == NWORLDS * NWORLDS);
+}
+
+/* an NF4 base (no dense master): loads at the saving world size, and a
+ * changed world is refused naming the parameter */
+static void test_nf4_same_world_and_refusal(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/nf4", root);
+    int64_t s[2] = {512, 64};   /* 512 blocks of 64: scaler blocks of 256 rows, the shard unit */
+    ck_ctx a, b;
+    ctx_init(&a, dir);
+    ctx_init(&b, dir);
+    lpx_tensor *x = rand_normal(2, s, 77, 1.0, LPX_F32), *z = rand_normal(2, s, 78, 1.0, LPX_F32);
+    CHECK_OK(lpx_nf4_quantize(x, NULL, &a.nf4));
+    CHECK_OK(lpx_nf4_quantize(z, NULL, &b.nf4));   /* another model of the same layout: the load overwrites it */
+    a.with_nf4 = b.with_nf4 = true;
+    a.nf4_codes = calloc(512 * 64 / 2, 1);
+    b.nf4_codes = calloc(512 * 64 / 2, 1);
+    a.save = true;
+    run_ranks(2, ck_rank, &a);
+    b.zeros = true;
+    run_ranks(4, ck_rank, &b);   /* 4 ranks cut 512 rows in 256-row units as 2 do */
+    char why[128] = "";
+    CHECKF(same_images(&a, &b, why, sizeof why), "%s", why);
+    CHECK(!memcmp(a.nf4_codes, b.nf4_codes, 512 * 64 / 2));
+    ck_ctx c;
+    ctx_init(&c, dir);
+    c.with_nf4 = true;
+    c.expect_fail = true;
+    c.zeros = true;
+    c.nf4 = b.nf4;
+    lpx_tensor_retain(c.nf4);
+    c.nf4_codes = calloc(512 * 64 / 2, 1);
+    run_ranks(1, ck_rank, &c);   /* one rank: its shard spans two saved ones */
+    for (int r = 0; r < 1; r++) CHECKF(c.st[r] != LPX_OK, "rank %d loaded an nf4 base across world sizes", r);
+    CHECKF(strstr(c.msg[0], "block0/3/base") && strstr(c.msg[0], "nf4"), "'%s'", c.msg[0]);
+    lpx_tensor_release(x);
+    lpx_tensor_release(z);
+    ctx_free(&a);
+    ctx_free(&b);
+    ctx_free(&c);
+}
+
+static bool any_says(ck_ctx *c, int n, const char *needle)
+{
+    for (int r = 0; r < n; r++)
+        if (strstr(c->msg[r], needle)) return true;
+    return false;
+}
+
+static void refused(const char *dir, int world, const char *needle)
+{
+    ck_ctx c;
+    ctx_init(&c, dir);
+    c.zeros = true;
+    c.expect_fail = true;
+    run_ranks(world, ck_rank, &c);
+    for (int r = 0; r < world; r++) CHECKF(c.st[r] != LPX_OK, "rank %d accepted a damaged checkpoint", r);
+    CHECKF(any_says(&c, world, needle), "no rank says '%s' (rank 0: '%s')", needle, c.msg[0]);
+    ctx_free(&c);
+}
+
+static void test_damage_refused(void)
+{
+    char dir[300], path[400], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/dmg", root);
+    ck_ctx a;
+    ctx_init(&a, dir);
+    a.save = true;
+    run_ranks(2, ck_rank, &a);
+    ctx_free(&a);
+    /* a second save replaces the first; no .tmp or .old is left behind */
+    ctx_init(&a, dir);
+    a.save = true;
+    run_ranks(3, ck_rank, &a);
+    ctx_free(&a);
+    struct stat sb;
+    snprintf(path, sizeof path, "%s.tmp", dir);
+    CHECK(stat(path, &sb) != 0);
+    snprintf(path, sizeof path, "%s.old", dir);
+    CHECK(stat(path, &sb) != 0);
+    snprintf(path, sizeof path, "%s/rank-00002-of-00003.safetensors", dir);
+    CHECK(stat(path, &sb) == 0);
+    /* truncated rank file */
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.bak' && truncate -s -8 '%s'", path, path, path);
+    CHECK(system(cmd) == 0);
+    refused(dir, 2, "truncated");
+    /* missing rank file */
+    CHECK(unlink(path) == 0);
+    refused(dir, 4, "missing");
+    snprintf(cmd, sizeof cmd, "mv '%s.bak' '%s'", path, path);
+    CHECK(system(cmd) == 0);
+    /* a model with another shape: param 0 saved as [37, 8], asked as [37, 9] */
+    snprintf(path, sizeof path, "%s/index.json", dir);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.bak' && sed -i 's#\"emb/0/w\"#\"emb/0/x\"#' '%s'", path, path, path);
+    CHECK(system(cmd) == 0);
+    refused(dir, 1, "emb/0/w");
+    snprintf(cmd, sizeof cmd, "mv '%s.bak' '%s'", path, path);
+    CHECK(system(cmd) == 0);
+    /* not an index */
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.bak' && echo '{\"format\": 1}' > '%s'", path, path, path);
+    CHECK(system(cmd) == 0);
+    refused(dir, 2, "not an lpx checkpoint index");
+    snprintf(cmd, sizeof cmd, "mv '%s.bak' '%s'", path, path);
+    CHECK(system(cmd) == 0);
+    /* intact again: loads */
+    ck_ctx ok;
+    ctx_init(&ok, dir);
+    ok.zeros = true;
+    run_ranks(2, ck_rank, &ok);
+    ctx_free(&ok);
+    /* saving onto a directory that is not a checkpoint is refused everywhere */
+    snprintf(dir, sizeof dir, "%s/notckpt", root);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof path, "%s/keep.txt", dir);
+    FILE *fp = fopen(path, "w");
+    if (fp) fclose(fp);
+    ck_ctx s;
+    ctx_init(&s, dir);
+    s.save = true;
+    s.expect_fail = true;
+    run_ranks(2, ck_rank, &s);
+    CHECK(s.st[0] == LPX_EINVAL && s.st[1] == LPX_EINVAL);
+    CHECK(strstr(s.msg[0], "not an lpx checkpoint") && strstr(s.msg[1], "rank 0 failed"));
+    CHECK(stat(path, &sb) == 0);   /* nothing of the user's was touched */
+    ctx_free(&s);
+    CHECK_ERR(lpx_fsdp_save(NULL, dir), LPX_EINVAL);
+    CHECK_ERR(lpx_fsdp_load(NULL, dir), LPX_EINVAL);
+}
+
+int main(void)
+{
+    snprintf(root, sizeof root, "/tmp/lpx-ckpt-XXXXXX");
+    if (!mkdtemp(root)) {
+        printf("mkdtemp failed\n");
+        return 1;
+    }
+    RUN(test_reshard_every_world_pair);
+    RUN(test_nf4_same_world_and_refusal);
+    RUN(test_damage_refused);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
+    return CHECK_DONE();
+}
