@@ -368,20 +368,35 @@ static lpx_status write_index(const char *dir, cJSON *index)
     return st;
 }
 
-/* Rank 0's commit: <dir>.tmp becomes <dir>, the previous one removed. */
+/* Rank 0's commit: <dir>.tmp becomes <dir>, the previous one removed.
+ * With a previous checkpoint the two directories are exchanged in one
+ * atomic step (renameat2 RENAME_EXCHANGE), so <dir> always names a
+ * complete checkpoint; where the file system cannot exchange, the old one
+ * is moved to <dir>.old first and lpx_fsdp_load falls back to it if a
+ * crash came between the two renames. */
 static lpx_status commit(const char *dir, const char *tmp)
 {
     char old[CK_PATH], parent[CK_PATH];
     snprintf(old, sizeof old, "%s.old", dir);
     lpx_status st = remove_dir(old);
     if (st) return st;
-    struct stat sb;
-    bool had = stat(dir, &sb) == 0;
-    if (had && rename(dir, old)) return lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", dir, old, strerror(errno));
-    if (rename(tmp, dir)) return lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", tmp, dir, strerror(errno));
     parent_of(dir, parent, sizeof parent);
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+            fsync_dir(parent);
+            return remove_dir(tmp); /* the previous checkpoint, now at <dir>.tmp */
+        }
+        if (errno != EINVAL && errno != ENOSYS)
+            return lpx_error(LPX_EIO, "checkpoint %s: renameat2 (exchange with %s): %s", dir, tmp, strerror(errno));
+        if (rename(dir, old)) return lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", dir, old, strerror(errno));
+        if (rename(tmp, dir)) return lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", tmp, dir, strerror(errno));
+        fsync_dir(parent);
+        return remove_dir(old);
+    }
+    if (rename(tmp, dir)) return lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", tmp, dir, strerror(errno));
     fsync_dir(parent);
-    return had ? remove_dir(old) : LPX_OK;
+    return LPX_OK;
 }
 
 lpx_status lpx_fsdp_save(lpx_fsdp *f, const char *dir)
@@ -449,7 +464,8 @@ static lpx_status read_index(const char *op, const char *dir, ck_index *ix)
 {
     memset(ix, 0, sizeof *ix);
     char path[CK_PATH];
-    snprintf(path, sizeof path, "%s/index.json", dir);
+    if (snprintf(path, sizeof path, "%s/index.json", dir) >= (int)sizeof path)
+        return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
     FILE *fp = fopen(path, "rb");
     if (!fp) return lpx_error(LPX_EIO, "%s: %s: %s (not a checkpoint directory?)", op, path, strerror(errno));
     char *text = NULL;
@@ -691,9 +707,17 @@ lpx_status lpx_fsdp_load(lpx_fsdp *f, const char *dir)
     ck_index ix;
     memset(&ix, 0, sizeof ix);
     ck_open o = {NULL, &ix, dir};
+    char fallback[CK_PATH];
     if (!dir || !*dir) mine = lpx_error(LPX_EINVAL, "%s: dir is %s", op, dir ? "empty" : "NULL");
     else if (strlen(dir) > CK_PATH - 64) mine = lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
-    else mine = read_index(op, dir, &ix);
+    else {
+        /* a save that crashed between its two renames (file systems that
+         * cannot exchange directories) left the previous one at <dir>.old */
+        struct stat sb;
+        snprintf(fallback, sizeof fallback, "%s.old", dir);
+        if (stat(dir, &sb) != 0 && errno == ENOENT && stat(fallback, &sb) == 0) o.dir = dir = fallback;
+        mine = read_index(op, dir, &ix);
+    }
     if (!mine && !(o.f = lpx_calloc((size_t)ix.world, sizeof *o.f)))
         mine = lpx_error(LPX_ENOMEM, "%s: out of memory", op);
     char key[512];

@@ -10,7 +10,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "check.h"
 #include "tensor_util.h"
@@ -143,17 +146,19 @@ static lpx_status ck_rank(lpx_comm *comm, void *vctx)
     return c->expect_fail ? LPX_OK : st;
 }
 
-static void ctx_init(ck_ctx *c, const char *dir)
+static void ctx_init_seed(ck_ctx *c, const char *dir, uint64_t seed)
 {
     memset(c, 0, sizeof *c);
     c->dir = dir;
     for (int i = 0; i < NP; i++) {
-        c->full[i] = rand_normal(2, shapes[i], 900 + (uint64_t)i, 1.0, dtypes[i]);
+        c->full[i] = rand_normal(2, shapes[i], seed + (uint64_t)i, 1.0, dtypes[i]);
         c->img[i] = calloc((size_t)numel2(shapes[i]), sizeof(float));
         c->m[i] = calloc((size_t)numel2(shapes[i]), sizeof(float));
         c->v[i] = calloc((size_t)numel2(shapes[i]), sizeof(float));
     }
 }
+
+static void ctx_init(ck_ctx *c, const char *dir) { ctx_init_seed(c, dir, 900); }
 
 static void ctx_free(ck_ctx *c)
 {
@@ -335,6 +340,65 @@ static void test_damage_refused(void)
     CHECK_ERR(lpx_fsdp_load(NULL, dir), LPX_EINVAL);
 }
 
+/* SIGKILL at random moments of repeated saves (the whole job: the local
+ * backend's ranks are threads of one process): every time, the directory
+ * loads, and holds either the previous checkpoint or the new one, whole. */
+static void test_sigkill_during_saves(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/kill", root);
+    ck_ctx a, b;
+    ctx_init_seed(&a, dir, 900);
+    ctx_init_seed(&b, dir, 5000);
+    a.save = b.save = true;
+    char scratch[320];
+    snprintf(scratch, sizeof scratch, "%s/kill-b", root);
+    b.dir = scratch;
+    run_ranks(2, ck_rank, &b);      /* generation B's image (saved elsewhere) */
+    b.dir = dir;
+    run_ranks(2, ck_rank, &a);      /* generation A: the image to keep */
+    int got_a = 0, got_b = 0, kills = 0;
+    unsigned seed = 12345;
+    for (int k = 0; k < 50; k++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (;;) {   /* generation B, saved until killed */
+                memset(results, 0, sizeof results);
+                if (lpx_local_run(2, ck_rank, &b, 20000, NULL)) _exit(3);
+            }
+        }
+        CHECK(pid > 0);
+        if (pid <= 0) break;
+        seed = seed * 1103515245u + 12345u;
+        struct timespec ts = {0, (long)((seed >> 8) % 20000) * 1000L};   /* 0-20 ms */
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int wst = 0;
+        waitpid(pid, &wst, 0);
+        kills += WIFSIGNALED(wst);
+        ck_ctx l;
+        ctx_init(&l, dir);
+        l.zeros = true;
+        run_ranks(2, ck_rank, &l);
+        char why[128];
+        bool is_a = same_images(&a, &l, why, sizeof why), is_b = same_images(&b, &l, why, sizeof why);
+        CHECKF(is_a || is_b, "kill %d: the checkpoint is neither the previous one nor the new one (%s; load %s)", k,
+               why, l.msg[0]);
+        got_a += is_a;
+        got_b += is_b;
+        ctx_free(&l);
+        if (is_b) {   /* start again from A, so that both outcomes stay possible */
+            memset(results, 0, sizeof results);
+            run_ranks(2, ck_rank, &a);
+        }
+    }
+    printf("     50 kills (%d by SIGKILL): previous checkpoint %d times, new one %d times\n", kills, got_a, got_b);
+    CHECK(kills == 50);
+    ctx_free(&a);
+    ctx_free(&b);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/lpx-ckpt-XXXXXX");
@@ -345,6 +409,7 @@ int main(void)
     RUN(test_reshard_every_world_pair);
     RUN(test_nf4_same_world_and_refusal);
     RUN(test_damage_refused);
+    RUN(test_sigkill_during_saves);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     CHECK(system(cmd) == 0);
