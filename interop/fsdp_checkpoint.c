@@ -627,6 +627,67 @@ static lpx_status put_rows(const char *op, const char *key, lpx_tensor *dst, int
     return st;
 }
 
+/* A kind tensor without a dense master whose new shard is not exactly one
+ * saved shard: its pieces (whole shard units of saved shards, in row
+ * order) go through the kind's own all-gather hooks, as the engine's
+ * unshard would assemble them (pre_all_gather on each piece, the inputs
+ * concatenated along dim 0, post_all_gather), into the local shard in
+ * place, or copied inner tensor by inner tensor. */
+static lpx_status recut_kind(const char *op, const char *key, lpx_tensor *loc, lpx_tensor **pieces, int n)
+{
+    const lpx_kind *k = lpx_tensor_kind(loc);
+    const lpx_kind_i *vt = lpx_kind_vtable(k);
+    if (!vt->pre_all_gather || !vt->post_all_gather)
+        return lpx_error(LPX_ENOTIMPL, "%s: parameter '%s' (%s): its shards changed and the kind has no all-gather "
+                         "hooks to re-cut it (load it at the saving world size)", op, key, lpx_kind_name(k));
+    lpx_tensor **in = lpx_calloc((size_t)n * LPX_MAX_AG_INPUTS, sizeof *in), *outs[LPX_MAX_AG_INPUTS] = {0};
+    lpx_tensor **col = lpx_calloc((size_t)n, sizeof *col), *res = NULL;
+    unsigned char meta[LPX_MAX_META], other[LPX_MAX_META];
+    size_t msz = 0, osz = 0;
+    int nin = 0;
+    lpx_status st = in && col ? LPX_OK : lpx_error(LPX_ENOMEM, "%s: out of memory", op);
+    for (int j = 0; j < n && !st; j++) {
+        int nj = 0;
+        st = vt->pre_all_gather(pieces[j], NULL, in + (size_t)j * LPX_MAX_AG_INPUTS, &nj, j ? other : meta,
+                                j ? &osz : &msz);
+        if (!st && j && nj != nin)
+            st = lpx_error(LPX_EINVAL, "%s: parameter '%s': saved shards give %d and %d all-gather inputs", op, key,
+                           nin, nj);
+        if (!j) nin = nj;
+    }
+    for (int i = 0; i < nin && !st; i++) {
+        for (int j = 0; j < n; j++) col[j] = in[(size_t)j * LPX_MAX_AG_INPUTS + i];
+        st = lpx_cat(col, n, 0, &outs[i]);
+    }
+    if (!st) {
+        st = vt->post_all_gather(k, outs, nin, meta, msz, lpx_tensor_dtype(loc), loc, &res);
+        if (st) {
+            /* the kind would not refill this tensor in place: build the
+             * union, then copy its inner tensors over the local ones */
+            lpx_clear_error();
+            st = vt->post_all_gather(k, outs, nin, meta, msz, lpx_tensor_dtype(loc), NULL, &res);
+            int ni = st ? 0 : lpx_tensor_inner_count(loc);
+            if (!st && ni != lpx_tensor_inner_count(res))
+                st = lpx_error(LPX_EINVAL, "%s: parameter '%s': the re-cut shard has another layout", op, key);
+            for (int q = 0; q < ni && !st; q++) {
+                lpx_tensor *a = lpx_tensor_inner(loc, q), *b = lpx_tensor_inner(res, q);
+                if (lpx_tensor_numel(a) != lpx_tensor_numel(b))
+                    st = lpx_error(LPX_ENOTIMPL, "%s: parameter '%s' (%s): the re-cut shard's inner tensor %d has %lld "
+                                   "elements, the local one %lld", op, key, lpx_kind_name(k), q,
+                                   (long long)lpx_tensor_numel(b), (long long)lpx_tensor_numel(a));
+                else
+                    st = lpx_copy_(a, b);
+            }
+        }
+    }
+    for (size_t j = 0; in && j < (size_t)n * LPX_MAX_AG_INPUTS; j++) lpx_tensor_release(in[j]);
+    for (int i = 0; i < LPX_MAX_AG_INPUTS; i++) lpx_tensor_release(outs[i]);
+    lpx_tensor_release(res);
+    lpx_free(in);
+    lpx_free(col);
+    return st;
+}
+
 static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int i, const cJSON *p, const char *key,
                              int64_t unit)
 {
@@ -646,6 +707,24 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
     }
     int64_t row_elems = len ? lpx_tensor_numel(loc) / len : 0;
     char name[600];
+    /* a kind tensor with no dense master and shards that moved: its pieces
+     * are re-cut through the kind's hooks (recut_kind) */
+    const lpx_kind *kind = lpx_tensor_kind(loc);
+    bool recut = false;
+    if (kind && !lpx_kind_vtable(kind)->master && len) {
+        int64_t chunk = 0, os = 0, ol = 0;
+        for (int r = 0; r < o->ix->world && !st; r++) {
+            if ((st = lpx_shard_range(rows, o->ix->world, r, unit, &chunk, &os, &ol))) break;
+            if (os <= start && start < os + ol) {
+                recut = !(os == start && ol == len);
+                break;
+            }
+        }
+    }
+    lpx_tensor **pieces = NULL;
+    int npieces = 0;
+    if (recut && !(pieces = lpx_calloc((size_t)o->ix->world, sizeof *pieces)))
+        st = lpx_error(LPX_ENOMEM, "%s: out of memory", op);
     for (int r = 0; r < o->ix->world && !st; r++) {
         int64_t chunk = 0, os = 0, ol = 0;
         if ((st = lpx_shard_range(rows, o->ix->world, r, unit, &chunk, &os, &ol))) break;
@@ -653,6 +732,10 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
         if (b <= a) continue;
         lpx_tensor *piece = NULL;
         if ((st = old_rows(op, o, r, key, a - os, b - a, &piece))) break;
+        if (recut) {
+            pieces[npieces++] = piece;
+            continue;
+        }
         st = put_rows(op, key, loc, a - start, b - a, len, piece);
         lpx_tensor_release(piece);
         if (st || !m) continue;
@@ -674,6 +757,9 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
             for (int q = 0; q < 4; q++) lpx_tensor_release(tmp[q]);
         }
     }
+    if (!st && recut) st = recut_kind(op, key, loc, pieces, npieces);
+    for (int j = 0; j < npieces; j++) lpx_tensor_release(pieces[j]);
+    lpx_free(pieces);
     /* the step is the same on every saving rank: rank 0's file has it (a
      * rank with no rows now still takes it) */
     if (!st && m) {

@@ -11,10 +11,10 @@
  * lpx_fsdp_load: any world size reads it. Each rank opens only the files
  * that hold rows of its new shards (memory-mapped: it touches only those
  * rows) and copies them in: dense parameters, wrapper kinds (their
- * master), AdamW state. Kind tensors without a master (NF4, blockwise
- * float8) load where the new shard is exactly an old one (the same world
- * size); re-cutting them is not done yet (LPX_ENOTIMPL naming the
- * parameter).
+ * master), AdamW state; kind tensors without a master (NF4, blockwise
+ * float8) are re-cut at their shard unit through the kind's own
+ * all-gather hooks (a kind without hooks loads only where its shards did
+ * not move: LPX_ENOTIMPL naming the parameter otherwise).
  *
  * Both are collective over the engine's shard comm (1-D meshes; a 2-D
  * mesh is refused for now) and return the same status on every rank. */
@@ -41,7 +41,8 @@ LPX_API lpx_status lpx_fsdp_save(lpx_fsdp *f, const char *dir);
  *  LPX_EINVAL (NULL, not sharded, a 2-D mesh, a malformed index, a
  *  parameter missing or of another shape, dtype or kind: the message names
  *  it), LPX_EIO (a missing file, one of another size), LPX_ENOTIMPL (a kind
- *  tensor without a master whose shards changed), LPX_ECOMM, LPX_ENOMEM. On
+ *  tensor without a master or all-gather hooks whose shards changed),
+ *  LPX_ECOMM, LPX_ENOMEM. On
  *  error the engine's state is unspecified (reload or rebuild it). */
 LPX_API lpx_status lpx_fsdp_load(lpx_fsdp *f, const char *dir);
 
