@@ -114,7 +114,7 @@ fuzz: build-fuzz
 # Goals a machine can miss print MISSED in their table (and exit 0: speed
 # is measured, never asserted); the last line counts them over all benches.
 bench: build
-	@rm -f $(BUILD)/bench.out; for b in dispatch float8 nf4 fsdp; do \
+	@rm -f $(BUILD)/bench.out; for b in dispatch float8 nf4 fsdp ckpt; do \
 	  $(LPX) bench $$b | tee -a $(BUILD)/bench.out || exit 1; echo; done; \
 	awk '/^lpx-bench-goals:/ { split($$3, a, "="); split($$4, b, "="); met += a[2]; missed += b[2] } \
 	  END { printf "bench goals: %d met, %d MISSED\n", met, missed }' $(BUILD)/bench.out

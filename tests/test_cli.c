@@ -30,6 +30,10 @@ static void test_usage_errors(void)
     CHECK(run("bench nosuch", out, sizeof out) == 2);
     CHECK(strstr(out, "unknown benchmark 'nosuch'") != NULL);
     CHECK(run("bench dispatch --nosuchflag", out, sizeof out) == 2);
+    CHECK(run("bench ckpt --mb 3", out, sizeof out) == 2);
+    /* the checkpoint bench end to end, small: three rows, its directory removed */
+    CHECK(run("bench ckpt --mb 8 --ranks 2", out, sizeof out) == 0);
+    CHECK(strstr(out, "save (write+fsync, index, commit)") && strstr(out, "load, resharded"));
     CHECK(run("help", out, sizeof out) == 0);
     CHECK(run("--version", out, sizeof out) == 0);
     CHECK(strstr(out, "0.1.0") != NULL);

@@ -8,6 +8,7 @@ static const struct { const char *name; int (*run)(int, char **); const char *wh
     {"float8", lpx_bench_float8, "fused quantize vs memcpy, scaled_mm vs sgemm, Float8Linear fwd+bwd vs f32"},
     {"nf4", lpx_bench_nf4, "dequantize vs memcpy, NF4 linear vs sgemm, QLoRA linear fwd+bwd"},
     {"fsdp", lpx_bench_fsdp, "unshard+reshard of a group over 4 local ranks: bf16 vs float8 vs nf4, time and bytes"},
+    {"ckpt", lpx_bench_ckpt, "sharded checkpoint save / load / resharded load vs the disk's write+fsync and read"},
 };
 
 static void usage(FILE *f)

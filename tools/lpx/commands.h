@@ -14,6 +14,7 @@ int lpx_bench_float8(int argc, char **argv);
 int lpx_bench_nf4(int argc, char **argv);
 /* `lpx bench fsdp [--json] [--size N] [--iters K]` */
 int lpx_bench_fsdp(int argc, char **argv);
+int lpx_bench_ckpt(int argc, char **argv);
 /* `lpx train [options]` (tools/train/): the reference training job */
 int lpx_cmd_train(int argc, char **argv);
 /* `lpx mem [options]`: memory per rank of the lpx train model */

@@ -1,0 +1,195 @@
+/* `lpx bench ckpt [--json] [--mb N] [--ranks R] [--dir D]`: sharded
+ * checkpoints (docs/CHECKPOINT.md) against the disk they are written to,
+ * measured in one run: the disk's sequential write (write + fsync of one
+ * file of the same size, as `dd conv=fsync` does) and read of that file,
+ * then lpx_fsdp_save, lpx_fsdp_load at the same world size and
+ * lpx_fsdp_load at R - 1 ranks (resharding) of a model of N MB of f32
+ * weights over R local ranks. The reads are from the page cache on both
+ * sides (the file was just written; dropping caches needs root), so the
+ * load rows compare lpx's copying with a plain read, not the device. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "lpx/lpx.h"
+#include "bench_report.h"
+#include "commands.h"
+
+#define NPARAM 8
+#define COLS 4096
+
+typedef struct ck_bench {
+    lpx_tensor *w[NPARAM];
+    const char *dir;
+    bool save;
+    double ms;   /* rank 0: the call's wall time */
+} ck_bench;
+
+static lpx_status bench_rank(lpx_comm *comm, void *vctx)
+{
+    ck_bench *c = vctx;
+    lpx_mesh *mesh = NULL;
+    lpx_fsdp *f = NULL;
+    lpx_fsdp_group *g = NULL;
+    lpx_status st = lpx_mesh_new(comm, &mesh);
+    if (!st) st = lpx_fsdp_new(mesh, NULL, &f);
+    lpx_mesh_release(mesh);
+    if (!st) st = lpx_fsdp_group_add(f, "model", &g);
+    for (int i = 0; i < NPARAM && !st; i++) st = lpx_fsdp_param_add(g, "w", c->w[i], 0, NULL);
+    if (!st) st = lpx_fsdp_shard(f);
+    if (!st) st = lpx_comm_barrier(comm);
+    uint64_t t0 = lpx_now_ns();
+    if (!st) st = c->save ? lpx_fsdp_save(f, c->dir) : lpx_fsdp_load(f, c->dir);
+    if (!st) st = lpx_comm_barrier(comm);
+    if (!st && lpx_comm_rank(comm) == 0) c->ms = (double)(lpx_now_ns() - t0) / 1e6;
+    lpx_fsdp_free(f);
+    return st;
+}
+
+/* Writes (and fsyncs) or reads `bytes` of a file; returns ms, < 0 on error. */
+static double disk_io(const char *path, size_t bytes, bool write_it)
+{
+    size_t chunk = (size_t)8 << 20;
+    char *buf = malloc(chunk);
+    if (!buf) return -1;
+    memset(buf, 0x5A, chunk);
+    int fd = write_it ? open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : open(path, O_RDONLY);
+    if (fd < 0) {
+        free(buf);
+        return -1;
+    }
+    uint64_t t0 = lpx_now_ns();
+    double ms = -1;
+    size_t done = 0;
+    while (done < bytes) {
+        size_t n = bytes - done < chunk ? bytes - done : chunk;
+        ssize_t r = write_it ? write(fd, buf, n) : read(fd, buf, n);
+        if (r <= 0) break;
+        done += (size_t)r;
+    }
+    if (done == bytes && (!write_it || fsync(fd) == 0)) ms = (double)(lpx_now_ns() - t0) / 1e6;
+    close(fd);
+    free(buf);
+    return ms;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: lpx bench ckpt [--json] [--mb N] [--ranks R] [--dir D]\n"
+               "  lpx_fsdp_save / lpx_fsdp_load of N MB of f32 weights (default 256) over R local ranks\n"
+               "  (default 4), loaded again on R and on R - 1 ranks, beside the disk's write+fsync and read\n"
+               "  of a file of the same size; D: where (default: a new directory under $TMPDIR or /tmp)\n");
+}
+
+int lpx_bench_ckpt(int argc, char **argv)
+{
+    bool json = false;
+    long mb = 256, ranks = 4;
+    const char *where = NULL;
+    for (int i = 1; i < argc; i++) {
+        char *end = NULL;
+        if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--mb") && i + 1 < argc) {
+            mb = strtol(argv[++i], &end, 10);
+            if (*end || mb < 8 || mb > 65536) {
+                fprintf(stderr, "lpx bench ckpt: --mb needs 8..65536\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {
+            ranks = strtol(argv[++i], &end, 10);
+            if (*end || ranks < 2 || ranks > 64) {
+                fprintf(stderr, "lpx bench ckpt: --ranks needs 2..64\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
+            where = argv[++i];
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "lpx bench ckpt: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    char base[512], dir[600], probe[600];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(base, sizeof base, "%s/lpx-bench-ckpt-XXXXXX", where ? where : tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(base)) {
+        fprintf(stderr, "lpx bench ckpt: mkdtemp %s: %s\n", base, strerror(errno));
+        return 1;
+    }
+    snprintf(dir, sizeof dir, "%s/ckpt", base);
+    snprintf(probe, sizeof probe, "%s/probe.bin", base);
+    int64_t rows = (int64_t)mb * (1 << 20) / (int64_t)(NPARAM * COLS * 4);
+    size_t bytes = (size_t)rows * COLS * 4 * NPARAM;
+    ck_bench c;
+    memset(&c, 0, sizeof c);
+    c.dir = dir;
+    int rc = 0;
+    for (int i = 0; i < NPARAM; i++) {
+        int64_t s[2] = {rows, COLS};
+        if (lpx_randn(2, s, 100 + (uint64_t)i, LPX_F32, lpx_cpu(), &c.w[i])) {
+            fprintf(stderr, "lpx bench ckpt: %s\n", lpx_last_error());
+            rc = 1;
+            goto out;
+        }
+    }
+    /* three rounds, medians: disk write, save, disk read, load, reshard load */
+    double t[5][3];
+    for (int k = 0; k < 3; k++) {
+        t[0][k] = disk_io(probe, bytes, true);
+        c.save = true;
+        lpx_status st = lpx_comm_run("local", (int)ranks, 0, bench_rank, &c, NULL);
+        t[1][k] = c.ms;
+        t[2][k] = disk_io(probe, bytes, false);
+        c.save = false;
+        if (!st) st = lpx_comm_run("local", (int)ranks, 0, bench_rank, &c, NULL);
+        t[3][k] = c.ms;
+        if (!st) st = lpx_comm_run("local", (int)ranks - 1, 0, bench_rank, &c, NULL);
+        t[4][k] = c.ms;
+        if (st || t[0][k] < 0 || t[2][k] < 0) {
+            fprintf(stderr, "lpx bench ckpt: %s\n", st ? lpx_last_error() : "disk probe failed");
+            rc = 1;
+            goto out;
+        }
+    }
+    for (int i = 0; i < 5; i++) qsort(t[i], 3, sizeof(double), cmp_d);
+    double gb = (double)bytes / 1e9, w = gb / (t[0][1] / 1e3), s = gb / (t[1][1] / 1e3), r = gb / (t[2][1] / 1e3),
+           l = gb / (t[3][1] / 1e3), lr = gb / (t[4][1] / 1e3);
+    lpx_bench_report rep;
+    lpx_bench_report_init(&rep, "ckpt", json);
+    lpx_bench_report_note(&rep, "%.0f MB of f32 weights (%d x [%lld, %d]) over %ld local ranks, in %s; median of 3",
+                          (double)bytes / 1e6, NPARAM, (long long)rows, COLS, ranks, base);
+    char note[160];
+    snprintf(note, sizeof note, "all ranks; %.1f MB/s per rank", s * 1e3 / (double)ranks);
+    lpx_bench_row r1 = {.case_name = "save (write+fsync, index, commit)", .value = s, .unit = "GB/s", .baseline = w,
+                        .baseline_case = "disk write+fsync", .compare = lpx_bench_na(), .goal = lpx_bench_na(),
+                        .note = note};
+    lpx_bench_report_add(&rep, &r1);
+    lpx_bench_row r2 = {.case_name = "load, same world", .value = l, .unit = "GB/s", .baseline = r,
+                        .baseline_case = "disk read (page cache)", .compare = lpx_bench_na(), .goal = lpx_bench_na(),
+                        .note = "mapped views copied into the shards"};
+    lpx_bench_report_add(&rep, &r2);
+    snprintf(note, sizeof note, "%ld ranks reading %ld ranks' files: %.2fx the same-world load's time", ranks - 1,
+             ranks, t[4][1] / t[3][1]);
+    lpx_bench_row r3 = {.case_name = "load, resharded", .value = lr, .unit = "GB/s", .baseline = l,
+                        .baseline_case = "same-world load", .compare = lpx_bench_na(), .goal = lpx_bench_na(),
+                        .note = note};
+    lpx_bench_report_add(&rep, &r3);
+    lpx_bench_report_finish(&rep);
+out:
+    for (int i = 0; i < NPARAM; i++) lpx_tensor_release(c.w[i]);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+    if (system(cmd)) fprintf(stderr, "lpx bench ckpt: could not remove %s\n", base);
+    return rc;
+}
