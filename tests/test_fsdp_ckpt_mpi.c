@@ -16,8 +16,30 @@
 #include "backends/mpi/lpx_mpi.h"
 
 #define NP 3
-static const int64_t shapes[NP][2] = {{37, 8}, {13, 5}, {21, 16}};
+static int64_t shapes[NP][2] = {{37, 8}, {13, 5}, {21, 16}};
 static const lpx_dtype dtypes[NP] = {LPX_F32, LPX_BF16, LPX_F32};
+
+/* the process's peak resident set (VmHWM), bytes; 0 if unknown */
+static int64_t peak_rss(void)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb = 0;
+    while (fp && fgets(line, sizeof line, fp))
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+    if (fp) fclose(fp);
+    return (int64_t)kb * 1024;
+}
+
+/* resets the peak to the current resident set (Linux >= 4.0) */
+static void reset_peak(void)
+{
+    FILE *fp = fopen("/proc/self/clear_refs", "w");
+    if (fp) {
+        fputs("5", fp);
+        fclose(fp);
+    }
+}
 
 static int run_mpirun(const char *self, const char *np, const char *mode, const char *dir)
 {
@@ -56,6 +78,13 @@ static int run_mpirun(const char *self, const char *np, const char *mode, const 
 
 static int child(const char *mode, const char *dir)
 {
+    bool big = getenv("LPX_TEST_CKPT_BIG") != NULL;
+    if (big) {   /* 3 x [4096, 1024] f32/bf16/f32: 40 MiB, 20 MiB per rank on 2 */
+        for (int i = 0; i < NP; i++) {
+            shapes[i][0] = 4096;
+            shapes[i][1] = 1024;
+        }
+    }
     const char *path = getenv("LPX_TEST_MPI_PLUGIN");
     if (lpx_init() || lpx_plugin_load(path, NULL)) {
         fprintf(stderr, "loading %s: %s\n", path, lpx_last_error());
@@ -101,7 +130,20 @@ static int child(const char *mode, const char *dir)
         lpx_tensor_release(m);
         lpx_tensor_release(v);
     }
+    int64_t shard_bytes = 0;
+    for (int i = 0; i < NP && !st; i++) {
+        lpx_tensor *l = lpx_fsdp_param_local(g, i);
+        shard_bytes += (int64_t)lpx_dtype_nbytes(lpx_tensor_dtype(l), lpx_tensor_numel(l)) + 2 * 4 * lpx_tensor_numel(l);
+    }
+    reset_peak();
+    int64_t before = peak_rss();
     if (!st) st = save ? lpx_fsdp_save(f, dir) : lpx_fsdp_load(f, dir);
+    int64_t grew = peak_rss() - before;
+    if (big && !st) {
+        printf("     rank %d %s: peak RSS grew %.1f MiB; its shard with moments is %.1f MiB\n", rank, mode,
+               (double)grew / (1 << 20), (double)shard_bytes / (1 << 20));
+        fflush(stdout);
+    }
     /* the loaded rows against what every process can recompute */
     for (int i = 0; i < NP && !st && !save; i++) {
         int64_t start = 0, len = 0, cols = shapes[i][1];
