@@ -486,13 +486,15 @@ static void test_mixed_devices_refused(void)
     if (!c0 || !d0 || !d1) goto done;
 
     /* one device: the device's kernel */
-    testdev_runs = cpu_runs = 0;
+    testdev_runs = 0;
+    cpu_runs = 0;
     CHECK_OK(call_probe(d0, d0, &out));
     CHECK(testdev_runs == 1 && cpu_runs == 0);
     lpx_tensor_release(out);
 
     /* cpu + testdev (either order, the optional one too): refused */
-    testdev_runs = cpu_runs = 0;
+    testdev_runs = 0;
+    cpu_runs = 0;
     CHECK_ERR(call_probe(c0, d0, &out), LPX_EDEVICE);
     CHECK(strstr(lpx_last_error(), "probe") && strstr(lpx_last_error(), "'x' is on cpu:0") &&
           strstr(lpx_last_error(), "'y' on testdev:0"));

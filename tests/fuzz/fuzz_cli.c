@@ -25,6 +25,7 @@ int lpx_bench_dispatch(int argc, char **argv) { (void)argc; (void)argv; return 0
 int lpx_bench_float8(int argc, char **argv) { (void)argc; (void)argv; return 0; }
 int lpx_bench_nf4(int argc, char **argv) { (void)argc; (void)argv; return 0; }
 int lpx_bench_fsdp(int argc, char **argv) { (void)argc; (void)argv; return 0; }
+int lpx_bench_ckpt(int argc, char **argv) { (void)argc; (void)argv; return 0; }
 
 static FILE *devnull;
 
