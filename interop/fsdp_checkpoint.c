@@ -7,9 +7,11 @@
  *       "<group>/<i>/<name>"          the local shard (dense or kind)
  *       "<group>/<i>/<name>#m", "#v"  AdamW's moments (f32, the shard's shape)
  *       __metadata__ "step:<key>"     AdamW's step count
+ *       "extra/<name>"                the caller's extra tensors of that rank
  *   index.json                        written last: format, world, every
  *       file's bytes and FNV-1a 64, every parameter's global shape, dtype,
- *       kind, shard unit and every rank's rows
+ *       kind, shard unit and frozen flag; every extra's name and rank; the
+ *       caller's "user" object
  * Commit: all ranks write into "<dir>.tmp"; once every rank's file is
  * durable (a collective agreement), rank 0 writes the index there, moves
  * a previous "<dir>" aside, renames "<dir>.tmp" to "<dir>" and removes the
@@ -19,71 +21,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <cjson/cJSON.h>
-#include "lpx/lpx.h"
-#include "lpx/checkpoint.h"
-#include "core/lpx_internal.h"
-
-#define CK_FORMAT "lpx-fsdp-checkpoint"
-#define CK_VERSION 1
-#define CK_PATH 4096
-
-typedef struct ck_file {
-    uint64_t bytes, fnv;
-} ck_file;
+#include "fsdp_ckpt_internal.h"
 
 /* ---- small helpers ---------------------------------------------------- */
 
 static void key_of(const lpx_fsdp_group *g, int i, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/%d/%s", lpx_fsdp_group_name(g), i, lpx_fsdp_param_name(g, i));
-}
-
-/* (callers keep dir below CK_PATH - 64 bytes, so nothing is cut) */
-static void rank_file(char *buf, size_t len, const char *dir, int rank, int world)
-{
-    if (snprintf(buf, len, "%s/rank-%05d-of-%05d.safetensors", dir, rank, world) >= (int)len) buf[0] = 0;
-}
-
-static lpx_status fnv_of_file(const char *path, ck_file *out)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return lpx_error(LPX_EIO, "checkpoint %s: open: %s", path, strerror(errno));
-    /* FNV-1a 64 over the file's 8-byte little-endian words, then its tail
-     * bytes: one multiply per word keeps the read-back pass near memory
-     * speed (docs/CHECKPOINT.md) */
-    uint64_t h = 1469598103934665603ull, n = 0;
-    static _Thread_local unsigned char buf[1 << 16];
-    size_t have = 0;
-    for (;;) {
-        ssize_t r = read(fd, buf + have, sizeof buf - have);
-        if (r < 0) {
-            int e = errno;
-            close(fd);
-            return lpx_error(LPX_EIO, "checkpoint %s: read: %s", path, strerror(e));
-        }
-        have += (size_t)r;
-        n += (uint64_t)r;
-        size_t words = r == 0 ? 0 : have / 8;
-        for (size_t i = 0; i < words; i++) {
-            uint64_t w;
-            memcpy(&w, buf + 8 * i, 8);
-            h = (h ^ w) * 1099511628211ull;
-        }
-        memmove(buf, buf + 8 * words, have - 8 * words);
-        have -= 8 * words;
-        if (r == 0) break;
-    }
-    for (size_t i = 0; i < have; i++) h = (h ^ buf[i]) * 1099511628211ull;
-    close(fd);
-    out->bytes = n;
-    out->fnv = h;
-    return LPX_OK;
 }
 
 /* Removes the regular files of a directory and the directory (a
@@ -138,52 +88,6 @@ static void parent_of(const char *path, char *buf, size_t len)
     if (!s) snprintf(buf, len, ".");
     else if (s == buf) buf[1] = 0;
     else *s = 0;
-}
-
-/* Every rank learns whether every rank succeeded: the lowest failing
- * rank's status is returned everywhere (its own message on that rank;
- * the others say which rank failed). Allocates nothing, so a rank that
- * ran out of memory still takes part: two all-reduces of one value. A
- * comm failure is returned as is. */
-static lpx_status agree(lpx_comm *comm, const char *what, lpx_status mine)
-{
-    int world = lpx_comm_size(comm), rank = lpx_comm_rank(comm);
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", mine ? lpx_last_error() : "");
-    float who = mine ? (float)(world - rank) : 0.0f, code = 0.0f;
-    lpx_status st = lpx_comm_all_reduce_buf(comm, &who, &who, 1, LPX_F32, LPX_REDUCE_MAX);
-    if (st) return st;
-    if (who == 0.0f) return LPX_OK;
-    int first = world - (int)who;
-    code = rank == first ? (float)-(int)mine : 0.0f;
-    if ((st = lpx_comm_all_reduce_buf(comm, &code, &code, 1, LPX_F32, LPX_REDUCE_MAX))) return st;
-    lpx_status out = (lpx_status)-(int)code;
-    if (mine) return lpx_error(mine, "%s", msg);
-    return lpx_error(out, "%s: rank %d failed (%s); see its error", what, first, lpx_status_string(out));
-}
-
-static lpx_status check_engine(const char *op, lpx_fsdp *f, lpx_comm **comm)
-{
-    if (!f) return lpx_error(LPX_EINVAL, "%s: f is NULL", op);
-    lpx_mesh *mesh = NULL;
-    for (int gi = 0; gi < lpx_fsdp_group_count(f) && !mesh; gi++) {
-        lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
-        for (int i = 0; i < lpx_fsdp_param_count(g) && !mesh; i++) {
-            lpx_tensor *dt = lpx_fsdp_param_dtensor(g, i);
-            if (!dt) return lpx_error(LPX_EINVAL, "%s: the engine is not sharded (call lpx_fsdp_shard first)", op);
-            mesh = lpx_dtensor_mesh(dt);
-        }
-    }
-    if (!mesh) return lpx_error(LPX_EINVAL, "%s: the engine has no parameters", op);
-    if (lpx_mesh_ndim(mesh) != 1)
-        return lpx_error(LPX_EINVAL, "%s: a %d-D mesh (hybrid sharding): only 1-D meshes are checkpointed so far", op,
-                         lpx_mesh_ndim(mesh));
-    for (int gi = 0; gi < lpx_fsdp_group_count(f); gi++)
-        if (lpx_fsdp_is_unsharded(lpx_fsdp_group_at(f, gi)))
-            return lpx_error(LPX_EINVAL, "%s: group '%s' is unsharded; reshard every group first", op,
-                             lpx_fsdp_group_name(lpx_fsdp_group_at(f, gi)));
-    *comm = lpx_mesh_comm(mesh, 0);
-    return LPX_OK;
 }
 
 /* ---- save --------------------------------------------------------------- */
@@ -269,8 +173,21 @@ static void list_free(ck_list *l)
     lpx_free(l->meta_store);
 }
 
-/* This rank's file: every local shard, AdamW state. */
-static lpx_status write_rank(lpx_fsdp *f, const char *path)
+/* An extra tensor's name: 1-255 bytes, printable, no quote or backslash
+ * (it is a safetensors key and a JSON string). */
+static lpx_status check_extra_name(const char *op, const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    bool ok = n > 0 && n <= 255;
+    for (size_t i = 0; ok && i < n; i++) ok = name[i] > 0x20 && name[i] < 0x7f && name[i] != '"' && name[i] != '\\';
+    if (!ok)
+        return lpx_error(LPX_EINVAL, "%s: extra tensor name '%s' (1-255 printable bytes, no space, quote or backslash)",
+                         op, name ? name : "(NULL)");
+    return LPX_OK;
+}
+
+/* This rank's file: every local shard, AdamW state, the caller's extras. */
+static lpx_status write_rank(lpx_fsdp *f, const char *path, const lpx_fsdp_ckpt_opts *opts)
 {
     ck_list l;
     memset(&l, 0, sizeof l);
@@ -298,15 +215,29 @@ static lpx_status write_rank(lpx_fsdp *f, const char *path)
             st = meta_add(&l, name, val);
         }
     }
+    for (int i = 0; opts && i < opts->nextra && !st; i++) {
+        lpx_tensor *h = NULL;
+        if ((st = check_extra_name("lpx_fsdp_save", opts->extra_names[i]))) break;
+        for (int j = 0; j < i && !st; j++)
+            if (!strcmp(opts->extra_names[i], opts->extra_names[j]))
+                st = lpx_error(LPX_EINVAL, "lpx_fsdp_save: extra tensor '%s' is given twice", opts->extra_names[i]);
+        if (!st && !opts->extra[i]) st = lpx_error(LPX_EINVAL, "lpx_fsdp_save: extra tensor '%s' is NULL", opts->extra_names[i]);
+        snprintf(name, sizeof name, CK_EXTRA "%s", opts->extra_names[i]);
+        if (!st && !(st = on_host(opts->extra[i], &h))) st = list_add(&l, name, h);
+    }
     if (!st) st = lpx_safetensors_save(path, l.n, (const char *const *)l.names, l.ts, l.nmeta, l.meta);
     list_free(&l);
     return st;
 }
 
-static cJSON *index_json(lpx_fsdp *f, int world, const ck_file *files)
+static cJSON *index_json(lpx_fsdp *f, int world, const ck_file *files, cJSON *user /* consumed */)
 {
     cJSON *root = cJSON_CreateObject(), *fl = cJSON_CreateArray(), *ps = cJSON_CreateArray();
-    if (!root || !fl || !ps) goto oom;
+    if (!root || !fl || !ps) {
+        cJSON_Delete(user);
+        goto oom;
+    }
+    if (user) cJSON_AddItemToObject(root, "user", user);
     cJSON_AddItemToObject(root, "files", fl);
     cJSON_AddItemToObject(root, "params", ps);
     if (!cJSON_AddStringToObject(root, "format", CK_FORMAT) || !cJSON_AddNumberToObject(root, "version", CK_VERSION) ||
@@ -317,7 +248,7 @@ static cJSON *index_json(lpx_fsdp *f, int world, const ck_file *files)
         cJSON *o = cJSON_CreateObject();
         if (!o) goto oom_root;
         cJSON_AddItemToArray(fl, o);
-        rank_file(name, sizeof name, "", r, world);
+        ck_rank_file(name, sizeof name, "", r, world);
         snprintf(hex, sizeof hex, "%016" PRIx64, files[r].fnv);
         if (!cJSON_AddStringToObject(o, "name", name + 1) || !cJSON_AddNumberToObject(o, "bytes", (double)files[r].bytes) ||
             !cJSON_AddStringToObject(o, "fnv1a64", hex))
@@ -412,119 +343,146 @@ static lpx_status commit(const char *dir, const char *tmp)
     return LPX_OK;
 }
 
-lpx_status lpx_fsdp_save(lpx_fsdp *f, const char *dir)
+typedef struct ck_extra_at {
+    const char *name;
+    int rank;
+} ck_extra_at;
+
+static int extra_cmp(const void *a, const void *b)
+{
+    return strcmp(((const ck_extra_at *)a)->name, ((const ck_extra_at *)b)->name);
+}
+
+/* Rank 0: the index's "extras" ([[name, rank], ...]) from the headers of
+ * the ranks' files (only those that hold some); a name two ranks used is
+ * refused naming both. */
+static lpx_status index_extras(const char *op, cJSON *index, const char *tmp, int world, const uint64_t *nextra)
+{
+    uint64_t total = 0;
+    for (int r = 0; r < world; r++) total += nextra[r];
+    if (!total) return LPX_OK;
+    lpx_status st = LPX_OK;
+    lpx_safetensors **sf = lpx_calloc((size_t)world, sizeof *sf);
+    ck_extra_at *at = lpx_calloc((size_t)total, sizeof *at);
+    cJSON *arr = cJSON_CreateArray();
+    size_t n = 0, pre = strlen(CK_EXTRA);
+    char path[CK_PATH];
+    if (!sf || !at || !arr) st = lpx_error(LPX_ENOMEM, "%s: out of memory for the index", op);
+    for (int r = 0; r < world && !st; r++) {
+        if (!nextra[r]) continue;
+        ck_rank_file(path, sizeof path, tmp, r, world);
+        if ((st = lpx_safetensors_open(path, &sf[r]))) break;
+        for (int i = 0; i < lpx_safetensors_count(sf[r]) && n < total; i++) {
+            const char *nm = lpx_safetensors_name(sf[r], i);
+            if (!strncmp(nm, CK_EXTRA, pre)) at[n++] = (ck_extra_at){nm + pre, r};
+        }
+    }
+    if (!st) qsort(at, n, sizeof *at, extra_cmp);
+    for (size_t i = 0; i < n && !st; i++) {
+        if (i && !strcmp(at[i].name, at[i - 1].name)) {
+            st = lpx_error(LPX_EINVAL, "%s: extra tensor '%s' is given by ranks %d and %d (names are global)", op,
+                           at[i].name, at[i - 1].rank < at[i].rank ? at[i - 1].rank : at[i].rank,
+                           at[i - 1].rank < at[i].rank ? at[i].rank : at[i - 1].rank);
+            break;
+        }
+        cJSON *e = cJSON_CreateArray(), *nm = cJSON_CreateString(at[i].name), *rk = cJSON_CreateNumber(at[i].rank);
+        if (e) cJSON_AddItemToArray(arr, e);
+        if (nm && e) cJSON_AddItemToArray(e, nm);
+        else cJSON_Delete(nm);
+        if (rk && e) cJSON_AddItemToArray(e, rk);
+        else cJSON_Delete(rk);
+        if (!e || !nm || !rk) st = lpx_error(LPX_ENOMEM, "%s: out of memory for the index", op);
+    }
+    if (!st) {
+        cJSON_AddItemToObject(index, "extras", arr);
+        arr = NULL;
+    }
+    cJSON_Delete(arr);
+    for (int r = 0; sf && r < world; r++) lpx_safetensors_close(sf[r]);
+    lpx_free(sf);
+    lpx_free(at);
+    return st;
+}
+
+/* Rank 0's user object, parsed (NULL: none). */
+static lpx_status parse_user(const char *op, const lpx_fsdp_ckpt_opts *opts, cJSON **out)
+{
+    *out = NULL;
+    if (!opts || !opts->user_json) return LPX_OK;
+    if (strlen(opts->user_json) > ((size_t)64 << 20))
+        return lpx_error(LPX_EINVAL, "%s: opts->user_json is over 64 MiB", op);
+    cJSON *u = cJSON_Parse(opts->user_json);
+    if (!u || !cJSON_IsObject(u)) {
+        cJSON_Delete(u);
+        return lpx_error(LPX_EINVAL, "%s: opts->user_json is not the text of a JSON object", op);
+    }
+    *out = u;
+    return LPX_OK;
+}
+
+lpx_status lpx_fsdp_save(lpx_fsdp *f, const char *dir) { return lpx_fsdp_save_ex(f, dir, NULL); }
+
+lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_opts *opts)
 {
     const char *op = "lpx_fsdp_save";
     lpx_comm *comm = NULL;
     lpx_status st = lpx_ensure_init();
-    if (st || (st = check_engine(op, f, &comm))) return st;
+    if (st || (st = ck_check_engine(op, f, &comm))) return st;
     if (!dir || !*dir) return lpx_error(LPX_EINVAL, "%s: dir is %s", op, dir ? "empty" : "NULL");
     if (strlen(dir) > CK_PATH - 64) return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
+    if (opts && opts->struct_size && opts->struct_size < offsetof(lpx_fsdp_ckpt_opts, flags) + sizeof(unsigned))
+        return lpx_error(LPX_EINVAL, "%s: opts->struct_size %zu is smaller than this version's", op, opts->struct_size);
+    if (opts && opts->nextra && (opts->nextra < 0 || !opts->extra_names || !opts->extra))
+        return lpx_error(LPX_EINVAL, "%s: opts->nextra is %d with %s", op, opts->nextra,
+                         opts->nextra < 0 ? "a negative count" : "NULL names or tensors");
     int rank = lpx_comm_rank(comm), world = lpx_comm_size(comm);
     char tmp[CK_PATH], path[CK_PATH];
+    cJSON *user = NULL;
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
-    /* 1: rank 0 makes a fresh <dir>.tmp (and every rank has its buffer
-     * for step 3: no allocation between collectives) */
+    /* 1: rank 0 checks its user object and makes a fresh <dir>.tmp (and
+     * every rank has its buffer for step 3: no allocation between
+     * collectives) */
     ck_file *files = lpx_calloc((size_t)world, sizeof *files);
-    lpx_status mine = files ? LPX_OK : lpx_error(LPX_ENOMEM, "%s: out of memory", op);
-    if (rank == 0 && !mine) {
+    uint64_t *nextra = lpx_calloc((size_t)world, sizeof *nextra);
+    lpx_status mine = files && nextra ? LPX_OK : lpx_error(LPX_ENOMEM, "%s: out of memory", op);
+    if (rank == 0 && !mine && !(mine = parse_user(op, opts, &user))) {
         if (!replaceable(dir))
             mine = lpx_error(LPX_EINVAL, "%s: '%s' exists and is not an lpx checkpoint (it holds other files); a save "
                              "replaces the directory, so choose another", op, dir);
         else if (!(mine = remove_dir(tmp)) && mkdir(tmp, 0755))
             mine = lpx_error(LPX_EIO, "checkpoint %s: mkdir: %s", tmp, strerror(errno));
     }
-    if ((st = agree(comm, op, mine))) {
-        lpx_free(files);
-        return st;
-    }
+    if ((st = ck_agree(comm, op, mine))) goto out;
     /* 2: every rank writes its file (durable: safetensors fsyncs), and
      * measures it for the index */
     ck_file me = {0, 0};
-    rank_file(path, sizeof path, tmp, rank, world);
-    mine = write_rank(f, path);
-    if (!mine) mine = fnv_of_file(path, &me);
-    if ((st = agree(comm, op, mine))) {
-        lpx_free(files);
-        return st;
-    }
+    uint64_t my_extra = opts ? (uint64_t)opts->nextra : 0;
+    ck_rank_file(path, sizeof path, tmp, rank, world);
+    mine = write_rank(f, path, opts);
+    if (!mine) mine = ck_fnv_of_file(path, &me);
+    if ((st = ck_agree(comm, op, mine))) goto out;
     /* 3: rank 0 writes the index from every rank's file record, then commits */
-    st = lpx_comm_all_gather_buf(comm, &me, files, sizeof me);
-    if (st) {
-        lpx_free(files);
-        return st;
-    }
+    if ((st = lpx_comm_all_gather_buf(comm, &me, files, sizeof me)) ||
+        (st = lpx_comm_all_gather_buf(comm, &my_extra, nextra, sizeof my_extra)))
+        goto out;
     mine = LPX_OK;
     if (rank == 0) {
-        cJSON *index = index_json(f, world, files);
-        mine = index ? write_index(tmp, index) : LPX_ENOMEM;
+        cJSON *index = index_json(f, world, files, user);
+        user = NULL;
+        mine = index ? index_extras(op, index, tmp, world, nextra) : LPX_ENOMEM;
+        if (!mine) mine = write_index(tmp, index);
         cJSON_Delete(index);
         if (!mine) mine = commit(dir, tmp);
     }
+    st = ck_agree(comm, op, mine);
+out:
+    cJSON_Delete(user);
     lpx_free(files);
-    return agree(comm, op, mine);
+    lpx_free(nextra);
+    return st;
 }
 
 /* ---- load --------------------------------------------------------------- */
-
-typedef struct ck_index {
-    cJSON *root;
-    int world;
-    cJSON *files, *params;
-} ck_index;
-
-static lpx_status read_index(const char *op, const char *dir, ck_index *ix)
-{
-    memset(ix, 0, sizeof *ix);
-    char path[CK_PATH];
-    if (snprintf(path, sizeof path, "%s/index.json", dir) >= (int)sizeof path)
-        return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return lpx_error(LPX_EIO, "%s: %s: %s (not a checkpoint directory?)", op, path, strerror(errno));
-    char *text = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? 2 * cap : 65536;
-            if (cap > ((size_t)1 << 30)) {
-                fclose(fp);
-                lpx_free(text);
-                return lpx_error(LPX_EINVAL, "%s: %s is larger than 1 GiB", op, path);
-            }
-            char *t = lpx_realloc(text, cap);
-            if (!t) {
-                fclose(fp);
-                lpx_free(text);
-                return lpx_error(LPX_ENOMEM, "%s: out of memory reading %s", op, path);
-            }
-            text = t;
-        }
-        size_t r = fread(text + n, 1, 4096, fp);
-        n += r;
-        if (r < 4096) break;
-    }
-    fclose(fp);
-    text[n] = 0;
-    ix->root = cJSON_Parse(text);
-    lpx_free(text);
-    if (!ix->root) return lpx_error(LPX_EINVAL, "%s: %s is not valid JSON", op, path);
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(ix->root, "format");
-    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(ix->root, "version");
-    const cJSON *w = cJSON_GetObjectItemCaseSensitive(ix->root, "world");
-    ix->files = cJSON_GetObjectItemCaseSensitive(ix->root, "files");
-    ix->params = cJSON_GetObjectItemCaseSensitive(ix->root, "params");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CK_FORMAT) || !cJSON_IsNumber(ver) ||
-        ver->valuedouble != CK_VERSION || !cJSON_IsNumber(w) || w->valuedouble < 1 || w->valuedouble > 1 << 20 ||
-        !cJSON_IsArray(ix->files) || !cJSON_IsArray(ix->params) ||
-        cJSON_GetArraySize(ix->files) != (int)w->valuedouble) {
-        cJSON_Delete(ix->root);
-        ix->root = NULL;
-        return lpx_error(LPX_EINVAL, "%s: %s is not an lpx checkpoint index of version %d (format, version, world, "
-                         "files, params)", op, path, CK_VERSION);
-    }
-    ix->world = (int)w->valuedouble;
-    return LPX_OK;
-}
 
 static const cJSON *find_param(const ck_index *ix, const char *key)
 {
@@ -537,18 +495,40 @@ static const cJSON *find_param(const ck_index *ix, const char *key)
     return NULL;
 }
 
-/* The saved entry agrees with the engine's parameter. */
+/* A dense parameter or a wrapper kind (one with a dense master): the rows
+ * of either load into the other. */
+static bool master_form(const char *kind_name)
+{
+    if (!kind_name[0]) return true;
+    const lpx_kind *k = NULL;
+    if (lpx_kind_find(kind_name, &k) != LPX_OK) {
+        lpx_clear_error();
+        return false;
+    }
+    return lpx_kind_vtable(k)->master != NULL;
+}
+
+/* The saved entry agrees with the engine's parameter: shape and dtype;
+ * the same kind and shard unit, or both in master form (dense or a
+ * wrapper, whose rows move at any unit). *saved_unit: the unit the saved
+ * shards were cut at. */
 static lpx_status check_param(const char *op, const cJSON *p, const char *key, lpx_tensor *dt, lpx_tensor *loc,
-                              int64_t unit)
+                              int64_t unit, int64_t *saved_unit)
 {
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(p, "dtype");
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(p, "kind");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(p, "shape");
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(p, "unit");
     const lpx_kind *k = lpx_tensor_kind(loc);
+    const char *mine = k ? lpx_kind_name(k) : "";
     bool ok = cJSON_IsString(dtype) && !strcmp(dtype->valuestring, lpx_dtype_name(lpx_tensor_dtype(dt))) &&
-              cJSON_IsString(kind) && !strcmp(kind->valuestring, k ? lpx_kind_name(k) : "") && cJSON_IsArray(shape) &&
-              cJSON_GetArraySize(shape) == lpx_tensor_ndim(dt) && cJSON_IsNumber(u) && u->valuedouble == (double)unit;
+              cJSON_IsString(kind) && cJSON_IsArray(shape) && cJSON_GetArraySize(shape) == lpx_tensor_ndim(dt) &&
+              cJSON_IsNumber(u) && u->valuedouble >= 1 && u->valuedouble <= 9e15 &&
+              u->valuedouble == (double)(int64_t)u->valuedouble;
+    if (ok) {
+        bool same = !strcmp(kind->valuestring, mine) && u->valuedouble == (double)unit;
+        ok = same || (master_form(kind->valuestring) && master_form(mine));
+    }
     for (int d = 0; ok && d < lpx_tensor_ndim(dt); d++) {
         const cJSON *s = cJSON_GetArrayItem(shape, d);
         ok = cJSON_IsNumber(s) && s->valuedouble == (double)lpx_tensor_shape(dt)[d];
@@ -556,36 +536,13 @@ static lpx_status check_param(const char *op, const cJSON *p, const char *key, l
     if (!ok) {
         char sh[160];
         return lpx_error(LPX_EINVAL, "%s: parameter '%s' was saved with another shape, dtype, kind or shard unit "
-                         "(the engine has %s %s %s, unit %lld): an incompatible model", op, key,
+                         "(the engine has %s %s %s, unit %lld; the checkpoint %s): an incompatible model", op, key,
                          lpx_tensor_shape_str(dt, sh, sizeof sh), lpx_dtype_name(lpx_tensor_dtype(dt)),
-                         k ? lpx_kind_name(k) : "dense", (long long)unit);
+                         k ? lpx_kind_name(k) : "dense", (long long)unit,
+                         cJSON_IsString(kind) ? (kind->valuestring[0] ? kind->valuestring : "dense") : "no kind");
     }
+    *saved_unit = (int64_t)u->valuedouble;
     return LPX_OK;
-}
-
-typedef struct ck_open {
-    lpx_safetensors **f;   /* per old rank, opened on first use */
-    const ck_index *ix;
-    const char *dir;
-} ck_open;
-
-static lpx_status open_rank(const char *op, ck_open *o, int r, lpx_safetensors **out)
-{
-    if (o->f[r]) {
-        *out = o->f[r];
-        return LPX_OK;
-    }
-    char path[CK_PATH];
-    rank_file(path, sizeof path, o->dir, r, o->ix->world);
-    const cJSON *fe = cJSON_GetArrayItem(o->ix->files, r), *b = cJSON_GetObjectItemCaseSensitive(fe, "bytes");
-    struct stat sb;
-    if (stat(path, &sb)) return lpx_error(LPX_EIO, "%s: %s: %s (a rank's file is missing)", op, path, strerror(errno));
-    if (!cJSON_IsNumber(b) || (double)sb.st_size != b->valuedouble)
-        return lpx_error(LPX_EIO, "%s: %s has %lld bytes, the index says %.0f: the file was changed or truncated", op,
-                         path, (long long)sb.st_size, cJSON_IsNumber(b) ? b->valuedouble : -1.0);
-    lpx_status st = lpx_safetensors_open(path, &o->f[r]);
-    if (!st) *out = o->f[r];
-    return st;
 }
 
 /* The rows [a, a + n) of the saved tensor `name` of old rank r, whose
@@ -595,7 +552,7 @@ static lpx_status old_rows(const char *op, ck_open *o, int r, const char *name, 
 {
     lpx_safetensors *sf = NULL;
     lpx_tensor *t = NULL;
-    lpx_status st = open_rank(op, o, r, &sf);
+    lpx_status st = ck_open_rank(op, o, r, &sf);
     if (!st && (st = lpx_safetensors_get(sf, name, &t)))
         st = lpx_error(st, "%s: rank %d's file lacks '%s'", op, r, name);
     if (!st) st = lpx_narrow(t, 0, rel, n, out);
@@ -614,7 +571,6 @@ static lpx_status put_rows(const char *op, const char *key, lpx_tensor *dst, int
         const lpx_kind_i *vt = lpx_kind_vtable(k);
         if (vt->master) {
             d = vt->master(dst);
-            src = vt->master(piece);
         } else if (at == 0 && n == len) {
             /* a kind with no dense master: whole shards only, inner tensor by inner tensor */
             size_t m1 = 0, m2 = 0;
@@ -633,6 +589,16 @@ static lpx_status put_rows(const char *op, const char *key, lpx_tensor *dst, int
                              "size; re-cutting kind tensors without a dense master is not done yet (load it at the "
                              "saving world size)", op, key, lpx_kind_name(k));
         }
+    }
+    /* a wrapper kind's saved piece: its master's rows (it may load into a
+     * dense parameter, or a dense piece into a wrapper's master) */
+    const lpx_kind *pk = lpx_tensor_kind(piece);
+    if (pk) {
+        const lpx_kind_i *pvt = lpx_kind_vtable(pk);
+        if (!pvt->master)
+            return lpx_error(LPX_EINVAL, "%s: parameter '%s': the saved %s shard has no dense master", op, key,
+                             lpx_kind_name(pk));
+        src = pvt->master(piece);
     }
     lpx_status st = lpx_narrow(d, 0, at, n, &view);
     if (!st) st = lpx_copy_(view, src);
@@ -702,7 +668,7 @@ static lpx_status recut_kind(const char *op, const char *key, lpx_tensor *loc, l
 }
 
 static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int i, const cJSON *p, const char *key,
-                             int64_t unit)
+                             int64_t unit /* the saved shards' */)
 {
     lpx_tensor *loc = lpx_fsdp_param_local(g, i);
     int64_t start = 0, len = 0, rows = lpx_tensor_shape(lpx_fsdp_param_dtensor(g, i))[0];
@@ -760,7 +726,7 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
             lpx_tensor *t = NULL, *flat = NULL, *src = NULL, *dv = NULL;
             snprintf(name, sizeof name, "%s%s", key, mv[j]);
             int64_t all = -1;
-            if (!(st = open_rank(op, o, r, &sf)) && (st = lpx_safetensors_get(sf, name, &t)))
+            if (!(st = ck_open_rank(op, o, r, &sf)) && (st = lpx_safetensors_get(sf, name, &t)))
                 st = lpx_error(st, "%s: rank %d's file lacks '%s'", op, r, name);
             if (!st) st = lpx_reshape(t, 1, &all, &flat);
             if (!st) st = lpx_narrow(flat, 0, (a - os) * row_elems, (b - a) * row_elems, &src);
@@ -778,7 +744,7 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
     if (!st && m) {
         lpx_safetensors *sf = NULL;
         snprintf(name, sizeof name, "step:%s", key);
-        if (!(st = open_rank(op, o, 0, &sf))) {
+        if (!(st = ck_open_rank(op, o, 0, &sf))) {
             const char *s = lpx_safetensors_metadata(sf, name);
             char *end = NULL;
             long long sv = s ? strtoll(s, &end, 10) : -1;
@@ -796,27 +762,17 @@ out:
     return st;
 }
 
-lpx_status lpx_fsdp_load(lpx_fsdp *f, const char *dir)
+lpx_status lpx_fsdp_load(lpx_fsdp *f, const char *dir) { return lpx_fsdp_load_ex(f, dir, NULL); }
+
+lpx_status lpx_fsdp_load_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_opts *opts)
 {
     const char *op = "lpx_fsdp_load";
     lpx_comm *comm = NULL;
     lpx_status st = lpx_ensure_init();
-    if (st || (st = check_engine(op, f, &comm))) return st;
-    lpx_status mine = LPX_OK;
+    if (st || (st = ck_check_engine(op, f, &comm))) return st;
     ck_index ix;
-    memset(&ix, 0, sizeof ix);
-    ck_open o = {NULL, &ix, dir};
-    char fallback[CK_PATH];
-    if (!dir || !*dir) mine = lpx_error(LPX_EINVAL, "%s: dir is %s", op, dir ? "empty" : "NULL");
-    else if (strlen(dir) > CK_PATH - 64) mine = lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
-    else {
-        /* a save that crashed between its two renames (file systems that
-         * cannot exchange directories) left the previous one at <dir>.old */
-        struct stat sb;
-        snprintf(fallback, sizeof fallback, "%s.old", dir);
-        if (stat(dir, &sb) != 0 && errno == ENOENT && stat(fallback, &sb) == 0) o.dir = dir = fallback;
-        mine = read_index(op, dir, &ix);
-    }
+    ck_open o = {NULL, &ix, !(opts && (opts->flags & LPX_FSDP_CKPT_NO_VERIFY))};
+    lpx_status mine = ck_read_index(op, dir, &ix);
     if (!mine && !(o.f = lpx_calloc((size_t)ix.world, sizeof *o.f)))
         mine = lpx_error(LPX_ENOMEM, "%s: out of memory", op);
     char key[512];
@@ -824,12 +780,13 @@ lpx_status lpx_fsdp_load(lpx_fsdp *f, const char *dir)
         lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
         for (int i = 0; i < lpx_fsdp_param_count(g) && !mine; i++) {
             key_of(g, i, key, sizeof key);
-            int64_t unit = 1;
+            int64_t unit = 1, saved_unit = 1;
             lpx_fsdp_param_rows(g, i, NULL, NULL, &unit);
             const cJSON *p = find_param(&ix, key);
             if (!p) mine = lpx_error(LPX_EINVAL, "%s: parameter '%s' is not in the checkpoint (another model?)", op, key);
-            else if (!(mine = check_param(op, p, key, lpx_fsdp_param_dtensor(g, i), lpx_fsdp_param_local(g, i), unit)))
-                mine = load_param(op, &o, g, i, p, key, unit);
+            else if (!(mine = check_param(op, p, key, lpx_fsdp_param_dtensor(g, i), lpx_fsdp_param_local(g, i), unit,
+                                          &saved_unit)))
+                mine = load_param(op, &o, g, i, p, key, saved_unit);
         }
     }
     if (!mine && cJSON_GetArraySize(ix.params) != 0) {
@@ -842,5 +799,5 @@ lpx_status lpx_fsdp_load(lpx_fsdp *f, const char *dir)
     for (int r = 0; o.f && r < ix.world; r++) lpx_safetensors_close(o.f[r]);
     lpx_free(o.f);
     cJSON_Delete(ix.root);
-    return agree(comm, op, mine);
+    return ck_agree(comm, op, mine);
 }

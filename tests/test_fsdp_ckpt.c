@@ -26,6 +26,14 @@ static const lpx_dtype dtypes[NP] = {LPX_F32, LPX_BF16, LPX_F32, LPX_F32};
 typedef struct ck_ctx {
     const char *dir;
     bool save, zeros, with_nf4, expect_fail;
+    bool dense2;                 /* param 2 dense f32 instead of a float8_weight */
+    const char *export_path;     /* export instead of save/load (dtype export_dtype) */
+    lpx_dtype export_dtype;
+    bool export_rename;          /* names "p<i>", param 3 left out */
+    const char *user;            /* save: rank 0's user object */
+    bool extras;                 /* save: each rank's extra "rank<r>" (u8, r + 1 bytes of r) */
+    bool dup_extra;              /* save: every rank names its extra "same" */
+    unsigned load_flags;
     lpx_tensor *full[NP], *nf4;
     /* the global image of every parameter (f32 values) and moment, written
      * row by row by the ranks that own them */
@@ -61,7 +69,7 @@ static lpx_status build(lpx_comm *comm, ck_ctx *c, lpx_fsdp **fp, lpx_fsdp_group
             RCHECK_OK(r, lpx_zeros(2, shapes[i], dtypes[i], lpx_cpu(), &z));
             full = z;
         }
-        if (i == 2) {
+        if (i == 2 && !c->dense2) {
             lpx_float8_weight_opts wo = {.struct_size = sizeof wo};
             RCHECK_OK(r, lpx_float8_weight_new(full, &wo, &w));
             full = w;
@@ -106,6 +114,16 @@ static void image(lpx_fsdp_group *g[2], ck_ctx *c, int r)
     }
 }
 
+/* export names: "p0".."p2" for the first three parameters, the norm left out */
+static bool export_name(void *ctx, lpx_fsdp_group *g, int i, char *buf, size_t len)
+{
+    (void)ctx;
+    int p = !strcmp(lpx_fsdp_group_name(g), "emb") ? 0 : i + 1;
+    if (p == 3 || p >= NP) return false;
+    snprintf(buf, len, "p%d", p);
+    return true;
+}
+
 static lpx_status ck_rank(lpx_comm *comm, void *vctx)
 {
     ck_ctx *c = vctx;
@@ -136,13 +154,28 @@ static lpx_status ck_rank(lpx_comm *comm, void *vctx)
             lpx_tensor_release(m);
             lpx_tensor_release(v);
         }
-        st = lpx_fsdp_save(f, c->dir);
+        lpx_tensor *ex = NULL;
+        char exname[32];
+        const char *names[1] = {exname};
+        if (c->extras) {
+            int64_t n = r + 1;
+            RCHECK_OK(r, lpx_zeros(1, &n, LPX_U8, lpx_cpu(), &ex));
+            if (ex) memset(lpx_tensor_data(ex), r, (size_t)n);
+            snprintf(exname, sizeof exname, c->dup_extra ? "same" : "rank%d", r);
+        }
+        lpx_fsdp_ckpt_opts o = {.struct_size = sizeof o, .user_json = c->user, .nextra = ex ? 1 : 0,
+                                .extra_names = names, .extra = &ex};
+        st = lpx_fsdp_save_ex(f, c->dir, &o);
+        lpx_tensor_release(ex);
+    } else if (c->export_path) {
+        st = lpx_fsdp_export(f, c->export_path, c->export_dtype, c->export_rename ? export_name : NULL, NULL, 0, NULL);
     } else {
-        st = lpx_fsdp_load(f, c->dir);
+        lpx_fsdp_ckpt_opts o = {.struct_size = sizeof o, .flags = c->load_flags};
+        st = lpx_fsdp_load_ex(f, c->dir, &o);
     }
     c->st[r] = st;
     snprintf(c->msg[r], sizeof c->msg[r], "%s", st ? lpx_last_error() : "");
-    if (!st) image(g, c, r);
+    if (!st && !c->export_path) image(g, c, r);
     lpx_fsdp_free(f);
     return c->expect_fail ? LPX_OK : st;
 }
@@ -400,6 +433,196 @@ static void test_sigkill_during_saves(void)
     ctx_free(&b);
 }
 
+/* A framework's own state rides with the model: rank 0's user object and
+ * each rank's extra tensors, committed with the shards and read back by
+ * any process through lpx_fsdp_ckpt_open, whatever the world size. */
+static void test_user_and_extras(void)
+{
+    char dir[300], path[400], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/user", root);
+    ck_ctx a;
+    ctx_init(&a, dir);
+    a.save = true;
+    a.user = "{\"step\": 12, \"data\": {\"position\": 12}, \"loss\": [3.5, 3.25]}";
+    a.extras = true;
+    run_ranks(3, ck_rank, &a);
+    ctx_free(&a);
+    lpx_fsdp_ckpt *c = NULL;
+    CHECK_OK(lpx_fsdp_ckpt_open(dir, &c));
+    CHECK(lpx_fsdp_ckpt_world(c) == 3);
+    const char *u = lpx_fsdp_ckpt_user(c);
+    CHECKF(u && !strcmp(u, "{\"step\":12,\"data\":{\"position\":12},\"loss\":[3.5,3.25]}"), "user: %s", u ? u : "(null)");
+    for (int r = 0; r < 3; r++) {
+        char name[16];
+        snprintf(name, sizeof name, "rank%d", r);
+        lpx_tensor *t = NULL;
+        CHECK_OK(lpx_fsdp_ckpt_extra(c, name, 0, &t));
+        bool ok = t && lpx_tensor_dtype(t) == LPX_U8 && lpx_tensor_numel(t) == r + 1;
+        for (int k = 0; ok && k <= r; k++) ok = ((const uint8_t *)lpx_tensor_data(t))[k] == r;
+        CHECKF(ok, "extra %s does not hold what rank %d saved", name, r);
+        lpx_tensor_release(t);
+    }
+    lpx_tensor *t = NULL;
+    CHECK_ERR(lpx_fsdp_ckpt_extra(c, "rank3", 0, &t), LPX_ENOTFOUND);
+    CHECK(strstr(lpx_last_error(), "rank3") != NULL);
+    CHECK_ERR(lpx_fsdp_ckpt_extra(c, NULL, 0, &t), LPX_EINVAL);
+    lpx_fsdp_ckpt_close(c);
+    /* the model loads on another world size with the extras beside it */
+    ck_ctx l;
+    ctx_init(&l, dir);
+    l.zeros = true;
+    run_ranks(2, ck_rank, &l);
+    for (int r = 0; r < 2; r++) CHECKF(l.st[r] == LPX_OK, "rank %d: %s", r, l.msg[r]);
+    ctx_free(&l);
+
+    /* one byte of rank 1's data changed, the size kept: the checksum
+     * refuses it (load and reader); NO_VERIFY checks sizes only */
+    snprintf(path, sizeof path, "%s/rank-00001-of-00003.safetensors", dir);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.bak' && printf U | dd of='%s' bs=1 seek=$(( $(stat -c %%s '%s') - 1 )) "
+             "conv=notrunc status=none", path, path, path, path);
+    CHECK(system(cmd) == 0);
+    refused(dir, 3, "checksum");
+    ck_ctx nv;
+    ctx_init(&nv, dir);
+    nv.zeros = true;
+    nv.load_flags = LPX_FSDP_CKPT_NO_VERIFY;
+    run_ranks(3, ck_rank, &nv);
+    for (int r = 0; r < 3; r++) CHECKF(nv.st[r] == LPX_OK, "NO_VERIFY rank %d: %s", r, nv.msg[r]);
+    ctx_free(&nv);
+    CHECK_OK(lpx_fsdp_ckpt_open(dir, &c));
+    CHECK_ERR(lpx_fsdp_ckpt_extra(c, "rank1", 0, &t), LPX_EIO);
+    CHECK(strstr(lpx_last_error(), "checksum") && strstr(lpx_last_error(), "rank-00001-of-00003"));
+    CHECK_OK(lpx_fsdp_ckpt_extra(c, "rank0", 0, &t));   /* another rank's file is intact */
+    lpx_tensor_release(t);
+    t = NULL;
+    lpx_fsdp_ckpt_close(c);
+    snprintf(cmd, sizeof cmd, "mv '%s.bak' '%s'", path, path);
+    CHECK(system(cmd) == 0);
+
+    /* refusals at save: a name two ranks use, a user text that is not an
+     * object; the previous checkpoint stays */
+    ck_ctx d;
+    ctx_init(&d, dir);
+    d.save = d.extras = d.dup_extra = d.expect_fail = true;
+    run_ranks(2, ck_rank, &d);
+    CHECKF(d.st[0] == LPX_EINVAL && strstr(d.msg[0], "'same' is given by ranks 0 and 1"), "dup extra: %s", d.msg[0]);
+    CHECKF(d.st[1] == LPX_EINVAL, "dup extra, rank 1: %s", d.msg[1]);
+    ctx_free(&d);
+    ctx_init(&d, dir);
+    d.save = d.expect_fail = true;
+    d.user = "[1, 2]";
+    run_ranks(2, ck_rank, &d);
+    CHECKF(d.st[0] == LPX_EINVAL && strstr(d.msg[0], "not the text of a JSON object"), "user: %s", d.msg[0]);
+    ctx_free(&d);
+    CHECK_OK(lpx_fsdp_ckpt_open(dir, &c));
+    CHECK(lpx_fsdp_ckpt_world(c) == 3);
+    lpx_fsdp_ckpt_close(c);
+    snprintf(path, sizeof path, "%s/none", root);
+    CHECK_ERR(lpx_fsdp_ckpt_open(path, &c), LPX_EIO);
+    CHECK(c == NULL);
+    lpx_fsdp_ckpt_close(NULL);
+}
+
+/* A dense parameter and a float8_weight's master load into each other
+ * (a bf16 run resumed as float8 and back), across world sizes. */
+static void test_dense_master_interchange(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/interchange", root);
+    for (int way = 0; way < 2; way++) {
+        ck_ctx a, b;
+        ctx_init(&a, dir);
+        ctx_init(&b, dir);
+        a.save = true;
+        a.dense2 = way == 0;
+        b.zeros = true;
+        b.dense2 = way == 1;
+        run_ranks(3, ck_rank, &a);
+        run_ranks(2, ck_rank, &b);
+        char why[128] = "";
+        CHECKF(same_images(&a, &b, why, sizeof why), "%s saved, %s loaded: %s differ", way ? "float8_weight" : "dense",
+               way ? "dense" : "float8_weight", why);
+        ctx_free(&a);
+        ctx_free(&b);
+    }
+}
+
+/* The consolidated export: every rank writes its rows of one safetensors
+ * file; the file holds each parameter at its global shape, bit for bit
+ * (f32; bf16 rounded as lpx_cast rounds), for world sizes 1-8, renamed
+ * and filtered by the caller's name function; an NF4 base dequantized. */
+static void check_export(int world, lpx_dtype dtype, bool rename_, bool nf4)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/export-%d.safetensors", root, world);
+    ck_ctx c;
+    ctx_init(&c, NULL);
+    c.export_path = path;
+    c.export_dtype = dtype;
+    c.export_rename = rename_;
+    int64_t s[2] = {NF4_ROWS, 64};
+    lpx_tensor *x = NULL, *deq = NULL;
+    if (nf4) {
+        x = rand_normal(2, s, 77, 1.0, LPX_F32);
+        CHECK_OK(lpx_nf4_quantize(x, NULL, &c.nf4));
+        CHECK_OK(lpx_kind_to_dense(c.nf4, &deq));
+        c.with_nf4 = true;
+    }
+    run_ranks(world, ck_rank, &c);
+    lpx_safetensors *f = NULL;
+    CHECK_OK(lpx_safetensors_open(path, &f));
+    int want = rename_ ? NP - 1 : NP + (nf4 ? 1 : 0);
+    CHECKF(f && lpx_safetensors_count(f) == want, "world %d: %d tensors in the export, expected %d", world,
+           f ? lpx_safetensors_count(f) : -1, want);
+    for (int i = 0; f && i < NP + (nf4 ? 1 : 0); i++) {
+        char name[64];
+        if (rename_ && i >= NP - 1) break;
+        if (rename_) snprintf(name, sizeof name, "p%d", i);
+        else if (i == NP) snprintf(name, sizeof name, "block0/3/base");
+        else snprintf(name, sizeof name, "%s/%d/%s", i ? "block0" : "emb", i ? i - 1 : 0, i == 3 ? "norm" : "w");
+        lpx_tensor *t = NULL, *ref = NULL, *refc = NULL;
+        CHECK_OK(lpx_safetensors_get(f, name, &t));
+        CHECK_OK(lpx_cast(i == NP ? deq : c.full[i], dtype, false, &ref));
+        CHECK_OK(lpx_contiguous(ref, &refc));
+        bool ok = t && refc && lpx_tensor_dtype(t) == dtype && lpx_tensor_numel(t) == lpx_tensor_numel(refc) &&
+                  lpx_tensor_ndim(t) == 2 && !memcmp(lpx_tensor_data(t), lpx_tensor_data(refc),
+                                                      lpx_dtype_nbytes(dtype, lpx_tensor_numel(refc)));
+        CHECKF(ok, "world %d, %s export: '%s' differs from the model's values", world, lpx_dtype_name(dtype), name);
+        lpx_tensor_release(t);
+        lpx_tensor_release(ref);
+        lpx_tensor_release(refc);
+    }
+    lpx_safetensors_close(f);
+    lpx_tensor_release(x);
+    lpx_tensor_release(deq);
+    ctx_free(&c);
+    char tmp[320];
+    snprintf(tmp, sizeof tmp, "%s.tmp-export", path);
+    struct stat sb;
+    CHECK(stat(tmp, &sb) != 0);
+}
+
+static void test_export_consolidated(void)
+{
+    for (int w = 0; w < NWORLDS; w++) check_export(worlds[w], LPX_F32, false, false);
+    check_export(3, LPX_BF16, false, false);
+    check_export(4, LPX_F32, true, false);
+    check_export(3, LPX_F32, false, true);
+    check_export(8, LPX_BF16, false, true);
+    /* refusals: a dtype, two parameters under one name */
+    ck_ctx c;
+    ctx_init(&c, NULL);
+    char path[300];
+    snprintf(path, sizeof path, "%s/export-bad.safetensors", root);
+    c.export_path = path;
+    c.export_dtype = LPX_F8E4M3FN;
+    c.expect_fail = true;
+    run_ranks(2, ck_rank, &c);
+    CHECKF(c.st[0] == LPX_EINVAL && c.st[1] == LPX_EINVAL && strstr(c.msg[0], "f32 or bf16"), "dtype: %s", c.msg[0]);
+    ctx_free(&c);
+    CHECK_ERR(lpx_fsdp_export(NULL, path, LPX_F32, NULL, NULL, 0, NULL), LPX_EINVAL);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/lpx-ckpt-XXXXXX");
@@ -410,6 +633,9 @@ int main(void)
     RUN(test_reshard_every_world_pair);
     RUN(test_nf4_recut_across_worlds);
     RUN(test_damage_refused);
+    RUN(test_user_and_extras);
+    RUN(test_dense_master_interchange);
+    RUN(test_export_consolidated);
     RUN(test_sigkill_during_saves);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

@@ -17,13 +17,22 @@
  * not move: LPX_ENOTIMPL naming the parameter otherwise).
  *
  * Both are collective over the engine's shard comm (1-D meshes; a 2-D
- * mesh is refused for now) and return the same status on every rank. */
+ * mesh is refused for now) and return the same status on every rank.
+ *
+ * A framework checkpoints its own state with the model's: lpx_fsdp_save_ex
+ * takes a JSON object (rank 0's, kept in the index as "user") and named
+ * extra tensors of each rank (its data loader, its recipe's histories),
+ * committed atomically with the shards; lpx_fsdp_ckpt_open reads them back
+ * on any rank, before or after an engine exists. lpx_fsdp_export writes the
+ * consolidated model (one safetensors file, names of the caller's choosing)
+ * with every rank writing its own rows: no rank gathers the model. */
 #ifndef LPX_CHECKPOINT_H
 #define LPX_CHECKPOINT_H
 
 #include "export.h"
 #include "status.h"
 #include "fsdp.h"
+#include "safetensors.h"
 
 LPX_BEGIN_DECLS
 
@@ -45,6 +54,87 @@ LPX_API lpx_status lpx_fsdp_save(lpx_fsdp *f, const char *dir);
  *  LPX_ECOMM, LPX_ENOMEM. On
  *  error the engine's state is unspecified (reload or rebuild it). */
 LPX_API lpx_status lpx_fsdp_load(lpx_fsdp *f, const char *dir);
+
+/** lpx_fsdp_load verifies the checksum of every file it opens (one read of
+ *  the file); with this flag it checks sizes only. */
+#define LPX_FSDP_CKPT_NO_VERIFY 1u
+
+/** What a save adds to the engine's state, and how a load reads. Zero
+ *  fields are defaults; struct_size = sizeof the struct (appended fields
+ *  keep older callers working). */
+typedef struct lpx_fsdp_ckpt_opts {
+    size_t struct_size;
+    /** rank 0's: the text of a JSON object (at most 64 MiB) kept in the
+     *  index as "user"; other ranks' are ignored. NULL: none. */
+    const char *user_json;
+    /** this rank's extra tensors (dense or of any kind, any device) under
+     *  names unique across all ranks (at most 255 bytes; a name two ranks
+     *  use is refused naming both ranks); borrowed for the call. */
+    int nextra;
+    const char *const *extra_names;
+    lpx_tensor *const *extra;
+    /** LPX_FSDP_CKPT_* flags */
+    unsigned flags;
+} lpx_fsdp_ckpt_opts;
+
+/** lpx_fsdp_save with a user object and extra tensors (opts may be NULL).
+ *  Errors as lpx_fsdp_save, and LPX_EINVAL for a user text that is not a
+ *  JSON object, a bad or duplicated extra name. */
+LPX_API lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_opts *opts);
+
+/** lpx_fsdp_load with flags (opts may be NULL; its user and extra fields
+ *  are ignored: read them with lpx_fsdp_ckpt_open). A file whose checksum
+ *  differs from the index is refused (LPX_EIO naming it) unless
+ *  LPX_FSDP_CKPT_NO_VERIFY. A dense parameter and a wrapper kind's master
+ *  (a float8_weight) load into each other: a checkpoint of one recipe
+ *  resumes under another that keeps f32 masters. */
+LPX_API lpx_status lpx_fsdp_load_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_opts *opts);
+
+/** A checkpoint directory opened for reading its index, user object and
+ *  extra tensors; needs no engine and no comm (any rank, any process). */
+typedef struct lpx_fsdp_ckpt lpx_fsdp_ckpt;
+
+/** Opens the checkpoint in `dir` (reading "<dir>.old" where an interrupted
+ *  commit left only that). *out is owned by the caller (lpx_fsdp_ckpt_close).
+ *  Errors: LPX_EINVAL (NULL, a malformed index), LPX_EIO (no index: not a
+ *  checkpoint), LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_ckpt_open(const char *dir, lpx_fsdp_ckpt **out);
+
+/** The world size the checkpoint was saved with. */
+LPX_API int lpx_fsdp_ckpt_world(const lpx_fsdp_ckpt *c);
+
+/** The user object's JSON text (owned by c), or NULL if the save had none. */
+LPX_API const char *lpx_fsdp_ckpt_user(const lpx_fsdp_ckpt *c);
+
+/** The extra tensor saved under `name` (a new reference, on the CPU; a
+ *  view of the mapped file: writable, the file never changes). The file
+ *  holding it is verified as lpx_fsdp_load does (size, checksum unless
+ *  `flags` has LPX_FSDP_CKPT_NO_VERIFY). Errors: LPX_ENOTFOUND (no such
+ *  extra), LPX_EIO (its file missing, of another size or checksum),
+ *  LPX_EINVAL, LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_ckpt_extra(lpx_fsdp_ckpt *c, const char *name, unsigned flags, lpx_tensor **out);
+
+/** Closes c (NULL is fine); tensors read from it stay valid. */
+LPX_API void lpx_fsdp_ckpt_close(lpx_fsdp_ckpt *c);
+
+/** Names a parameter in an export: writes the output name of parameter i
+ *  of group g (whose engine key is "<group>/<i>/<name>") into buf (len
+ *  bytes) and returns true, or returns false to leave it out. */
+typedef bool (*lpx_fsdp_export_name_fn)(void *ctx, lpx_fsdp_group *g, int i, char *buf, size_t len);
+
+/** Writes the consolidated model to the safetensors file `path`: every
+ *  parameter name() keeps (NULL: all, under their engine keys) at its
+ *  global shape in `dtype` (LPX_F32 or LPX_BF16; round to nearest even),
+ *  dense values (a wrapper kind's master, other kinds dequantized), with
+ *  `nmeta` metadata pairs. Rank 0 sizes the file and writes its header;
+ *  every rank then writes the bytes of its own rows at their offsets
+ *  (pwrite) and syncs them; rank 0 renames the finished file over `path`
+ *  (atomic: `path` is the old file or the whole new one). No rank holds
+ *  more than one shard at a time. Collective. Errors: LPX_EINVAL (NULL,
+ *  dtype, two parameters given one name, not sharded), LPX_EIO (naming
+ *  the file), LPX_ECOMM, LPX_ENOMEM; the same on every rank. */
+LPX_API lpx_status lpx_fsdp_export(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_fsdp_export_name_fn name,
+                                   void *ctx, int nmeta, const lpx_safetensors_kv *meta);
 
 LPX_END_DECLS
 

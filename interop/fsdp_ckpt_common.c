@@ -1,0 +1,198 @@
+/* What the sharded checkpoint's save, load, reader and export share
+ * (fsdp_ckpt_internal.h): file names, checksums, the index, the
+ * collective agreement. */
+#include <errno.h>
+#include <inttypes.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "fsdp_ckpt_internal.h"
+
+/* (callers keep dir below CK_PATH - 64 bytes, so nothing is cut) */
+void ck_rank_file(char *buf, size_t len, const char *dir, int rank, int world)
+{
+    if (snprintf(buf, len, "%s/rank-%05d-of-%05d.safetensors", dir, rank, world) >= (int)len) buf[0] = 0;
+}
+
+lpx_status ck_fnv_of_file(const char *path, ck_file *out)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return lpx_error(LPX_EIO, "checkpoint %s: open: %s", path, strerror(errno));
+    /* FNV-1a 64 over the file's 8-byte little-endian words, then its tail
+     * bytes: one multiply per word keeps the read-back pass near memory
+     * speed (docs/CHECKPOINT.md) */
+    uint64_t h = 1469598103934665603ull, n = 0;
+    static _Thread_local unsigned char buf[1 << 16];
+    size_t have = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + have, sizeof buf - have);
+        if (r < 0) {
+            int e = errno;
+            close(fd);
+            return lpx_error(LPX_EIO, "checkpoint %s: read: %s", path, strerror(e));
+        }
+        have += (size_t)r;
+        n += (uint64_t)r;
+        size_t words = r == 0 ? 0 : have / 8;
+        for (size_t i = 0; i < words; i++) {
+            uint64_t w;
+            memcpy(&w, buf + 8 * i, 8);
+            h = (h ^ w) * 1099511628211ull;
+        }
+        memmove(buf, buf + 8 * words, have - 8 * words);
+        have -= 8 * words;
+        if (r == 0) break;
+    }
+    for (size_t i = 0; i < have; i++) h = (h ^ buf[i]) * 1099511628211ull;
+    close(fd);
+    out->bytes = n;
+    out->fnv = h;
+    return LPX_OK;
+}
+
+/* Every rank learns whether every rank succeeded: the lowest failing
+ * rank's status is returned everywhere (its own message on that rank;
+ * the others say which rank failed). Allocates nothing, so a rank that
+ * ran out of memory still takes part: two all-reduces of one value. A
+ * comm failure is returned as is. */
+lpx_status ck_agree(lpx_comm *comm, const char *what, lpx_status mine)
+{
+    int world = lpx_comm_size(comm), rank = lpx_comm_rank(comm);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", mine ? lpx_last_error() : "");
+    float who = mine ? (float)(world - rank) : 0.0f, code = 0.0f;
+    lpx_status st = lpx_comm_all_reduce_buf(comm, &who, &who, 1, LPX_F32, LPX_REDUCE_MAX);
+    if (st) return st;
+    if (who == 0.0f) return LPX_OK;
+    int first = world - (int)who;
+    code = rank == first ? (float)-(int)mine : 0.0f;
+    if ((st = lpx_comm_all_reduce_buf(comm, &code, &code, 1, LPX_F32, LPX_REDUCE_MAX))) return st;
+    lpx_status out = (lpx_status)-(int)code;
+    if (mine) return lpx_error(mine, "%s", msg);
+    return lpx_error(out, "%s: rank %d failed (%s); see its error", what, first, lpx_status_string(out));
+}
+
+lpx_status ck_check_engine(const char *op, lpx_fsdp *f, lpx_comm **comm)
+{
+    if (!f) return lpx_error(LPX_EINVAL, "%s: f is NULL", op);
+    lpx_mesh *mesh = NULL;
+    for (int gi = 0; gi < lpx_fsdp_group_count(f) && !mesh; gi++) {
+        lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
+        for (int i = 0; i < lpx_fsdp_param_count(g) && !mesh; i++) {
+            lpx_tensor *dt = lpx_fsdp_param_dtensor(g, i);
+            if (!dt) return lpx_error(LPX_EINVAL, "%s: the engine is not sharded (call lpx_fsdp_shard first)", op);
+            mesh = lpx_dtensor_mesh(dt);
+        }
+    }
+    if (!mesh) return lpx_error(LPX_EINVAL, "%s: the engine has no parameters", op);
+    if (lpx_mesh_ndim(mesh) != 1)
+        return lpx_error(LPX_EINVAL, "%s: a %d-D mesh (hybrid sharding): only 1-D meshes are checkpointed so far", op,
+                         lpx_mesh_ndim(mesh));
+    for (int gi = 0; gi < lpx_fsdp_group_count(f); gi++)
+        if (lpx_fsdp_is_unsharded(lpx_fsdp_group_at(f, gi)))
+            return lpx_error(LPX_EINVAL, "%s: group '%s' is unsharded; reshard every group first", op,
+                             lpx_fsdp_group_name(lpx_fsdp_group_at(f, gi)));
+    *comm = lpx_mesh_comm(mesh, 0);
+    return LPX_OK;
+}
+
+lpx_status ck_read_index(const char *op, const char *dir, ck_index *ix)
+{
+    memset(ix, 0, sizeof *ix);
+    char path[CK_PATH];
+    if (!dir || !*dir) return lpx_error(LPX_EINVAL, "%s: dir is %s", op, dir ? "empty" : "NULL");
+    if (strlen(dir) > CK_PATH - 64) return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
+    /* a save that crashed between its two renames (file systems that
+     * cannot exchange directories) left the previous one at <dir>.old */
+    struct stat sb;
+    snprintf(ix->dir, sizeof ix->dir, "%s", dir);
+    if (stat(dir, &sb) != 0 && errno == ENOENT) {
+        snprintf(path, sizeof path, "%s.old", dir);
+        if (stat(path, &sb) == 0) snprintf(ix->dir, sizeof ix->dir, "%s", path);
+    }
+    dir = ix->dir;
+    if (snprintf(path, sizeof path, "%s/index.json", dir) >= (int)sizeof path)
+        return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return lpx_error(LPX_EIO, "%s: %s: %s (not a checkpoint directory?)", op, path, strerror(errno));
+    char *text = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            if (cap > ((size_t)1 << 30)) {
+                fclose(fp);
+                lpx_free(text);
+                return lpx_error(LPX_EINVAL, "%s: %s is larger than 1 GiB", op, path);
+            }
+            char *t = lpx_realloc(text, cap);
+            if (!t) {
+                fclose(fp);
+                lpx_free(text);
+                return lpx_error(LPX_ENOMEM, "%s: out of memory reading %s", op, path);
+            }
+            text = t;
+        }
+        size_t r = fread(text + n, 1, 4096, fp);
+        n += r;
+        if (r < 4096) break;
+    }
+    fclose(fp);
+    text[n] = 0;
+    ix->root = cJSON_Parse(text);
+    lpx_free(text);
+    if (!ix->root) return lpx_error(LPX_EINVAL, "%s: %s is not valid JSON", op, path);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(ix->root, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(ix->root, "version");
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(ix->root, "world");
+    ix->files = cJSON_GetObjectItemCaseSensitive(ix->root, "files");
+    ix->params = cJSON_GetObjectItemCaseSensitive(ix->root, "params");
+    ix->extras = cJSON_GetObjectItemCaseSensitive(ix->root, "extras");
+    const cJSON *user = cJSON_GetObjectItemCaseSensitive(ix->root, "user");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CK_FORMAT) || !cJSON_IsNumber(ver) ||
+        ver->valuedouble != CK_VERSION || !cJSON_IsNumber(w) || w->valuedouble < 1 || w->valuedouble > 1 << 20 ||
+        !cJSON_IsArray(ix->files) || !cJSON_IsArray(ix->params) ||
+        cJSON_GetArraySize(ix->files) != (int)w->valuedouble || (ix->extras && !cJSON_IsArray(ix->extras)) ||
+        (user && !cJSON_IsObject(user))) {
+        cJSON_Delete(ix->root);
+        ix->root = NULL;
+        return lpx_error(LPX_EINVAL, "%s: %s is not an lpx checkpoint index of version %d (format, version, world, "
+                         "files, params; extras and user where present)", op, path, CK_VERSION);
+    }
+    ix->world = (int)w->valuedouble;
+    return LPX_OK;
+}
+
+lpx_status ck_open_rank(const char *op, ck_open *o, int r, lpx_safetensors **out)
+{
+    if (o->f[r]) {
+        *out = o->f[r];
+        return LPX_OK;
+    }
+    char path[CK_PATH];
+    ck_rank_file(path, sizeof path, o->ix->dir, r, o->ix->world);
+    const cJSON *fe = cJSON_GetArrayItem(o->ix->files, r), *b = cJSON_GetObjectItemCaseSensitive(fe, "bytes");
+    struct stat sb;
+    if (stat(path, &sb)) return lpx_error(LPX_EIO, "%s: %s: %s (a rank's file is missing)", op, path, strerror(errno));
+    if (!cJSON_IsNumber(b) || (double)sb.st_size != b->valuedouble)
+        return lpx_error(LPX_EIO, "%s: %s has %lld bytes, the index says %.0f: the file was changed or truncated", op,
+                         path, (long long)sb.st_size, cJSON_IsNumber(b) ? b->valuedouble : -1.0);
+    if (o->verify) {
+        /* the bytes the index was written from: one read of the file */
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(fe, "fnv1a64");
+        ck_file got;
+        char hex[32];
+        lpx_status st = ck_fnv_of_file(path, &got);
+        if (st) return st;
+        snprintf(hex, sizeof hex, "%016" PRIx64, got.fnv);
+        if (!cJSON_IsString(h) || strcmp(h->valuestring, hex))
+            return lpx_error(LPX_EIO, "%s: %s has checksum (FNV-1a 64) %s, the index says %s: the file was changed "
+                             "or damaged", op, path, hex, cJSON_IsString(h) ? h->valuestring : "none");
+    }
+    lpx_status st = lpx_safetensors_open(path, &o->f[r]);
+    if (!st) *out = o->f[r];
+    return st;
+}

@@ -1,0 +1,56 @@
+/* Internal to the sharded checkpoint (fsdp_checkpoint.c: save and load,
+ * fsdp_ckpt_reader.c: lpx_fsdp_ckpt_*, fsdp_export.c: the consolidated
+ * export); fsdp_ckpt_common.c holds what they share. Layout and commit:
+ * fsdp_checkpoint.c's header comment and docs/CHECKPOINT.md. */
+#ifndef LPX_FSDP_CKPT_INTERNAL_H
+#define LPX_FSDP_CKPT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <cjson/cJSON.h>
+#include "lpx/lpx.h"
+#include "lpx/checkpoint.h"
+#include "core/lpx_internal.h"
+
+#define CK_FORMAT "lpx-fsdp-checkpoint"
+#define CK_VERSION 1
+#define CK_PATH 4096
+/* extra tensors live in their rank's file under this prefix */
+#define CK_EXTRA "extra/"
+
+typedef struct ck_file {
+    uint64_t bytes, fnv;
+} ck_file;
+
+/* "<dir>/rank-RRRRR-of-WWWWW.safetensors" (callers keep dir below
+ * CK_PATH - 64 bytes, so nothing is cut) */
+void ck_rank_file(char *buf, size_t len, const char *dir, int rank, int world);
+/* size and FNV-1a 64 (8-byte words, then the tail bytes) of a file */
+lpx_status ck_fnv_of_file(const char *path, ck_file *out);
+/* Every rank learns whether every rank succeeded: the lowest failing
+ * rank's status everywhere; allocates nothing (see the definition). */
+lpx_status ck_agree(lpx_comm *comm, const char *what, lpx_status mine);
+/* f is sharded on a 1-D mesh with every group resharded; its comm */
+lpx_status ck_check_engine(const char *op, lpx_fsdp *f, lpx_comm **comm);
+
+typedef struct ck_index {
+    cJSON *root;
+    int world;
+    cJSON *files, *params;
+    cJSON *extras;          /* [[name, rank], ...] or NULL */
+    char dir[CK_PATH];      /* the directory read (<dir>.old after an interrupted commit) */
+} ck_index;
+/* Reads and validates <dir>/index.json (or <dir>.old's); ix->root is the
+ * caller's to cJSON_Delete. */
+lpx_status ck_read_index(const char *op, const char *dir, ck_index *ix);
+
+typedef struct ck_open {
+    lpx_safetensors **f;   /* per saved rank, opened on first use */
+    const ck_index *ix;
+    bool verify;           /* check each file's checksum when opening it */
+} ck_open;
+/* saved rank r's file: its size (and checksum where o->verify) checked
+ * against the index, mapped once */
+lpx_status ck_open_rank(const char *op, ck_open *o, int r, lpx_safetensors **out);
+
+#endif
