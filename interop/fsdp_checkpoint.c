@@ -297,8 +297,21 @@ static lpx_status write_index(const char *dir, cJSON *index)
     if (snprintf(tmp, sizeof tmp, "%s/index.json.tmp", dir) >= (int)sizeof tmp ||
         snprintf(path, sizeof path, "%s/index.json", dir) >= (int)sizeof path)
         return lpx_error(LPX_EINVAL, "lpx_fsdp_save: dir path is too long");
+    /* the index covers itself: "checksum" holds the FNV-1a 64 of the
+     * whole text with that field's 16 digits written as zeros */
+    cJSON_DeleteItemFromObjectCaseSensitive(index, "checksum");
+    if (!cJSON_AddStringToObject(index, "checksum", "0000000000000000"))
+        return lpx_error(LPX_ENOMEM, "lpx_fsdp_save: out of memory for the index");
     char *text = cJSON_Print(index);
     if (!text) return lpx_error(LPX_ENOMEM, "lpx_fsdp_save: out of memory for the index");
+    char *digits = ck_sum_digits(text);
+    if (!digits) {
+        free(text);
+        return lpx_error(LPX_EINTERNAL, "lpx_fsdp_save: the index's checksum field is not where it is expected");
+    }
+    char hx[17];
+    snprintf(hx, sizeof hx, "%016" PRIx64, ck_fnv_text(text, strlen(text)));
+    memcpy(digits, hx, 16);
     lpx_status st = LPX_OK;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     size_t n = strlen(text);

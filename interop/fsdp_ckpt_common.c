@@ -58,6 +58,23 @@ lpx_status ck_fnv_of_file(const char *path, ck_file *out)
  * the others say which rank failed). Allocates nothing, so a rank that
  * ran out of memory still takes part: two all-reduces of one value. A
  * comm failure is returned as is. */
+uint64_t ck_fnv_text(const char *p, size_t n)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 0x100000001B3ull;
+    return h;
+}
+
+char *ck_sum_digits(char *text)
+{
+    static const char key[] = "\"checksum\":";
+    char *k = strstr(text, key);
+    if (!k || strstr(k + 1, key)) return NULL;
+    char *q = strchr(k + strlen(key), '"');
+    if (!q || strlen(q) < 18 || q[17] != '"') return NULL;
+    return q + 1;
+}
+
 lpx_status ck_agree(lpx_comm *comm, const char *what, lpx_status mine)
 {
     int world = lpx_comm_size(comm), rank = lpx_comm_rank(comm);
@@ -142,6 +159,24 @@ lpx_status ck_read_index(const char *op, const char *dir, ck_index *ix)
     }
     fclose(fp);
     text[n] = 0;
+    /* the index's own checksum first: nothing in it is trusted before */
+    char *d = ck_sum_digits(text);
+    if (!d) {
+        lpx_free(text);
+        return lpx_error(LPX_EINVAL, "%s: %s has no checksum: not an lpx checkpoint index of version %d, or damaged",
+                         op, path, CK_VERSION);
+    }
+    char want[17], got[17];
+    memcpy(want, d, 16);
+    want[16] = 0;
+    memset(d, '0', 16);
+    snprintf(got, sizeof got, "%016" PRIx64, ck_fnv_text(text, n));
+    memcpy(d, want, 16);
+    if (strcmp(got, want)) {
+        lpx_free(text);
+        return lpx_error(LPX_EINVAL, "%s: %s has checksum (FNV-1a 64) %s, it records %s: the index was edited or "
+                         "damaged", op, path, got, want);
+    }
     ix->root = cJSON_Parse(text);
     lpx_free(text);
     if (!ix->root) return lpx_error(LPX_EINVAL, "%s: %s is not valid JSON", op, path);

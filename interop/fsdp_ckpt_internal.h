@@ -27,6 +27,10 @@ typedef struct ck_file {
 void ck_rank_file(char *buf, size_t len, const char *dir, int rank, int world);
 /* size and FNV-1a 64 (8-byte words, then the tail bytes) of a file */
 lpx_status ck_fnv_of_file(const char *path, ck_file *out);
+/* The index's self-checksum: FNV-1a 64 over bytes, and the 16 digits of
+ * its one "checksum" field in text (NULL: none, or more than one). */
+uint64_t ck_fnv_text(const char *p, size_t n);
+char *ck_sum_digits(char *text);
 /* Every rank learns whether every rank succeeded: the lowest failing
  * rank's status everywhere; allocates nothing (see the definition). */
 lpx_status ck_agree(lpx_comm *comm, const char *what, lpx_status mine);

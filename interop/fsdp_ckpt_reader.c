@@ -87,6 +87,45 @@ lpx_status lpx_fsdp_ckpt_extra(lpx_fsdp_ckpt *c, const char *name, unsigned flag
     return LPX_OK;
 }
 
+int lpx_fsdp_ckpt_param_count(const lpx_fsdp_ckpt *c) { return c ? cJSON_GetArraySize(c->ix.params) : 0; }
+
+lpx_status lpx_fsdp_ckpt_param(const lpx_fsdp_ckpt *c, int i, lpx_fsdp_ckpt_param_info *out)
+{
+    const char *op = "lpx_fsdp_ckpt_param";
+    if (!c || !out) return lpx_error(LPX_EINVAL, "%s: %s is NULL", op, c ? "out" : "c");
+    int n = cJSON_GetArraySize(c->ix.params);
+    if (i < 0 || i >= n) return lpx_error(LPX_EINVAL, "%s: index %d of %d parameters", op, i, n);
+    memset(out, 0, sizeof *out);
+    const cJSON *p = cJSON_GetArrayItem(c->ix.params, i);
+    const cJSON *key = cJSON_GetObjectItemCaseSensitive(p, "key"), *dt = cJSON_GetObjectItemCaseSensitive(p, "dtype"),
+                *kind = cJSON_GetObjectItemCaseSensitive(p, "kind"), *shape = cJSON_GetObjectItemCaseSensitive(p, "shape"),
+                *unit = cJSON_GetObjectItemCaseSensitive(p, "unit"), *fz = cJSON_GetObjectItemCaseSensitive(p, "frozen");
+    bool ok = cJSON_IsString(key) && cJSON_IsString(dt) && cJSON_IsString(kind) && cJSON_IsArray(shape) &&
+              cJSON_GetArraySize(shape) <= 8 && cJSON_IsNumber(unit) && cJSON_IsNumber(fz) &&
+              (int)lpx_dtype_from_name(dt->valuestring) >= 0;
+    if (ok) out->dtype = lpx_dtype_from_name(dt->valuestring);
+    if (ok) {
+        const char *s1 = strchr(key->valuestring, '/'), *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
+        ok = s2 != NULL;
+        out->key = key->valuestring;
+        out->name = s2 ? s2 + 1 : NULL;
+        out->kind = kind->valuestring;
+        out->unit = (int64_t)unit->valuedouble;
+        out->frozen = fz->valuedouble != 0;
+        out->ndim = cJSON_GetArraySize(shape);
+        for (int d = 0; ok && d < out->ndim; d++) {
+            const cJSON *v = cJSON_GetArrayItem(shape, d);
+            ok = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 9e15;
+            if (ok) out->shape[d] = (int64_t)v->valuedouble;
+        }
+    }
+    if (!ok) {
+        lpx_clear_error();
+        return lpx_error(LPX_EINVAL, "%s: parameter %d of the index in %s is malformed", op, i, c->ix.dir);
+    }
+    return LPX_OK;
+}
+
 void lpx_fsdp_ckpt_close(lpx_fsdp_ckpt *c)
 {
     if (!c) return;

@@ -306,6 +306,32 @@ static void refused(const char *dir, int world, const char *needle)
     ctx_free(&c);
 }
 
+/* Recomputes index.json's self-checksum after an edit (FNV-1a 64 of the
+ * text with the checksum's 16 digits as zeros), so that what the edit
+ * changed is what a load sees. */
+static bool resum_index(const char *path)
+{
+    static char text[1 << 20];
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    char *d = strstr(text, "\"checksum\":");
+    d = d ? strchr(d + 11, '"') : NULL;
+    if (!d) return false;
+    memset(d + 1, '0', 16);
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)text[i]) * 0x100000001B3ull;
+    char hx[17];
+    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)h);
+    memcpy(d + 1, hx, 16);
+    f = fopen(path, "wb");
+    bool ok = f && fwrite(text, 1, n, f) == n;
+    if (f) ok = fclose(f) == 0 && ok;
+    return ok;
+}
+
 static void test_damage_refused(void)
 {
     char dir[300], path[400], cmd[2048];
@@ -340,6 +366,8 @@ static void test_damage_refused(void)
     snprintf(path, sizeof path, "%s/index.json", dir);
     snprintf(cmd, sizeof cmd, "cp '%s' '%s.bak' && sed -i 's#\"emb/0/w\"#\"emb/0/x\"#' '%s'", path, path, path);
     CHECK(system(cmd) == 0);
+    refused(dir, 2, "the index was edited or damaged");   /* its own checksum */
+    CHECK(resum_index(path));
     refused(dir, 1, "emb/0/w");
     snprintf(cmd, sizeof cmd, "mv '%s.bak' '%s'", path, path);
     CHECK(system(cmd) == 0);
@@ -450,6 +478,17 @@ static void test_user_and_extras(void)
     lpx_fsdp_ckpt *c = NULL;
     CHECK_OK(lpx_fsdp_ckpt_open(dir, &c));
     CHECK(lpx_fsdp_ckpt_world(c) == 3);
+    /* what it records of each parameter, for a check before building */
+    CHECK(lpx_fsdp_ckpt_param_count(c) == NP);
+    for (int i = 0; i < NP && lpx_fsdp_ckpt_param_count(c) == NP; i++) {
+        lpx_fsdp_ckpt_param_info pi;
+        CHECK_OK(lpx_fsdp_ckpt_param(c, i, &pi));
+        CHECKF(pi.ndim == 2 && pi.shape[0] == shapes[i][0] && pi.shape[1] == shapes[i][1] && pi.dtype == dtypes[i] &&
+               !strcmp(pi.name, i == 3 ? "norm" : "w") && !strcmp(pi.kind, i == 2 ? "float8_weight" : "") && !pi.frozen,
+               "param %d: %s %s %s", i, pi.key, pi.name, pi.kind);
+    }
+    lpx_fsdp_ckpt_param_info pbad;
+    CHECK_ERR(lpx_fsdp_ckpt_param(c, NP, &pbad), LPX_EINVAL);
     const char *u = lpx_fsdp_ckpt_user(c);
     CHECKF(u && !strcmp(u, "{\"step\":12,\"data\":{\"position\":12},\"loss\":[3.5,3.25]}"), "user: %s", u ? u : "(null)");
     for (int r = 0; r < 3; r++) {

@@ -114,6 +114,27 @@ LPX_API const char *lpx_fsdp_ckpt_user(const lpx_fsdp_ckpt *c);
  *  LPX_EINVAL, LPX_ENOMEM. */
 LPX_API lpx_status lpx_fsdp_ckpt_extra(lpx_fsdp_ckpt *c, const char *name, unsigned flags, lpx_tensor **out);
 
+/** What the checkpoint records of one parameter (strings owned by c). */
+typedef struct lpx_fsdp_ckpt_param_info {
+    const char *key;      /* "<group>/<i>/<name>" */
+    const char *name;     /* the parameter's name (the key's last part) */
+    int ndim;
+    int64_t shape[8];     /* global shape */
+    lpx_dtype dtype;      /* logical dtype */
+    const char *kind;     /* "" for a dense parameter */
+    int64_t unit;         /* shard unit (rows) */
+    bool frozen;          /* saved without AdamW state */
+} lpx_fsdp_ckpt_param_info;
+
+/** The number of parameters the checkpoint holds. */
+LPX_API int lpx_fsdp_ckpt_param_count(const lpx_fsdp_ckpt *c);
+
+/** Parameter i (0 <= i < lpx_fsdp_ckpt_param_count) into *out, so a
+ *  framework can check a checkpoint against the model it is about to
+ *  build. Errors: LPX_EINVAL (NULL, i out of range, a malformed entry:
+ *  the message names it). */
+LPX_API lpx_status lpx_fsdp_ckpt_param(const lpx_fsdp_ckpt *c, int i, lpx_fsdp_ckpt_param_info *out);
+
 /** Closes c (NULL is fine); tensors read from it stay valid. */
 LPX_API void lpx_fsdp_ckpt_close(lpx_fsdp_ckpt *c);
 
