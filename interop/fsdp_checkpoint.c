@@ -197,8 +197,13 @@ static lpx_status write_rank(lpx_fsdp *f, const char *path, const lpx_fsdp_ckpt_
         lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
         for (int i = 0; i < lpx_fsdp_param_count(g) && !st; i++) {
             key_of(g, i, key, sizeof key);
-            lpx_tensor *h = NULL;
-            if ((st = on_host(lpx_fsdp_param_local(g, i), &h)) || (st = list_add(&l, key, h))) break;
+            /* a wrapper kind (a float8_weight) is saved as its dense master:
+             * what it adds is per-step state the next cast recomputes, and
+             * its metadata is process-local */
+            lpx_tensor *h = NULL, *loc = lpx_fsdp_param_local(g, i);
+            const lpx_kind *k = lpx_tensor_kind(loc);
+            if (k && lpx_kind_vtable(k)->master) loc = lpx_kind_vtable(k)->master(loc);
+            if ((st = on_host(loc, &h)) || (st = list_add(&l, key, h))) break;
             if (lpx_fsdp_param_flags(g, i) & LPX_FSDP_FROZEN) continue;
             lpx_tensor *m = NULL, *v = NULL;
             int64_t step = 0;
@@ -568,9 +573,32 @@ static lpx_status old_rows(const char *op, ck_open *o, int r, const char *name, 
     lpx_status st = ck_open_rank(op, o, r, &sf);
     if (!st && (st = lpx_safetensors_get(sf, name, &t)))
         st = lpx_error(st, "%s: rank %d's file lacks '%s'", op, r, name);
+    if (!st && rel == 0 && n == lpx_tensor_shape(t)[0]) {
+        *out = t;   /* the whole saved shard, as saved */
+        return LPX_OK;
+    }
     if (!st) st = lpx_narrow(t, 0, rel, n, out);
     lpx_tensor_release(t);
     return st;
+}
+
+/* dst (the engine's local shard of a kind without a dense master, refilled
+ * inner tensor by inner tensor) takes src's metadata: the saved tensor's
+ * (an NF4 scaler mean, say), not the one the model was built with. A kind
+ * whose metadata owns memory (meta_release) cannot be rewritten in place:
+ * refused unless the two are already equal. */
+static lpx_status adopt_meta(const char *op, const char *key, lpx_tensor *dst, const lpx_tensor *src)
+{
+    size_t nd = 0, ns = 0;
+    const void *md = lpx_tensor_meta(dst, &nd), *ms = lpx_tensor_meta(src, &ns);
+    if (nd == ns && (!ns || !memcmp(md, ms, ns))) return LPX_OK;
+    const lpx_kind *k = lpx_tensor_kind(dst);
+    if (lpx_kind_vtable(k)->meta_release || ns > LPX_MAX_META)
+        return lpx_error(LPX_ENOTIMPL, "%s: parameter '%s' (%s): the saved metadata differs from the model's and the "
+                         "kind's metadata owns memory (it cannot be rewritten in place)", op, key, lpx_kind_name(k));
+    memcpy(dst->meta, ms, ns);
+    dst->meta_size = (uint32_t)ns;
+    return LPX_OK;
 }
 
 /* Copies piece (rows [at, at + n) of this rank's shard) into dst (the
@@ -586,17 +614,15 @@ static lpx_status put_rows(const char *op, const char *key, lpx_tensor *dst, int
             d = vt->master(dst);
         } else if (at == 0 && n == len) {
             /* a kind with no dense master: whole shards only, inner tensor by inner tensor */
-            size_t m1 = 0, m2 = 0;
-            const void *a = lpx_tensor_meta(dst, &m1), *b = lpx_tensor_meta(piece, &m2);
             int ni = lpx_tensor_inner_count(dst);
-            if (ni != lpx_tensor_inner_count(piece) || m1 != m2 || (m1 && memcmp(a, b, m1)))
-                return lpx_error(LPX_EINVAL, "%s: parameter '%s' (%s): the saved shard's metadata differs", op, key,
-                                 lpx_kind_name(k));
+            if (ni != lpx_tensor_inner_count(piece))
+                return lpx_error(LPX_EINVAL, "%s: parameter '%s' (%s): the saved shard has %d inner tensors, the "
+                                 "model's %d", op, key, lpx_kind_name(k), lpx_tensor_inner_count(piece), ni);
             for (int i = 0; i < ni; i++) {
                 lpx_status st = lpx_copy_(lpx_tensor_inner(dst, i), lpx_tensor_inner(piece, i));
                 if (st) return st;
             }
-            return LPX_OK;
+            return adopt_meta(op, key, dst, piece);
         } else {
             return lpx_error(LPX_ENOTIMPL, "%s: parameter '%s' is a %s tensor whose shards changed with the world "
                              "size; re-cutting kind tensors without a dense master is not done yet (load it at the "
@@ -672,6 +698,7 @@ static lpx_status recut_kind(const char *op, const char *key, lpx_tensor *loc, l
             }
         }
     }
+    if (!st && res && res != loc) st = adopt_meta(op, key, loc, res);
     for (size_t j = 0; in && j < (size_t)n * LPX_MAX_AG_INPUTS; j++) lpx_tensor_release(in[j]);
     for (int i = 0; i < LPX_MAX_AG_INPUTS; i++) lpx_tensor_release(outs[i]);
     lpx_tensor_release(res);
@@ -712,6 +739,25 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
                 break;
             }
         }
+    }
+    if (kind && !lpx_kind_vtable(kind)->master && !len) {
+        /* no rows here, but the empty shard still carries the tensor's
+         * global parts (an NF4 scaler mean): take them from an empty slice
+         * of a saved shard */
+        int64_t chunk = 0, os = 0, ol = 0;
+        int from = -1;
+        bool empty = false;
+        for (int r = 0; r < o->ix->world && !st && !empty; r++) {
+            if ((st = lpx_shard_range(rows, o->ix->world, r, unit, &chunk, &os, &ol))) break;
+            if (!ol || from < 0) {   /* a saved empty shard is the exact match; else a slice */
+                from = r;
+                empty = !ol;
+            }
+        }
+        lpx_tensor *piece = NULL;
+        if (!st && from >= 0 && !(st = old_rows(op, o, from, key, 0, 0, &piece)))
+            st = put_rows(op, key, loc, 0, 0, 0, piece);
+        lpx_tensor_release(piece);
     }
     lpx_tensor **pieces = NULL;
     int npieces = 0;

@@ -176,6 +176,13 @@ static lpx_status ck_rank(lpx_comm *comm, void *vctx)
     c->st[r] = st;
     snprintf(c->msg[r], sizeof c->msg[r], "%s", st ? lpx_last_error() : "");
     if (!st && !c->export_path) image(g, c, r);
+    if (!st && c->with_nf4 && !c->save && !c->export_path) {
+        /* the loaded NF4 base gathers: every rank's shard, an empty one
+         * included, carries the saved tensor's scaler mean (an empty shard
+         * once kept the mean of the model it was built from) */
+        RCHECK_OK(r, lpx_fsdp_unshard(g[1]));
+        RCHECK_OK(r, lpx_fsdp_reshard(g[1]));
+    }
     lpx_fsdp_free(f);
     return c->expect_fail ? LPX_OK : st;
 }
