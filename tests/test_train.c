@@ -333,7 +333,7 @@ static double wall_s(void)
 
 static bool same_file(const char *a, const char *b)
 {
-    char cmd[1200];
+    char cmd[2600];
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
     return system(cmd) == 0;
 }
@@ -396,14 +396,28 @@ static void resume_exact(const char *recipe, const char *extra, bool delayed, bo
     /* the sample generated after training too */
     const char *x = strstr(o1, "\nsample ("), *y = strstr(o3, "\nsample (");
     CHECKF(x && y && !strcmp(x, y), "%s: samples differ: %s / %s", recipe, x ? x : "none", y ? y : "none");
-    static const char *const files[] = {"model.safetensors", "optimizer.safetensors", "recipe.safetensors"};
-    for (int f = 0; f < (delayed ? 3 : 2); f++) {
-        snprintf(a, sizeof a, "%s/%s-ck-straight/%s", outdir, recipe, files[f]);
-        snprintf(b, sizeof b, "%s/%s-ck-rest/%s", outdir, recipe, files[f]);
-        CHECKF(same_file(a, b), "%s: %s differs between the straight and the resumed run", recipe, files[f]);
-        snprintf(b, sizeof b, "%s/%s-ck-rest1/%s", outdir, recipe, files[f]);
-        CHECKF(!rank_invariant || same_file(a, b), "%s: %s differs between the straight run and the one resumed on 1 rank", recipe,
-               files[f]);
+    /* the final checkpoints, rank file by rank file (weights, AdamW state,
+     * float8-delayed histories), bit for bit */
+    (void)delayed;
+    for (int r = 0; r < 2; r++) {
+        snprintf(a, sizeof a, "%s/%s-ck-straight/rank-%05d-of-00002.safetensors", outdir, recipe, r);
+        snprintf(b, sizeof b, "%s/%s-ck-rest/rank-%05d-of-00002.safetensors", outdir, recipe, r);
+        CHECKF(same_file(a, b), "%s: rank %d's file differs between the straight and the resumed run", recipe, r);
+    }
+    if (rank_invariant) {
+        /* the run resumed on 1 rank, its checkpoint re-saved on 2 with no
+         * step (--stop-after at the checkpoint's step): the same files */
+        static char o5[65536];
+        snprintf(args, sizeof args, "train --resume '%s/%s-ck-rest1' --ranks 2 --stop-after 8 --sample 0 --out "
+                 "'%s/%s-rest1to2' --save '%s/%s-ck-rest1to2'", outdir, recipe, outdir, recipe, outdir, recipe);
+        rc = run(args, o5, sizeof o5);
+        CHECKF(rc == 0, "%s re-saved on 2 ranks: exit %d: %s", recipe, rc, o5);
+        for (int r = 0; r < 2; r++) {
+            snprintf(a, sizeof a, "%s/%s-ck-straight/rank-%05d-of-00002.safetensors", outdir, recipe, r);
+            snprintf(b, sizeof b, "%s/%s-ck-rest1to2/rank-%05d-of-00002.safetensors", outdir, recipe, r);
+            CHECKF(same_file(a, b), "%s: rank %d's file differs between the straight run and the one resumed on 1 "
+                   "rank", recipe, r);
+        }
     }
     printf("     %s: 8 steps straight = 4 + resume + 4 (2 ranks%s), losses equal in all bits, e.g. step 8 %s; "
            "%.2f s for the 4 runs\n", recipe, rank_invariant ? "; resumed on 1 rank too" : "", n1 == 8 ? h1[7] : "?",
@@ -455,7 +469,7 @@ static void test_resume_cross_recipe(void)
 static bool edit_manifest(const char *dir, const char *key, const char *value, bool resum)
 {
     char path[1024], *text = NULL;
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    snprintf(path, sizeof path, "%s/index.json", dir);
     FILE *f = fopen(path, "rb");
     if (!f) return false;
     fseek(f, 0, SEEK_END);
@@ -504,7 +518,8 @@ static bool edit_manifest(const char *dir, const char *key, const char *value, b
     return ok;
 }
 
-/* Resume trusts nothing in the manifest: an edit without the checksum is
+/* Resume trusts nothing in the index (the run's record is its user
+ * object): an edit without the checksum is
  * refused; with the checksum recomputed, every value still passes the
  * command line's validation (these once crashed or ran garbage: SIGFPE on
  * heads 0 and micro 0, a write past the parameter table at 200 layers,
@@ -519,7 +534,7 @@ static void test_manifest_validated(void)
     CHECK(edit_manifest(dir, "micro", "3", false));
     snprintf(args, sizeof args, "train --resume '%s' --out '%s/mfo'", dir, outdir);
     int rc = run(args, out, sizeof out);
-    CHECKF(rc == 2 && strstr(out, "the manifest was edited or damaged") && count_lines(out) == 1, "edited: %d %s", rc,
+    CHECKF(rc == 2 && strstr(out, "the index was edited or damaged") && count_lines(out) == 1, "edited: %d %s", rc,
            out);
     static const char *const cases[][3] = {
         {"heads", "0", "is not divisible by --heads 0"},
@@ -576,25 +591,27 @@ static void test_resume_refusals(void)
     rc = run(args, out, sizeof out);
     CHECKF(rc == 2 && strstr(out, "leaves nothing to run"), "--steps 4: %d %s", rc, out);
     /* no manifest: an interrupted save is never taken for a checkpoint */
-    snprintf(cmd, sizeof cmd, "rm -rf '%s/part' && cp -r '%s/%s' '%s/part' && rm '%s/part/manifest.json'", outdir, outdir,
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/part' && cp -r '%s/%s' '%s/part' && rm '%s/part/index.json'", outdir, outdir,
              ck, outdir, outdir);
     CHECK(system(cmd) == 0);
     snprintf(args, sizeof args, "train --resume '%s/part' --out '%s/ref'", outdir, outdir);
     rc = run(args, out, sizeof out);
-    CHECKF(rc == 2 && strstr(out, "no manifest.json: not a complete lpx train checkpoint") && count_lines(out) == 1,
+    CHECKF(rc == 2 && strstr(out, "no index.json: not a complete lpx train checkpoint") && count_lines(out) == 1,
            "no manifest: %d %s", rc, out);
     /* a damaged file: one byte changed (checksum), or truncated (size) */
-    snprintf(cmd, sizeof cmd, "rm -rf '%s/dmg' && cp -r '%s/%s' '%s/dmg' && printf 'x' | dd of='%s/dmg/optimizer.safetensors' "
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/dmg' && cp -r '%s/%s' '%s/dmg' && printf 'x' | dd of='%s/dmg/rank-00001-of-00002.safetensors' "
              "bs=1 seek=2000 conv=notrunc 2>/dev/null", outdir, outdir, ck, outdir, outdir);
     CHECK(system(cmd) == 0);
     snprintf(args, sizeof args, "train --resume '%s/dmg' --out '%s/ref'", outdir, outdir);
     rc = run(args, out, sizeof out);
-    CHECKF(rc == 2 && strstr(out, "optimizer.safetensors has checksum (FNV-1a 64)") && strstr(out, "damaged"),
-           "one byte changed: %d %s", rc, out);
-    snprintf(cmd, sizeof cmd, "truncate -s 1000 '%s/dmg/model.safetensors'", outdir);
+    /* (found by the ranks as they read: the run stops before its first step) */
+    CHECKF(rc != 0 && strstr(out, "rank-00001-of-00002.safetensors has checksum (FNV-1a 64)") && strstr(out, "damaged") &&
+           !strstr(out, "step 5"), "one byte changed: %d %s", rc, out);
+    snprintf(cmd, sizeof cmd, "truncate -s 1000 '%s/dmg/rank-00000-of-00002.safetensors'", outdir);
     CHECK(system(cmd) == 0);
     rc = run(args, out, sizeof out);
-    CHECKF(rc == 2 && strstr(out, "model.safetensors has 1000 bytes, the manifest records"), "truncated: %d %s", rc, out);
+    CHECKF(rc != 0 && strstr(out, "rank-00000-of-00002.safetensors has 1000 bytes, the index says"), "truncated: %d %s",
+           rc, out);
     snprintf(args, sizeof args, "train --resume '%s/nosuch' --out '%s/ref'", outdir, outdir);
     rc = run(args, out, sizeof out);
     CHECKF(rc == 2 && strstr(out, "no such checkpoint directory"), "missing dir: %d %s", rc, out);
@@ -619,7 +636,7 @@ static void test_resume_refusals(void)
     CHECKF(rc == 0 && strstr(out, "checkpoint ") && strstr(out, "every: step 2") && strstr(out, "every: step 4") &&
            strstr(out, "every: step 5"), "--save-every: %d %s", rc, out);
     snprintf(cmd, sizeof cmd, "ls -d '%s'/every.* 2>/dev/null | grep -q . && exit 1; grep -q '\"step\":.5,' "
-             "'%s/every/manifest.json'", outdir, outdir);
+             "'%s/every/index.json'", outdir, outdir);
     CHECKF(system(cmd) == 0, "--save-every left temporary directories or a wrong step");
 
     /* option errors */
@@ -778,6 +795,94 @@ static void test_mem(void)
     if (s) CHECKF(atof(s + strlen("estimate (worst ")) <= 10.0, "estimate off: %s", s);
 }
 
+/* --resume under another --ranks, every recipe: a checkpoint saved on 2
+ * ranks, re-saved on 3 with no step (--stop-after at its step: each rank
+ * reads the rows of its new shards and the float8-delayed slots it runs),
+ * then on 2 again, gives the first checkpoint's rank files byte for byte
+ * (weights, float8_weight masters, the NF4 base and adapters, AdamW's
+ * moments and steps, the delayed histories); and a resume on 3 ranks
+ * trains on. */
+static void test_resume_other_ranks_every_recipe(void)
+{
+    static char out[65536];
+    static const char *const recipes[] = {"f32", "bf16", "float8-tensorwise", "float8-rowwise", "float8-blockwise",
+                                          "float8-delayed", "nf4-qlora", "mxfp8", "mxfp4"};
+    const char *common = "--dim 32 --layers 1 --heads 2 --seq 16 --batch 12 --micro 6 --steps 6 --eval 2 --sample 0";
+    char args[4096], a[600], b[600];
+    int n = 0;
+    for (size_t i = 0; i < sizeof recipes / sizeof *recipes; i++) {
+        const char *r = recipes[i];
+        const char *extra = !strcmp(r, "nf4-qlora") ? "--pretrain 4 --lora-rank 4" : "";
+        snprintf(args, sizeof args, "train --recipe %s %s %s --ranks 2 --stop-after 3 --data '%s' --out '%s/rk-%s' "
+                 "--save '%s/rk-%s-a'", r, extra, common, corpus, outdir, r, outdir, r);
+        int rc = run(args, out, sizeof out);
+        if (rc != 0 && strstr(out, "lpx-mx")) {
+            printf("     %s: the lpx-mx plugin is not built here; not checked\n", r);
+            continue;
+        }
+        CHECKF(rc == 0, "%s on 2 ranks: exit %d: %s", r, rc, out);
+        snprintf(args, sizeof args, "train --resume '%s/rk-%s-a' --ranks 3 --stop-after 3 --out '%s/rk-%s' --save "
+                 "'%s/rk-%s-b'", outdir, r, outdir, r, outdir, r);
+        rc = run(args, out, sizeof out);
+        CHECKF(rc == 0 && strstr(out, "now %s on 3") == NULL && strstr(out, "on 2 ranks; now"), "%s 2 -> 3: exit %d: %s",
+               r, rc, out);
+        snprintf(args, sizeof args, "train --resume '%s/rk-%s-b' --ranks 2 --stop-after 3 --out '%s/rk-%s' --save "
+                 "'%s/rk-%s-c'", outdir, r, outdir, r, outdir, r);
+        rc = run(args, out, sizeof out);
+        CHECKF(rc == 0 && strstr(out, "on 3 ranks; now"), "%s 3 -> 2: exit %d: %s", r, rc, out);
+        for (int k = 0; k < 2; k++) {
+            snprintf(a, sizeof a, "%s/rk-%s-a/rank-%05d-of-00002.safetensors", outdir, r, k);
+            snprintf(b, sizeof b, "%s/rk-%s-c/rank-%05d-of-00002.safetensors", outdir, r, k);
+            CHECKF(same_file(a, b), "%s: rank %d's file differs after 2 -> 3 -> 2 ranks", r, k);
+        }
+        snprintf(a, sizeof a, "%s/rk-%s-b/rank-00002-of-00003.safetensors", outdir, r);
+        CHECKF(access(a, R_OK) == 0, "%s: no third rank file in the 3-rank checkpoint", r);
+        /* and it trains on 3 ranks from the 2-rank checkpoint */
+        snprintf(args, sizeof args, "train --resume '%s/rk-%s-a' --ranks 3 --out '%s/rk-%s'", outdir, r, outdir, r);
+        rc = run(args, out, sizeof out);
+        CHECKF(rc == 0 && strstr(out, "steps 4..6"), "%s resumed on 3 ranks: exit %d: %s", r, rc, out);
+        n++;
+    }
+    printf("     %d recipes: 2 -> 3 -> 2 ranks, checkpoints equal byte for byte\n", n);
+    CHECK(n >= 7);
+}
+
+/* The gathered format lpx train wrote before (version 2, committed under
+ * tests/data/train_ckpt_v2: float8-delayed on 2 ranks, step 2 of 4) is
+ * still read: a step from it equals, bit for bit, a step from its
+ * conversion to the sharded format; --save over it replaces it. */
+static void test_resume_gathered_format(void)
+{
+    static char o1[65536], o2[65536], o3[65536];
+    const char *v2 = getenv("LPX_TEST_CKPT_V2");
+    if (!v2) SKIP_CASE("LPX_TEST_CKPT_V2 is not set");
+    char args[4096], cmd[2048];
+    snprintf(args, sizeof args, "train --resume '%s' --data '%s' --stop-after 3 --log-exact --log-every 1 --out '%s/v2a'",
+             v2, corpus, outdir);
+    int rc = run(args, o1, sizeof o1);
+    CHECKF(rc == 0 && strstr(o1, "resuming") && strstr(o1, "at step 2"), "from version 2: exit %d: %s", rc, o1);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/v2copy' && cp -r '%s' '%s/v2copy'", outdir, v2, outdir);
+    CHECK(system(cmd) == 0);
+    /* converted in place: the version 2 directory is replaced by a sharded one */
+    snprintf(args, sizeof args, "train --resume '%s/v2copy' --data '%s' --stop-after 2 --out '%s/v2b' --save '%s/v2copy'",
+             outdir, corpus, outdir, outdir);
+    rc = run(args, o2, sizeof o2);
+    CHECKF(rc == 0, "converting: exit %d: %s", rc, o2);
+    snprintf(cmd, sizeof cmd, "test -f '%s/v2copy/index.json' && ! test -e '%s/v2copy/manifest.json' && "
+             "! ls -d '%s'/v2copy.* 2>/dev/null | grep -q .", outdir, outdir, outdir);
+    CHECKF(system(cmd) == 0, "the version 2 directory was not replaced cleanly");
+    snprintf(args, sizeof args, "train --resume '%s/v2copy' --data '%s' --stop-after 3 --log-exact --log-every 1 "
+             "--out '%s/v2c'", outdir, corpus, outdir);
+    rc = run(args, o3, sizeof o3);
+    CHECKF(rc == 0, "from the converted one: exit %d: %s", rc, o3);
+    int s1[4], s3[4];
+    char h1[4][40], h3[4][40];
+    int n1 = hex_losses(o1, "float8-delayed", s1, h1, 4), n3 = hex_losses(o3, "float8-delayed", s3, h3, 4);
+    CHECKF(n1 == 1 && n3 == 1 && s1[0] == 3 && s3[0] == 3 && !strcmp(h1[0], h3[0]),
+           "step 3 from version 2 (%d: %s) and from its sharded conversion (%d: %s) differ", n1, n1 ? h1[0] : "-", n3,
+           n3 ? h3[0] : "-");
+}
+
 int main(int argc, char **argv)
 {
     bool mpi = argc > 1 && !strcmp(argv[1], "mpi");
@@ -812,6 +917,8 @@ int main(int argc, char **argv)
         RUN(test_resume_nf4_qlora);
         RUN(test_resume_cross_recipe);
         RUN(test_resume_refusals);
+        RUN(test_resume_other_ranks_every_recipe);
+        RUN(test_resume_gathered_format);
         RUN(test_manifest_validated);
         RUN(test_nonfinite);
         RUN(test_comm_fault);

@@ -1,35 +1,24 @@
 /* Checkpoints of `lpx train`: --save DIR, --save-every N, --resume DIR.
  *
- * A checkpoint is a directory of safetensors files and a manifest:
- *   model.safetensors      every parameter's full f32 weights, gathered
- *                          from the shards (the masters, whatever the
- *                          recipe puts on the wire; nf4-qlora: the f32
- *                          base its NF4 weights are quantized from, and
- *                          the adapters NAME.lora_a / NAME.lora_b)
- *   optimizer.safetensors  AdamW's m and v of every trainable parameter,
- *                          full shape, f32 (NAME.exp_avg, NAME.exp_avg_sq);
- *                          each one's step count in __metadata__ (NAME.step)
- *   recipe.safetensors     float8-delayed only: the delayed-scaling states
- *                          of every linear and micro-batch slot
- *                          (NAME.slotS.input|weight|grad_output: u8 blobs
- *                          of lpx_float8_delayed_save: history, scale, steps)
- *   manifest.json          written last, covered by its own checksum (the
- *                          "checksum" field: FNV-1a 64 of the file with
- *                          that field's digits as zeros): format and version, the step, the
- *                          run configuration, the data position and random
- *                          state, the loss history, and each file's size
- *                          and FNV-1a 64 checksum
- * Gathered full-shape tensors make a checkpoint independent of the rank
- * count and of the wire format, so it resumes under another world size
- * or another dense-master recipe (bf16, float8-*, mx*).
+ * A checkpoint is the library's sharded checkpoint of the run's engine
+ * (lpx_fsdp_save_ex, include/lpx/checkpoint.h, docs/CHECKPOINT.md): every
+ * rank writes its own shards (f32 masters, float8_weight masters, the NF4
+ * base and LoRA adapters of nf4-qlora, AdamW's moments and steps) to
+ * DIR/rank-R-of-W.safetensors; the trainer adds
+ *   user object "lpx-train-checkpoint" version 3: the step, the run
+ *       configuration, the data position and random state, the loss
+ *       history (the index, and with it this record, is covered by its own
+ *       checksum)
+ *   extra tensors "f8/NAME.slotS.input|weight|grad_output" (float8-delayed):
+ *       each rank's training slots' lpx_float8_delayed_save blobs
+ * and the library commits it atomically (the index written last, after
+ * every rank's file is durable; DIR exchanged with the previous one). No
+ * rank gathers anything, and --resume reads it at any --ranks: each rank
+ * reads the rows of its new shards, and the slots it runs now.
  *
- * Atomicity: rank 0 writes DIR.tmp-PID-N/ (each file fsync'd, the manifest
- * last, the directory fsync'd), then renames it to DIR; an existing DIR is
- * exchanged with it in one renameat2(RENAME_EXCHANGE) and removed after.
- * DIR is therefore the previous complete checkpoint or the new one, never
- * a mix; an interrupted save leaves a DIR.tmp-* without effect. Resume
- * refuses a directory without a manifest, or with a file whose size or
- * checksum differs from the manifest's. */
+ * The gathered format lpx train wrote before (version 2, manifest.json)
+ * is still read (ckpt_v2.c); a save over such a directory replaces it
+ * atomically. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -43,219 +32,71 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "rank.h"
-#include "lpx/safetensors.h"
+#include "lpx/checkpoint.h"
 
 #define FORMAT "lpx-train-checkpoint"
-#define VERSION 2  /* 2: the Llama 3 model (rope, GQA, ffn, tied head; no position embedding) */
-#define MODEL "model.safetensors"
-#define OPTIM "optimizer.safetensors"
-#define RECIPE "recipe.safetensors"
+#define VERSION 3  /* 3: the library's sharded checkpoint; 2: gathered (ckpt_v2.c) */
+#define INDEX "index.json"
 #define MANIFEST "manifest.json"
 
 static const char *const state_names[3] = {"input", "weight", "grad_output"};
-
-/* ---- the trainable parameters, as the engine holds them ---- */
-
-static bool is_1d(const tr_param *P) { return P->kind == TR_P_NORM || P->kind == TR_P_NORMF; }
-
-typedef struct tr_tparam {
-    int p;             /* model parameter */
-    int which;         /* 0: the parameter, 1: its LoRA A, 2: its LoRA B */
-    int idx;           /* index in its engine group */
-    int64_t rows, cols;
-    int ndim;
-    char name[64];
-} tr_tparam;
-
-static int trainables(const tr_rank *R, tr_tparam *out)
-{
-    const tr_geom *g = R->g;
-    int n = 0;
-    for (int p = 0; p < g->nparams; p++) {
-        const tr_param *P = &g->p[p];
-        if (R->recipe != TR_NF4_QLORA) {
-            tr_tparam t = {.p = p, .which = 0, .idx = R->gi[p], .rows = P->rows, .cols = P->cols,
-                           .ndim = is_1d(P) ? 1 : 2};
-            snprintf(t.name, sizeof t.name, "%s", P->name);
-            out[n++] = t;
-        } else if (P->kind == TR_P_LIN) {
-            int64_t r = R->o->lora_rank;
-            tr_tparam a = {.p = p, .which = 1, .idx = R->ai[p], .rows = r, .cols = P->cols, .ndim = 2};
-            tr_tparam b = {.p = p, .which = 2, .idx = R->bi[p], .rows = P->rows, .cols = r, .ndim = 2};
-            snprintf(a.name, sizeof a.name, "%s.lora_a", P->name);
-            snprintf(b.name, sizeof b.name, "%s.lora_b", P->name);
-            out[n++] = a;
-            out[n++] = b;
-        }
-    }
-    return n;
-}
-
-static char *shape_str(const int64_t *s, int nd, char *buf, size_t n)
-{
-    size_t k = 0;
-    buf[k++] = '[';
-    for (int d = 0; d < nd && k < n; d++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)s[d]);
-    if (k < n - 1) {
-        buf[k++] = ']';
-        buf[k] = 0;
-    }
-    return buf;
-}
-
-/* ---- save ---- */
-
-typedef struct entries {
-    int n, cap;
-    char (*names)[80];
-    lpx_tensor **t;
-} entries;
-
-static lpx_status ent_add(entries *e, const char *name, lpx_tensor *t)
-{
-    if (e->n == e->cap) {
-        int cap = e->cap ? 2 * e->cap : 64;
-        char (*nn)[80] = realloc(e->names, sizeof *nn * (size_t)cap);
-        if (nn) e->names = nn;
-        lpx_tensor **nt = realloc(e->t, sizeof *nt * (size_t)cap);
-        if (nt) e->t = nt;
-        if (!nn || !nt) {
-            lpx_tensor_release(t);
-            return lpx_error(LPX_ENOMEM, "checkpoint: out of memory");
-        }
-        e->cap = cap;
-    }
-    snprintf(e->names[e->n], sizeof e->names[0], "%s", name);
-    e->t[e->n++] = t;
-    return LPX_OK;
-}
-
-static void ent_free(entries *e)
-{
-    for (int i = 0; i < e->n; i++) lpx_tensor_release(e->t[i]);
-    free(e->names);
-    free(e->t);
-    memset(e, 0, sizeof *e);
-}
-
-static lpx_status ent_save(const char *path, const entries *e, int nmeta, const lpx_safetensors_kv *meta)
-{
-    const char **names = malloc(sizeof *names * (size_t)(e->n + 1));
-    if (!names) return lpx_error(LPX_ENOMEM, "checkpoint: out of memory");
-    for (int i = 0; i < e->n; i++) names[i] = e->names[i];
-    lpx_status st = lpx_safetensors_save(path, e->n, names, e->t, nmeta, meta);
-    free(names);
-    return st;
-}
-
-/* Gathers a Shard(0) f32 tensor; the writer (out_e non-NULL) gets it as an
- * entry of out_e named `name`. */
-static lpx_status gather_entry(tr_rank *R, const char *name, const lpx_tensor *local, int64_t rows, int64_t cols,
-                               int ndim, entries *out_e)
-{
-    lpx_status st = LPX_OK;
-    lpx_tensor *full = NULL;
-    if (lpx_tensor_kind(local) || lpx_tensor_dtype(local) != LPX_F32 || !lpx_tensor_is_contiguous(local))
-        FAIL(LPX_EINTERNAL, "checkpoint: the local shard of %s is not a contiguous f32 tensor", name);
-    int64_t lrows = lpx_tensor_ndim(local) ? lpx_tensor_shape(local)[0] : 0;
-    if (out_e) {
-        int64_t shape[2] = {rows, cols};
-        TRY(lpx_empty(ndim, shape, LPX_F32, lpx_cpu(), &full));
-    }
-    TRY(tr_gather_rows(R, lpx_tensor_data(local), lrows, rows, cols, full ? lpx_tensor_data(full) : NULL));
-    if (out_e) {
-        st = ent_add(out_e, name, full);
-        full = NULL;
-    }
-out:
-    lpx_tensor_release(full);
-    return st;
-}
-
-static lpx_status f32_entry(const char *name, const float *v, int64_t rows, int64_t cols, int ndim, entries *e)
-{
-    lpx_tensor *t = NULL;
-    int64_t shape[2] = {rows, cols};
-    lpx_status st = lpx_empty(ndim, shape, LPX_F32, lpx_cpu(), &t);
-    if (st != LPX_OK) return st;
-    memcpy(lpx_tensor_data(t), v, sizeof(float) * (size_t)(rows * cols));
-    return ent_add(e, name, t);
-}
-
-static lpx_status fsync_path(const char *path, bool dir)
-{
-    int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0) return lpx_error(LPX_EIO, "checkpoint: cannot open '%s' to fsync it: %s", path, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    /* some file systems cannot fsync a directory (EINVAL): nothing to do there */
-    if (rc && !(dir && e == EINVAL)) return lpx_error(LPX_EIO, "checkpoint: fsync '%s': %s", path, strerror(e));
-    return LPX_OK;
-}
-
-/* A flat directory: removes its files, then it. */
-static void remove_dir(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *de;
-        char p[2200];
-        while ((de = readdir(d))) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
-
-/* An existing DIR may be replaced only if it is empty or holds nothing
- * but checkpoint files (no user data is ever deleted). */
-static bool replaceable(const char *path)
-{
-    static const char *const ours[] = {MANIFEST, MODEL, OPTIM, RECIPE};
-    DIR *d = opendir(path);
-    if (!d) return false;
-    bool ok = true;
-    struct dirent *de;
-    while (ok && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        bool mine = false;
-        for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) mine |= !strcmp(de->d_name, ours[i]);
-        ok = mine;
-    }
-    closedir(d);
-    return ok;
-}
-
-lpx_status tr_ckpt_check_target(const char *dir)
-{
-    struct stat sb;
-    if (stat(dir, &sb) != 0) return LPX_OK;   /* made at the first save */
-    if (!S_ISDIR(sb.st_mode) || !replaceable(dir))
-        return lpx_error(LPX_EINVAL, "--save '%s': it exists and is not an lpx train checkpoint (%s); a save replaces "
-                         "the directory, so choose another", dir, S_ISDIR(sb.st_mode) ? "it holds other files" : "a file");
-    return LPX_OK;
-}
-
-static void parent_of(const char *path, char *out, size_t n)
-{
-    snprintf(out, n, "%s", path);
-    size_t k = strlen(out);
-    while (k > 1 && out[k - 1] == '/') out[--k] = 0;
-    char *s = strrchr(out, '/');
-    if (!s) snprintf(out, n, ".");
-    else if (s == out) out[1] = 0;
-    else *s = 0;
-}
 
 static char *hex64(uint64_t v, char *buf)
 {
     snprintf(buf, 17, "%016" PRIx64, v);
     return buf;
 }
+
+static bool has_file(const char *dir, const char *name)
+{
+    char p[1400];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* A directory lpx train wrote in the gathered format (version 2): its
+ * files and nothing else. */
+static bool is_v2_dir(const char *path)
+{
+    static const char *const ours[] = {MANIFEST, "model.safetensors", "optimizer.safetensors", "recipe.safetensors"};
+    DIR *d = opendir(path);
+    if (!d) return false;
+    bool ok = true, manifest = false;
+    struct dirent *de;
+    while (ok && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        bool mine = false;
+        for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) mine |= !strcmp(de->d_name, ours[i]);
+        manifest |= !strcmp(de->d_name, MANIFEST);
+        ok = mine;
+    }
+    closedir(d);
+    return ok && manifest;
+}
+
+static bool is_empty_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d) return false;
+    struct dirent *de;
+    bool empty = true;
+    while (empty && (de = readdir(d))) empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+    closedir(d);
+    return empty;
+}
+
+lpx_status tr_ckpt_check_target(const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return LPX_OK;   /* made at the first save */
+    if (!S_ISDIR(sb.st_mode) || !(is_empty_dir(dir) || has_file(dir, INDEX) || is_v2_dir(dir)))
+        return lpx_error(LPX_EINVAL, "--save '%s': it exists and is not an lpx train checkpoint (%s); a save replaces "
+                         "the directory, so choose another", dir, S_ISDIR(sb.st_mode) ? "it holds other files" : "a file");
+    return LPX_OK;
+}
+
+/* ---- save ---- */
 
 static cJSON *config_json(const tr_opts *o, int world, int vocab)
 {
@@ -292,94 +133,15 @@ static cJSON *config_json(const tr_opts *o, int world, int vocab)
     return c;
 }
 
-/* The manifest covers itself: its "checksum" field holds the FNV-1a 64 of
- * the whole text with that field's 16 hex digits written as zeros. */
-#define SUM_KEY "\"checksum\":"
-static const char zeros16[] = "0000000000000000";
-
-static uint64_t fnv_mem(const char *p, size_t n)
+/* The trainer's record of the run: the checkpoint's user object. */
+static cJSON *run_record(tr_rank *R, const tr_ckpt_info *info)
 {
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 0x100000001B3ull;
-    return h;
-}
-
-/* the 16 digits of the text's checksum field, or NULL (exactly one, a
- * string of 16 characters) */
-static char *sum_digits(char *text)
-{
-    char *k = strstr(text, SUM_KEY);
-    if (!k || strstr(k + 1, SUM_KEY)) return NULL;
-    char *q = strchr(k + strlen(SUM_KEY), '"');
-    if (!q || strlen(q) < 18 || q[17] != '"') return NULL;
-    return q + 1;
-}
-
-static lpx_status write_manifest(const char *path, cJSON *root)
-{
-    cJSON_AddStringToObject(root, "checksum", zeros16);
-    char *text = cJSON_Print(root);
-    if (!text) return lpx_error(LPX_ENOMEM, "checkpoint: out of memory for the manifest");
-    char *d = sum_digits(text);
-    if (!d) {
-        cJSON_free(text);
-        return lpx_error(LPX_EINTERNAL, "checkpoint: the manifest's checksum field is not where it is expected");
-    }
-    /* over the bytes the file will hold: the text and its final newline */
-    char hx[17];
-    uint64_t h = (fnv_mem(text, strlen(text)) ^ (unsigned char)'\n') * 0x100000001B3ull;
-    memcpy(d, hex64(h, hx), 16);
-    lpx_status st = LPX_OK;
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        st = lpx_error(LPX_EIO, "checkpoint: cannot write '%s': %s", path, strerror(errno));
-    } else {
-        bool bad = fputs(text, f) < 0 || fputc('\n', f) == EOF;
-        bad |= fflush(f) != 0;
-        bad |= fsync(fileno(f)) != 0;
-        bad |= fclose(f) != 0;
-        if (bad) st = lpx_error(LPX_EIO, "checkpoint: cannot write '%s': %s", path, strerror(errno));
-    }
-    cJSON_free(text);
-    return st;
-}
-
-/* rank 0: the files into a temporary directory, then renamed to DIR */
-static lpx_status write_dir(tr_rank *R, const tr_ckpt_info *info, entries *model, entries *optim, int noptmeta,
-                            const lpx_safetensors_kv *optmeta, entries *recipe, int nrecmeta,
-                            const lpx_safetensors_kv *recmeta)
-{
-    static int counter;
-    lpx_status st = LPX_OK;
     const tr_opts *o = R->o;
-    char tmp[1200], path[1400], parent[1200];
-    cJSON *root = NULL;
-    bool made = false;
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%d", info->dir, (long)getpid(), counter++);
-    struct stat sb;
-    if (stat(info->dir, &sb) == 0 && (!S_ISDIR(sb.st_mode) || !replaceable(info->dir)))
-        FAIL(LPX_EINVAL, "checkpoint: refusing to replace '%s': it exists and is not an lpx train checkpoint "
-             "(it holds other files)", info->dir);
-    if (mkdir(tmp, 0777) != 0) FAIL(LPX_EIO, "checkpoint: cannot create '%s': %s", tmp, strerror(errno));
-    made = true;
-
-    const char *files[3] = {MODEL, OPTIM, RECIPE};
-    int nfiles = recipe ? 3 : 2;
-    snprintf(path, sizeof path, "%s/%s", tmp, MODEL);
-    lpx_safetensors_kv mm[1] = {{"lpx_train", "model: full f32 weights by parameter name"}};
-    TRY(ent_save(path, model, 1, mm));
-    snprintf(path, sizeof path, "%s/%s", tmp, OPTIM);
-    TRY(ent_save(path, optim, noptmeta, optmeta));
-    if (recipe) {
-        snprintf(path, sizeof path, "%s/%s", tmp, RECIPE);
-        TRY(ent_save(path, recipe, nrecmeta, recmeta));
-    }
-
-    /* the manifest, last: a directory without one is not a checkpoint */
-    root = cJSON_CreateObject();
-    if (!root) FAIL(LPX_ENOMEM, "checkpoint: out of memory");
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
     cJSON_AddStringToObject(root, "format", FORMAT);
     cJSON_AddNumberToObject(root, "version", VERSION);
+    cJSON_AddBoolToObject(root, "recipe_state", R->f8state != NULL);
     cJSON_AddNumberToObject(root, "step", info->step);
     cJSON_AddItemToObject(root, "config", config_json(o, R->world, info->vocab));
     char hx[17];
@@ -408,188 +170,115 @@ static lpx_status write_dir(tr_rank *R, const tr_ckpt_info *info, entries *model
             cJSON_AddItemToArray(row, isfinite(v[k]) ? cJSON_CreateNumber(v[k]) : cJSON_CreateNull());
         cJSON_AddItemToArray(hist, row);
     }
-    cJSON *fl = cJSON_AddArrayToObject(root, "files");
-    for (int i = 0; i < nfiles; i++) {
-        uint64_t h, n;
-        snprintf(path, sizeof path, "%s/%s", tmp, files[i]);
-        TRY(tr_file_fnv(path, &h, &n));
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "name", files[i]);
-        cJSON_AddNumberToObject(e, "bytes", (double)n);
-        cJSON_AddStringToObject(e, "fnv1a64", hex64(h, hx));
-        cJSON_AddItemToArray(fl, e);
-    }
-    snprintf(path, sizeof path, "%s/%s", tmp, MANIFEST);
-    TRY(write_manifest(path, root));
-    TRY(fsync_path(tmp, true));
+    return root;
+}
 
-    /* into place: DIR is the old checkpoint or the new one at every instant */
-    if (stat(info->dir, &sb) == 0) {
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, info->dir, RENAME_EXCHANGE) == 0) {
-            remove_dir(tmp); /* the previous checkpoint, now under the temporary name */
-        } else {
-            /* no RENAME_EXCHANGE here: move the old one aside first (a crash
-             * between the renames leaves DIR.old-* holding the checkpoint) */
-            char old[1300];
-            snprintf(old, sizeof old, "%s.old-%ld", info->dir, (long)getpid());
-            if (rename(info->dir, old) != 0 || rename(tmp, info->dir) != 0)
-                FAIL(LPX_EIO, "checkpoint: cannot rename '%s' to '%s': %s", tmp, info->dir, strerror(errno));
-            remove_dir(old);
+/* This rank's float8-delayed training slots (the micro-batches it runs),
+ * as extra tensors of u8 blobs. */
+static lpx_status f8_extras(tr_rank *R, int *n, char (**names)[96], lpx_tensor ***ts)
+{
+    const tr_geom *g = R->g;
+    int nloc = R->o->micro / R->world, cap = 0;
+    *n = 0;
+    for (int p = 0; p < g->nparams; p++) cap += g->p[p].kind == TR_P_LIN ? 3 * nloc : 0;
+    *names = calloc((size_t)cap + 1, sizeof **names);
+    *ts = calloc((size_t)cap + 1, sizeof **ts);
+    if (!*names || !*ts) return lpx_error(LPX_ENOMEM, "checkpoint: out of memory");
+    for (int j = 0; j < nloc; j++) {
+        int slot = R->rank * nloc + j;
+        for (int p = 0; p < g->nparams; p++) {
+            if (g->p[p].kind != TR_P_LIN) continue;
+            lpx_float8_linear_state *s = &R->f8state[p * R->f8slots + slot];
+            lpx_float8_delayed *ds[3] = {s->input, s->weight, s->grad_output};
+            for (int k = 0; k < 3; k++) {
+                if (!ds[k]) continue;
+                size_t need = 0;
+                lpx_status st = lpx_float8_delayed_save(ds[k], NULL, 0, &need);
+                int64_t shape[1] = {(int64_t)need};
+                if (!st) st = lpx_empty(1, shape, LPX_U8, lpx_cpu(), &(*ts)[*n]);
+                if (!st) st = lpx_float8_delayed_save(ds[k], lpx_tensor_data((*ts)[*n]), need, &need);
+                if (st) return st;
+                snprintf((*names)[*n], sizeof **names, "f8/%s.slot%d.%s", g->p[p].name, slot, state_names[k]);
+                (*n)++;
+            }
         }
-    } else if (rename(tmp, info->dir) != 0) {
-        FAIL(LPX_EIO, "checkpoint: cannot rename '%s' to '%s': %s", tmp, info->dir, strerror(errno));
     }
-    made = false;
-    parent_of(info->dir, parent, sizeof parent);
-    TRY(fsync_path(parent, true));
-out:
-    if (made) remove_dir(tmp);
-    cJSON_Delete(root);
-    return st;
+    return LPX_OK;
 }
 
 lpx_status tr_ckpt_save(tr_rank *R, const tr_ckpt_info *info)
 {
-    lpx_status st = LPX_OK, wst = LPX_OK;
-    const tr_geom *g = R->g;
-    bool writer = R->rank == 0, qlora = R->recipe == TR_NF4_QLORA;
-    entries model = {0}, optim = {0}, recipe = {0};
-    tr_tparam *tp = calloc((size_t)g->nparams * 2 + 1, sizeof *tp);
-    char (*stepv)[24] = calloc((size_t)g->nparams * 2 + 1, sizeof *stepv);
-    char (*stepk)[80] = calloc((size_t)g->nparams * 2 + 1, sizeof *stepk);
-    lpx_safetensors_kv *meta = calloc((size_t)g->nparams * 2 + 2, sizeof *meta);
-    unsigned char *blobs = NULL, *all = NULL;
-    lpx_tensor *m = NULL, *v = NULL;
-    int nmeta = 0;
-    if (!tp || !stepv || !stepk || !meta) FAIL(LPX_ENOMEM, "checkpoint: out of memory");
-    int nt = trainables(R, tp);
-
-    /* model.safetensors: the weights, full shape */
-    for (int p = 0; p < g->nparams; p++) {
-        const tr_param *P = &g->p[p];
-        if (qlora) {
-            /* the frozen base every rank holds whole */
-            if (writer) TRY(f32_entry(P->name, info->weights[p], P->rows, P->cols, is_1d(P) ? 1 : 2, &model));
-        } else {
-            TRY(gather_entry(R, P->name, R->master[p], P->rows, P->cols, is_1d(P) ? 1 : 2, writer ? &model : NULL));
-        }
+    lpx_status st = LPX_OK;
+    char *user = NULL, (*names)[96] = NULL, tmp[1300], parent[1200];
+    const char **np = NULL;
+    lpx_tensor **ts = NULL;
+    int n = 0;
+    cJSON *rec = NULL;
+    const char *dir = info->dir;
+    tr_reshard_all(R);
+    if (R->rank == 0) {
+        rec = run_record(R, info);
+        user = rec ? cJSON_PrintUnformatted(rec) : NULL;
+        if (!user) FAIL(LPX_ENOMEM, "checkpoint: out of memory");
     }
-    for (int i = 0; i < nt && qlora; i++) {
-        lpx_tensor *loc = lpx_fsdp_param_local(R->grp[g->p[tp[i].p].group], tp[i].idx);
-        TRY(gather_entry(R, tp[i].name, loc, tp[i].rows, tp[i].cols, 2, writer ? &model : NULL));
+    if (R->f8state) TRY(f8_extras(R, &n, &names, &ts));
+    np = calloc((size_t)n + 1, sizeof *np);
+    if (!np) FAIL(LPX_ENOMEM, "checkpoint: out of memory");
+    for (int i = 0; i < n; i++) np[i] = names[i];
+    /* a directory of the gathered format is replaced by exchanging it with
+     * the new checkpoint written beside it (one atomic rename) */
+    bool v2 = is_v2_dir(dir);
+    if (v2) {
+        snprintf(tmp, sizeof tmp, "%s.v3", dir);
+        dir = tmp;
     }
-
-    /* optimizer.safetensors: AdamW m and v, full shape; steps in the metadata */
-    for (int i = 0; i < nt; i++) {
-        char name[96];
-        int64_t step = 0;
-        TRY(lpx_fsdp_param_adamw_state(R->grp[g->p[tp[i].p].group], tp[i].idx, &m, &v, &step));
-        snprintf(name, sizeof name, "%s.exp_avg", tp[i].name);
-        TRY(gather_entry(R, name, m, tp[i].rows, tp[i].cols, tp[i].ndim, writer ? &optim : NULL));
-        snprintf(name, sizeof name, "%s.exp_avg_sq", tp[i].name);
-        TRY(gather_entry(R, name, v, tp[i].rows, tp[i].cols, tp[i].ndim, writer ? &optim : NULL));
-        REL(m);
-        REL(v);
-        snprintf(stepk[nmeta], sizeof stepk[0], "%s.step", tp[i].name);
-        snprintf(stepv[nmeta], sizeof stepv[0], "%lld", (long long)step);
-        meta[nmeta].key = stepk[nmeta];
-        meta[nmeta].value = stepv[nmeta];
-        nmeta++;
-    }
-
-    /* recipe.safetensors (float8-delayed): every training slot's states.
-     * Slot s belongs to the rank that runs micro-batch s; each rank packs
-     * its slots as records [u32 size][blob, padded to B] and one
-     * all-gather puts them in slot order. */
-    char rmeta_v[2][24];
-    lpx_safetensors_kv rmeta[3];
-    int nrmeta = 0;
-    if (R->f8state) {
-        int nloc = R->o->micro / R->world, nlin = 0;
-        size_t B = 0;
-        for (int p = 0; p < g->nparams; p++) {
-            if (g->p[p].kind != TR_P_LIN) continue;
-            nlin++;
-            lpx_float8_linear_state *s = &R->f8state[p * R->f8slots];
-            lpx_float8_delayed *ds[3] = {s->input, s->weight, s->grad_output};
-            for (int k = 0; k < 3; k++) {
-                size_t need = 0;
-                if (ds[k]) TRY(lpx_float8_delayed_save(ds[k], NULL, 0, &need));
-                B = need > B ? need : B;
-            }
-        }
-        size_t rec = 4 + B, block = rec * 3 * (size_t)nlin * (size_t)nloc;
-        blobs = calloc(block + 1, 1);
-        all = writer ? calloc(block * (size_t)R->world + 1, 1) : malloc(block * (size_t)R->world + 1);
-        if (!blobs || !all) FAIL(LPX_ENOMEM, "checkpoint: out of memory");
-        size_t at = 0;
-        for (int j = 0; j < nloc; j++) {
-            int slot = R->rank * nloc + j;
-            for (int p = 0; p < g->nparams; p++) {
-                if (g->p[p].kind != TR_P_LIN) continue;
-                lpx_float8_linear_state *s = &R->f8state[p * R->f8slots + slot];
-                lpx_float8_delayed *ds[3] = {s->input, s->weight, s->grad_output};
-                for (int k = 0; k < 3; k++, at += rec) {
-                    size_t size = 0;
-                    if (ds[k]) TRY(lpx_float8_delayed_save(ds[k], blobs + at + 4, B, &size));
-                    uint32_t sz = (uint32_t)size;
-                    memcpy(blobs + at, &sz, 4);
+    lpx_fsdp_ckpt_opts opts = {.struct_size = sizeof opts, .user_json = user, .nextra = n, .extra_names = np,
+                               .extra = ts};
+    TRY(lpx_fsdp_save_ex(R->fsdp, dir, &opts));
+    if (v2) {
+        int32_t mine = LPX_OK, first = LPX_OK;
+        if (R->rank == 0) {
+            if (renameat2(AT_FDCWD, tmp, AT_FDCWD, info->dir, RENAME_EXCHANGE) != 0) {
+                mine = lpx_error(LPX_EIO, "checkpoint: cannot exchange '%s' with '%s': %s", tmp, info->dir,
+                                 strerror(errno));
+            } else {
+                /* the old checkpoint now sits at DIR.v3: remove its files */
+                static const char *const old[] = {MANIFEST, "model.safetensors", "optimizer.safetensors",
+                                                  "recipe.safetensors"};
+                char p[1400];
+                for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+                    snprintf(p, sizeof p, "%s/%s", tmp, old[i]);
+                    unlink(p);
+                }
+                rmdir(tmp);
+                snprintf(parent, sizeof parent, "%s", info->dir);
+                char *s = strrchr(parent, '/');
+                if (s && s != parent) *s = 0;
+                else snprintf(parent, sizeof parent, "%s", s ? "/" : ".");
+                int fd = open(parent, O_RDONLY | O_DIRECTORY);
+                if (fd >= 0) {
+                    (void)fsync(fd);
+                    close(fd);
                 }
             }
         }
-        TRY(lpx_comm_all_gather_buf(R->comm, blobs, all, block));
-        if (writer) {
-            at = 0;
-            for (int r = 0; r < R->world; r++)
-                for (int j = 0; j < nloc; j++)
-                    for (int p = 0; p < g->nparams; p++) {
-                        if (g->p[p].kind != TR_P_LIN) continue;
-                        for (int k = 0; k < 3; k++, at += rec) {
-                            uint32_t sz;
-                            memcpy(&sz, all + at, 4);
-                            if (!sz) continue;
-                            char name[96];
-                            snprintf(name, sizeof name, "%s.slot%d.%s", g->p[p].name, r * nloc + j, state_names[k]);
-                            int64_t shape[1] = {sz};
-                            lpx_tensor *t = NULL;
-                            TRY(lpx_empty(1, shape, LPX_U8, lpx_cpu(), &t));
-                            memcpy(lpx_tensor_data(t), all + at + 4, sz);
-                            TRY(ent_add(&recipe, name, t));
-                        }
-                    }
-        }
-        snprintf(rmeta_v[0], sizeof rmeta_v[0], "%d", R->o->micro);
-        snprintf(rmeta_v[1], sizeof rmeta_v[1], "%d", R->f8r.delayed.history_len);
-        rmeta[0] = (lpx_safetensors_kv){"slots", rmeta_v[0]};
-        rmeta[1] = (lpx_safetensors_kv){"history_len", rmeta_v[1]};
-        rmeta[2] = (lpx_safetensors_kv){"format", "lpx_float8_delayed_save blobs: NAME.slotS.input|weight|grad_output"};
-        nrmeta = 3;
+        int32_t *all = malloc(sizeof(int32_t) * (size_t)R->world);
+        if (!all) FAIL(LPX_ENOMEM, "checkpoint: out of memory");
+        st = lpx_comm_all_gather_buf(R->comm, &mine, all, sizeof mine);
+        first = all[0];
+        free(all);
+        if (st == LPX_OK && first != LPX_OK && R->rank != 0)
+            st = lpx_error((lpx_status)first, "checkpoint '%s' not written (rank 0 failed)", info->dir);
+        else if (mine != LPX_OK)
+            st = (lpx_status)mine;
     }
-
-    if (writer) wst = write_dir(R, info, &model, &optim, nmeta, meta, R->f8state ? &recipe : NULL, nrmeta, rmeta);
-    /* every rank learns rank 0's outcome (its message is the one reported) */
-    int32_t mine = (int32_t)wst, *sts = malloc(sizeof(int32_t) * (size_t)R->world);
-    if (!sts) FAIL(LPX_ENOMEM, "checkpoint: out of memory");
-    char msg[1024];
-    if (wst != LPX_OK) snprintf(msg, sizeof msg, "%s", lpx_last_error());
-    st = lpx_comm_all_gather_buf(R->comm, &mine, sts, sizeof mine);
-    int32_t w0 = sts[0];
-    free(sts);
-    if (wst != LPX_OK) st = lpx_error(wst, "%s", msg);
-    else if (st == LPX_OK && w0 != LPX_OK)
-        st = lpx_error((lpx_status)w0, "checkpoint '%s' not written (rank 0 failed)", info->dir);
 out:
-    lpx_tensor_release(m);
-    lpx_tensor_release(v);
-    ent_free(&model);
-    ent_free(&optim);
-    ent_free(&recipe);
-    free(tp);
-    free(stepv);
-    free(stepk);
-    free(meta);
-    free(blobs);
-    free(all);
+    for (int i = 0; ts && i < n; i++) lpx_tensor_release(ts[i]);
+    free(ts);
+    free(names);
+    free(np);
+    cJSON_free(user);
+    cJSON_Delete(rec);
     return st;
 }
 
@@ -617,79 +306,14 @@ void tr_ckpt_free(tr_ckpt *ck)
     ck->hist = NULL;
 }
 
-lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck)
+/* The run record (either format): the step, the configuration, the
+ * data position, the history. */
+static lpx_status parse_run(const char *dir, const cJSON *root, tr_ckpt *ck)
 {
     lpx_status st = LPX_OK;
-    char path[1400];
-    char *text = NULL;
-    cJSON *root = NULL;
-    memset(ck, 0, sizeof *ck);
-    ck->val_start = NAN;
-    snprintf(ck->dir, sizeof ck->dir, "%s", dir);
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        FAIL(LPX_ENOTFOUND, "--resume '%s': no such checkpoint directory", dir);
-    snprintf(path, sizeof path, "%s/%s", dir, MANIFEST);
-    size_t n = 0;
-    st = tr_read_file(path, 64u << 20, &text, &n);
-    if (st == LPX_ENOTFOUND)
-        FAIL(LPX_ENOTFOUND, "--resume '%s': no %s: not a complete lpx train checkpoint (a save writes its manifest "
-             "last; an interrupted one leaves none)", dir, MANIFEST);
-    if (st) FAIL(LPX_EIO, "--resume '%s': cannot read %s", dir, MANIFEST);
-    /* the manifest's own checksum first: every value in it is trusted
-     * only after that (and then validated like the command line) */
-    {
-        char *d = sum_digits(text), want[17], hx[17];
-        if (!d) FAIL(LPX_EINVAL, "--resume '%s': %s has no checksum: not a manifest this lpx wrote, or damaged", dir,
-                     MANIFEST);
-        memcpy(want, d, 16);
-        want[16] = 0;
-        memcpy(d, zeros16, 16);
-        hex64(fnv_mem(text, (size_t)n), hx);
-        memcpy(d, want, 16);
-        if (strcmp(hx, want))
-            FAIL(LPX_EINVAL, "--resume '%s': %s has checksum (FNV-1a 64) %s, it records %s: the manifest was "
-                 "edited or damaged", dir, MANIFEST, hx, want);
-    }
-    root = cJSON_Parse(text);
-    if (!root || !cJSON_IsObject(root)) FAIL(LPX_EINVAL, "--resume '%s': %s is not valid JSON", dir, MANIFEST);
-    const char *fmt = json_str(root, "format");
-    int64_t ver = 0, step = 0, x = 0;
-    if (!fmt || strcmp(fmt, FORMAT) || !json_int(root, "version", 0, 1000, &ver))
-        FAIL(LPX_EINVAL, "--resume '%s': %s is not an lpx train checkpoint manifest", dir, MANIFEST);
-    if (ver != VERSION)
-        FAIL(LPX_EINVAL, "--resume '%s': manifest version %lld; this lpx reads version %d", dir, (long long)ver, VERSION);
-    if (!json_int(root, "step", 1, 1000000, &step)) FAIL(LPX_EINVAL, "--resume '%s': manifest: bad \"step\"", dir);
+    int64_t step = 0, x = 0;
+    if (!json_int(root, "step", 1, 1000000, &step)) FAIL(LPX_EINVAL, "--resume '%s': checkpoint record: bad \"step\"", dir);
     ck->step = (int)step;
-
-    /* every file the manifest lists, whole and unchanged */
-    const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
-    if (!cJSON_IsArray(files)) FAIL(LPX_EINVAL, "--resume '%s': manifest: no \"files\"", dir);
-    bool has_model = false, has_optim = false;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, files) {
-        const char *name = json_str(e, "name"), *hx = json_str(e, "fnv1a64");
-        int64_t bytes;
-        if (!name || !hx || strchr(name, '/') || !json_int(e, "bytes", 0, INT64_C(1) << 52, &bytes))
-            FAIL(LPX_EINVAL, "--resume '%s': manifest: a malformed \"files\" entry", dir);
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        uint64_t h, nb;
-        if (tr_file_fnv(path, &h, &nb) != LPX_OK)
-            FAIL(LPX_EINVAL, "--resume '%s': %s is missing: the checkpoint is incomplete", dir, name);
-        char want[17];
-        if (nb != (uint64_t)bytes)
-            FAIL(LPX_EINVAL, "--resume '%s': %s has %llu bytes, the manifest records %lld: the checkpoint is damaged",
-                 dir, name, (unsigned long long)nb, (long long)bytes);
-        if (strcmp(hex64(h, want), hx))
-            FAIL(LPX_EINVAL, "--resume '%s': %s has checksum (FNV-1a 64) %s, the manifest records %s: the checkpoint "
-                 "is damaged", dir, name, want, hx);
-        has_model |= !strcmp(name, MODEL);
-        has_optim |= !strcmp(name, OPTIM);
-        ck->has_recipe_state |= !strcmp(name, RECIPE);
-    }
-    if (!has_model || !has_optim)
-        FAIL(LPX_EINVAL, "--resume '%s': the manifest lists no %s", dir, has_model ? OPTIM : MODEL);
-
     /* the run configuration */
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "config");
     const cJSON *lr = cJSON_GetObjectItemCaseSensitive(c, "lr_schedule");
@@ -703,7 +327,7 @@ lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck)
     const cJSON *peak = cJSON_GetObjectItemCaseSensitive(lr, "peak"),
                 *drop = cJSON_GetObjectItemCaseSensitive(c, "lora_dropout");
     ok = ok && cJSON_IsNumber(peak) && cJSON_IsNumber(drop) && json_int(lr, "steps", 1, 1000000, &x);
-    if (!ok) FAIL(LPX_EINVAL, "--resume '%s': manifest: a malformed \"config\"", dir);
+    if (!ok) FAIL(LPX_EINVAL, "--resume '%s': checkpoint record: a malformed \"config\"", dir);
     tr_opts *o = &ck->cfg;
     o->recipe = (tr_recipe)tr_recipe_from_name(rn);
     o->ranks = (int)v[0];
@@ -721,7 +345,7 @@ lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck)
                 *tied = cJSON_GetObjectItemCaseSensitive(c, "tied");
     if (!json_int(c, "kv_heads", 1, 1 << 20, &kvh) || !json_int(c, "ffn", 1, 1 << 24, &ffn) || !cJSON_IsNumber(theta) ||
         !cJSON_IsNumber(eps) || !cJSON_IsBool(tied) || !cJSON_IsArray(rs) || cJSON_GetArraySize(rs) != 4)
-        FAIL(LPX_EINVAL, "--resume '%s': manifest: a malformed \"config\" (the model's kv_heads, ffn, tied, rope_theta, "
+        FAIL(LPX_EINVAL, "--resume '%s': checkpoint record: a malformed \"config\" (the model's kv_heads, ffn, tied, rope_theta, "
              "norm_eps, rope_llama3)", dir);
     o->m.kv_heads = (int)kvh;
     o->m.ffn = (int)ffn;
@@ -772,7 +396,52 @@ lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck)
         ck->hist[ck->nhist++] = (tr_step_rec){vals[0], vals[1], vals[2], vals[3]};
     }
 out:
-    free(text);
+    return st;
+}
+
+lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck)
+{
+    lpx_status st = LPX_OK;
+    cJSON *root = NULL;
+    lpx_fsdp_ckpt *c = NULL;
+    memset(ck, 0, sizeof *ck);
+    ck->val_start = NAN;
+    snprintf(ck->dir, sizeof ck->dir, "%s", dir);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        FAIL(LPX_ENOTFOUND, "--resume '%s': no such checkpoint directory", dir);
+    if (has_file(dir, INDEX)) {
+        /* the library checks the index's own checksum, and the rank files'
+         * sizes and checksums as they are read */
+        st = lpx_fsdp_ckpt_open(dir, &c);
+        if (st) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", lpx_last_error());
+            FAIL(st, "--resume '%s': %s", dir, msg);
+        }
+        const char *user = lpx_fsdp_ckpt_user(c);
+        root = user ? cJSON_Parse(user) : NULL;
+        const char *fmt = json_str(root, "format");
+        int64_t ver = 0;
+        if (!root || !fmt || strcmp(fmt, FORMAT) || !json_int(root, "version", 0, 1000, &ver))
+            FAIL(LPX_EINVAL, "--resume '%s': a sharded checkpoint without lpx train's record of the run (saved by "
+                 "lpx_fsdp_save, not by lpx train?)", dir);
+        if (ver != VERSION)
+            FAIL(LPX_EINVAL, "--resume '%s': record version %lld; this lpx reads version %d", dir, (long long)ver,
+                 VERSION);
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "recipe_state");
+        ck->has_recipe_state = cJSON_IsTrue(rs);
+        ck->sharded = true;
+        ck->saved_world = lpx_fsdp_ckpt_world(c);
+    } else if (has_file(dir, MANIFEST)) {
+        TRY(tr_ckpt_v2_open(dir, ck, &root));
+    } else {
+        FAIL(LPX_ENOTFOUND, "--resume '%s': no %s: not a complete lpx train checkpoint (a save writes its index "
+             "last; an interrupted one leaves none)", dir, INDEX);
+    }
+    TRY(parse_run(dir, root, ck));
+out:
+    lpx_fsdp_ckpt_close(c);
     cJSON_Delete(root);
     if (st != LPX_OK) tr_ckpt_free(ck);
     return st;
@@ -825,181 +494,139 @@ int tr_ckpt_apply(const tr_ckpt *ck, tr_opts *o)
                           tr_recipe_name(c->recipe), tr_recipe_name(o->recipe));
     int rc = tr_check_opts(o);
     if (rc) return rc;
-    if (ck->step >= o->steps)
+    if (ck->step >= o->steps && !(o->stop_after == ck->step && o->save_dir))
         return bad_resume("--resume '%s': the checkpoint is at step %d; --steps %d leaves nothing to run", ck->dir,
                           ck->step, o->steps);
+    /* --stop-after at the checkpoint's step with --save: no step, the state
+     * saved again under this run's --ranks (a resharding conversion) */
+    if (o->stop_after && o->stop_after == ck->step && o->save_dir) return 0;
     if (o->stop_after && o->stop_after <= ck->step)
         return bad_resume("--resume '%s': the checkpoint is at step %d; --stop-after %d is not beyond it", ck->dir,
                           ck->step, o->stop_after);
     return 0;
 }
 
-/* a dense f32 entry of the expected shape, or an error naming both shapes */
-static lpx_status get_f32(lpx_safetensors *f, const tr_ckpt *ck, const char *file, const char *name, int ndim,
-                          int64_t rows, int64_t cols, const char *what, lpx_tensor **out)
+/* ---- the model, checked before it is built (sharded checkpoints) ---- */
+
+static bool is_1d(const tr_param *P) { return P->kind == TR_P_NORM || P->kind == TR_P_NORMF; }
+
+/* Finds parameter `name` in the checkpoint's list; -1 if absent. */
+static int find_info(const lpx_fsdp_ckpt_param_info *info, int n, const char *name)
 {
-    *out = NULL;
-    const char *kind = lpx_safetensors_kind_of(f, name);
-    if (!kind)
-        return lpx_error(LPX_EINVAL, "--resume '%s': %s has no %s '%s' (%s)", ck->dir, file, what, name,
-                         "the checkpoint's model differs from this run's");
-    lpx_status st = lpx_safetensors_get(f, name, out);
-    if (st != LPX_OK) return st;
-    int64_t want[2] = {rows, cols};
-    const int64_t *s = lpx_tensor_shape(*out);
-    bool same = !kind[0] && lpx_tensor_dtype(*out) == LPX_F32 && lpx_tensor_ndim(*out) == ndim &&
-                s[0] == rows && (ndim == 1 || s[1] == cols) && lpx_tensor_is_contiguous(*out);
-    if (!same) {
-        char a[64], b[64];
-        const tr_opts *c = &ck->cfg;
-        st = lpx_error(LPX_EINVAL, "--resume '%s': %s %s is %s %s in the checkpoint but %s in this run (the checkpoint "
-                       "has dim %d, layers %d, heads %d, seq %d, vocab %d, lora rank %d)", ck->dir, what, name,
-                       lpx_dtype_name(lpx_tensor_dtype(*out)), shape_str(s, lpx_tensor_ndim(*out), a, sizeof a),
-                       shape_str(want, ndim, b, sizeof b), c->m.dim, c->m.layers, c->m.heads, c->seq, ck->vocab,
-                       c->lora_rank);
-        REL(*out);
-    }
-    return st;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(info[i].name, name)) return i;
+    return -1;
 }
 
-lpx_status tr_ckpt_load_weights(const tr_ckpt *ck, const tr_geom *g, const tr_opts *o, float **w)
+/* One parameter of this run against the checkpoint's: present, and of the
+ * same shape (the messages name both shapes). */
+static lpx_status check_one(const tr_ckpt *ck, const tr_geom *g, const lpx_fsdp_ckpt_param_info *info, int n,
+                            bool *seen, const char *name, const char *what, int ndim, int64_t rows, int64_t cols)
 {
-    lpx_status st = LPX_OK;
-    lpx_safetensors *f = NULL;
-    lpx_tensor *t = NULL;
-    char path[1400];
-    snprintf(path, sizeof path, "%s/%s", ck->dir, MODEL);
-    TRY(lpx_safetensors_open(path, &f));
     const tr_opts *c = &ck->cfg;
+    int64_t want[2] = {rows, cols};
+    char a[64], b[64];
+    int i = find_info(info, n, name);
+    if (i < 0)
+        return lpx_error(LPX_EINVAL, "--resume '%s': %s %s %s of this run is not in the checkpoint (it has dim %d, "
+                         "layers %d; this run dim %d, layers %d)", ck->dir, what, name,
+                         tr_shape_str(want, ndim, b, sizeof b), c->m.dim, c->m.layers, g->dim, g->layers);
+    seen[i] = true;
+    bool same = info[i].ndim == ndim && info[i].shape[0] == rows && (ndim == 1 || info[i].shape[1] == cols);
+    if (!same)
+        return lpx_error(LPX_EINVAL, "--resume '%s': %s %s is %s %s in the checkpoint but %s in this run (the checkpoint "
+                         "has dim %d, layers %d, heads %d, seq %d, vocab %d, lora rank %d)", ck->dir, what, name,
+                         lpx_dtype_name(info[i].dtype), tr_shape_str(info[i].shape, info[i].ndim, a, sizeof a),
+                         tr_shape_str(want, ndim, b, sizeof b), c->m.dim, c->m.layers, c->m.heads, c->seq, ck->vocab,
+                         c->lora_rank);
+    return LPX_OK;
+}
+
+lpx_status tr_ckpt_check_model(const tr_ckpt *ck, const tr_geom *g, const tr_opts *o)
+{
+    if (!ck->sharded) return LPX_OK;   /* checked as its weights are read (tr_ckpt_v2_load_weights) */
+    lpx_status st = LPX_OK;
+    lpx_fsdp_ckpt *c = NULL;
+    lpx_fsdp_ckpt_param_info *info = NULL;
+    bool *seen = NULL;
+    const tr_opts *cc = &ck->cfg;
+    TRY(lpx_fsdp_ckpt_open(ck->dir, &c));
+    int n = lpx_fsdp_ckpt_param_count(c);
+    info = calloc((size_t)n + 1, sizeof *info);
+    seen = calloc((size_t)n + 1, sizeof *seen);
+    if (!info || !seen) FAIL(LPX_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) TRY(lpx_fsdp_ckpt_param(c, i, &info[i]));
+    bool qlora = o->recipe == TR_NF4_QLORA;
     for (int p = 0; p < g->nparams; p++) {
         const tr_param *P = &g->p[p];
-        if (!lpx_safetensors_kind_of(f, P->name)) {
-            int64_t want[2] = {P->rows, P->cols};
-            char b[64];
-            FAIL(LPX_EINVAL, "--resume '%s': parameter %s %s of this run is not in the checkpoint (it has dim %d, "
-                 "layers %d; this run dim %d, layers %d)", ck->dir, P->name, shape_str(want, is_1d(P) ? 1 : 2, b,
-                 sizeof b), c->m.dim, c->m.layers, g->dim, g->layers);
+        TRY(check_one(ck, g, info, n, seen, P->name, "parameter", is_1d(P) ? 1 : 2, P->rows, P->cols));
+        if (qlora && P->kind == TR_P_LIN) {
+            char name[96];
+            snprintf(name, sizeof name, "%s.lora_a", P->name);
+            TRY(check_one(ck, g, info, n, seen, name, "adapter", 2, o->lora_rank, P->cols));
+            snprintf(name, sizeof name, "%s.lora_b", P->name);
+            TRY(check_one(ck, g, info, n, seen, name, "adapter", 2, P->rows, o->lora_rank));
         }
-        TRY(get_f32(f, ck, MODEL, P->name, is_1d(P) ? 1 : 2, P->rows, P->cols, "parameter", &t));
-        memcpy(w[p], lpx_tensor_data(t), sizeof(float) * (size_t)(P->rows * P->cols));
-        REL(t);
     }
-    /* no parameter this run lacks (a deeper model) */
-    for (int i = 0; i < lpx_safetensors_count(f); i++) {
-        const char *name = lpx_safetensors_name(f, i);
-        size_t n = strlen(name);
-        if (n > 7 && (!strcmp(name + n - 7, ".lora_a") || !strcmp(name + n - 7, ".lora_b"))) continue;
-        bool found = false;
-        for (int p = 0; p < g->nparams && !found; p++) found = !strcmp(g->p[p].name, name);
-        if (!found)
-            FAIL(LPX_EINVAL, "--resume '%s': the checkpoint has parameter '%s', which this run does not (it has "
-                 "layers %d, this run %d)", ck->dir, name, ck->cfg.m.layers, g->layers);
-    }
-    /* nf4-qlora: the adapters' shapes (the LoRA rank) */
-    for (int p = 0; p < g->nparams && o->recipe == TR_NF4_QLORA; p++) {
-        const tr_param *P = &g->p[p];
-        if (P->kind != TR_P_LIN) continue;
-        char name[80];
-        snprintf(name, sizeof name, "%s.lora_a", P->name);
-        TRY(get_f32(f, ck, MODEL, name, 2, o->lora_rank, P->cols, "adapter", &t));
-        REL(t);
-        snprintf(name, sizeof name, "%s.lora_b", P->name);
-        TRY(get_f32(f, ck, MODEL, name, 2, P->rows, o->lora_rank, "adapter", &t));
-        REL(t);
-    }
-    /* the same shapes with other heads would be another model */
-    if (c->m.heads != g->heads)
+    for (int i = 0; i < n; i++)
+        if (!seen[i])
+            FAIL(LPX_EINVAL, "--resume '%s': the checkpoint has parameter '%s', which this run does not (it has layers "
+                 "%d, this run %d)", ck->dir, info[i].name, cc->m.layers, g->layers);
+    if (cc->m.heads != g->heads)
         FAIL(LPX_EINVAL, "--resume '%s': the checkpoint's model has %d attention heads, this run %d (--heads)", ck->dir,
-             c->m.heads, g->heads);
-    if (c->m.rope_theta != g->a.rope_theta || c->m.rope_factor != g->a.rope_factor || c->m.tied != g->tied)
+             cc->m.heads, g->heads);
+    if (cc->m.rope_theta != g->a.rope_theta || cc->m.rope_factor != g->a.rope_factor || cc->m.tied != g->tied)
         FAIL(LPX_EINVAL, "--resume '%s': the checkpoint's model has rope_theta %g%s%s; this run %g%s%s", ck->dir,
-             c->m.rope_theta, c->m.rope_factor != 0 ? " with llama3 scaling" : "", c->m.tied ? ", a tied head" : "",
+             cc->m.rope_theta, cc->m.rope_factor != 0 ? " with llama3 scaling" : "", cc->m.tied ? ", a tied head" : "",
              g->a.rope_theta, g->a.rope_factor != 0 ? " with llama3 scaling" : "", g->tied ? ", a tied head" : "");
+    if (cc->wrap_linear != o->wrap_linear)
+        FAIL(LPX_EINVAL, "--resume '%s': the checkpoint groups its parameters by --wrap %s, this run by --wrap %s (a "
+             "sharded checkpoint keeps the engine's groups)", ck->dir, cc->wrap_linear ? "linear" : "block",
+             o->wrap_linear ? "linear" : "block");
 out:
-    lpx_tensor_release(t);
-    lpx_safetensors_close(f);
+    free(info);
+    free(seen);
+    lpx_fsdp_ckpt_close(c);
     return st;
 }
 
-/* rows [start, start + len) of a full [rows, cols] f32 tensor into dst */
-static void copy_rows(const lpx_tensor *full, int64_t start, int64_t len, int64_t cols, float *dst)
-{
-    if (len > 0) memcpy(dst, (const float *)lpx_tensor_data(full) + start * cols, sizeof(float) * (size_t)(len * cols));
-}
-
+/* Per rank, after setup: the engine's state (every rank reads the rows of
+ * its shards), then the float8-delayed slots. */
 lpx_status tr_ckpt_load_rank(tr_rank *R, const tr_ckpt *ck)
 {
+    if (!ck->sharded) return tr_ckpt_v2_load_rank(R, ck);
     lpx_status st = LPX_OK;
+    lpx_fsdp_ckpt *c = NULL;
+    lpx_tensor *t = NULL;
     const tr_geom *g = R->g;
-    lpx_safetensors *fm = NULL, *fo = NULL, *fr = NULL;
-    lpx_tensor *t = NULL, *m = NULL, *v = NULL, *lm = NULL, *lv = NULL;
-    tr_tparam *tp = calloc((size_t)g->nparams * 2 + 1, sizeof *tp);
-    char path[1400], name[96];
-    if (!tp) FAIL(LPX_ENOMEM, "out of memory");
-    int nt = trainables(R, tp);
-    snprintf(path, sizeof path, "%s/%s", ck->dir, MODEL);
-    TRY(lpx_safetensors_open(path, &fm));
-    snprintf(path, sizeof path, "%s/%s", ck->dir, OPTIM);
-    TRY(lpx_safetensors_open(path, &fo));
-    for (int i = 0; i < nt; i++) {
-        const tr_tparam *T = &tp[i];
-        lpx_fsdp_group *G = R->grp[g->p[T->p].group];
-        int64_t start, len;
-        tr_shard_rows(R, T->rows, &start, &len);
-        if (T->which) {
-            /* nf4-qlora: the adapters (the base came in through init) */
-            lpx_tensor *loc = lpx_fsdp_param_local(G, T->idx);
-            TRY(get_f32(fm, ck, MODEL, T->name, 2, T->rows, T->cols, "adapter", &t));
-            if (lpx_tensor_numel(loc) != len * T->cols)
-                FAIL(LPX_EINTERNAL, "train: the local shard of %s has %lld elements, expected %lld", T->name,
-                     (long long)lpx_tensor_numel(loc), (long long)(len * T->cols));
-            copy_rows(t, start, len, T->cols, lpx_tensor_data(loc));
-            REL(t);
-        }
-        snprintf(name, sizeof name, "%s.step", T->name);
-        const char *sv = lpx_safetensors_metadata(fo, name);
-        char *end = NULL;
-        long long step = sv ? strtoll(sv, &end, 10) : -1;
-        if (!sv || *end || step < 0)
-            FAIL(LPX_EINVAL, "--resume '%s': %s has no valid step count for '%s'", ck->dir, OPTIM, T->name);
-        if (step == 0) continue; /* no state yet */
-        snprintf(name, sizeof name, "%s.exp_avg", T->name);
-        TRY(get_f32(fo, ck, OPTIM, name, T->ndim, T->rows, T->cols, "optimizer state", &m));
-        snprintf(name, sizeof name, "%s.exp_avg_sq", T->name);
-        TRY(get_f32(fo, ck, OPTIM, name, T->ndim, T->rows, T->cols, "optimizer state", &v));
-        int64_t ls[1] = {len * T->cols};
-        TRY(lpx_empty(1, ls, LPX_F32, lpx_cpu(), &lm));
-        TRY(lpx_empty(1, ls, LPX_F32, lpx_cpu(), &lv));
-        copy_rows(m, start, len, T->cols, lpx_tensor_data(lm));
-        copy_rows(v, start, len, T->cols, lpx_tensor_data(lv));
-        TRY(lpx_fsdp_param_set_adamw_state(G, T->idx, lm, lv, step));
-        REL(m);
-        REL(v);
-        REL(lm);
-        REL(lv);
-    }
-
-    /* float8-delayed: every training slot (any rank count: slots follow
-     * the global micro-batch index); slots the checkpoint lacks stay fresh */
+    TRY(lpx_fsdp_load(R->fsdp, ck->dir));
+    /* float8-delayed: the slots follow the global micro-batch index, so any
+     * rank count finds its own; slots the checkpoint lacks stay fresh */
     if (R->f8state && ck->has_recipe_state) {
-        snprintf(path, sizeof path, "%s/%s", ck->dir, RECIPE);
-        TRY(lpx_safetensors_open(path, &fr));
+        TRY(lpx_fsdp_ckpt_open(ck->dir, &c));
         for (int p = 0; p < g->nparams; p++) {
             if (g->p[p].kind != TR_P_LIN) continue;
             for (int s = 0; s < R->o->micro; s++) {
                 lpx_float8_linear_state *S = &R->f8state[p * R->f8slots + s];
                 lpx_float8_delayed *ds[3] = {S->input, S->weight, S->grad_output};
                 for (int k = 0; k < 3; k++) {
-                    snprintf(name, sizeof name, "%s.slot%d.%s", g->p[p].name, s, state_names[k]);
-                    if (!ds[k] || !lpx_safetensors_kind_of(fr, name)) continue;
-                    TRY(lpx_safetensors_get(fr, name, &t));
+                    char name[96];
+                    snprintf(name, sizeof name, "f8/%s.slot%d.%s", g->p[p].name, s, state_names[k]);
+                    if (!ds[k]) continue;
+                    st = lpx_fsdp_ckpt_extra(c, name, 0, &t);
+                    if (st == LPX_ENOTFOUND) {
+                        lpx_clear_error();
+                        st = LPX_OK;
+                        continue;
+                    }
+                    if (st) goto out;
                     if (lpx_tensor_dtype(t) != LPX_U8 || !lpx_tensor_is_contiguous(t))
-                        FAIL(LPX_EINVAL, "--resume '%s': %s: '%s' is not a u8 blob", ck->dir, RECIPE, name);
+                        FAIL(LPX_EINVAL, "--resume '%s': '%s' is not a u8 blob", ck->dir, name);
                     st = lpx_float8_delayed_load(ds[k], lpx_tensor_data(t), (size_t)lpx_tensor_numel(t));
                     if (st != LPX_OK) {
                         char msg[512];
                         snprintf(msg, sizeof msg, "%s", lpx_last_error());
-                        FAIL(st, "--resume '%s': %s: '%s': %s", ck->dir, RECIPE, name, msg);
+                        FAIL(st, "--resume '%s': '%s': %s", ck->dir, name, msg);
                     }
                     REL(t);
                 }
@@ -1008,13 +635,6 @@ lpx_status tr_ckpt_load_rank(tr_rank *R, const tr_ckpt *ck)
     }
 out:
     lpx_tensor_release(t);
-    lpx_tensor_release(m);
-    lpx_tensor_release(v);
-    lpx_tensor_release(lm);
-    lpx_tensor_release(lv);
-    lpx_safetensors_close(fm);
-    lpx_safetensors_close(fo);
-    lpx_safetensors_close(fr);
-    free(tp);
+    lpx_fsdp_ckpt_close(c);
     return st;
 }

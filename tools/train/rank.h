@@ -158,27 +158,44 @@ typedef struct tr_ckpt {
     double val_start;         /* validation loss before the first step (NaN: none) */
     int nhist;
     tr_step_rec *hist;        /* [nhist]: each step's loss, tok/s, compute and comm ms */
-    bool has_recipe_state;    /* recipe.safetensors (float8-delayed histories) */
+    bool has_recipe_state;    /* float8-delayed histories saved */
+    bool sharded;             /* the library's sharded checkpoint (else the gathered version 2) */
+    int saved_world;          /* sharded: the ranks that saved it */
     char data_path[1024];
     uint64_t data_fnv, data_bytes;
 } tr_ckpt;
 
-/* Reads DIR/manifest.json and checks every file it lists (size and
- * FNV-1a 64). Errors name DIR and the file: LPX_ENOTFOUND (no manifest:
- * not a complete checkpoint), LPX_EINVAL (malformed manifest, a file
- * whose size or checksum does not match), LPX_EIO. */
+/* Opens checkpoint DIR: a sharded one (index.json: the library checks
+ * the index's checksum; the trainer's record is its user object) or one of
+ * the gathered format (manifest.json, every file's size and checksum
+ * checked). Errors name DIR and the file: LPX_ENOTFOUND (no index: not a
+ * complete checkpoint), LPX_EINVAL (malformed, edited or damaged), LPX_EIO. */
 lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck);
 void tr_ckpt_free(tr_ckpt *ck);
 /* Options not given on the command line take the checkpoint's values;
  * 0, or 2 after printing one line (a recipe change it cannot follow) */
 int tr_ckpt_apply(const tr_ckpt *ck, tr_opts *o);
+/* Sharded checkpoints: every parameter of g (and nf4-qlora's adapters at
+ * o->lora_rank) against what the checkpoint records, before anything is
+ * built; errors name the parameter and both shapes. */
+lpx_status tr_ckpt_check_model(const tr_ckpt *ck, const tr_geom *g, const tr_opts *o);
+/* Per rank, after setup: the engine's state (sharded: lpx_fsdp_load; the
+ * gathered format: adapters and AdamW state) and the float8-delayed
+ * histories. */
+lpx_status tr_ckpt_load_rank(tr_rank *R, const tr_ckpt *ck);
+
+/* ---- ckpt_v2.c: the gathered format (read only) ---- */
+/* DIR/manifest.json checked (its checksum, format, version, files); its
+ * parsed root into *root (the caller's to cJSON_Delete) */
+struct cJSON;
+lpx_status tr_ckpt_v2_open(const char *dir, tr_ckpt *ck, struct cJSON **root);
 /* The model's full f32 weights (init / nf4-qlora's frozen base) after
  * checking every parameter's name and shape against g (and nf4-qlora's
  * adapters against o->lora_rank). */
-lpx_status tr_ckpt_load_weights(const tr_ckpt *ck, const tr_geom *g, const tr_opts *o, float **w);
-/* Per rank, after setup: adapters (nf4-qlora), AdamW state and the
- * float8-delayed histories. */
-lpx_status tr_ckpt_load_rank(tr_rank *R, const tr_ckpt *ck);
+lpx_status tr_ckpt_v2_load_weights(const tr_ckpt *ck, const tr_geom *g, const tr_opts *o, float **w);
+lpx_status tr_ckpt_v2_load_rank(tr_rank *R, const tr_ckpt *ck);
+/* "[a, b]" of a shape into buf */
+char *tr_shape_str(const int64_t *s, int nd, char *buf, size_t n);
 
 /* What a save writes besides the rank's state. */
 typedef struct tr_ckpt_info {
@@ -189,13 +206,13 @@ typedef struct tr_ckpt_info {
     double val_start;
     const tr_step_rec *hist;  /* [step] (rank 0) */
     const char *data_path;
-    float *const *weights;    /* nf4-qlora: the frozen base (full f32) */
 } tr_ckpt_info;
 /* Before the run: DIR is absent, or a checkpoint a save may replace.
  * Errors: LPX_EINVAL naming DIR. */
 lpx_status tr_ckpt_check_target(const char *dir);
-/* Every rank (collective): gathers the state; rank 0 writes DIR
- * atomically. Every rank returns rank 0's result. */
+/* Every rank (collective): writes its shards and rank 0 the run's
+ * record through lpx_fsdp_save_ex (DIR replaced atomically). Every rank
+ * returns the same result. */
 lpx_status tr_ckpt_save(tr_rank *R, const tr_ckpt_info *info);
 
 /* ---- model.c ---- */

@@ -291,8 +291,7 @@ out:
 static lpx_status save_now(tr_rank *R, tr_shared *sh, int done)
 {
     tr_ckpt_info info = {.dir = R->o->save_dir, .step = done, .vocab = sh->c->vocab, .skipped = sh->res->skipped,
-                         .val_start = sh->val_start_mean, .hist = sh->res->rec, .data_path = sh->c->path,
-                         .weights = sh->init};
+                         .val_start = sh->val_start_mean, .hist = sh->res->rec, .data_path = sh->c->path};
     lpx_status st = tr_ckpt_save(R, &info);
     if (st == LPX_OK && R->rank == 0 && sh->print) {
         printf("  checkpoint %s: step %d\n", R->o->save_dir, done);
@@ -526,12 +525,14 @@ static lpx_status run_recipe(const tr_opts *o, tr_recipe recipe, const char *lab
     }
     st = lpx_comm_run(o->comm, o->ranks, 0, rank_main, &sh, NULL);
     if (st != LPX_OK) {
-        /* the first failing rank's message, without the runner's prefix */
+        /* the first failing rank's message, without the runner's prefix;
+         * a rank that only says another one failed ("rank N failed ...;
+         * see its error") gives way to the one that did */
+        int pick = -1;
         for (int r = 0; r < o->ranks; r++)
-            if (sh.err[r][0]) {
-                st = lpx_error(st, "%s", sh.err[r]);
-                break;
-            }
+            if (sh.err[r][0] && (pick < 0 || (strstr(sh.err[pick], "see its error") && !strstr(sh.err[r], "see its error"))))
+                pick = r;
+        if (pick >= 0) st = lpx_error(st, "%s", sh.err[pick]);
         goto out;
     }
     double v = 0;
@@ -902,7 +903,8 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     if (ck) {
         /* the checkpoint's weights, every name and shape checked: a
          * mismatch is refused like a bad option (exit 2) */
-        if (tr_ckpt_load_weights(ck, g, &o, init) != LPX_OK) {
+        if (tr_ckpt_check_model(ck, g, &o) != LPX_OK ||
+            (ck->sharded ? init_params(g, o.seed, init) : tr_ckpt_v2_load_weights(ck, g, &o, init)) != LPX_OK) {
             if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
             rc = 2;
             goto out;
