@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "hf.h"
+#include "rank.h"
+#include "lpx/checkpoint.h"
 
 void tr_hf_name(const tr_param *P, char *buf, size_t n)
 {
@@ -339,31 +341,37 @@ static bool make_dirs(const char *dir)
     return mkdir(p, 0777) == 0 || errno == EEXIST;
 }
 
-lpx_status tr_hf_save(const char *dir, const tr_geom *g, float *const *w)
+lpx_status tr_hf_make_dir(const char *dir)
 {
-    lpx_status st = LPX_OK;
-    int n = 0;
-    char (*names)[96] = calloc((size_t)g->nparams, sizeof *names);
-    const char **np = calloc((size_t)g->nparams, sizeof *np);
-    lpx_tensor **ts = calloc((size_t)g->nparams, sizeof *ts);
-    char *text = NULL, path[1200], tmp[1300];
-    cJSON *cfg = NULL;
-    if (!names || !np || !ts) FAIL(LPX_ENOMEM, "--save-hf: out of memory");
-    if (!make_dirs(dir)) FAIL(LPX_EIO, "--save-hf: cannot create '%s': %s", dir, strerror(errno));
-    for (int p = 0; p < g->nparams; p++) {
-        const tr_param *P = &g->p[p];
-        bool is1d = P->kind == TR_P_NORM || P->kind == TR_P_NORMF;
-        int64_t shape[2] = {P->rows, P->cols};
-        tr_hf_name(P, names[n], sizeof names[n]);
-        np[n] = names[n];
-        TRY(lpx_tensor_from_blob(w[p], LPX_F32, is1d ? 1 : 2, shape, NULL, lpx_cpu(), NULL, NULL, &ts[n]));
-        n++;
-    }
+    if (!make_dirs(dir)) return lpx_error(LPX_EIO, "--save-hf: cannot create '%s': %s", dir, strerror(errno));
+    return LPX_OK;
+}
+
+/* the Hugging Face name of the engine's parameter i of group gr */
+static bool hf_export_name(void *ctx, lpx_fsdp_group *gr, int i, char *buf, size_t len)
+{
+    const tr_rank *R = ctx;
+    for (int p = 0; p < R->g->nparams; p++)
+        if (R->grp[R->g->p[p].group] == gr && R->gi[p] == i) {
+            tr_hf_name(&R->g->p[p], buf, len);
+            return true;
+        }
+    return false;   /* not a model weight (none today) */
+}
+
+lpx_status tr_hf_export(tr_rank *R, const char *dir)
+{
+    char path[1200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     lpx_safetensors_kv meta = {"format", "pt"};
-    TRY(lpx_safetensors_save(path, n, np, ts, 1, &meta));
-    /* config.json last, atomically: its presence means the weights are complete */
-    cfg = config_of(g);
+    return lpx_fsdp_export(R->fsdp, path, LPX_F32, hf_export_name, R, 1, &meta);
+}
+
+lpx_status tr_hf_write_config(const char *dir, const tr_geom *g)
+{
+    lpx_status st = LPX_OK;
+    char *text = NULL, path[1200], tmp[1300];
+    cJSON *cfg = config_of(g);
     text = cfg ? cJSON_Print(cfg) : NULL;
     if (!text) FAIL(LPX_ENOMEM, "--save-hf: out of memory");
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -377,11 +385,7 @@ lpx_status tr_hf_save(const char *dir, const tr_geom *g, float *const *w)
         FAIL(LPX_EIO, "--save-hf: cannot write '%s': %s", path, strerror(errno));
     }
 out:
-    for (int i = 0; ts && i < n; i++) lpx_tensor_release(ts[i]);
     cJSON_free(text);
     cJSON_Delete(cfg);
-    free(names);
-    free(np);
-    free(ts);
     return st;
 }

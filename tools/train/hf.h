@@ -17,8 +17,13 @@ lpx_status tr_hf_config(const char *dir, tr_arch *a);
  * LPX_EINVAL (a missing tensor, a wrong shape or dtype, a tensor that is
  * not a parameter of g), LPX_EIO, LPX_ENOMEM. */
 lpx_status tr_hf_load(const char *dir, const tr_geom *g, float **w);
-/* Writes g's weights w (f32) and config.json to DIR (created if needed):
- * model.safetensors first, atomically, then config.json, atomically. */
-lpx_status tr_hf_save(const char *dir, const tr_geom *g, float *const *w);
+/* --save-hf: DIR created (mkdir -p) before the run; every rank writes its
+ * rows of DIR/model.safetensors (f32, transformers' names) with
+ * lpx_fsdp_export, no gather; then config.json, atomically, last: its
+ * presence means the weights are complete. */
+lpx_status tr_hf_make_dir(const char *dir);
+struct tr_rank;
+lpx_status tr_hf_export(struct tr_rank *R, const char *dir);
+lpx_status tr_hf_write_config(const char *dir, const tr_geom *g);
 
 #endif

@@ -448,6 +448,7 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     TRY(lpx_comm_barrier(comm));
     tr_reshard_all(R);
     if (sh->final) TRY(tr_gather_masters(R, writes_shared(R, sh) ? sh->final : NULL));
+    if (sh->main && o->save_hf) TRY(tr_hf_export(R, o->save_hf));
     if (R->rank == 0) {
         memcpy(sh->res->mem_peak, R->mem.peak, sizeof sh->res->mem_peak);
         /* the engine's peak of unsharded bytes (wire form: fp8, bf16, nf4) */
@@ -957,13 +958,15 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     tr_span span = {.start = ck ? ck->step : 0, .end = o.stop_after ? o.stop_after : o.steps, .main = true, .ck = ck};
     TRY(lpx_trace_start(NULL));
     main_idx = nres;
-    if (o.save_hf && !(final = alloc_params(g))) FAIL(LPX_ENOMEM, "out of memory");
+    /* --save-hf: every rank writes its rows of the model at the end of
+     * the run (tr_hf_export); config.json last */
+    if (o.save_hf && lead) TRY(tr_hf_make_dir(o.save_hf));
     st = run_recipe(&o, o.recipe, tr_recipe_name(o.recipe), o.steps, &span, g, &corpus, start, final, true, &res[nres]);
     lpx_trace_stop();
     if (st != LPX_OK) goto out;
     nres++;
-    if (final && lead) {
-        TRY(tr_hf_save(o.save_hf, g, final));
+    if (o.save_hf && lead) {
+        TRY(tr_hf_write_config(o.save_hf, g));
         if (!o.quiet) printf("  wrote %s (Hugging Face: config.json, model.safetensors)\n", o.save_hf);
     }
     if (o.compare && o.recipe != TR_BF16) {
