@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "fsdp_ckpt_internal.h"
+#include "safetensors_internal.h"
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -187,7 +188,7 @@ static lpx_status check_extra_name(const char *op, const char *name)
 }
 
 /* This rank's file: every local shard, AdamW state, the caller's extras. */
-static lpx_status write_rank(lpx_fsdp *f, const char *path, const lpx_fsdp_ckpt_opts *opts)
+static lpx_status write_rank(lpx_fsdp *f, const char *path, const lpx_fsdp_ckpt_opts *opts, ck_file *me)
 {
     ck_list l;
     memset(&l, 0, sizeof l);
@@ -230,7 +231,9 @@ static lpx_status write_rank(lpx_fsdp *f, const char *path, const lpx_fsdp_ckpt_
         snprintf(name, sizeof name, CK_EXTRA "%s", opts->extra_names[i]);
         if (!st && !(st = on_host(opts->extra[i], &h))) st = list_add(&l, name, h);
     }
-    if (!st) st = lpx_safetensors_save(path, l.n, (const char *const *)l.names, l.ts, l.nmeta, l.meta);
+    /* size and checksum from the bytes as they are written (no read-back) */
+    if (!st) st = lpx__st_save_hashed(path, l.n, (const char *const *)l.names, l.ts, l.nmeta, l.meta, &me->bytes,
+                                      &me->fnv);
     list_free(&l);
     return st;
 }
@@ -476,8 +479,7 @@ lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
     ck_file me = {0, 0};
     uint64_t my_extra = opts ? (uint64_t)opts->nextra : 0;
     ck_rank_file(path, sizeof path, tmp, rank, world);
-    mine = write_rank(f, path, opts);
-    if (!mine) mine = ck_fnv_of_file(path, &me);
+    mine = write_rank(f, path, opts, &me);
     if ((st = ck_agree(comm, op, mine))) goto out;
     /* 3: rank 0 writes the index from every rank's file record, then commits */
     if ((st = lpx_comm_all_gather_buf(comm, &me, files, sizeof me)) ||
@@ -755,8 +757,26 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
             }
         }
         lpx_tensor *piece = NULL;
-        if (!st && from >= 0 && !(st = old_rows(op, o, from, key, 0, 0, &piece)))
-            st = put_rows(op, key, loc, 0, 0, 0, piece);
+        if (!st && from >= 0 && !(st = old_rows(op, o, from, key, 0, 0, &piece))) {
+            if (empty) {
+                st = put_rows(op, key, loc, 0, 0, 0, piece);
+            } else {
+                /* a slice: its inner tensors only (the layout flags of an
+                 * empty shard are the engine's own) */
+                int ni = lpx_tensor_inner_count(loc);
+                if (ni != lpx_tensor_inner_count(piece))
+                    st = lpx_error(LPX_EINVAL, "%s: parameter '%s': the saved shard has another layout", op, key);
+                for (int q = 0; q < ni && !st; q++) {
+                    lpx_tensor *d = lpx_tensor_inner(loc, q), *sv = lpx_tensor_inner(piece, q);
+                    if (lpx_tensor_numel(d) != lpx_tensor_numel(sv))
+                        st = lpx_error(LPX_EINVAL, "%s: parameter '%s': an empty shard's inner tensor %d has %lld "
+                                       "elements, the saved slice's %lld", op, key, q, (long long)lpx_tensor_numel(d),
+                                       (long long)lpx_tensor_numel(sv));
+                    else
+                        st = lpx_copy_(d, sv);
+                }
+            }
+        }
         lpx_tensor_release(piece);
     }
     lpx_tensor **pieces = NULL;

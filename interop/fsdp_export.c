@@ -194,8 +194,18 @@ static lpx_status local_rows(const ex_param *P, lpx_dtype dtype, lpx_tensor **ou
     }
     if (!st) st = lpx_tensor_device(dense).type == LPX_DEVICE_CPU ? (lpx_tensor_retain(dense), host = dense, LPX_OK)
                                                                  : lpx_tensor_to(dense, lpx_cpu(), &host);
-    if (!st) st = lpx_cast(host, dtype, false, &cast);
-    if (!st) st = lpx_contiguous(cast, out);
+    if (!st && lpx_tensor_dtype(host) == dtype) {   /* no copy where none is needed */
+        lpx_tensor_retain(host);
+        cast = host;
+    } else if (!st) {
+        st = lpx_cast(host, dtype, false, &cast);
+    }
+    if (!st && lpx_tensor_is_contiguous(cast)) {
+        lpx_tensor_retain(cast);
+        *out = cast;
+    } else if (!st) {
+        st = lpx_contiguous(cast, out);
+    }
     lpx_tensor_release(dense);
     lpx_tensor_release(host);
     lpx_tensor_release(cast);

@@ -15,4 +15,11 @@
 /* The lpx dtype of a safetensors dtype name ("BF16"), or -1. */
 lpx_dtype lpx__st_dtype_from_name(const char *st);
 
+/* lpx_safetensors_save that also returns the file's size and its FNV-1a
+ * 64 over 8-byte little-endian words then the tail bytes (the sharded
+ * checkpoint's checksum), computed from the bytes as they are written:
+ * no read-back. bytes, fnv may be NULL. */
+lpx_status lpx__st_save_hashed(const char *path, int n, const char *const *names, lpx_tensor *const *tensors,
+                               int nmeta, const lpx_safetensors_kv *meta, uint64_t *bytes, uint64_t *fnv);
+
 #endif

@@ -24,8 +24,49 @@ typedef struct wr_item {
     uint64_t begin, end;
 } wr_item;
 
-static lpx_status write_all(int fd, const void *buf, size_t n, const char *tmp)
+/* FNV-1a 64 over a byte stream's 8-byte little-endian words, then its
+ * tail bytes (the sharded checkpoint's file checksum), fed as written. */
+typedef struct wr_hash {
+    uint64_t h, n;
+    unsigned char carry[8];
+    int nc;
+} wr_hash;
+
+static void hash_feed(wr_hash *x, const void *buf, size_t n)
 {
+    const unsigned char *p = buf;
+    x->n += n;
+    while (n && x->nc) {   /* complete a word begun by the last write */
+        x->carry[x->nc++] = *p++;
+        n--;
+        if (x->nc == 8) {
+            uint64_t w;
+            memcpy(&w, x->carry, 8);
+            x->h = (x->h ^ w) * 1099511628211ull;
+            x->nc = 0;
+        }
+    }
+    size_t words = n / 8;
+    for (size_t i = 0; i < words; i++) {
+        uint64_t w;
+        memcpy(&w, p + 8 * i, 8);
+        x->h = (x->h ^ w) * 1099511628211ull;
+    }
+    p += 8 * words;
+    n -= 8 * words;
+    for (size_t i = 0; i < n; i++) x->carry[x->nc++] = p[i];
+}
+
+static uint64_t hash_final(const wr_hash *x)
+{
+    uint64_t h = x->h;
+    for (int i = 0; i < x->nc; i++) h = (h ^ x->carry[i]) * 1099511628211ull;
+    return h;
+}
+
+static lpx_status write_all(int fd, const void *buf, size_t n, const char *tmp, wr_hash *hash)
+{
+    if (hash) hash_feed(hash, buf, n);
     const char *p = buf;
     while (n) {
         ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
@@ -103,6 +144,13 @@ static lpx_status first_repeat(const char *const *s, int n, const char **twice)
 lpx_status lpx_safetensors_save(const char *path, int n, const char *const *names, lpx_tensor *const *tensors,
                                 int nmeta, const lpx_safetensors_kv *meta)
 {
+    return lpx__st_save_hashed(path, n, names, tensors, nmeta, meta, NULL, NULL);
+}
+
+lpx_status lpx__st_save_hashed(const char *path, int n, const char *const *names, lpx_tensor *const *tensors,
+                               int nmeta, const lpx_safetensors_kv *meta, uint64_t *bytes, uint64_t *fnv)
+{
+    wr_hash hash = {1469598103934665603ull, 0, {0}, 0}, *hp = bytes || fnv ? &hash : NULL;
     lpx_status st = lpx_ensure_init();
     if (st) return st;
     if (!path || n < 0 || (n && (!names || !tensors)) || nmeta < 0 || (nmeta && !meta))
@@ -245,11 +293,11 @@ lpx_status lpx_safetensors_save(const char *path, int n, const char *const *name
     }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    if ((st = write_all(fd, len8, 8, tmp)) || (st = write_all(fd, hdr, hl, tmp))) goto fail;
+    if ((st = write_all(fd, len8, 8, tmp, hp)) || (st = write_all(fd, hdr, hl, tmp, hp))) goto fail;
     for (size_t i = hl; i < padded; i++)
-        if ((st = write_all(fd, " ", 1, tmp))) goto fail;
+        if ((st = write_all(fd, " ", 1, tmp, hp))) goto fail;
     for (int i = 0; i < nitems; i++)
-        if ((st = write_all(fd, lpx_tensor_data(items[i].t), (size_t)(items[i].end - items[i].begin), tmp))) goto fail;
+        if ((st = write_all(fd, lpx_tensor_data(items[i].t), (size_t)(items[i].end - items[i].begin), tmp, hp))) goto fail;
     if (fsync(fd)) { st = lpx_error(LPX_EIO, "safetensors %s: fsync: %s", tmp, strerror(errno)); goto fail; }
     if (fchmod(fd, 0644)) { st = lpx_error(LPX_EIO, "safetensors %s: fchmod: %s", tmp, strerror(errno)); goto fail; }
     if (close(fd)) { fd = -1; st = lpx_error(LPX_EIO, "safetensors %s: close: %s", tmp, strerror(errno)); goto fail; }
@@ -272,6 +320,8 @@ lpx_status lpx_safetensors_save(const char *path, int n, const char *const *name
             lpx_free(dir);
         }
     }
+    if (!st && bytes) *bytes = hash.n;
+    if (!st && fnv) *fnv = hash_final(&hash);
 fail:
     if (fd >= 0) close(fd);
     if (tmp) {
