@@ -530,6 +530,61 @@ static lpx_status call_load(fsdp_state *s)
     return st ? st : lpx_fsdp_load(s->f, ckpt_dir());
 }
 
+/* the same with a user object and an extra tensor per rank; the load
+ * with and without checksums; the reader; the consolidated export */
+static lpx_status save_ex(fsdp_state *s)
+{
+    int64_t n = 3;
+    lpx_tensor *ex = NULL;
+    lpx_status st = lpx_zeros(1, &n, LPX_U8, lpx_cpu(), &ex);
+    if (st) return st;
+    char name[32];
+    snprintf(name, sizeof name, "loader/%d", lpx_comm_rank(lpx_mesh_comm(s->mesh, 0)));
+    const char *names[1] = {name};
+    lpx_fsdp_ckpt_opts o = {.struct_size = sizeof o, .user_json = "{\"step\": 3, \"note\": [1, 2]}", .nextra = 1,
+                            .extra_names = names, .extra = &ex};
+    st = lpx_fsdp_save_ex(s->f, ckpt_dir(), &o);
+    lpx_tensor_release(ex);
+    return st;
+}
+static lpx_status call_save_ex(fsdp_state *s) { return save_ex(s); }
+static lpx_status call_load_ex(fsdp_state *s)
+{
+    lpx_status st = save_ex(s);
+    lpx_fsdp_ckpt_opts o = {.struct_size = sizeof o, .flags = LPX_FSDP_CKPT_NO_VERIFY};
+    if (!st) st = lpx_fsdp_load_ex(s->f, ckpt_dir(), NULL);
+    return st ? st : lpx_fsdp_load_ex(s->f, ckpt_dir(), &o);
+}
+static lpx_status call_reader(fsdp_state *s)
+{
+    lpx_status st = save_ex(s);
+    lpx_fsdp_ckpt *c = NULL;
+    lpx_tensor *t = NULL;
+    lpx_fsdp_ckpt_param_info pi;
+    if (!st) st = lpx_fsdp_ckpt_open(ckpt_dir(), &c);
+    for (int i = 0; !st && i < lpx_fsdp_ckpt_param_count(c); i++) st = lpx_fsdp_ckpt_param(c, i, &pi);
+    if (!st && !lpx_fsdp_ckpt_user(c)) st = lpx_error(LPX_EINTERNAL, "oom: no user object");
+    if (!st) st = lpx_fsdp_ckpt_extra(c, "loader/1", 0, &t);
+    lpx_tensor_release(t);
+    lpx_fsdp_ckpt_close(c);
+    return st;
+}
+static bool export_name(void *ctx, lpx_fsdp_group *g, int i, char *buf, size_t len)
+{
+    (void)ctx;
+    snprintf(buf, len, "m.%s.%d", lpx_fsdp_group_name(g), i);
+    return true;
+}
+static lpx_status call_export(fsdp_state *s)
+{
+    char path[200];
+    snprintf(path, sizeof path, "%s.safetensors", ckpt_dir());
+    lpx_safetensors_kv kv = {"format", "pt"};
+    lpx_status st = lpx_fsdp_export(s->f, path, LPX_BF16, export_name, NULL, 1, &kv);
+    if (lpx_comm_rank(lpx_mesh_comm(s->mesh, 0)) == 0) unlink(path);
+    return st;
+}
+
 #define PLAN_CASE(cname, stage_, call_, ...)                                              \
     static lpx_status cname(int attempt)                                                  \
     {                                                                                     \
@@ -554,6 +609,10 @@ PLAN_CASE(c_fsdp_pre_group, ST_SHARDED, call_pre_group, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_pre_all, ST_SHARDED, call_pre_all, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_save, ST_SHARDED, call_save, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_load, ST_SHARDED, call_load, .max_unsharded = 2)
+PLAN_CASE(c_fsdp_save_ex, ST_SHARDED, call_save_ex, .max_unsharded = 2)
+PLAN_CASE(c_fsdp_load_ex, ST_SHARDED, call_load_ex, .max_unsharded = 2)
+PLAN_CASE(c_fsdp_reader, ST_SHARDED, call_reader, .max_unsharded = 2)
+PLAN_CASE(c_fsdp_export, ST_SHARDED, call_export, .max_unsharded = 2)
 
 /* the engine's local calls, on rank 0 of a two-rank group from this thread */
 static lpx_status c_fsdp_new(int attempt)
@@ -736,6 +795,12 @@ const oom_case oom_cases_dist[] = {
     {"lpx_fsdp_precompute_scales", "2 ranks", c_fsdp_pre_all, 0},
     {"lpx_fsdp_save", "2 ranks, dense/nf4/float8_weight", c_fsdp_save, 0},
     {"lpx_fsdp_load", "2 ranks, after a save", c_fsdp_load, 0},
+    {"lpx_fsdp_save_ex", "2 ranks, a user object and extras", c_fsdp_save_ex, 0},
+    {"lpx_fsdp_load_ex", "2 ranks, verified and sizes only", c_fsdp_load_ex, 0},
+    {"lpx_fsdp_ckpt_open", "every parameter, the user object, another rank's extra", c_fsdp_reader, 0},
+    {"lpx_fsdp_ckpt_param", "every parameter", c_fsdp_reader, 0},
+    {"lpx_fsdp_ckpt_extra", "another rank's extra", c_fsdp_reader, 0},
+    {"lpx_fsdp_export", "2 ranks, bf16, renamed", c_fsdp_export, 0},
     {"lpx_float8_weight_new", "rowwise", c_f8w_new, 0},
     {"lpx_float8_weight_set_scale", NULL, c_f8w_set_scale, 0},
     {NULL, NULL, NULL, 0},

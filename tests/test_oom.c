@@ -106,7 +106,8 @@ static const struct {
     {"lpx_mesh_refcount", NOALLOC}, {"lpx_dtensor_kind", NOALLOC}, {"lpx_dtensor_is", NOALLOC},
     {"lpx_dtensor_local", NOALLOC}, {"lpx_dtensor_mesh", NOALLOC},
     /* fsdp.h */
-    {"lpx_fsdp_free", FREES}, {"lpx_fsdp_group_count", NOALLOC}, {"lpx_fsdp_group_at", NOALLOC},
+    {"lpx_fsdp_free", FREES}, {"lpx_fsdp_ckpt_close", FREES}, {"lpx_fsdp_ckpt_world", NOALLOC},
+    {"lpx_fsdp_ckpt_user", NOALLOC}, {"lpx_fsdp_ckpt_param_count", NOALLOC}, {"lpx_fsdp_group_count", NOALLOC}, {"lpx_fsdp_group_at", NOALLOC},
     {"lpx_fsdp_group_name", NOALLOC}, {"lpx_fsdp_param_count", NOALLOC}, {"lpx_fsdp_is_unsharded", NOALLOC},
     {"lpx_fsdp_param_full", NOALLOC}, {"lpx_fsdp_param_dtensor", NOALLOC}, {"lpx_fsdp_param_local", NOALLOC},
     {"lpx_fsdp_param_grad", NOALLOC}, {"lpx_adamw_opts_default", NOALLOC}, {"lpx_fsdp_stats_reset", NOALLOC},
