@@ -7,7 +7,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 # the tests whose point is concurrency also run under ThreadSanitizer
-TSAN_TESTS ?= dispatch comm trace dtype
+TSAN_TESTS ?= dispatch comm trace dtype fsdp_ckpt
 # libFuzzer targets (tests/fuzz/, clang): 5 s each in `make test`,
 # FUZZ_SECONDS each in `make fuzz`
 FUZZ_BUILD   ?= build-fuzz

@@ -100,7 +100,7 @@ static void image(lpx_fsdp_group *g[2], ck_ctx *c, int r)
             memcpy(c->m[i] + start * cols, lpx_tensor_data(m), (size_t)(len * cols) * sizeof(float));
             memcpy(c->v[i] + start * cols, lpx_tensor_data(v), (size_t)(len * cols) * sizeof(float));
         }
-        c->step[i] = step;
+        if (r == 0) c->step[i] = step;   /* the same on every rank: one writer */
         lpx_tensor_release(m);
         lpx_tensor_release(v);
     }
