@@ -446,9 +446,9 @@ lpx_status lpx_fsdp_save(lpx_fsdp *f, const char *dir) { return lpx_fsdp_save_ex
 lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_opts *opts)
 {
     const char *op = "lpx_fsdp_save";
-    lpx_comm *comm = NULL;
+    ck_mesh cm;
     lpx_status st = lpx_ensure_init();
-    if (st || (st = ck_check_engine(op, f, &comm))) return st;
+    if (st || (st = ck_check_engine(op, f, &cm))) return st;
     if (!dir || !*dir) return lpx_error(LPX_EINVAL, "%s: dir is %s", op, dir ? "empty" : "NULL");
     if (strlen(dir) > CK_PATH - 64) return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
     if (opts && opts->struct_size && opts->struct_size < offsetof(lpx_fsdp_ckpt_opts, flags) + sizeof(unsigned))
@@ -456,7 +456,11 @@ lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
     if (opts && opts->nextra && (opts->nextra < 0 || !opts->extra_names || !opts->extra))
         return lpx_error(LPX_EINVAL, "%s: opts->nextra is %d with %s", op, opts->nextra,
                          opts->nextra < 0 ? "a negative count" : "NULL names or tensors");
-    int rank = lpx_comm_rank(comm), world = lpx_comm_size(comm);
+    /* replica 0 of a 2-D mesh writes (the replicas hold the same shards);
+     * its shard rank 0 leads */
+    int rank = cm.rank, world = cm.world;
+    bool writer = cm.replica_rank == 0, lead = writer && rank == 0;
+    lpx_comm *comm = cm.shard;
     char tmp[CK_PATH], path[CK_PATH];
     cJSON *user = NULL;
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
@@ -466,27 +470,30 @@ lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
     ck_file *files = lpx_calloc((size_t)world, sizeof *files);
     uint64_t *nextra = lpx_calloc((size_t)world, sizeof *nextra);
     lpx_status mine = files && nextra ? LPX_OK : lpx_error(LPX_ENOMEM, "%s: out of memory", op);
-    if (rank == 0 && !mine && !(mine = parse_user(op, opts, &user))) {
+    if (lead && !mine && !(mine = parse_user(op, opts, &user))) {
         if (!replaceable(dir))
             mine = lpx_error(LPX_EINVAL, "%s: '%s' exists and is not an lpx checkpoint (it holds other files); a save "
                              "replaces the directory, so choose another", op, dir);
         else if (!(mine = remove_dir(tmp)) && mkdir(tmp, 0755))
             mine = lpx_error(LPX_EIO, "checkpoint %s: mkdir: %s", tmp, strerror(errno));
     }
-    if ((st = ck_agree(comm, op, mine))) goto out;
+    if ((st = ck_agree_all(&cm, op, mine))) goto out;
     /* 2: every rank writes its file (durable: safetensors fsyncs), and
      * measures it for the index */
     ck_file me = {0, 0};
     uint64_t my_extra = opts ? (uint64_t)opts->nextra : 0;
     ck_rank_file(path, sizeof path, tmp, rank, world);
-    mine = write_rank(f, path, opts, &me);
-    if ((st = ck_agree(comm, op, mine))) goto out;
+    if (writer) mine = write_rank(f, path, opts, &me);
+    else if (my_extra)
+        mine = lpx_error(LPX_EINVAL, "%s: replica %d of the 2-D mesh gives extra tensors; only replica 0's ranks "
+                         "save them (the replicas hold the same shards)", op, cm.replica_rank);
+    if ((st = ck_agree_all(&cm, op, mine))) goto out;
     /* 3: rank 0 writes the index from every rank's file record, then commits */
     if ((st = lpx_comm_all_gather_buf(comm, &me, files, sizeof me)) ||
         (st = lpx_comm_all_gather_buf(comm, &my_extra, nextra, sizeof my_extra)))
         goto out;
     mine = LPX_OK;
-    if (rank == 0) {
+    if (lead) {
         cJSON *index = index_json(f, world, files, user);
         user = NULL;
         mine = index ? index_extras(op, index, tmp, world, nextra) : LPX_ENOMEM;
@@ -494,7 +501,7 @@ lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
         cJSON_Delete(index);
         if (!mine) mine = commit(dir, tmp);
     }
-    st = ck_agree(comm, op, mine);
+    st = ck_agree_all(&cm, op, mine);
 out:
     cJSON_Delete(user);
     lpx_free(files);
@@ -846,9 +853,9 @@ lpx_status lpx_fsdp_load(lpx_fsdp *f, const char *dir) { return lpx_fsdp_load_ex
 lpx_status lpx_fsdp_load_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_opts *opts)
 {
     const char *op = "lpx_fsdp_load";
-    lpx_comm *comm = NULL;
+    ck_mesh cm;
     lpx_status st = lpx_ensure_init();
-    if (st || (st = ck_check_engine(op, f, &comm))) return st;
+    if (st || (st = ck_check_engine(op, f, &cm))) return st;
     ck_index ix;
     ck_open o = {NULL, &ix, !(opts && (opts->flags & LPX_FSDP_CKPT_NO_VERIFY))};
     lpx_status mine = ck_read_index(op, dir, &ix);
@@ -878,5 +885,5 @@ lpx_status lpx_fsdp_load_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
     for (int r = 0; o.f && r < ix.world; r++) lpx_safetensors_close(o.f[r]);
     lpx_free(o.f);
     cJSON_Delete(ix.root);
-    return ck_agree(comm, op, mine);
+    return ck_agree_all(&cm, op, mine);
 }

@@ -92,7 +92,7 @@ lpx_status ck_agree(lpx_comm *comm, const char *what, lpx_status mine)
     return lpx_error(out, "%s: rank %d failed (%s); see its error", what, first, lpx_status_string(out));
 }
 
-lpx_status ck_check_engine(const char *op, lpx_fsdp *f, lpx_comm **comm)
+lpx_status ck_check_engine(const char *op, lpx_fsdp *f, ck_mesh *m)
 {
     if (!f) return lpx_error(LPX_EINVAL, "%s: f is NULL", op);
     lpx_mesh *mesh = NULL;
@@ -105,15 +105,26 @@ lpx_status ck_check_engine(const char *op, lpx_fsdp *f, lpx_comm **comm)
         }
     }
     if (!mesh) return lpx_error(LPX_EINVAL, "%s: the engine has no parameters", op);
-    if (lpx_mesh_ndim(mesh) != 1)
-        return lpx_error(LPX_EINVAL, "%s: a %d-D mesh (hybrid sharding): only 1-D meshes are checkpointed so far", op,
-                         lpx_mesh_ndim(mesh));
     for (int gi = 0; gi < lpx_fsdp_group_count(f); gi++)
         if (lpx_fsdp_is_unsharded(lpx_fsdp_group_at(f, gi)))
             return lpx_error(LPX_EINVAL, "%s: group '%s' is unsharded; reshard every group first", op,
                              lpx_fsdp_group_name(lpx_fsdp_group_at(f, gi)));
-    *comm = lpx_mesh_comm(mesh, 0);
+    /* a 2-D (hybrid) mesh shards over dim 1 and replicates over dim 0 */
+    int nd = lpx_mesh_ndim(mesh);
+    m->shard = lpx_mesh_comm(mesh, nd - 1);
+    m->replica = nd == 2 ? lpx_mesh_comm(mesh, 0) : NULL;
+    m->rank = lpx_comm_rank(m->shard);
+    m->world = lpx_comm_size(m->shard);
+    m->replica_rank = m->replica ? lpx_comm_rank(m->replica) : 0;
     return LPX_OK;
+}
+
+lpx_status ck_agree_all(const ck_mesh *m, const char *what, lpx_status mine)
+{
+    lpx_status st = ck_agree(m->shard, what, mine);
+    /* every shard group now holds its verdict; the replicas share theirs
+     * (a failure's message rides along as this rank's own) */
+    return m->replica ? ck_agree(m->replica, what, st) : st;
 }
 
 lpx_status ck_read_index(const char *op, const char *dir, ck_index *ix)

@@ -34,8 +34,18 @@ char *ck_sum_digits(char *text);
 /* Every rank learns whether every rank succeeded: the lowest failing
  * rank's status everywhere; allocates nothing (see the definition). */
 lpx_status ck_agree(lpx_comm *comm, const char *what, lpx_status mine);
-/* f is sharded on a 1-D mesh with every group resharded; its comm */
-lpx_status ck_check_engine(const char *op, lpx_fsdp *f, lpx_comm **comm);
+/* Where this rank stands: the shard comm (mesh dim 1 of a 2-D mesh, the
+ * comm of a 1-D one), its rank and size there, and on a 2-D mesh the
+ * replica comm (dim 0) and this rank's replica. Replica 0 writes; every
+ * replica reads. */
+typedef struct ck_mesh {
+    lpx_comm *shard, *replica;   /* replica: NULL on a 1-D mesh */
+    int rank, world, replica_rank;
+} ck_mesh;
+/* f is sharded, every group resharded; its mesh as a ck_mesh */
+lpx_status ck_check_engine(const char *op, lpx_fsdp *f, ck_mesh *m);
+/* ck_agree over the whole mesh: the shard comm, then the replica comm */
+lpx_status ck_agree_all(const ck_mesh *m, const char *what, lpx_status mine);
 
 typedef struct ck_index {
     cJSON *root;

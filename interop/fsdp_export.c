@@ -242,9 +242,9 @@ lpx_status lpx_fsdp_export(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_f
                            int nmeta, const lpx_safetensors_kv *meta)
 {
     const char *op = "lpx_fsdp_export";
-    lpx_comm *comm = NULL;
+    ck_mesh cm;
     lpx_status st = lpx_ensure_init();
-    if (st || (st = ck_check_engine(op, f, &comm))) return st;
+    if (st || (st = ck_check_engine(op, f, &cm))) return st;
     lpx_status mine = LPX_OK;
     if (!path || !*path) mine = lpx_error(LPX_EINVAL, "%s: path is %s", op, path ? "empty" : "NULL");
     else if (strlen(path) > CK_PATH - 64) mine = lpx_error(LPX_EINVAL, "%s: path is too long", op);
@@ -256,12 +256,13 @@ lpx_status lpx_fsdp_export(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_f
     if (!mine) mine = make_plan(op, f, dtype, name, ctx, nmeta, meta, &x);
     char tmp[CK_PATH];
     snprintf(tmp, sizeof tmp, "%s.tmp-export", path ? path : "");
-    int rank = lpx_comm_rank(comm);
-    if (!mine && rank == 0) mine = start_file(tmp, &x);
-    if ((st = ck_agree(comm, op, mine))) goto out;
-    mine = write_rows(tmp, &x, dtype);
-    if ((st = ck_agree(comm, op, mine))) goto out;
-    if (rank == 0) {
+    /* replica 0 of a 2-D mesh writes; its shard rank 0 leads */
+    bool writer = cm.replica_rank == 0, lead = writer && cm.rank == 0;
+    if (!mine && lead) mine = start_file(tmp, &x);
+    if ((st = ck_agree_all(&cm, op, mine))) goto out;
+    if (writer) mine = write_rows(tmp, &x, dtype);
+    if ((st = ck_agree_all(&cm, op, mine))) goto out;
+    if (lead) {
         char dir[CK_PATH];
         snprintf(dir, sizeof dir, "%s", path);
         char *s = strrchr(dir, '/');
@@ -275,9 +276,9 @@ lpx_status lpx_fsdp_export(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_f
             close(dfd);
         }
     }
-    st = ck_agree(comm, op, mine);
+    st = ck_agree_all(&cm, op, mine);
 out:
-    if (st && rank == 0 && path) unlink(tmp);
+    if (st && lead && path) unlink(tmp);
     plan_free(&x);
     return st;
 }

@@ -34,6 +34,11 @@ typedef struct ck_ctx {
     bool extras;                 /* save: each rank's extra "rank<r>" (u8, r + 1 bytes of r) */
     bool dup_extra;              /* save: every rank names its extra "same" */
     unsigned load_flags;
+    /* hybrid: a 2-D mesh of 2 replicas x (world / 2) shards; replica 1's
+     * image goes to *rep1 */
+    bool hybrid;
+    lpx_comm *outer[MAXR], *inner[MAXR];
+    struct ck_ctx *rep1;
     lpx_tensor *full[NP], *nf4;
     /* the global image of every parameter (f32 values) and moment, written
      * row by row by the ranks that own them */
@@ -59,7 +64,15 @@ static void to_f32(lpx_tensor *t, float *dst)
 static lpx_status build(lpx_comm *comm, ck_ctx *c, lpx_fsdp **fp, lpx_fsdp_group *g[2])
 {
     int r = lpx_comm_rank(comm);
-    lpx_status st = new_engine(comm, NULL, fp);
+    lpx_status st;
+    if (c->hybrid) {
+        lpx_mesh *mesh = NULL;
+        st = lpx_mesh_new_2d(c->outer[r], c->inner[r], &mesh);
+        if (!st) st = lpx_fsdp_new(mesh, NULL, fp);
+        lpx_mesh_release(mesh);
+    } else {
+        st = new_engine(comm, NULL, fp);
+    }
     if (st) return st;
     RCHECK_OK(r, lpx_fsdp_group_add(*fp, "emb", &g[0]));
     RCHECK_OK(r, lpx_fsdp_group_add(*fp, "block0", &g[1]));
@@ -83,7 +96,7 @@ static lpx_status build(lpx_comm *comm, ck_ctx *c, lpx_fsdp **fp, lpx_fsdp_group
 }
 
 /* every rank's rows of params, masters and moments into the images */
-static void image(lpx_fsdp_group *g[2], ck_ctx *c, int r)
+static void image(lpx_fsdp_group *g[2], ck_ctx *c, int r, bool step_writer)
 {
     for (int i = 0; i < NP; i++) {
         lpx_fsdp_group *G = g[i == 0 ? 0 : 1];
@@ -100,7 +113,7 @@ static void image(lpx_fsdp_group *g[2], ck_ctx *c, int r)
             memcpy(c->m[i] + start * cols, lpx_tensor_data(m), (size_t)(len * cols) * sizeof(float));
             memcpy(c->v[i] + start * cols, lpx_tensor_data(v), (size_t)(len * cols) * sizeof(float));
         }
-        if (r == 0) c->step[i] = step;   /* the same on every rank: one writer */
+        if (step_writer) c->step[i] = step;   /* the same on every rank: one writer */
         lpx_tensor_release(m);
         lpx_tensor_release(v);
     }
@@ -175,7 +188,11 @@ static lpx_status ck_rank(lpx_comm *comm, void *vctx)
     }
     c->st[r] = st;
     snprintf(c->msg[r], sizeof c->msg[r], "%s", st ? lpx_last_error() : "");
-    if (!st && !c->export_path) image(g, c, r);
+    if (!st && !c->export_path) {
+        int shard_rank = c->hybrid ? lpx_comm_rank(c->inner[r]) : r;
+        bool rep1 = c->hybrid && lpx_comm_rank(c->outer[r]) == 1;
+        if (!rep1 || c->rep1) image(g, rep1 ? c->rep1 : c, r, shard_rank == 0);
+    }
     if (!st && c->with_nf4 && !c->save && !c->export_path) {
         /* the loaded NF4 base gathers: every rank's shard, an empty one
          * included, carries the saved tensor's scaler mean (an empty shard
@@ -593,6 +610,98 @@ static void test_dense_master_interchange(void)
     }
 }
 
+/* Hybrid sharding (a 2-D mesh: 2 replicas x N shards): replica 0 writes,
+ * and a checkpoint moves between 1-D and 2-D meshes: saved on 2 x 2,
+ * loaded on 3 ranks and on 2 x 3 (both replicas); saved on 3 ranks,
+ * loaded on 2 x 2; the same state bit for bit everywhere. */
+static void hybrid_comms(ck_ctx *c, int world)
+{
+    int cols = world / 2;
+    lpx_comm *tmp[MAXR];
+    for (int j = 0; j < cols; j++) {
+        CHECK_OK(lpx_local_comm_group_create(2, tmp));
+        for (int i = 0; i < 2; i++) c->outer[i * cols + j] = tmp[i];
+    }
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(lpx_local_comm_group_create(cols, tmp));
+        for (int j = 0; j < cols; j++) c->inner[i * cols + j] = tmp[j];
+    }
+    c->hybrid = true;
+}
+
+static void hybrid_free(ck_ctx *c, int world)
+{
+    for (int r = 0; r < world; r++) {
+        lpx_comm_destroy(c->outer[r]);
+        lpx_comm_destroy(c->inner[r]);
+    }
+}
+
+static void test_hybrid_mesh(void)
+{
+    char dir[300], path[400];
+    snprintf(dir, sizeof dir, "%s/hybrid", root);
+    ck_ctx a;
+    ctx_init(&a, dir);
+    a.save = true;
+    hybrid_comms(&a, 4);
+    run_ranks(4, ck_rank, &a);
+    hybrid_free(&a, 4);
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/rank-00001-of-00002.safetensors", dir);
+    CHECKF(stat(path, &sb) == 0, "a 2 x 2 save writes 2 rank files (replica 0's)");
+    snprintf(path, sizeof path, "%s/rank-00000-of-00004.safetensors", dir);
+    CHECK(stat(path, &sb) != 0);
+    /* 2 x 2 -> 3 ranks, and -> 2 x 3 with both replicas checked */
+    ck_ctx b, c, c1;
+    ctx_init(&b, dir);
+    b.zeros = true;
+    run_ranks(3, ck_rank, &b);
+    char why[128] = "";
+    CHECKF(same_images(&a, &b, why, sizeof why), "2 x 2 saved, 3 loaded: %s differ", why);
+    ctx_init(&c, dir);
+    ctx_init(&c1, dir);
+    c.zeros = true;
+    c.rep1 = &c1;
+    hybrid_comms(&c, 6);
+    run_ranks(6, ck_rank, &c);
+    hybrid_free(&c, 6);
+    CHECKF(same_images(&a, &c, why, sizeof why), "2 x 2 saved, 2 x 3 loaded (replica 0): %s differ", why);
+    CHECKF(same_images(&a, &c1, why, sizeof why), "2 x 2 saved, 2 x 3 loaded (replica 1): %s differ", why);
+    ctx_free(&b);
+    ctx_free(&c);
+    ctx_free(&c1);
+    /* 3 ranks -> 2 x 2 */
+    ck_ctx d, e, e1;
+    ctx_init_seed(&d, dir, 4242);
+    d.save = true;
+    run_ranks(3, ck_rank, &d);
+    ctx_init_seed(&e, dir, 4242);
+    ctx_init_seed(&e1, dir, 4242);
+    e.zeros = true;
+    e.rep1 = &e1;
+    hybrid_comms(&e, 4);
+    run_ranks(4, ck_rank, &e);
+    hybrid_free(&e, 4);
+    CHECKF(same_images(&d, &e, why, sizeof why), "3 saved, 2 x 2 loaded (replica 0): %s differ", why);
+    CHECKF(same_images(&d, &e1, why, sizeof why), "3 saved, 2 x 2 loaded (replica 1): %s differ", why);
+    /* an extra tensor from replica 1 is refused (only replica 0 writes) */
+    ck_ctx x;
+    ctx_init(&x, dir);
+    x.save = x.extras = x.expect_fail = true;
+    hybrid_comms(&x, 4);
+    run_ranks(4, ck_rank, &x);
+    hybrid_free(&x, 4);
+    CHECKF(x.st[2] == LPX_EINVAL && strstr(x.msg[2], "only replica 0's ranks save them"), "replica 1 extra: %s",
+           x.msg[2]);
+    for (int r = 0; r < 4; r++) CHECKF(x.st[r] != LPX_OK, "rank %d accepted", r);
+    ctx_free(&a);
+    ctx_free(&d);
+    ctx_free(&e);
+    ctx_free(&e1);
+    ctx_free(&x);
+}
+
 /* The consolidated export: every rank writes its rows of one safetensors
  * file; the file holds each parameter at its global shape, bit for bit
  * (f32; bf16 rounded as lpx_cast rounds), for world sizes 1-8, renamed
@@ -682,6 +791,7 @@ int main(void)
     RUN(test_user_and_extras);
     RUN(test_dense_master_interchange);
     RUN(test_export_consolidated);
+    RUN(test_hybrid_mesh);
     RUN(test_sigkill_during_saves);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

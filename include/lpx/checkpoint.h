@@ -16,8 +16,10 @@
  * all-gather hooks (a kind without hooks loads only where its shards did
  * not move: LPX_ENOTIMPL naming the parameter otherwise).
  *
- * Both are collective over the engine's shard comm (1-D meshes; a 2-D
- * mesh is refused for now) and return the same status on every rank.
+ * Both are collective over the engine's mesh and return the same status
+ * on every rank. On a 2-D (hybrid) mesh the replicas hold the same
+ * shards: replica 0 writes (one file per shard rank), every replica
+ * reads; a checkpoint moves between 1-D and 2-D meshes of any sizes.
  *
  * A framework checkpoints its own state with the model's: lpx_fsdp_save_ex
  * takes a JSON object (rank 0's, kept in the index as "user") and named
@@ -39,15 +41,15 @@ LPX_BEGIN_DECLS
 /** Saves engine f (after lpx_fsdp_shard, no group unsharded) to directory
  *  `dir`, replacing a previous checkpoint there atomically (a directory
  *  that is neither empty nor an lpx checkpoint is refused). Collective.
- *  Errors: LPX_EINVAL (NULL, not sharded, a group unsharded, a 2-D mesh,
- *  dir not a checkpoint), LPX_EIO (naming the file and errno), LPX_ECOMM,
+ *  Errors: LPX_EINVAL (NULL, not sharded, a group unsharded, dir not a
+ *  checkpoint), LPX_EIO (naming the file and errno), LPX_ECOMM,
  *  LPX_ENOMEM; every rank returns an error if one rank failed. */
 LPX_API lpx_status lpx_fsdp_save(lpx_fsdp *f, const char *dir);
 
 /** Loads the checkpoint in `dir` into engine f (after lpx_fsdp_shard, with
  *  the same groups and parameters as the saved one; any world size):
  *  parameters in place, AdamW state replaced. Collective. Errors:
- *  LPX_EINVAL (NULL, not sharded, a 2-D mesh, a malformed index, a
+ *  LPX_EINVAL (NULL, not sharded, a malformed index, a
  *  parameter missing or of another shape, dtype or kind: the message names
  *  it), LPX_EIO (a missing file, one of another size), LPX_ENOTIMPL (a kind
  *  tensor without a master or all-gather hooks whose shards changed),
@@ -69,7 +71,8 @@ typedef struct lpx_fsdp_ckpt_opts {
     const char *user_json;
     /** this rank's extra tensors (dense or of any kind, any device) under
      *  names unique across all ranks (at most 255 bytes; a name two ranks
-     *  use is refused naming both ranks); borrowed for the call. */
+     *  use is refused naming both ranks); borrowed for the call. On a 2-D
+     *  mesh only replica 0's ranks may give them (the others' are refused). */
     int nextra;
     const char *const *extra_names;
     lpx_tensor *const *extra;
