@@ -206,16 +206,23 @@ static lpx_status write_rank(lpx_fsdp *f, const char *path, const lpx_fsdp_ckpt_
             if (k && lpx_kind_vtable(k)->master) loc = lpx_kind_vtable(k)->master(loc);
             if ((st = on_host(loc, &h)) || (st = list_add(&l, key, h))) break;
             if (lpx_fsdp_param_flags(g, i) & LPX_FSDP_FROZEN) continue;
+            /* the engine's moments as they are (no copy: a save holds no
+             * second copy of the state); none before the first step */
             lpx_tensor *m = NULL, *v = NULL;
             int64_t step = 0;
-            if ((st = lpx_fsdp_param_adamw_state(g, i, &m, &v, &step))) break;
-            snprintf(name, sizeof name, "%s#m", key);
-            if ((st = list_add(&l, name, m))) {
+            if ((st = lpx_fsdp_param_adamw_view(g, i, &m, &v, &step))) break;
+            if (m && v) {
+                snprintf(name, sizeof name, "%s#m", key);
+                if ((st = list_add(&l, name, m))) {
+                    lpx_tensor_release(v);
+                    break;
+                }
+                snprintf(name, sizeof name, "%s#v", key);
+                if ((st = list_add(&l, name, v))) break;
+            } else {
+                lpx_tensor_release(m);
                 lpx_tensor_release(v);
-                break;
             }
-            snprintf(name, sizeof name, "%s#v", key);
-            if ((st = list_add(&l, name, v))) break;
             snprintf(name, sizeof name, "step:%s", key);
             snprintf(val, sizeof val, "%" PRId64, step);
             st = meta_add(&l, name, val);
@@ -728,13 +735,29 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
     bool saved_state = cJSON_IsNumber(fz) && fz->valuedouble == 0;
     lpx_tensor *m = NULL, *v = NULL;
     int64_t step = -1;
-    if (!frozen && saved_state) {
+    char name[600];
+    bool state = !frozen && saved_state;
+    /* the step is the same on every saving rank: rank 0's file has it (a
+     * rank with no rows now still takes it); at step 0 nothing else was
+     * saved (no moments before the first step) */
+    if (state) {
+        lpx_safetensors *sf = NULL;
+        snprintf(name, sizeof name, "step:%s", key);
+        if ((st = ck_open_rank(op, o, 0, &sf))) return st;
+        const char *sv = lpx_safetensors_metadata(sf, name);
+        char *end = NULL;
+        long long n = sv ? strtoll(sv, &end, 10) : -1;
+        if (!sv || *end || n < 0)
+            return lpx_error(LPX_EINVAL, "%s: parameter '%s': rank 0's file has %s AdamW step", op, key,
+                             sv ? "a malformed" : "no");
+        step = n;
+    }
+    if (state && step > 0) {
         int64_t elems = lpx_tensor_numel(loc);
         if ((st = lpx_zeros(1, &elems, LPX_F32, lpx_cpu(), &m)) || (st = lpx_zeros(1, &elems, LPX_F32, lpx_cpu(), &v)))
             goto out;
     }
     int64_t row_elems = len ? lpx_tensor_numel(loc) / len : 0;
-    char name[600];
     /* a kind tensor with no dense master and shards that moved: its pieces
      * are re-cut through the kind's hooks (recut_kind) */
     const lpx_kind *kind = lpx_tensor_kind(loc);
@@ -825,23 +848,7 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
     if (!st && recut) st = recut_kind(op, key, loc, pieces, npieces);
     for (int j = 0; j < npieces; j++) lpx_tensor_release(pieces[j]);
     lpx_free(pieces);
-    /* the step is the same on every saving rank: rank 0's file has it (a
-     * rank with no rows now still takes it) */
-    if (!st && m) {
-        lpx_safetensors *sf = NULL;
-        snprintf(name, sizeof name, "step:%s", key);
-        if (!(st = ck_open_rank(op, o, 0, &sf))) {
-            const char *s = lpx_safetensors_metadata(sf, name);
-            char *end = NULL;
-            long long sv = s ? strtoll(s, &end, 10) : -1;
-            if (!s || *end || sv < 0)
-                st = lpx_error(LPX_EINVAL, "%s: parameter '%s': rank 0's file has %s AdamW step", op, key,
-                               s ? "a malformed" : "no");
-            else
-                step = sv;
-        }
-    }
-    if (!st && m) st = lpx_fsdp_param_set_adamw_state(g, i, m, v, step < 0 ? 0 : step);
+    if (!st && state) st = lpx_fsdp_param_set_adamw_state(g, i, m, v, m ? step : 0);
 out:
     lpx_tensor_release(m);
     lpx_tensor_release(v);

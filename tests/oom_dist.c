@@ -5,6 +5,7 @@
  * the comm and its peer must fail with LPX_ECOMM, not hang. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include "oom.h"
 
@@ -666,8 +667,9 @@ static lpx_status c_fsdp_stats_get(int a) { (void)a; return fsdp_local(3); }
 
 /* the AdamW state of a parameter after one step: a one-rank engine driven
  * from this thread (collectives of one rank need no peer thread) */
-static lpx_status adamw_state(bool set)
+static lpx_status adamw_state(int mode /* 0: state, 1: set, 2: view */)
 {
+    bool set = mode == 1;
     lpx_comm *c = NULL;
     OOM_SETUP(lpx_local_comm_group_create(1, &c));
     lpx_mesh *mesh = NULL;
@@ -685,7 +687,16 @@ static lpx_status adamw_state(bool set)
     OOM_SETUP(lpx_fsdp_adamw_step(g, &o));
     int64_t step = -1;
     lpx_status st;
-    if (!set) {
+    if (mode == 2) {
+        /* the borrowed view holds exactly the copy's values */
+        lpx_tensor *mc = NULL;
+        OOM_SETUP(lpx_fsdp_param_adamw_state(g, 0, &mc, NULL, NULL));
+        st = OOM(lpx_fsdp_param_adamw_view(g, 0, &m, &v, &step));
+        OOM_OUT_NULL(st, m);
+        OOM_OUT_NULL(st, v);
+        OOM_CHECK(st || (step == 1 && !memcmp(lpx_tensor_data(m), lpx_tensor_data(mc), 6 * 4 * sizeof(float))));
+        lpx_tensor_release(mc);
+    } else if (!set) {
         st = OOM(lpx_fsdp_param_adamw_state(g, 0, &m, &v, &step));
         OOM_OUT_NULL(st, m);
         OOM_OUT_NULL(st, v);
@@ -712,8 +723,9 @@ static lpx_status adamw_state(bool set)
     lpx_comm_destroy(c);
     return st;
 }
-static lpx_status c_adamw_state(int a) { (void)a; return adamw_state(false); }
-static lpx_status c_set_adamw_state(int a) { (void)a; return adamw_state(true); }
+static lpx_status c_adamw_state(int a) { (void)a; return adamw_state(0); }
+static lpx_status c_set_adamw_state(int a) { (void)a; return adamw_state(1); }
+static lpx_status c_adamw_view(int a) { (void)a; return adamw_state(2); }
 
 static lpx_status c_f8w_new(int attempt)
 {
@@ -791,6 +803,7 @@ const oom_case oom_cases_dist[] = {
     {"lpx_fsdp_adamw_step", "2 ranks", c_fsdp_adamw, 0},
     {"lpx_fsdp_param_adamw_state", "1 rank", c_adamw_state, 0},
     {"lpx_fsdp_param_set_adamw_state", "1 rank", c_set_adamw_state, 0},
+    {"lpx_fsdp_param_adamw_view", "1 rank, equal to the copy", c_adamw_view, 0},
     {"lpx_fsdp_group_precompute_scales", "2 ranks", c_fsdp_pre_group, 0},
     {"lpx_fsdp_precompute_scales", "2 ranks", c_fsdp_pre_all, 0},
     {"lpx_fsdp_save", "2 ranks, dense/nf4/float8_weight", c_fsdp_save, 0},

@@ -249,6 +249,15 @@ LPX_API lpx_status lpx_fsdp_adamw_step(lpx_fsdp_group *g, const lpx_adamw_opts *
  *  frozen param, before lpx_fsdp_shard), LPX_ENOMEM. */
 LPX_API lpx_status lpx_fsdp_param_adamw_state(const lpx_fsdp_group *g, int i, lpx_tensor **m, lpx_tensor **v,
                                               int64_t *step);
+/** The same state without a copy, for writers that must not hold a second
+ *  copy of it (sharded checkpoints): tensor handles on the engine's own
+ *  moment arrays (f32, the local shard's shape) into *m and *v, or NULL
+ *  before the first step. Borrowed memory: valid until the next
+ *  lpx_fsdp_adamw_step, lpx_fsdp_param_set_adamw_state or lpx_fsdp_free;
+ *  read it, never write through it; release the handles. Errors as
+ *  lpx_fsdp_param_adamw_state. */
+LPX_API lpx_status lpx_fsdp_param_adamw_view(const lpx_fsdp_group *g, int i, lpx_tensor **m, lpx_tensor **v,
+                                             int64_t *step);
 /** Restores that state (a checkpoint being resumed): m and v dense f32
  *  with the local shard's element count (copied; any shape), step >= 0.
  *  step 0 with m and v NULL drops the state (as before the first step).
