@@ -1,6 +1,7 @@
-/* The consolidated model from a sharded engine (lpx_fsdp_export,
- * include/lpx/checkpoint.h): one safetensors file that every rank writes
- * its own rows of, so no rank ever holds the model.
+/* The consolidated model from and into a sharded engine (lpx_fsdp_export,
+ * lpx_fsdp_import; include/lpx/checkpoint.h): one safetensors file that
+ * every rank writes its own rows of, and reads its own rows from, so no
+ * rank ever holds the model.
  *
  * A row shard of a row-major tensor is one contiguous byte range of the
  * tensor's data, so the file's layout is a function of the parameters'
@@ -281,4 +282,77 @@ out:
     if (st && lead && path) unlink(tmp);
     plan_free(&x);
     return st;
+}
+
+/* ---- import -------------------------------------------------------------- */
+
+/* This rank's rows of one parameter from the tensor t (the whole, mapped). */
+static lpx_status import_one(const char *op, const char *nm, lpx_fsdp_group *g, int i, lpx_tensor *t)
+{
+    lpx_tensor *dt = lpx_fsdp_param_dtensor(g, i), *loc = lpx_fsdp_param_local(g, i), *dst = loc;
+    const lpx_kind *k = lpx_tensor_kind(loc);
+    if (k) {
+        if (!lpx_kind_vtable(k)->master)
+            return lpx_error(LPX_ENOTIMPL, "%s: parameter '%s' is a %s tensor, which cannot be cut from rows of a dense "
+                             "one (quantize the whole tensor and add it instead)", op, nm, lpx_kind_name(k));
+        dst = lpx_kind_vtable(k)->master(loc);
+    }
+    lpx_dtype td = lpx_tensor_dtype(t);
+    bool ok = !lpx_tensor_kind(t) && (td == LPX_F32 || td == LPX_BF16 || td == LPX_F16) &&
+              lpx_tensor_ndim(t) == lpx_tensor_ndim(dt);
+    for (int d = 0; ok && d < lpx_tensor_ndim(dt); d++) ok = lpx_tensor_shape(t)[d] == lpx_tensor_shape(dt)[d];
+    if (!ok) {
+        char a[128], b[128];
+        return lpx_error(LPX_EINVAL, "%s: '%s' is %s %s in the file; the parameter is %s (dense f32, bf16 or f16)", op,
+                         nm, lpx_tensor_kind(t) ? lpx_kind_name(lpx_tensor_kind(t)) : lpx_dtype_name(td),
+                         lpx_tensor_shape_str(t, a, sizeof a), lpx_tensor_shape_str(dt, b, sizeof b));
+    }
+    int64_t start = 0, len = 0;
+    lpx_status st = lpx_fsdp_param_rows(g, i, &start, &len, NULL);
+    if (st || !len) return st;
+    lpx_tensor *rows = NULL, *cast = NULL;
+    st = lpx_narrow(t, 0, start, len, &rows);
+    if (!st) st = lpx_cast(rows, lpx_tensor_dtype(dst), false, &cast);
+    if (!st) st = lpx_copy_(dst, cast);
+    lpx_tensor_release(rows);
+    lpx_tensor_release(cast);
+    return st;
+}
+
+lpx_status lpx_fsdp_import(lpx_fsdp *f, int nfiles, lpx_safetensors *const *files, lpx_fsdp_export_name_fn name,
+                           void *ctx)
+{
+    const char *op = "lpx_fsdp_import";
+    ck_mesh cm;
+    lpx_status st = lpx_ensure_init();
+    if (st || (st = ck_check_engine(op, f, &cm))) return st;
+    lpx_status mine = LPX_OK;
+    if (nfiles < 1 || !files) mine = lpx_error(LPX_EINVAL, "%s: %d files%s", op, nfiles, files ? "" : " (NULL)");
+    for (int j = 0; !mine && j < nfiles; j++)
+        if (!files[j]) mine = lpx_error(LPX_EINVAL, "%s: files[%d] is NULL", op, j);
+    char nm[512];
+    for (int gi = 0; gi < lpx_fsdp_group_count(f) && !mine; gi++) {
+        lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
+        for (int i = 0; i < lpx_fsdp_param_count(g) && !mine; i++) {
+            if (name) {
+                nm[0] = 0;
+                if (!name(ctx, g, i, nm, sizeof nm)) continue;
+                nm[sizeof nm - 1] = 0;
+            } else {
+                snprintf(nm, sizeof nm, "%s/%d/%s", lpx_fsdp_group_name(g), i, lpx_fsdp_param_name(g, i));
+            }
+            lpx_safetensors *sf = NULL;
+            for (int j = 0; j < nfiles && !sf; j++)
+                if (lpx_safetensors_kind_of(files[j], nm)) sf = files[j];
+            if (!sf) {
+                mine = lpx_error(LPX_EINVAL, "%s: no tensor '%s' (parameter '%s' of group '%s') in the %d file(s)", op,
+                                 nm, lpx_fsdp_param_name(g, i), lpx_fsdp_group_name(g), nfiles);
+                break;
+            }
+            lpx_tensor *t = NULL;
+            if (!(mine = lpx_safetensors_get(sf, nm, &t))) mine = import_one(op, nm, g, i, t);
+            lpx_tensor_release(t);
+        }
+    }
+    return ck_agree_all(&cm, op, mine);
 }

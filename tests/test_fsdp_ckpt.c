@@ -28,6 +28,7 @@ typedef struct ck_ctx {
     bool save, zeros, with_nf4, expect_fail;
     bool dense2;                 /* param 2 dense f32 instead of a float8_weight */
     const char *export_path;     /* export instead of save/load (dtype export_dtype) */
+    const char *import_path;     /* import from this consolidated file instead of a load */
     lpx_dtype export_dtype;
     bool export_rename;          /* names "p<i>", param 3 left out */
     const char *user;            /* save: rank 0's user object */
@@ -180,6 +181,11 @@ static lpx_status ck_rank(lpx_comm *comm, void *vctx)
                                 .extra_names = names, .extra = &ex};
         st = lpx_fsdp_save_ex(f, c->dir, &o);
         lpx_tensor_release(ex);
+    } else if (c->import_path) {
+        lpx_safetensors *sf = NULL;
+        st = lpx_safetensors_open(c->import_path, &sf);
+        if (!st) st = lpx_fsdp_import(f, 1, &sf, c->export_rename ? export_name : NULL, NULL);
+        lpx_safetensors_close(sf);
     } else if (c->export_path) {
         st = lpx_fsdp_export(f, c->export_path, c->export_dtype, c->export_rename ? export_name : NULL, NULL, 0, NULL);
     } else {
@@ -193,7 +199,7 @@ static lpx_status ck_rank(lpx_comm *comm, void *vctx)
         bool rep1 = c->hybrid && lpx_comm_rank(c->outer[r]) == 1;
         if (!rep1 || c->rep1) image(g, rep1 ? c->rep1 : c, r, shard_rank == 0);
     }
-    if (!st && c->with_nf4 && !c->save && !c->export_path) {
+    if (!st && c->with_nf4 && !c->save && !c->export_path && !c->import_path) {
         /* the loaded NF4 base gathers: every rank's shard, an empty one
          * included, carries the saved tensor's scaler mean (an empty shard
          * once kept the mean of the model it was built from) */
@@ -757,6 +763,62 @@ static void check_export(int world, lpx_dtype dtype, bool rename_, bool nf4)
     CHECK(stat(tmp, &sb) != 0);
 }
 
+/* Import, the inverse: a model exported on 3 ranks (f32; bf16 rounded)
+ * read back into a zeroed model on 1, 2, 4 and 8 ranks, each rank reading
+ * its rows only: every parameter (a bf16 one, a float8_weight's master)
+ * equals the exported values bit for bit. */
+static void test_import_consolidated(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/import.safetensors", root);
+    ck_ctx e;
+    ctx_init(&e, NULL);
+    e.export_path = path;
+    e.export_dtype = LPX_F32;
+    run_ranks(3, ck_rank, &e);
+    static const int ws[] = {1, 2, 4, 8};
+    for (size_t w = 0; w < sizeof ws / sizeof *ws; w++) {
+        ck_ctx c;
+        ctx_init(&c, NULL);
+        c.import_path = path;
+        c.zeros = true;
+        run_ranks(ws[w], ck_rank, &c);
+        for (int i = 0; i < NP; i++) {
+            float *want = calloc((size_t)numel2(shapes[i]), sizeof(float));
+            to_f32(e.full[i], want);
+            CHECKF(!memcmp(want, c.img[i], (size_t)numel2(shapes[i]) * sizeof(float)),
+                   "imported on %d ranks: param %d differs from the exported model", ws[w], i);
+            free(want);
+        }
+        ctx_free(&c);
+    }
+    /* refused: a name the file lacks (renamed when read), an NF4 base */
+    ck_ctx r;
+    ctx_init(&r, NULL);
+    r.import_path = path;
+    r.zeros = r.export_rename = r.expect_fail = true;
+    run_ranks(2, ck_rank, &r);
+    CHECKF(r.st[0] == LPX_EINVAL && r.st[1] == LPX_EINVAL && any_says(&r, 2, "no tensor 'p0'"), "renamed: %s", r.msg[0]);
+    ctx_free(&r);
+    int64_t s[2] = {NF4_ROWS, 64};
+    ck_ctx q;
+    ctx_init(&q, NULL);
+    lpx_tensor *x = rand_normal(2, s, 77, 1.0, LPX_F32);
+    CHECK_OK(lpx_nf4_quantize(x, NULL, &q.nf4));
+    q.with_nf4 = true;
+    q.export_path = path;
+    q.export_dtype = LPX_F32;
+    run_ranks(2, ck_rank, &q);   /* the NF4 base exported dequantized */
+    q.export_path = NULL;
+    q.import_path = path;
+    q.expect_fail = true;
+    run_ranks(2, ck_rank, &q);
+    CHECKF(q.st[0] == LPX_ENOTIMPL && any_says(&q, 2, "cannot be cut from rows"), "nf4: %s", q.msg[0]);
+    lpx_tensor_release(x);
+    ctx_free(&q);
+    ctx_free(&e);
+}
+
 static void test_export_consolidated(void)
 {
     for (int w = 0; w < NWORLDS; w++) check_export(worlds[w], LPX_F32, false, false);
@@ -791,6 +853,7 @@ int main(void)
     RUN(test_user_and_extras);
     RUN(test_dense_master_interchange);
     RUN(test_export_consolidated);
+    RUN(test_import_consolidated);
     RUN(test_hybrid_mesh);
     RUN(test_sigkill_during_saves);
     char cmd[300];

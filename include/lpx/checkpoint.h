@@ -160,6 +160,21 @@ typedef bool (*lpx_fsdp_export_name_fn)(void *ctx, lpx_fsdp_group *g, int i, cha
 LPX_API lpx_status lpx_fsdp_export(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_fsdp_export_name_fn name,
                                    void *ctx, int nmeta, const lpx_safetensors_kv *meta);
 
+/** The inverse of lpx_fsdp_export: every rank reads only its own rows of
+ *  each parameter name() keeps (NULL: all, under their engine keys) from
+ *  the consolidated safetensors files `files` (opened by the caller:
+ *  memory-mapped, so a rank touches only the pages of its rows), casts them
+ *  to the shard's dtype (round to nearest even) and copies them into its
+ *  local shard, or a wrapper kind's master. Needs each tensor at the
+ *  parameter's global shape, dense f32, bf16 or f16, in one of the files.
+ *  A kind without a dense master (NF4) cannot be cut from rows: refused
+ *  (quantize the whole tensor instead). AdamW state is left alone.
+ *  Collective (the same status on every rank). Errors: LPX_EINVAL (NULL,
+ *  a missing tensor or another shape or dtype: the message names it),
+ *  LPX_ENOTIMPL (a kind without a master), LPX_ECOMM, LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_import(lpx_fsdp *f, int nfiles, lpx_safetensors *const *files,
+                                   lpx_fsdp_export_name_fn name, void *ctx);
+
 LPX_END_DECLS
 
 #endif

@@ -274,8 +274,10 @@ lpx_status tr_hf_load(const char *dir, const tr_geom *g, float **w)
                  lpx_dtype_name(dt), lpx_tensor_shape_str(t, sh, sizeof sh), (long long)P->rows, is1d ? "" : ", ",
                  is1d ? 0LL : (long long)P->cols);
         }
-        TRY(lpx_cast(t, LPX_F32, false, &c));
-        memcpy(w[p], lpx_tensor_data(c), sizeof(float) * (size_t)(P->rows * P->cols));
+        if (w) {   /* NULL: checked only (the ranks import their rows: tr_hf_import) */
+            TRY(lpx_cast(t, LPX_F32, false, &c));
+            memcpy(w[p], lpx_tensor_data(c), sizeof(float) * (size_t)(P->rows * P->cols));
+        }
         lpx_tensor_release(t);
         lpx_tensor_release(c);
         t = c = NULL;
@@ -365,6 +367,15 @@ lpx_status tr_hf_export(tr_rank *R, const char *dir)
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     lpx_safetensors_kv meta = {"format", "pt"};
     return lpx_fsdp_export(R->fsdp, path, LPX_F32, hf_export_name, R, 1, &meta);
+}
+
+lpx_status tr_hf_import(tr_rank *R, const char *dir)
+{
+    hf_files h;
+    lpx_status st = files_open(dir, &h);
+    if (!st) st = lpx_fsdp_import(R->fsdp, h.n, h.f, hf_export_name, R);
+    files_close(&h);
+    return st;
 }
 
 lpx_status tr_hf_write_config(const char *dir, const tr_geom *g)

@@ -13,7 +13,8 @@ void tr_hf_name(const tr_param *P, char *buf, size_t n);
  * tr_arch_check on the result. */
 lpx_status tr_hf_config(const char *dir, tr_arch *a);
 /* Every parameter of g from DIR's safetensors (one file or an index and
- * its shards) as f32 into w[p]. Errors: LPX_ENOTFOUND (a missing shard),
+ * its shards) as f32 into w[p] (w NULL: every name, shape and dtype
+ * checked, nothing read). Errors: LPX_ENOTFOUND (a missing shard),
  * LPX_EINVAL (a missing tensor, a wrong shape or dtype, a tensor that is
  * not a parameter of g), LPX_EIO, LPX_ENOMEM. */
 lpx_status tr_hf_load(const char *dir, const tr_geom *g, float **w);
@@ -25,5 +26,9 @@ lpx_status tr_hf_make_dir(const char *dir);
 struct tr_rank;
 lpx_status tr_hf_export(struct tr_rank *R, const char *dir);
 lpx_status tr_hf_write_config(const char *dir, const tr_geom *g);
+/* --init DIR (Hugging Face), every recipe with dense masters: after setup,
+ * every rank reads its own rows of every weight (lpx_fsdp_import; the files
+ * memory-mapped, so no rank reads the model). */
+lpx_status tr_hf_import(struct tr_rank *R, const char *dir);
 
 #endif

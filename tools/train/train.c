@@ -56,6 +56,7 @@ typedef struct tr_shared {
     int start, end;
     bool main;
     const tr_ckpt *ck;       /* --resume */
+    const char *hf_import;   /* --init DIR (Hugging Face): every rank reads its rows after setup */
     double val_start_mean;   /* recorded in checkpoints (NaN: none) */
     char (*err)[1024];       /* [o->ranks]: each rank's error message, to report the first */
 } tr_shared;
@@ -351,6 +352,7 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     TRY(tr_adamw_setup(R));
     /* --resume: the optimizer and recipe state (the weights came as init) */
     if (sh->ck) TRY(tr_ckpt_load_rank(R, sh->ck));
+    if (sh->hf_import) TRY(tr_hf_import(R, sh->hf_import));
     if (R->recipe == TR_F8_TENSORWISE) TRY(tr_precompute_scales(R));
     if (sh->val_start) {
         TRY(evaluate(R, sh, sh->val_start));
@@ -486,6 +488,7 @@ typedef struct tr_span {
     int start, end;          /* steps [start, end) of a schedule of `steps` */
     bool main;
     const tr_ckpt *ck;
+    const char *hf_import;   /* Hugging Face weights each rank reads its rows of */
 } tr_span;
 
 /* Runs one recipe over steps [span->start, span->end) of a `steps`-step
@@ -500,6 +503,7 @@ static lpx_status run_recipe(const tr_opts *o, tr_recipe recipe, const char *lab
     tr_shared sh = {.o = o, .recipe = recipe, .steps = steps, .g = g, .c = c, .init = init, .res = res,
                     .final = final, .print = !o->quiet, .label = label, .per_process = strcmp(o->comm, "local") != 0,
                     .start = span->start, .end = span->end, .main = span->main, .ck = span->ck,
+                    .hf_import = span->hf_import,
                     .val_start_mean = NAN};
     memset(res, 0, sizeof *res);
     res->label = label;
@@ -839,6 +843,7 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     /* --init DIR: a Hugging Face model directory sets the model */
     struct stat ist;
     bool hf_init = o.init_path && stat(o.init_path, &ist) == 0 && S_ISDIR(ist.st_mode);
+    const char *hf_rows = NULL;   /* --init DIR imported by rows on the ranks */
     if (hf_init) {
         const unsigned arch_given = TR_GIVEN_MODEL | TR_GIVEN_DIM | TR_GIVEN_LAYERS | TR_GIVEN_HEADS |
                                     TR_GIVEN_KV_HEADS | TR_GIVEN_FFN | TR_GIVEN_VOCAB | TR_GIVEN_ROPE_THETA |
@@ -911,10 +916,18 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
             goto out;
         }
     } else if (hf_init) {
-        if (tr_hf_load(o.init_path, g, init) != LPX_OK) {
+        /* every name and shape checked here; the weights themselves: each
+         * rank imports its rows after setup (tr_hf_import), except
+         * nf4-qlora, whose frozen base is quantized whole */
+        bool whole = o.recipe == TR_NF4_QLORA;
+        if (tr_hf_load(o.init_path, g, whole ? init : NULL) != LPX_OK) {
             if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
             rc = 2;
             goto out;
+        }
+        if (!whole) {
+            TRY(init_params(g, o.seed, init));   /* the shape of the model, overwritten by the import */
+            hf_rows = o.init_path;
         }
     } else {
         TRY(init_params(g, o.seed, init));
@@ -955,7 +968,8 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
         }
     }
     float *const *start = base ? base : init;
-    tr_span span = {.start = ck ? ck->step : 0, .end = o.stop_after ? o.stop_after : o.steps, .main = true, .ck = ck};
+    tr_span span = {.start = ck ? ck->step : 0, .end = o.stop_after ? o.stop_after : o.steps, .main = true, .ck = ck,
+                    .hf_import = hf_rows};
     TRY(lpx_trace_start(NULL));
     main_idx = nres;
     /* --save-hf: every rank writes its rows of the model at the end of
@@ -971,7 +985,7 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     }
     if (o.compare && o.recipe != TR_BF16) {
         base_idx = nres;
-        tr_span all = {.start = 0, .end = o.steps};
+        tr_span all = {.start = 0, .end = o.steps, .hf_import = hf_rows};
         TRY(run_recipe(&o, TR_BF16, "bf16", o.steps, &all, g, &corpus, start, NULL, true, &res[nres]));
         nres++;
     } else if (o.recipe == TR_BF16) {
