@@ -576,6 +576,12 @@ static bool export_name(void *ctx, lpx_fsdp_group *g, int i, char *buf, size_t l
     snprintf(buf, len, "m.%s.%d", lpx_fsdp_group_name(g), i);
     return true;
 }
+static bool import_name(void *ctx, lpx_fsdp_group *g, int i, char *buf, size_t len)
+{
+    if (lpx_tensor_kind(lpx_fsdp_param_local(g, i)) && !lpx_kind_vtable(lpx_tensor_kind(lpx_fsdp_param_local(g, i)))->master)
+        return false;
+    return export_name(ctx, g, i, buf, len);
+}
 static lpx_status call_export(fsdp_state *s)
 {
     char path[200];
@@ -583,6 +589,20 @@ static lpx_status call_export(fsdp_state *s)
     lpx_safetensors_kv kv = {"format", "pt"};
     lpx_status st = lpx_fsdp_export(s->f, path, LPX_BF16, export_name, NULL, 1, &kv);
     if (lpx_comm_rank(lpx_mesh_comm(s->mesh, 0)) == 0) unlink(path);
+    return st;
+}
+
+static lpx_status call_import(fsdp_state *s)
+{
+    char path[200];
+    snprintf(path, sizeof path, "%s.safetensors", ckpt_dir());
+    lpx_status st = lpx_fsdp_export(s->f, path, LPX_F32, export_name, NULL, 0, NULL);
+    lpx_safetensors *sf = NULL;
+    if (!st) st = lpx_safetensors_open(path, &sf);
+    /* the NF4 base (no master) cannot be cut from rows: import the others */
+    if (!st) st = lpx_fsdp_import(s->f, 1, &sf, import_name, NULL);
+    lpx_safetensors_close(sf);
+    if (lpx_comm_rank(lpx_mesh_comm(s->mesh, 0)) == 0) unlink(path);   /* collective: every rank is done */
     return st;
 }
 
@@ -614,6 +634,7 @@ PLAN_CASE(c_fsdp_save_ex, ST_SHARDED, call_save_ex, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_load_ex, ST_SHARDED, call_load_ex, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_reader, ST_SHARDED, call_reader, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_export, ST_SHARDED, call_export, .max_unsharded = 2)
+PLAN_CASE(c_fsdp_import, ST_SHARDED, call_import, .max_unsharded = 2)
 
 /* the engine's local calls, on rank 0 of a two-rank group from this thread */
 static lpx_status c_fsdp_new(int attempt)
@@ -814,6 +835,7 @@ const oom_case oom_cases_dist[] = {
     {"lpx_fsdp_ckpt_param", "every parameter", c_fsdp_reader, 0},
     {"lpx_fsdp_ckpt_extra", "another rank's extra", c_fsdp_reader, 0},
     {"lpx_fsdp_export", "2 ranks, bf16, renamed", c_fsdp_export, 0},
+    {"lpx_fsdp_import", "2 ranks, after an export", c_fsdp_import, 0},
     {"lpx_float8_weight_new", "rowwise", c_f8w_new, 0},
     {"lpx_float8_weight_set_scale", NULL, c_f8w_set_scale, 0},
     {NULL, NULL, NULL, 0},
