@@ -778,6 +778,48 @@ static void test_mpi_same_losses(void)
     CHECKF(strstr(mo, "--ranks 4 but the MPI world has 2 processes") != NULL, "--ranks 4 on 2 processes: %s", mo);
 }
 
+/* Checkpoints over MPI, one rank per process, for a recipe with each kind
+ * of state (f32 masters, float8_weight masters, an NF4 base, float8-delayed
+ * histories): saved by 2 processes, re-saved by 3 (no step: each process
+ * reads its new rows), re-saved by 2 local ranks: the files of the run
+ * saved on 2 local ranks, byte for byte; and a resume on 3 processes
+ * trains on. */
+static void test_mpi_checkpoints(void)
+{
+    static char out[65536];
+    char cmd[8192], args[4096], a[600], b[600];
+    const char *flags = is_open_mpi() ? "--allow-run-as-root --oversubscribe --bind-to none --timeout 300" : "";
+    const char *common = "--dim 32 --layers 1 --heads 2 --seq 16 --batch 12 --micro 6 --steps 5 --eval 2 --sample 0";
+    static const char *const recipes[] = {"bf16", "float8-tensorwise", "float8-delayed", "nf4-qlora"};
+    for (size_t i = 0; i < sizeof recipes / sizeof *recipes; i++) {
+        const char *r = recipes[i];
+        const char *extra = !strcmp(r, "nf4-qlora") ? "--pretrain 3 --lora-rank 4" : "";
+        snprintf(args, sizeof args, "train --recipe %s %s %s --ranks 2 --stop-after 3 --data '%s' --out '%s/ml-%s' "
+                 "--save '%s/ml-%s-ck'", r, extra, common, corpus, outdir, r, outdir, r);
+        CHECKF(run(args, out, sizeof out) == 0, "%s local: %s", r, out);
+        /* 2 processes save, 3 processes re-save, 3 processes train on */
+        snprintf(cmd, sizeof cmd, "'%s' %s -np 2 '%s' train --comm mpi --recipe %s %s %s --stop-after 3 --data '%s' "
+                 "--out '%s/mm-%s' --save '%s/mm-%s-2' 2>&1 && '%s' %s -np 3 '%s' train --comm mpi --resume '%s/mm-%s-2' "
+                 "--ranks 3 --stop-after 3 --out '%s/mm-%s' --save '%s/mm-%s-3' 2>&1 && '%s' %s -np 3 '%s' train --comm mpi "
+                 "--resume '%s/mm-%s-2' --ranks 3 --out '%s/mm-%s' 2>&1",
+                 mpirun, flags, exe, r, extra, common, corpus, outdir, r, outdir, r, mpirun, flags, exe, outdir, r, outdir,
+                 r, outdir, r, mpirun, flags, exe, outdir, r, outdir, r);
+        FILE *p = popen(cmd, "r");
+        size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[n] = 0;
+        int st = p ? pclose(p) : -1;
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(out, "steps 4..5"), "%s over mpi: %s", r, out);
+        snprintf(args, sizeof args, "train --resume '%s/mm-%s-3' --ranks 2 --stop-after 3 --out '%s/ml-%s' --save "
+                 "'%s/mm-%s-back'", outdir, r, outdir, r, outdir, r);
+        CHECKF(run(args, out, sizeof out) == 0, "%s back on 2 local ranks: %s", r, out);
+        for (int k = 0; k < 2; k++) {
+            snprintf(a, sizeof a, "%s/ml-%s-ck/rank-%05d-of-00002.safetensors", outdir, r, k);
+            snprintf(b, sizeof b, "%s/mm-%s-back/rank-%05d-of-00002.safetensors", outdir, r, k);
+            CHECKF(same_file(a, b), "%s: rank %d's file after mpi 2 -> mpi 3 -> local 2 differs from the local save", r, k);
+        }
+    }
+}
+
 static void test_mem(void)
 {
     char out[4096];
@@ -905,6 +947,7 @@ int main(int argc, char **argv)
     mkdir(outdir, 0777);
     if (mpi) {
         RUN(test_mpi_same_losses);
+        RUN(test_mpi_checkpoints);
     } else {
         RUN(test_bad_options);
         RUN(test_loss_goes_down_and_files);
