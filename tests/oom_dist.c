@@ -597,12 +597,18 @@ static lpx_status call_import(fsdp_state *s)
     char path[200];
     snprintf(path, sizeof path, "%s.safetensors", ckpt_dir());
     lpx_status st = lpx_fsdp_export(s->f, path, LPX_F32, export_name, NULL, 0, NULL);
+    if (st) return st;   /* the same on every rank (collective) */
     lpx_safetensors *sf = NULL;
-    if (!st) st = lpx_safetensors_open(path, &sf);
+    st = lpx_safetensors_open(path, &sf);
+    /* the open is local: every rank learns whether all opened before the
+     * collective import (allocation-free), and before rank 0 unlinks */
+    float bad = st ? 1.0f : 0.0f;
+    lpx_status a = lpx_comm_all_reduce_buf(lpx_mesh_comm(s->mesh, 0), &bad, &bad, 1, LPX_F32, LPX_REDUCE_MAX);
     /* the NF4 base (no master) cannot be cut from rows: import the others */
-    if (!st) st = lpx_fsdp_import(s->f, 1, &sf, import_name, NULL);
+    if (!st && !a && bad == 0.0f) st = lpx_fsdp_import(s->f, 1, &sf, import_name, NULL);
+    else if (!st) st = a ? a : lpx_error(LPX_ENOMEM, "oom: another rank could not open the export");
     lpx_safetensors_close(sf);
-    if (lpx_comm_rank(lpx_mesh_comm(s->mesh, 0)) == 0) unlink(path);   /* collective: every rank is done */
+    if (lpx_comm_rank(lpx_mesh_comm(s->mesh, 0)) == 0) unlink(path);
     return st;
 }
 
