@@ -238,8 +238,11 @@ static lpx_status write_rank(lpx_fsdp *f, const char *path, const lpx_fsdp_ckpt_
         snprintf(name, sizeof name, CK_EXTRA "%s", opts->extra_names[i]);
         if (!st && !(st = on_host(opts->extra[i], &h))) st = list_add(&l, name, h);
     }
-    /* size and checksum from the bytes as they are written (no read-back) */
-    if (!st) st = lpx__st_save_hashed(path, l.n, (const char *const *)l.names, l.ts, l.nmeta, l.meta, &me->bytes,
+    /* size and checksum from the bytes as they are written (no read-back);
+     * in place: <dir>.tmp is committed whole (its entries made durable by
+     * the one directory fsync after the index), so no per-file temporary
+     * file, rename or directory fsync */
+    if (!st) st = lpx__st_save_hashed(path, l.n, (const char *const *)l.names, l.ts, l.nmeta, l.meta, true, &me->bytes,
                                       &me->fnv);
     list_free(&l);
     return st;

@@ -144,11 +144,11 @@ static lpx_status first_repeat(const char *const *s, int n, const char **twice)
 lpx_status lpx_safetensors_save(const char *path, int n, const char *const *names, lpx_tensor *const *tensors,
                                 int nmeta, const lpx_safetensors_kv *meta)
 {
-    return lpx__st_save_hashed(path, n, names, tensors, nmeta, meta, NULL, NULL);
+    return lpx__st_save_hashed(path, n, names, tensors, nmeta, meta, false, NULL, NULL);
 }
 
 lpx_status lpx__st_save_hashed(const char *path, int n, const char *const *names, lpx_tensor *const *tensors,
-                               int nmeta, const lpx_safetensors_kv *meta, uint64_t *bytes, uint64_t *fnv)
+                               int nmeta, const lpx_safetensors_kv *meta, bool in_place, uint64_t *bytes, uint64_t *fnv)
 {
     wr_hash hash = {1469598103934665603ull, 0, {0}, 0}, *hp = bytes || fnv ? &hash : NULL;
     lpx_status st = lpx_ensure_init();
@@ -279,12 +279,13 @@ lpx_status lpx__st_save_hashed(const char *path, int n, const char *const *names
                        padded, LPX_SAFETENSORS_MAX_HEADER);
         goto fail;
     }
-    /* temporary file in the target's directory */
+    /* temporary file in the target's directory (in place: the file
+     * itself, whose directory the caller commits) */
     size_t pl = strlen(path);
     tmp = lpx_malloc(pl + 16);
     if (!tmp) { st = lpx_error(LPX_ENOMEM, "lpx_safetensors_save: out of memory"); goto fail; }
-    snprintf(tmp, pl + 16, "%s.tmp.XXXXXX", path);
-    fd = mkostemp(tmp, O_CLOEXEC);
+    snprintf(tmp, pl + 16, in_place ? "%s" : "%s.tmp.XXXXXX", path);
+    fd = in_place ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
         st = lpx_error(LPX_EIO, "safetensors %s: cannot create a temporary file next to it: %s", path, strerror(errno));
         lpx_free(tmp);
@@ -302,10 +303,13 @@ lpx_status lpx__st_save_hashed(const char *path, int n, const char *const *names
     if (fchmod(fd, 0644)) { st = lpx_error(LPX_EIO, "safetensors %s: fchmod: %s", tmp, strerror(errno)); goto fail; }
     if (close(fd)) { fd = -1; st = lpx_error(LPX_EIO, "safetensors %s: close: %s", tmp, strerror(errno)); goto fail; }
     fd = -1;
-    if (rename(tmp, path)) { st = lpx_error(LPX_EIO, "safetensors %s: rename: %s", path, strerror(errno)); goto fail; }
+    if (!in_place && rename(tmp, path)) {
+        st = lpx_error(LPX_EIO, "safetensors %s: rename: %s", path, strerror(errno));
+        goto fail;
+    }
     lpx_free(tmp);
     tmp = NULL;
-    {
+    if (!in_place) {
         /* make the rename durable */
         char *dir = lpx_strdup(path);
         if (dir) {
