@@ -1,0 +1,91 @@
+/* `lpx plan`'s cost model (tools/plan/), its pieces against cases worked
+ * by hand: collective times from bytes, bandwidth and latency (ring
+ * inside a node and across nodes, the tree for a small all-reduce), and
+ * FSDP2's overlap: a step whose collectives hide behind compute, one whose
+ * compute waits on every all-gather, and NCCL's SM share slowing compute. */
+#include <math.h>
+#include "check.h"
+#include "tools/plan/plan.h"
+
+static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b)); }
+
+static void test_ring_and_tree(void)
+{
+    pl_net net = {.intra_bw = 100e9, .inter_bw = 50e9, .latency = 5e-6, .gpus_per_node = 8};
+    /* 1 GB all-gathered over 8 GPUs of one node: 7/8 of it crosses each
+     * link at 100 GB/s, plus 7 hops: 8.75 ms + 35 us */
+    double t = pl_coll_time(PL_ALL_GATHER, 1e9, 8, &net);
+    CHECKF(near(t, 8.75e-3 + 35e-6), "all-gather 1 GB / 8 in a node: %.9g s", t);
+    CHECK(near(pl_coll_time(PL_REDUCE_SCATTER, 1e9, 8, &net), t));
+    /* over 16 GPUs of 2 nodes the ring crosses the NICs: 15/16 at 50 GB/s + 15 hops */
+    t = pl_coll_time(PL_ALL_GATHER, 1e9, 16, &net);
+    CHECKF(near(t, 18.75e-3 + 75e-6), "all-gather 1 GB / 16 over 2 nodes: %.9g s", t);
+    /* an all-reduce moves twice the bytes and twice the hops */
+    t = pl_coll_time(PL_ALL_REDUCE, 1e9, 8, &net);
+    CHECKF(near(t, 2 * 8.75e-3 + 70e-6), "all-reduce 1 GB / 8: %.9g s", t);
+    /* one f32 amax over 128 GPUs: the tree, 2 log2(128) = 14 hops */
+    t = pl_coll_time(PL_ALL_REDUCE, 4, 128, &net);
+    CHECKF(near(t, 14 * 5e-6 + 2 * 4 / 50e9), "amax all-reduce over 128: %.9g s", t);
+    CHECK(pl_coll_time(PL_ALL_GATHER, 1e9, 1, &net) == 0);
+}
+
+/* Two groups: forward 10, backward 20, every collective 1. The first
+ * all-gather is exposed (nothing to hide it), every later one runs
+ * beside a forward or backward, the last reduce-scatter is exposed (the
+ * optimizer waits for it): step = 1 + 60 + 1. */
+static void test_fully_overlapped(void)
+{
+    pl_group g[2] = {{10, 20, 1, 1, 1}, {10, 20, 1, 1, 1}};
+    pl_sched_opts o = {0, 0, 0};
+    pl_sched s;
+    pl_schedule(g, 2, &o, &s);
+    CHECKF(near(s.step, 62) && near(s.exposed_comm, 2) && near(s.compute, 60) && near(s.comm, 6) &&
+           near(s.fwd_end, 21), "overlapped: step %g, exposed %g, compute %g, comm %g, forward ends %g", s.step,
+           s.exposed_comm, s.compute, s.comm, s.fwd_end);
+    /* the optimizer and one combined amax all-reduce after it */
+    o.tail = 5;
+    o.tail_comm = 0.25;
+    pl_schedule(g, 2, &o, &s);
+    CHECKF(near(s.step, 67.25) && near(s.exposed_comm, 2.25), "with the tail: step %g, exposed %g", s.step,
+           s.exposed_comm);
+}
+
+/* Collectives ten times longer than compute: the comm stream sets the
+ * pace. Forward: AG0 [0,10], F0 [10,11], AG1 [10,20], F1 [20,21]; AG_b1
+ * (issued at F1's start) [20,30], B1 [30,32]; AG_b0 (issued at B1's
+ * start) [30,40], RS1 [40,50], B0 [40,42], RS0 [50,60]: step 60, compute
+ * 6, the rest exposed. */
+static void test_fully_exposed(void)
+{
+    pl_group g[2] = {{1, 2, 10, 10, 10}, {1, 2, 10, 10, 10}};
+    pl_sched_opts o = {0, 0, 0};
+    pl_sched s;
+    pl_schedule(g, 2, &o, &s);
+    CHECKF(near(s.step, 60) && near(s.exposed_comm, 54) && near(s.fwd_end, 21),
+           "exposed: step %g, exposed %g, forward ends %g", s.step, s.exposed_comm, s.fwd_end);
+}
+
+/* NCCL holding half the SMs: group 0's forward (10) runs beside group 1's
+ * all-gather (4) for 4 s at half speed, so it ends 2 s late (contention
+ * 2); nothing else overlaps, so the step is 2 s longer than at share 0. */
+static void test_sm_share(void)
+{
+    pl_group g[2] = {{10, 0, 0, 0, 0}, {10, 0, 4, 0, 0}};
+    pl_sched_opts o = {0.5, 0, 0};
+    pl_sched s, s0;
+    pl_schedule(g, 2, &o, &s);
+    o.sm_share = 0;
+    pl_schedule(g, 2, &o, &s0);
+    CHECKF(near(s.contention, 2) && near(s.fwd_end, 22) && near(s0.fwd_end, 20) && near(s.step - s0.step, 2),
+           "sm share: contention %g, forward ends %g (%g without), step %g vs %g", s.contention, s.fwd_end, s0.fwd_end,
+           s.step, s0.step);
+}
+
+int main(void)
+{
+    RUN(test_ring_and_tree);
+    RUN(test_fully_overlapped);
+    RUN(test_fully_exposed);
+    RUN(test_sm_share);
+    return CHECK_DONE();
+}

@@ -1,0 +1,76 @@
+/* `lpx plan`: a training step predicted from rates (docs/PLAN.md).
+ *
+ *   net.c       collective times from bytes, bus bandwidth and latency
+ *               (ring for large messages, tree latency for small ones;
+ *               intra- vs inter-node)
+ *   schedule.c  FSDP's overlap: a compute stream and a comm stream, the
+ *               prefetch order of FSDP2, NCCL's SM share slowing compute
+ *   cost.c      one step of a Llama model: per block its GEMMs, attention,
+ *               elementwise and casts (FLOPs and bytes over the chip's
+ *               rates), its all-gathers, reduce-scatter and amax
+ *               all-reduces, the optimizer
+ *   chip.c      chip and network files (JSON, every number with its source)
+ *   cmd_plan.c  the command line, the table, --explain, --json
+ * Times are seconds, sizes bytes, rates bytes/s or FLOP/s. */
+#ifndef LPX_PLAN_H
+#define LPX_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- net.c ---- */
+typedef struct pl_net {
+    double intra_bw;     /* bytes/s per GPU inside a node (bus bandwidth, NCCL's busbw) */
+    double inter_bw;     /* bytes/s per GPU across nodes */
+    double latency;      /* seconds per ring step (one hop) */
+    int gpus_per_node;
+} pl_net;
+
+typedef enum pl_coll { PL_ALL_GATHER, PL_REDUCE_SCATTER, PL_ALL_REDUCE } pl_coll;
+
+/* Time of collective k over n ranks whose full buffer is `bytes` (the
+ * all-gather's output, the reduce-scatter's input, the all-reduce's
+ * buffer), as NCCL's ring: (n-1)/n of the bytes cross each rank's link
+ * (twice for an all-reduce) at the bus bandwidth of the slowest link the
+ * ring uses (inter-node once it spans nodes), plus n-1 latencies (2(n-1)
+ * for an all-reduce). An all-reduce of at most 64 KiB takes NCCL's tree
+ * instead: 2 log2(n) latencies. 0 for n <= 1. */
+double pl_coll_time(pl_coll k, double bytes, int n, const pl_net *net);
+/* The bus bandwidth a ring over n ranks runs at. */
+double pl_ring_bw(int n, const pl_net *net);
+
+/* ---- schedule.c ---- */
+/* One shard group (an FSDP unit): its compute and its collectives. */
+typedef struct pl_group {
+    double fwd, bwd;          /* compute, seconds at the full chip */
+    double ag_fwd, ag_bwd;    /* all-gather before its forward / backward (0: none) */
+    double rs;                /* reduce-scatter of its grads after its backward */
+} pl_group;
+
+typedef struct pl_sched_opts {
+    double sm_share;          /* fraction of the SMs NCCL's kernels take while they run (0..0.9) */
+    double tail;              /* compute after the last reduce-scatter (optimizer), seconds */
+    double tail_comm;         /* exposed comm after it (one combined amax all-reduce), seconds */
+} pl_sched_opts;
+
+typedef struct pl_sched {
+    double step;              /* wall time of the step */
+    double compute;           /* compute at the full chip (sum of fwd + bwd + tail) */
+    double comm;              /* sum of the collectives */
+    double exposed_comm;      /* time the compute stream waited on the comm stream */
+    double contention;        /* compute time added by NCCL's SM share */
+    double fwd_end;           /* end of the forward */
+} pl_sched;
+
+/* Simulates one step of FSDP2 over groups g[0..n) in forward order: the
+ * forward computes g[0..n), each after its all-gather; the all-gather of
+ * group i+1 is issued when group i's forward starts (prefetch, at most two
+ * groups unsharded); the backward computes g[n-1..0], the all-gather of
+ * group i-1 issued when group i's backward starts, group i's
+ * reduce-scatter when it ends; collectives run one at a time in issue
+ * order on the comm stream. While a collective runs, compute proceeds at
+ * (1 - sm_share) of its speed. The optimizer (tail) starts when every
+ * backward and reduce-scatter is done; tail_comm follows it. */
+void pl_schedule(const pl_group *g, int n, const pl_sched_opts *o, pl_sched *out);
+
+#endif
