@@ -4,6 +4,10 @@
  * FSDP2's overlap: a step whose collectives hide behind compute, one whose
  * compute waits on every all-gather, and NCCL's SM share slowing compute. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include "check.h"
 #include "tools/plan/plan.h"
 
@@ -81,11 +85,57 @@ static void test_sm_share(void)
            s.step, s0.step);
 }
 
+/* runs `lpx ARGS`, its stdout and stderr into out; the exit code */
+static int run(const char *args, char *out, size_t n)
+{
+    const char *exe = getenv("LPX_TEST_LPX_EXE");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", exe, args);
+    FILE *p = popen(cmd, "r");
+    size_t k = p ? fread(out, 1, n - 1, p) : 0;
+    out[k] = 0;
+    int st = p ? pclose(p) : -1;
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The command: its JSON has the five steps with bf16 first at 1.00x and
+ * the float8 ones faster on a compute-bound case; its table names the
+ * chip file; bad options are refused with one line, exit 2. */
+static void test_cli(void)
+{
+    if (!getenv("LPX_TEST_LPX_EXE")) SKIP_CASE("LPX_TEST_LPX_EXE is not set");
+    static char out[65536];
+    int rc = run("plan --model llama3-8b --gpus 8 --batch 2 --seq 4096 --json", out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "\"case\": \"bf16\"") && strstr(out, "\"speedup\": 1.0000") &&
+           strstr(out, "float8-tensorwise as lpx runs it") && strstr(out, "\"memory_per_gpu_bytes\""), "json: %d %s",
+           rc, out);
+    const char *last = strrchr(out, '{');
+    double sp = 0;
+    const char *k = last ? strstr(last, "\"speedup\": ") : NULL;
+    if (k) sp = strtod(k + 11, NULL);
+    CHECKF(sp > 1.05 && sp < 2.0, "float8 speedup on a compute-bound 8B step: %g", sp);
+    rc = run("plan --model llama3-70b --gpus 128 --batch 4 --explain", out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "h100.json") && strstr(out, "ring: (N-1)/N bytes") && strstr(out, "one block"),
+           "table: %d %s", rc, out);
+    static const char *const refused[][2] = {
+        {"plan --gpus 0", "expected a positive integer for --gpus"},
+        {"plan --net intra=x", "--net: a positive number for intra"},
+        {"plan --chip nosuch", "cannot open it"},
+        {"plan --recipe nf4-qlora", "--recipe: bf16, float8-tensorwise or float8-rowwise"},
+        {"plan --frobnicate", "unknown option"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        rc = run(refused[i][0], out, sizeof out);
+        CHECKF(rc == 2 && strstr(out, refused[i][1]), "%s: %d %s", refused[i][0], rc, out);
+    }
+}
+
 int main(void)
 {
     RUN(test_ring_and_tree);
     RUN(test_fully_overlapped);
     RUN(test_fully_exposed);
     RUN(test_sm_share);
+    RUN(test_cli);
     return CHECK_DONE();
 }

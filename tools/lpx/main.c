@@ -16,6 +16,7 @@ static void usage(FILE *f)
             "  train             train a small LM: sharded fp8 / NF4-QLoRA / MX recipes (--help)\n"
             "  mem               memory per rank of a model before running it (--help)\n"
             "  eval              a Hugging Face Llama's loss and logits on given token ids (--help)\n"
+            "  plan              a training step predicted at cluster scale from rates (--help)\n"
             "  help              this text\n"
             "  --version         print the version\n");
 }
@@ -46,6 +47,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "train")) return lpx_cmd_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "mem")) return lpx_cmd_mem(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return lpx_cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return lpx_cmd_plan(argc - 1, argv + 1);
     fprintf(stderr, "lpx: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -73,4 +73,52 @@ typedef struct pl_sched {
  * backward and reduce-scatter is done; tail_comm follows it. */
 void pl_schedule(const pl_group *g, int n, const pl_sched_opts *o, pl_sched *out);
 
+/* ---- chip.c ---- */
+/* The rates of one chip: achieved rates where a benchmark measured them,
+ * else the published peaks (source says which). */
+typedef struct pl_chip {
+    char name[96], source[1200];
+    double bf16_flops, fp8_flops;  /* dense GEMM FLOP/s */
+    double attn_flops;             /* fused attention, bf16 (0: the bf16 GEMM rate) */
+    double hbm_bw;                 /* bytes/s of a copy (elementwise ops, casts, the optimizer) */
+    double bf16_peak;              /* FLOP/s the MFU is over */
+    int sms;
+    double memory;                 /* bytes */
+} pl_chip;
+/* Reads a chip file (JSON: {"name", "sms", "memory_gib", "bf16_tflops",
+ * "fp8_tflops", "attention_tflops", "copy_gbs", "bf16_peak_tflops", each
+ * number {"value": x, "source": "..."}}); `h100`/`h200` name the
+ * committed published-figures files (data/chips/). 0, or 2 after one
+ * line on stderr. */
+int pl_chip_load(const char *name_or_path, const char *data_dir, pl_chip *out);
+
+/* ---- cost.c ---- */
+struct tr_geom;
+typedef enum pl_amax { PL_AMAX_NONE, PL_AMAX_PER_PARAM, PL_AMAX_COMBINED } pl_amax;
+typedef struct pl_step_opts {
+    int gpus;
+    int batch;                 /* sequences per GPU per step */
+    bool fp8_compute;          /* the block linears' GEMMs in fp8 (tensorwise: casts counted) */
+    bool fp8_all_gather;       /* the block linears' weights gathered in fp8 */
+    pl_amax amax;              /* how the fp8 all-gather's scales are agreed */
+    bool ac;                   /* activation checkpointing per block (the forward again in the backward) */
+    bool reduce_f32;           /* grads reduce-scattered in f32 (else bf16) */
+    double sm_share;           /* NCCL's share of the SMs while it runs */
+} pl_step_opts;
+
+typedef struct pl_step {
+    pl_sched s;
+    double tokens_per_gpu_s, mfu, model_flops;
+    /* one block, for the table and --explain */
+    double blk_gemm_flops, blk_gemm, blk_attn_flops, blk_attn, blk_elem_bytes, blk_elem, blk_cast_bytes, blk_cast;
+    double blk_ag_bytes, blk_ag, blk_rs_bytes, blk_rs, blk_amax;
+    double head_gemm, optimizer, amax_tail;
+} pl_step;
+
+/* One training step of model g (FSDP over o->gpus, one group per block,
+ * "emb" and "root" as lpx train wraps them) on chip c over network net.
+ * Errors: LPX_ENOMEM. */
+int pl_step_predict(const struct tr_geom *g, const pl_chip *c, const pl_net *net, const pl_step_opts *o,
+                    pl_step *out);
+
 #endif
