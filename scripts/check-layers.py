@@ -67,6 +67,8 @@ ALLOWED_INCLUDES = {
     "plugins/mx": set(),
     "tools/lpx": {"tools/conformance"},
     "tools/train": {"tools/lpx"},
+    # `lpx plan` sizes the model lpx train runs (its geometry and lpx mem's memory model)
+    "tools/plan": {"tools/lpx", "tools/train"},
     "tools/conformance": set(),
     "examples": set(),
     "bench": set(),
