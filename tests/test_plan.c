@@ -130,6 +130,54 @@ static void test_cli(void)
     }
 }
 
+/* The chip file the GPU benchmark leaves (scripts/chip-file.py over its
+ * JSON lines): lpx plan reads it, names it, and its measured rates (below
+ * the peaks) give a slower step than the published file; a benchmark run
+ * missing a case writes no file. */
+static void test_chip_file_from_benchmark(void)
+{
+    const char *py = getenv("LPX_TEST_PYTHON"), *script = getenv("LPX_TEST_CHIP_SCRIPT");
+    if (!getenv("LPX_TEST_LPX_EXE") || !py || !script) SKIP_CASE("LPX_TEST_PYTHON / LPX_TEST_CHIP_SCRIPT not set");
+    char dir[] = "/tmp/lpx-plan-XXXXXX", path[128], cmd[2048];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/lpx.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"impl\": \"lpx\", \"case\": \"copy\", \"desc\": \"copy\", \"gbps\": 3010.5, \"error\": null}\n"
+          "{\"impl\": \"lpx\", \"case\": \"gemm_bf16\", \"desc\": \"8192^3\", \"tflops\": 702.3, \"error\": null}\n"
+          "{\"impl\": \"torch\", \"case\": \"gemm_bf16\", \"tflops\": 1.0}\n",
+          f);
+    fclose(f);
+    static char out[65536];
+    /* no fp8 GEMM row: refused */
+    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' --name X --sms 132 --memory-gib 80 --peak-tflops 989.4 > '%s/chip.json' 2>&1",
+             py, script, path, dir);
+    CHECKF(system(cmd) != 0, "a run without gemm_fp8_tensorwise gave a chip file");
+    f = fopen(path, "a");
+    if (f) {
+        fputs("{\"impl\": \"lpx\", \"case\": \"gemm_fp8_tensorwise\", \"desc\": \"8192^3\", \"tflops\": 1180.0, "
+              "\"error\": null}\n", f);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' --name 'NVIDIA H100' --sms 132 --memory-gib 80 --peak-tflops 989.4 > "
+             "'%s/chip.json'", py, script, path, dir);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "plan --model llama3-8b --batch 2 --chip '%s/chip.json' --json", dir);
+    int rc = run(cmd, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "NVIDIA H100 (measured)"), "plan with the measured file: %d %s", rc, out);
+    const char *k = strstr(out, "\"step_s\": ");
+    double measured = k ? strtod(k + 10, NULL) : 0;
+    rc = run("plan --model llama3-8b --batch 2 --json", out, sizeof out);
+    k = strstr(out, "\"step_s\": ");
+    double peaks = k ? strtod(k + 10, NULL) : 0;
+    /* bf16 step: 702.3 of 989.4 TFLOP/s and 3.0 of 3.35 TB/s: slower */
+    CHECKF(rc == 0 && peaks > 0 && measured > 1.2 * peaks && measured < 1.5 * peaks,
+           "bf16 step: %g s measured, %g s with the peaks", measured, peaks);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     RUN(test_ring_and_tree);
@@ -137,5 +185,6 @@ int main(void)
     RUN(test_fully_exposed);
     RUN(test_sm_share);
     RUN(test_cli);
+    RUN(test_chip_file_from_benchmark);
     return CHECK_DONE();
 }

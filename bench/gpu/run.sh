@@ -152,4 +152,26 @@ echo "== lpx vs PyTorch"
 "$py" "$here/compare.py" "$lpx_json" "$torch_json" --summary "$out/summary.json" ||
     python3 "$here/compare.py" "$lpx_json" "$torch_json" --summary "$out/summary.json"
 echo "(JSON lines: $lpx_json, $torch_json; summary: $out/summary.json)"
+
+# the chip file lpx plan reads (docs/PLAN.md): the measured GEMM and copy
+# rates, with the chip's published SM count, memory and bf16 peak
+if command -v nvidia-smi >/dev/null 2>&1; then
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+    case $gpu in
+        *H200*) chip=(--name "NVIDIA H200" --sms 132 --memory-gib 141 --peak-tflops 989.4) ;;
+        *H100*) chip=(--name "NVIDIA H100" --sms 132 --memory-gib 80 --peak-tflops 989.4) ;;
+        *) chip=() ;;
+    esac
+    if [ ${#chip[@]} -gt 0 ]; then
+        cf=$here/chip-file.py   # a gpu-stage folder carries it beside this script
+        [ -f "$cf" ] || cf=$here/../../scripts/chip-file.py
+        if python3 "$cf" "$lpx_json" "${chip[@]}" >"$out/chip.json"; then
+            echo "(chip file for lpx plan: $out/chip.json)"
+        else
+            rm -f "$out/chip.json"
+        fi
+    else
+        echo "(no chip file: '$gpu' has no published figures in bench/gpu/run.sh)"
+    fi
+fi
 exit 0
