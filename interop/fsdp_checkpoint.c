@@ -32,11 +32,6 @@
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static void key_of(const lpx_fsdp_group *g, int i, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s/%d/%s", lpx_fsdp_group_name(g), i, lpx_fsdp_param_name(g, i));
-}
-
 /* Removes the regular files of a directory and the directory (a
  * checkpoint has no subdirectories); a missing one is fine. */
 static lpx_status remove_dir(const char *dir)
@@ -197,7 +192,7 @@ static lpx_status write_rank(lpx_fsdp *f, const char *path, const lpx_fsdp_ckpt_
     for (int gi = 0; gi < lpx_fsdp_group_count(f) && !st; gi++) {
         lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
         for (int i = 0; i < lpx_fsdp_param_count(g) && !st; i++) {
-            key_of(g, i, key, sizeof key);
+            ck_key(g, i, key, sizeof key);
             /* a wrapper kind (a float8_weight) is saved as its dense master:
              * what it adds is per-step state the next cast recomputes, and
              * its metadata is process-local */
@@ -280,7 +275,7 @@ static cJSON *index_json(lpx_fsdp *f, int world, const ck_file *files, cJSON *us
             const lpx_kind *k = lpx_tensor_kind(loc);
             int64_t unit = 1;
             lpx_fsdp_param_rows(g, i, NULL, NULL, &unit);
-            key_of(g, i, key, sizeof key);
+            ck_key(g, i, key, sizeof key);
             cJSON *o = cJSON_CreateObject(), *sh = cJSON_CreateArray();
             if (!o || !sh) {
                 cJSON_Delete(o);
@@ -875,7 +870,7 @@ lpx_status lpx_fsdp_load_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
     for (int gi = 0; gi < lpx_fsdp_group_count(f) && !mine; gi++) {
         lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
         for (int i = 0; i < lpx_fsdp_param_count(g) && !mine; i++) {
-            key_of(g, i, key, sizeof key);
+            ck_key(g, i, key, sizeof key);
             int64_t unit = 1, saved_unit = 1;
             lpx_fsdp_param_rows(g, i, NULL, NULL, &unit);
             const cJSON *p = find_param(&ix, key);

@@ -12,6 +12,11 @@
 #include "fsdp_ckpt_internal.h"
 
 /* (callers keep dir below CK_PATH - 64 bytes, so nothing is cut) */
+void ck_key(const lpx_fsdp_group *g, int i, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%d/%s", lpx_fsdp_group_name(g), i, lpx_fsdp_param_name(g, i));
+}
+
 void ck_rank_file(char *buf, size_t len, const char *dir, int rank, int world)
 {
     if (snprintf(buf, len, "%s/rank-%05d-of-%05d.safetensors", dir, rank, world) >= (int)len) buf[0] = 0;

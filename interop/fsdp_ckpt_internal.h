@@ -22,6 +22,9 @@ typedef struct ck_file {
     uint64_t bytes, fnv;
 } ck_file;
 
+/* a parameter's key: "<group>/<i>/<name>" (the same model built again
+ * has the same keys) */
+void ck_key(const lpx_fsdp_group *g, int i, char *buf, size_t len);
 /* "<dir>/rank-RRRRR-of-WWWWW.safetensors" (callers keep dir below
  * CK_PATH - 64 bytes, so nothing is cut) */
 void ck_rank_file(char *buf, size_t len, const char *dir, int rank, int world);

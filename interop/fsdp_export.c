@@ -30,6 +30,20 @@ typedef struct ex_plan {
     uint64_t header_len, data_len;
 } ex_plan;
 
+/* Parameter i of g's name in the file: the caller's name(), which may
+ * leave it out (false), or its engine key. */
+static bool out_name(lpx_fsdp_export_name_fn name, void *ctx, lpx_fsdp_group *g, int i, char *buf, size_t len)
+{
+    if (!name) {
+        ck_key(g, i, buf, len);
+        return true;
+    }
+    buf[0] = 0;
+    if (!name(ctx, g, i, buf, len)) return false;
+    buf[len - 1] = 0;
+    return true;
+}
+
 static void plan_free(ex_plan *x)
 {
     lpx_free(x->p);
@@ -69,13 +83,7 @@ static lpx_status make_plan(const char *op, lpx_fsdp *f, lpx_dtype dtype, lpx_fs
     for (int gi = 0; gi < lpx_fsdp_group_count(f) && !st; gi++) {
         lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
         for (int i = 0; i < lpx_fsdp_param_count(g) && !st; i++) {
-            if (name) {
-                nm[0] = 0;
-                if (!name(ctx, g, i, nm, sizeof nm)) continue;
-                nm[sizeof nm - 1] = 0;
-            } else {
-                snprintf(nm, sizeof nm, "%s/%d/%s", lpx_fsdp_group_name(g), i, lpx_fsdp_param_name(g, i));
-            }
+            if (!out_name(name, ctx, g, i, nm, sizeof nm)) continue;
             if (!nm[0] || !strcmp(nm, "__metadata__")) {
                 st = lpx_error(LPX_EINVAL, "%s: parameter '%s' of group '%s' is given the name '%s'", op,
                                lpx_fsdp_param_name(g, i), lpx_fsdp_group_name(g), nm);
@@ -334,13 +342,7 @@ lpx_status lpx_fsdp_import(lpx_fsdp *f, int nfiles, lpx_safetensors *const *file
     for (int gi = 0; gi < lpx_fsdp_group_count(f) && !mine; gi++) {
         lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
         for (int i = 0; i < lpx_fsdp_param_count(g) && !mine; i++) {
-            if (name) {
-                nm[0] = 0;
-                if (!name(ctx, g, i, nm, sizeof nm)) continue;
-                nm[sizeof nm - 1] = 0;
-            } else {
-                snprintf(nm, sizeof nm, "%s/%d/%s", lpx_fsdp_group_name(g), i, lpx_fsdp_param_name(g, i));
-            }
+            if (!out_name(name, ctx, g, i, nm, sizeof nm)) continue;
             lpx_safetensors *sf = NULL;
             for (int j = 0; j < nfiles && !sf; j++)
                 if (lpx_safetensors_kind_of(files[j], nm)) sf = files[j];

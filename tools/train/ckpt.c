@@ -41,12 +41,6 @@
 
 static const char *const state_names[3] = {"input", "weight", "grad_output"};
 
-static char *hex64(uint64_t v, char *buf)
-{
-    snprintf(buf, 17, "%016" PRIx64, v);
-    return buf;
-}
-
 static bool has_file(const char *dir, const char *name)
 {
     char p[1400];
@@ -55,11 +49,14 @@ static bool has_file(const char *dir, const char *name)
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* the files of the gathered format (version 2) */
+static const char *const v2_files[] = {MANIFEST, "model.safetensors", "optimizer.safetensors", "recipe.safetensors"};
+#define N_V2_FILES (sizeof v2_files / sizeof v2_files[0])
+
 /* A directory lpx train wrote in the gathered format (version 2): its
  * files and nothing else. */
 static bool is_v2_dir(const char *path)
 {
-    static const char *const ours[] = {MANIFEST, "model.safetensors", "optimizer.safetensors", "recipe.safetensors"};
     DIR *d = opendir(path);
     if (!d) return false;
     bool ok = true, manifest = false;
@@ -67,7 +64,7 @@ static bool is_v2_dir(const char *path)
     while (ok && (de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         bool mine = false;
-        for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) mine |= !strcmp(de->d_name, ours[i]);
+        for (size_t i = 0; i < N_V2_FILES; i++) mine |= !strcmp(de->d_name, v2_files[i]);
         manifest |= !strcmp(de->d_name, MANIFEST);
         ok = mine;
     }
@@ -150,7 +147,7 @@ static cJSON *run_record(tr_rank *R, const tr_ckpt_info *info)
     uint64_t dh = 0, db = 0;
     if (tr_file_fnv(info->data_path, &dh, &db) == LPX_OK) {
         cJSON_AddNumberToObject(data, "bytes", (double)db);
-        cJSON_AddStringToObject(data, "fnv1a64", hex64(dh, hx));
+        cJSON_AddStringToObject(data, "fnv1a64", tr_hex64(dh, hx));
     }
     cJSON_AddNumberToObject(data, "position", info->step);
     cJSON_AddStringToObject(data, "note", "batches are a function of (seed, step, micro-batch): the position is the step");
@@ -243,11 +240,9 @@ lpx_status tr_ckpt_save(tr_rank *R, const tr_ckpt_info *info)
                                  strerror(errno));
             } else {
                 /* the old checkpoint now sits at DIR.v3: remove its files */
-                static const char *const old[] = {MANIFEST, "model.safetensors", "optimizer.safetensors",
-                                                  "recipe.safetensors"};
                 char p[1400];
-                for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
-                    snprintf(p, sizeof p, "%s/%s", tmp, old[i]);
+                for (size_t i = 0; i < N_V2_FILES; i++) {
+                    snprintf(p, sizeof p, "%s/%s", tmp, v2_files[i]);
                     unlink(p);
                 }
                 rmdir(tmp);
@@ -284,22 +279,6 @@ out:
 
 /* ---- resume ---- */
 
-static bool json_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *out)
-{
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(j) || !(j->valuedouble >= (double)lo && j->valuedouble <= (double)hi) ||
-        j->valuedouble != floor(j->valuedouble))
-        return false;
-    *out = (int64_t)j->valuedouble;
-    return true;
-}
-
-static const char *json_str(const cJSON *o, const char *key)
-{
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(j) ? j->valuestring : NULL;
-}
-
 void tr_ckpt_free(tr_ckpt *ck)
 {
     free(ck->hist);
@@ -312,21 +291,21 @@ static lpx_status parse_run(const char *dir, const cJSON *root, tr_ckpt *ck)
 {
     lpx_status st = LPX_OK;
     int64_t step = 0, x = 0;
-    if (!json_int(root, "step", 1, 1000000, &step)) FAIL(LPX_EINVAL, "--resume '%s': checkpoint record: bad \"step\"", dir);
+    if (!tr_json_int(root, "step", 1, 1000000, &step)) FAIL(LPX_EINVAL, "--resume '%s': checkpoint record: bad \"step\"", dir);
     ck->step = (int)step;
     /* the run configuration */
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "config");
     const cJSON *lr = cJSON_GetObjectItemCaseSensitive(c, "lr_schedule");
-    const char *rn = json_str(c, "recipe"), *wrap = json_str(c, "wrap"), *comm = json_str(c, "comm");
+    const char *rn = tr_json_str(c, "recipe"), *wrap = tr_json_str(c, "wrap"), *comm = tr_json_str(c, "comm");
     int64_t v[11] = {0};
     static const char *const keys[10] = {"ranks", "micro", "batch", "seq", "dim", "layers", "heads", "vocab",
                                          "lora_rank", "seed"};
     bool ok = rn && tr_recipe_from_name(rn) >= 0 && wrap && comm && cJSON_IsObject(lr);
-    for (int k = 0; k < 10 && ok; k++) ok = json_int(c, keys[k], 0, 2147483647, &v[k]);
-    if (ok && !json_int(c, "eval", 1, 100000, &v[10])) v[10] = 0; /* optional: 0 keeps the run's */
+    for (int k = 0; k < 10 && ok; k++) ok = tr_json_int(c, keys[k], 0, 2147483647, &v[k]);
+    if (ok && !tr_json_int(c, "eval", 1, 100000, &v[10])) v[10] = 0; /* optional: 0 keeps the run's */
     const cJSON *peak = cJSON_GetObjectItemCaseSensitive(lr, "peak"),
                 *drop = cJSON_GetObjectItemCaseSensitive(c, "lora_dropout");
-    ok = ok && cJSON_IsNumber(peak) && cJSON_IsNumber(drop) && json_int(lr, "steps", 1, 1000000, &x);
+    ok = ok && cJSON_IsNumber(peak) && cJSON_IsNumber(drop) && tr_json_int(lr, "steps", 1, 1000000, &x);
     if (!ok) FAIL(LPX_EINVAL, "--resume '%s': checkpoint record: a malformed \"config\"", dir);
     tr_opts *o = &ck->cfg;
     o->recipe = (tr_recipe)tr_recipe_from_name(rn);
@@ -343,7 +322,7 @@ static lpx_status parse_run(const char *dir, const cJSON *root, tr_ckpt *ck)
                 *eps = cJSON_GetObjectItemCaseSensitive(c, "norm_eps"),
                 *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_llama3"),
                 *tied = cJSON_GetObjectItemCaseSensitive(c, "tied");
-    if (!json_int(c, "kv_heads", 1, 1 << 20, &kvh) || !json_int(c, "ffn", 1, 1 << 24, &ffn) || !cJSON_IsNumber(theta) ||
+    if (!tr_json_int(c, "kv_heads", 1, 1 << 20, &kvh) || !tr_json_int(c, "ffn", 1, 1 << 24, &ffn) || !cJSON_IsNumber(theta) ||
         !cJSON_IsNumber(eps) || !cJSON_IsBool(tied) || !cJSON_IsArray(rs) || cJSON_GetArraySize(rs) != 4)
         FAIL(LPX_EINVAL, "--resume '%s': checkpoint record: a malformed \"config\" (the model's kv_heads, ffn, tied, rope_theta, "
              "norm_eps, rope_llama3)", dir);
@@ -371,15 +350,15 @@ static lpx_status parse_run(const char *dir, const cJSON *root, tr_ckpt *ck)
     snprintf(o->comm, sizeof o->comm, "%s", comm);
 
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
-    const char *dp = json_str(data, "path"), *dh = json_str(data, "fnv1a64");
+    const char *dp = tr_json_str(data, "path"), *dh = tr_json_str(data, "fnv1a64");
     int64_t dbytes = 0;
     if (dp) snprintf(ck->data_path, sizeof ck->data_path, "%s", dp);
-    if (dh && json_int(data, "bytes", 0, INT64_C(1) << 52, &dbytes)) {
+    if (dh && tr_json_int(data, "bytes", 0, INT64_C(1) << 52, &dbytes)) {
         ck->data_fnv = strtoull(dh, NULL, 16);
         ck->data_bytes = (uint64_t)dbytes;
     }
     int64_t sk = 0;
-    if (json_int(root, "skipped_steps", 0, 1000000, &sk)) ck->skipped = (int)sk;
+    if (tr_json_int(root, "skipped_steps", 0, 1000000, &sk)) ck->skipped = (int)sk;
     const cJSON *vs = cJSON_GetObjectItemCaseSensitive(root, "val_loss_start");
     if (cJSON_IsNumber(vs)) ck->val_start = vs->valuedouble;
     const cJSON *hist = cJSON_GetObjectItemCaseSensitive(root, "history");
@@ -421,9 +400,9 @@ lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck)
         }
         const char *user = lpx_fsdp_ckpt_user(c);
         root = user ? cJSON_Parse(user) : NULL;
-        const char *fmt = json_str(root, "format");
+        const char *fmt = tr_json_str(root, "format");
         int64_t ver = 0;
-        if (!root || !fmt || strcmp(fmt, FORMAT) || !json_int(root, "version", 0, 1000, &ver))
+        if (!root || !fmt || strcmp(fmt, FORMAT) || !tr_json_int(root, "version", 0, 1000, &ver))
             FAIL(LPX_EINVAL, "--resume '%s': a sharded checkpoint without lpx train's record of the run (saved by "
                  "lpx_fsdp_save, not by lpx train?)", dir);
         if (ver != VERSION)

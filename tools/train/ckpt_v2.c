@@ -31,22 +31,6 @@ static const char *const state_names[3] = {"input", "weight", "grad_output"};
 #define MANIFEST "manifest.json"
 #define FORMAT "lpx-train-checkpoint"
 
-static bool json_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *out)
-{
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(j) || !(j->valuedouble >= (double)lo && j->valuedouble <= (double)hi) ||
-        j->valuedouble != floor(j->valuedouble))
-        return false;
-    *out = (int64_t)j->valuedouble;
-    return true;
-}
-
-static const char *json_str(const cJSON *o, const char *key)
-{
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(j) ? j->valuestring : NULL;
-}
-
 /* The manifest covers itself: its "checksum" field holds the FNV-1a 64 of
  * the whole text with that field's 16 hex digits written as zeros. */
 #define SUM_KEY "\"checksum\":"
@@ -66,12 +50,6 @@ static char *sum_digits(char *text)
     char *q = strchr(k + strlen(SUM_KEY), '"');
     if (!q || strlen(q) < 18 || q[17] != '"') return NULL;
     return q + 1;
-}
-
-static char *hex64(uint64_t v, char *buf)
-{
-    snprintf(buf, 17, "%016" PRIx64, v);
-    return buf;
 }
 
 /* manifest.json of DIR (its text and parsed root, the caller's to free):
@@ -97,7 +75,7 @@ lpx_status tr_ckpt_v2_open(const char *dir, tr_ckpt *ck, cJSON **out_root)
         memcpy(want, d, 16);
         want[16] = 0;
         memcpy(d, zeros16, 16);
-        hex64(fnv_mem(text, (size_t)n), hx);
+        tr_hex64(fnv_mem(text, (size_t)n), hx);
         memcpy(d, want, 16);
         if (strcmp(hx, want))
             FAIL(LPX_EINVAL, "--resume '%s': %s has checksum (FNV-1a 64) %s, it records %s: the manifest was "
@@ -105,13 +83,13 @@ lpx_status tr_ckpt_v2_open(const char *dir, tr_ckpt *ck, cJSON **out_root)
     }
     root = cJSON_Parse(text);
     if (!root || !cJSON_IsObject(root)) FAIL(LPX_EINVAL, "--resume '%s': %s is not valid JSON", dir, MANIFEST);
-    const char *fmt = json_str(root, "format");
+    const char *fmt = tr_json_str(root, "format");
     int64_t ver = 0, step = 0;
-    if (!fmt || strcmp(fmt, FORMAT) || !json_int(root, "version", 0, 1000, &ver))
+    if (!fmt || strcmp(fmt, FORMAT) || !tr_json_int(root, "version", 0, 1000, &ver))
         FAIL(LPX_EINVAL, "--resume '%s': %s is not an lpx train checkpoint manifest", dir, MANIFEST);
     if (ver != V2_VERSION)
         FAIL(LPX_EINVAL, "--resume '%s': manifest version %lld; this lpx reads version %d (and the sharded checkpoints of version %d)", dir, (long long)ver, V2_VERSION, 3);
-    if (!json_int(root, "step", 1, 1000000, &step)) FAIL(LPX_EINVAL, "--resume '%s': manifest: bad \"step\"", dir);
+    if (!tr_json_int(root, "step", 1, 1000000, &step)) FAIL(LPX_EINVAL, "--resume '%s': manifest: bad \"step\"", dir);
     ck->step = (int)step;
 
     /* every file the manifest lists, whole and unchanged */
@@ -120,9 +98,9 @@ lpx_status tr_ckpt_v2_open(const char *dir, tr_ckpt *ck, cJSON **out_root)
     bool has_model = false, has_optim = false;
     const cJSON *e;
     cJSON_ArrayForEach(e, files) {
-        const char *name = json_str(e, "name"), *hx = json_str(e, "fnv1a64");
+        const char *name = tr_json_str(e, "name"), *hx = tr_json_str(e, "fnv1a64");
         int64_t bytes;
-        if (!name || !hx || strchr(name, '/') || !json_int(e, "bytes", 0, INT64_C(1) << 52, &bytes))
+        if (!name || !hx || strchr(name, '/') || !tr_json_int(e, "bytes", 0, INT64_C(1) << 52, &bytes))
             FAIL(LPX_EINVAL, "--resume '%s': manifest: a malformed \"files\" entry", dir);
         snprintf(path, sizeof path, "%s/%s", dir, name);
         uint64_t h, nb;
@@ -132,7 +110,7 @@ lpx_status tr_ckpt_v2_open(const char *dir, tr_ckpt *ck, cJSON **out_root)
         if (nb != (uint64_t)bytes)
             FAIL(LPX_EINVAL, "--resume '%s': %s has %llu bytes, the manifest records %lld: the checkpoint is damaged",
                  dir, name, (unsigned long long)nb, (long long)bytes);
-        if (strcmp(hex64(h, want), hx))
+        if (strcmp(tr_hex64(h, want), hx))
             FAIL(LPX_EINVAL, "--resume '%s': %s has checksum (FNV-1a 64) %s, the manifest records %s: the checkpoint "
                  "is damaged", dir, name, want, hx);
         has_model |= !strcmp(name, MODEL);

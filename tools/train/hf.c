@@ -46,11 +46,9 @@ static lpx_status read_text(const char *path, char **out)
 
 static bool get_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int *out)
 {
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(j) || !(j->valuedouble >= (double)lo && j->valuedouble <= (double)hi) ||
-        j->valuedouble != floor(j->valuedouble))
-        return false;
-    *out = (int)j->valuedouble;
+    int64_t x;
+    if (!tr_json_int(o, key, lo, hi, &x)) return false;
+    *out = (int)x;
     return true;
 }
 

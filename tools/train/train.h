@@ -197,6 +197,16 @@ uint64_t tr_rng_seed(uint64_t seed, int step, int chunk, int param);
  * *bytes receives its size. Errors: LPX_EIO. */
 lpx_status tr_file_fnv(const char *path, uint64_t *hash, uint64_t *bytes);
 
+/* ---- json.c: fields of checked JSON ---- */
+struct cJSON;
+/* an integer-valued number in [lo, hi] under key; false if absent, not
+ * a number, fractional or out of range */
+bool tr_json_int(const struct cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *out);
+/* the string under key, or NULL */
+const char *tr_json_str(const struct cJSON *o, const char *key);
+/* v as 16 lowercase hex digits into buf (17 bytes); returns buf */
+char *tr_hex64(uint64_t v, char *buf);
+
 /* ---- model geometry (model.c) ---- */
 enum { TR_L_Q = 0, TR_L_K, TR_L_V, TR_L_O, TR_L_W1, TR_L_W2, TR_L_W3, TR_LIN_PER_BLOCK };
 typedef enum tr_pkind { TR_P_TOK, TR_P_NORM, TR_P_LIN, TR_P_NORMF, TR_P_HEAD } tr_pkind;
