@@ -580,12 +580,15 @@ lpx_status tr_ckpt_load_rank(tr_rank *R, const tr_ckpt *ck)
     const tr_geom *g = R->g;
     TRY(lpx_fsdp_load(R->fsdp, ck->dir));
     /* float8-delayed: the slots follow the global micro-batch index, so any
-     * rank count finds its own; slots the checkpoint lacks stay fresh */
+     * rank count finds its own; this rank reads only the slots it runs (the
+     * files holding another rank's are not opened, so not read to verify
+     * them); slots the checkpoint lacks stay fresh */
     if (R->f8state && ck->has_recipe_state) {
+        int nloc = R->o->micro / R->world;
         TRY(lpx_fsdp_ckpt_open(ck->dir, &c));
         for (int p = 0; p < g->nparams; p++) {
             if (g->p[p].kind != TR_P_LIN) continue;
-            for (int s = 0; s < R->o->micro; s++) {
+            for (int s = R->rank * nloc; s < (R->rank + 1) * nloc; s++) {
                 lpx_float8_linear_state *S = &R->f8state[p * R->f8slots + s];
                 lpx_float8_delayed *ds[3] = {S->input, S->weight, S->grad_output};
                 for (int k = 0; k < 3; k++) {
