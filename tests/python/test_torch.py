@@ -456,13 +456,19 @@ def test_cuda_layers_match_cpu():
     yc.backward(g)
     yg.backward(g.cuda())
     assert yg.device.type == "cuda"
-    assert rel(yg.cpu(), yc) < 1e-5 and rel(xg.grad.cpu(), xc.grad) < 1e-5
-    assert rel(gpu.weight.grad.cpu(), cpu.weight.grad) < 1e-5
+    # the tolerances of the GPU suite's Float8Linear cases (test_cuda_gemm_nn.c):
+    # the casts are bit-exact, but the forward GEMM runs with cuBLASLt's fast
+    # fp8 accumulation (every preset's fprop, as torchao's) while the CPU sums
+    # exactly (5e-3), and dgrad/wgrad promote to f32 in another order (5e-4)
+    errs = {"out": rel(yg.cpu(), yc), "grad_x": rel(xg.grad.cpu(), xc.grad),
+            "grad_w": rel(gpu.weight.grad.cpu(), cpu.weight.grad)}
+    assert errs["out"] < 5e-3 and errs["grad_x"] < 5e-4 and errs["grad_w"] < 5e-4, errs
     n = lt.NF4Linear.from_linear(copy.deepcopy(lin).cuda(), r=4)
     nc = lt.NF4Linear.from_linear(copy.deepcopy(lin), r=4)
     with torch.no_grad():
         nc.lora_a.copy_(n.lora_a.cpu())
-    assert rel(n(x.cuda()).cpu(), nc(x)) < 1e-5
+    e = rel(n(x.cuda()).cpu(), nc(x))
+    assert e < 1e-5, f"NF4Linear on CUDA vs CPU: relative error {e:.3g}"
 
 
 finish()
