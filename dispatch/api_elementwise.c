@@ -67,6 +67,24 @@ lpx_status lpx_gelu_backward(lpx_tensor *grad, lpx_tensor *x, lpx_tensor **out)
     return backward(LPX_OP_gelu_backward, grad, x, out);
 }
 
+lpx_status lpx_swiglu(lpx_tensor *gate, lpx_tensor *up, lpx_tensor **out) { return binary(LPX_OP_swiglu, gate, up, out); }
+
+lpx_status lpx_swiglu_out(lpx_tensor *gate, lpx_tensor *up, lpx_tensor *out)
+{
+    return binary_out(LPX_OP_swiglu, gate, up, out);
+}
+
+lpx_status lpx_swiglu_backward(lpx_tensor *grad, lpx_tensor *gate, lpx_tensor *up, lpx_tensor **grad_gate,
+                               lpx_tensor **grad_up)
+{
+    lpx_tensor **outs[2] = {grad_gate, grad_up};
+    for (int i = 0; i < 2; i++)
+        if (outs[i]) *outs[i] = NULL;
+    if (!grad_gate && !grad_up) return lpx_error(LPX_EINVAL, "swiglu_backward: grad_gate and grad_up are both NULL");
+    lpx_value v[] = {lpx_v_tensor(grad), lpx_v_tensor(gate), lpx_v_tensor(up)};
+    return lpx__call_retn(LPX_OP_swiglu_backward, v, 3, 2, outs);
+}
+
 lpx_status lpx_cast(lpx_tensor *x, lpx_dtype dtype, bool saturate, lpx_tensor **out)
 {
     lpx_value v[] = {lpx_v_tensor(x), lpx_v_dtype(dtype), lpx_v_bool(saturate)};

@@ -178,6 +178,30 @@ lpx_status lpx_meta_rmsnorm_backward(const char *op, const lpx_tensor *grad, con
     return LPX_OK;
 }
 
+/* ---- swiglu ---------------------------------------------------------- */
+
+static lpx_status float_dtype(const char *op, const char *arg, const lpx_tensor *t)
+{
+    const lpx_dtype_traits *tr = lpx_dtype_get(t->dtype);
+    if (tr && tr->is_float) return LPX_OK;
+    return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; %s takes floating-point tensors", op, arg,
+                     lpx_dtype_name(t->dtype), op);
+}
+
+lpx_status lpx_meta_swiglu_backward(const char *op, const lpx_tensor *grad, const lpx_tensor *gate,
+                                    const lpx_tensor *up)
+{
+    lpx_status st;
+    if ((st = need(op, "grad", grad)) || (st = need(op, "gate", gate)) || (st = need(op, "up", up))) return st;
+    if ((st = lpx_meta_same_shape(op, "grad", grad, "gate", gate)) ||
+        (st = lpx_meta_same_shape(op, "up", up, "gate", gate)))
+        return st;
+    if ((st = float_dtype(op, "grad", grad)) || (st = float_dtype(op, "gate", gate)) ||
+        (st = float_dtype(op, "up", up)))
+        return st;
+    return LPX_OK;
+}
+
 /* ---- ops that take integer indices ---------------------------------- */
 
 lpx_status lpx_meta_indices(const char *op, const char *arg, const lpx_tensor *t)

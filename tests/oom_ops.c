@@ -154,6 +154,21 @@ OUT_CASE(c_gelu, lpx_gelu(XT, &o))
 OUT_CASE(c_relu_backward, lpx_relu_backward(G, XT, &o))
 OUT_CASE(c_silu_backward, lpx_silu_backward(G, XT, &o))
 OUT_CASE(c_gelu_backward, lpx_gelu_backward(G, XT, &o))
+OUT_CASE(c_swiglu, lpx_swiglu(Y16, XT, &o))
+INTO_CASE(c_swiglu_out, X, LPX_F32, lpx_swiglu_out(XT, ROW, d))
+
+/* two results: grad_gate (f32, strided gate) and grad_up (f16) */
+static lpx_status c_swiglu_backward(int attempt)
+{
+    (void)attempt;
+    lpx_tensor *dg = NULL, *du = NULL;
+    lpx_status st = OOM(lpx_swiglu_backward(G, XT, Y16, &dg, &du));
+    OOM_OUT_NULL(st, dg);
+    OOM_OUT_NULL(st, du);
+    lpx_tensor_release(dg);
+    lpx_tensor_release(du);
+    return st;
+}
 OUT_CASE(c_cast, lpx_cast(XT, LPX_F8E5M2, true, &o))
 INTO_CASE(c_copy_, X, LPX_F16, lpx_copy_(d, XT))
 INTO_CASE(c_fill_, X, LPX_BF16, lpx_fill_(d, 3.25))
@@ -304,6 +319,9 @@ const oom_case oom_cases_ops[] = {
     {"lpx_relu_backward", NULL, c_relu_backward, 0},
     {"lpx_silu_backward", NULL, c_silu_backward, 0},
     {"lpx_gelu_backward", NULL, c_gelu_backward, 0},
+    {"lpx_swiglu", "f16 gate, strided up", c_swiglu, 0},
+    {"lpx_swiglu_out", "strided, broadcast", c_swiglu_out, 0},
+    {"lpx_swiglu_backward", "strided gate, f16 up", c_swiglu_backward, 0},
     {"lpx_cast", "f8e5m2, saturating", c_cast, 0},
     {"lpx_copy_", "strided into f16", c_copy_, 0},
     {"lpx_fill_", NULL, c_fill_, 0},

@@ -1,7 +1,8 @@
 /* Elementwise ops against float64 references computed here on random
  * inputs: contiguous (fast path), broadcast, non-contiguous views,
  * bf16/f16 inputs, out variants and aliasing, cast/copy_/fill_, and bad
- * input. */
+ * input. swiglu and swiglu_backward against their f32 formulas, bit for
+ * bit (one rounding into the result dtype). */
 #include <stdint.h>
 #include "check.h"
 #include "fp8_ref.h"
@@ -506,6 +507,330 @@ static void test_backward(void)
     lpx_tensor_release(x);
 }
 
+/* ---- swiglu ------------------------------------------------------------ */
+
+/* The f32 formulas, written here independently of the library: silu rounds
+ * to f32, then each product is one f32 multiply, left to right. */
+static float ref_silu(float x) { return x / (1.0f + expf(-x)); }
+static float ref_silu_grad(float x)
+{
+    float s = 1.0f / (1.0f + expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+}
+
+/* The values of t (logical order) as f32: exact for f32, f16 and bf16. */
+static float *f32_vals(const lpx_tensor *t)
+{
+    int64_t n = lpx_tensor_numel(t);
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)item(t, i);
+    return v;
+}
+
+/* o (contiguous) holds ref[0..n) rounded once (RNE) into o's dtype: the
+ * same bytes as lpx_convert from f32 writes; a NaN matches any NaN (its
+ * sign and payload follow the operand order the compiler picked). */
+static void check_rounded_once(const char *what, const lpx_tensor *o, const float *ref)
+{
+    CHECKF(o != NULL, "%s: no result", what);
+    if (!o) return;
+    CHECKF(lpx_tensor_is_contiguous(o), "%s: result not contiguous", what);
+    lpx_dtype d = lpx_tensor_dtype(o);
+    int64_t n = lpx_tensor_numel(o);
+    size_t es = lpx_dtype_nbytes(d, 1);
+    unsigned char *want = malloc(lpx_dtype_nbytes(d, n ? n : 1));
+    CHECK_OK(lpx_convert(want, d, ref, LPX_F32, (size_t)n, 0));
+    const unsigned char *got = lpx_tensor_data(o);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(got + (size_t)i * es, want + (size_t)i * es, es) && !(isnan(ref[i]) && isnan(item(o, i)))) {
+            CHECKF(0, "%s %s[%lld]: %.9g, want %.9g (f32 %.9g rounded once)", what, lpx_dtype_name(d), (long long)i,
+                   item(o, i), (double)ref[i], (double)ref[i]);
+            break;
+        }
+    free(want);
+}
+
+/* a and b hold the same bits (both f32) */
+static void check_same_bits(const char *what, const lpx_tensor *a, const lpx_tensor *b)
+{
+    CHECKF(a && b, "%s: missing result", what);
+    if (!a || !b) return;
+    CHECKF(lpx_tensor_numel(a) == lpx_tensor_numel(b), "%s: numel", what);
+    for (int64_t i = 0; i < lpx_tensor_numel(a); i++) {
+        double x = item(a, i), y = item(b, i);
+        if (!(x == y && signbit(x) == signbit(y)) && !(isnan(x) && isnan(y))) {
+            CHECKF(0, "%s [%lld]: %.9g vs %.9g", what, (long long)i, x, y);
+            break;
+        }
+    }
+}
+
+/* swiglu(gate, up) against ref_silu(gate) * up in f32 rounded once into
+ * gate's dtype, broadcasting as mul. */
+static void check_swiglu(const char *what, lpx_tensor *gate, lpx_tensor *up, const lpx_tensor *o)
+{
+    if (!o) {
+        CHECKF(0, "%s: no result", what);
+        return;
+    }
+    CHECKF(lpx_tensor_dtype(o) == lpx_tensor_dtype(gate), "%s: result dtype %s", what,
+           lpx_dtype_name(lpx_tensor_dtype(o)));
+    int64_t n = lpx_tensor_numel(o);
+    float *ref = malloc((size_t)(n ? n : 1) * sizeof *ref);
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = ref_silu((float)item(gate, bidx(o, i, gate))) * (float)item(up, bidx(o, i, up));
+    check_rounded_once(what, o, ref);
+    free(ref);
+}
+
+static void test_swiglu(void)
+{
+    const int64_t s[] = {6, 7}, st[] = {7, 6}, s3[] = {4, 1, 7}, s2[] = {3, 1}, s0[] = {0, 7};
+    lpx_tensor *gate = rnd(LPX_F32, 2, s, -8, 8), *up = rnd(LPX_F32, 2, s, -3, 3), *o = NULL, *sl = NULL, *ref = NULL;
+    /* specials in gate: zeros, a large negative (silu -> -0), +-inf, NaN */
+    float *gp = lpx_tensor_data(gate);
+    gp[0] = 0.0f, gp[1] = -0.0f, gp[2] = -100.0f, gp[3] = INFINITY, gp[4] = -INFINITY, gp[5] = NAN, gp[6] = 90.0f;
+
+    /* f32: the bits of silu then mul (one op each), and of the formula */
+    CHECK_OK(lpx_swiglu(gate, up, &o));
+    CHECK_OK(lpx_silu(gate, &sl));
+    CHECK_OK(lpx_mul(sl, up, &ref));
+    check_same_bits("swiglu f32 vs silu, mul", o, ref);
+    check_swiglu("swiglu f32", gate, up, o);
+    CHECK(o && isnan(item(o, 5)) && item(o, 0) == 0.0);
+    lpx_tensor_release(o), lpx_tensor_release(sl), lpx_tensor_release(ref);
+    o = sl = ref = NULL;
+
+    /* bf16 and f16: f32 math on the decoded values, rounded once (not
+     * silu rounded to bf16, then the product rounded again) */
+    lpx_dtype lows[] = {LPX_BF16, LPX_F16};
+    for (int k = 0; k < 2; k++) {
+        lpx_tensor *gh = NULL, *uh = NULL, *oh = NULL;
+        lpx_tensor *g2 = rnd(LPX_F32, 2, s, -8, 8);
+        CHECK_OK(lpx_cast(g2, lows[k], false, &gh));
+        CHECK_OK(lpx_cast(up, lows[k], false, &uh));
+        CHECK_OK(lpx_swiglu(gh, uh, &oh));
+        check_swiglu(lpx_dtype_name(lows[k]), gh, uh, oh);
+        lpx_tensor_release(oh);
+        oh = NULL;
+        /* mixed dtypes: the result takes gate's */
+        CHECK_OK(lpx_swiglu(gh, up, &oh));
+        check_swiglu("swiglu mixed", gh, up, oh);
+        lpx_tensor_release(oh);
+        oh = NULL;
+        CHECK_OK(lpx_swiglu(up, gh, &oh));
+        check_swiglu("swiglu mixed f32 gate", up, gh, oh);
+        lpx_tensor_release(oh), lpx_tensor_release(gh), lpx_tensor_release(uh), lpx_tensor_release(g2);
+    }
+
+    /* broadcasting: [4, 1, 7] with [3, 1], both ways */
+    lpx_tensor *b3 = rnd(LPX_F32, 3, s3, -6, 6), *b2 = rnd(LPX_BF16, 2, s2, -2, 2);
+    CHECK_OK(lpx_swiglu(b3, b2, &o));
+    CHECK(o && lpx_tensor_ndim(o) == 3 && lpx_tensor_shape(o)[1] == 3);
+    check_swiglu("swiglu broadcast", b3, b2, o);
+    lpx_tensor_release(o);
+    o = NULL;
+    CHECK_OK(lpx_swiglu(b2, b3, &o));
+    check_swiglu("swiglu broadcast bf16 gate", b2, b3, o);
+    lpx_tensor_release(o);
+    o = NULL;
+
+    /* strided: gate a transposed view */
+    lpx_tensor *g7 = rnd(LPX_F32, 2, st, -6, 6), *gt = NULL;
+    CHECK_OK(lpx_t(g7, &gt));
+    CHECK_OK(lpx_swiglu(gt, up, &o));
+    check_swiglu("swiglu transposed gate", gt, up, o);
+    lpx_tensor_release(o);
+    o = NULL;
+
+    /* out: a fresh tensor, then in place into up (the same layout) */
+    lpx_tensor *dst = NULL, *want = NULL, *wrong = NULL;
+    CHECK_OK(lpx_zeros(2, s, LPX_F32, lpx_cpu(), &dst));
+    CHECK_OK(lpx_swiglu(gt, up, &want));
+    CHECK_OK(lpx_swiglu_out(gt, up, dst));
+    check_same_bits("swiglu_out", dst, want);
+    lpx_tensor *upc = NULL;
+    CHECK_OK(lpx_clone(up, &upc));
+    CHECK_OK(lpx_swiglu_out(gt, upc, upc));
+    check_same_bits("swiglu_out in place", upc, want);
+    /* out errors: dtype (gate's is f32), shape */
+    CHECK_OK(lpx_zeros(2, s, LPX_BF16, lpx_cpu(), &wrong));
+    CHECK_ERR(lpx_swiglu_out(gate, up, wrong), LPX_EDTYPE);
+    CHECK(strstr(lpx_last_error(), "swiglu") != NULL);
+    lpx_tensor_release(wrong);
+    wrong = NULL;
+    CHECK_OK(lpx_zeros(2, st, LPX_F32, lpx_cpu(), &wrong));
+    CHECK_ERR(lpx_swiglu_out(gate, up, wrong), LPX_ESHAPE);
+    CHECK_ERR(lpx_swiglu_out(gate, up, NULL), LPX_EINVAL);
+
+    /* empty */
+    lpx_tensor *e = rnd(LPX_BF16, 2, s0, 0, 1);
+    CHECK_OK(lpx_swiglu(e, e, &o));
+    CHECK(o && lpx_tensor_numel(o) == 0 && lpx_tensor_shape(o)[1] == 7 && lpx_tensor_dtype(o) == LPX_BF16);
+    lpx_tensor_release(o);
+    o = NULL;
+
+    /* errors: shapes that do not broadcast (both named), NULL */
+    CHECK_ERR(lpx_swiglu(gate, g7, &o), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "swiglu") != NULL && strstr(lpx_last_error(), "[6, 7]") != NULL &&
+          strstr(lpx_last_error(), "[7, 6]") != NULL);
+    CHECK_ERR(lpx_swiglu(NULL, up, &o), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "gate") != NULL);
+    CHECK_ERR(lpx_swiglu(gate, NULL, &o), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "up") != NULL);
+    CHECK_ERR(lpx_swiglu(gate, up, NULL), LPX_EINVAL);
+    CHECK(o == NULL);
+
+    lpx_tensor *rel[] = {gate, up, b3, b2, g7, gt, dst, want, wrong, upc, e};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
+}
+
+/* swiglu_backward(grad, gate, up) against the f32 formulas computed here,
+ * each rounded once into gate's / up's dtype. */
+static void check_swiglu_bw(const char *what, lpx_tensor *g, lpx_tensor *a, lpx_tensor *b)
+{
+    lpx_tensor *dg = NULL, *du = NULL;
+    CHECK_OK(lpx_swiglu_backward(g, a, b, &dg, &du));
+    if (!dg || !du) {
+        CHECKF(0, "%s: no result", what);
+        lpx_tensor_release(dg), lpx_tensor_release(du);
+        return;
+    }
+    CHECK(lpx_tensor_dtype(dg) == lpx_tensor_dtype(a) && lpx_tensor_dtype(du) == lpx_tensor_dtype(b));
+    CHECK(lpx_tensor_ndim(dg) == lpx_tensor_ndim(a) && lpx_tensor_ndim(du) == lpx_tensor_ndim(a));
+    int64_t n = lpx_tensor_numel(a);
+    CHECK(lpx_tensor_numel(dg) == n && lpx_tensor_numel(du) == n);
+    float *gv = f32_vals(g), *av = f32_vals(a), *bv = f32_vals(b);
+    float *rg = malloc((size_t)(n ? n : 1) * sizeof *rg), *ru = malloc((size_t)(n ? n : 1) * sizeof *ru);
+    for (int64_t i = 0; i < n; i++) {
+        rg[i] = gv[i] * bv[i] * ref_silu_grad(av[i]);
+        ru[i] = gv[i] * ref_silu(av[i]);
+    }
+    char w[160];
+    snprintf(w, sizeof w, "%s grad_gate", what);
+    check_rounded_once(w, dg, rg);
+    snprintf(w, sizeof w, "%s grad_up", what);
+    check_rounded_once(w, du, ru);
+    free(gv), free(av), free(bv), free(rg), free(ru);
+    lpx_tensor_release(dg), lpx_tensor_release(du);
+}
+
+static void test_swiglu_backward(void)
+{
+    const int64_t s[] = {6, 7}, st[] = {7, 6}, s7[] = {7}, s0[] = {3, 0, 2};
+    lpx_tensor *g = rnd(LPX_F32, 2, s, -2, 2), *a = rnd(LPX_F32, 2, s, -8, 8), *b = rnd(LPX_F32, 2, s, -3, 3);
+    float *ap = lpx_tensor_data(a);
+    ap[0] = 0.0f, ap[1] = -0.0f, ap[2] = -100.0f, ap[3] = 100.0f, ap[4] = NAN;
+
+    /* f32 contiguous: the formula's bits, and the compositions of existing
+     * ops: grad_up = mul(grad, silu(gate)), grad_gate =
+     * silu_backward(mul(grad, up), gate) */
+    check_swiglu_bw("f32", g, a, b);
+    lpx_tensor *dg = NULL, *du = NULL, *sl = NULL, *gu = NULL, *r1 = NULL, *r2 = NULL;
+    CHECK_OK(lpx_swiglu_backward(g, a, b, &dg, &du));
+    CHECK_OK(lpx_silu(a, &sl));
+    CHECK_OK(lpx_mul(g, sl, &r1));
+    CHECK_OK(lpx_mul(g, b, &gu));
+    CHECK_OK(lpx_silu_backward(gu, a, &r2));
+    check_same_bits("swiglu_backward grad_up vs mul(grad, silu)", du, r1);
+    check_same_bits("swiglu_backward grad_gate vs silu_backward(grad * up)", dg, r2);
+    lpx_tensor *rel1[] = {dg, du, sl, gu, r1, r2};
+    for (size_t i = 0; i < sizeof rel1 / sizeof *rel1; i++) lpx_tensor_release(rel1[i]);
+
+    /* strided: gate and up transposed views, grad broadcast (stride 0) */
+    lpx_tensor *a7 = rnd(LPX_F32, 2, st, -6, 6), *b7 = rnd(LPX_F32, 2, st, -3, 3), *g1 = rnd(LPX_F32, 1, s7, -2, 2);
+    lpx_tensor *at = NULL, *bt = NULL, *gb = NULL;
+    CHECK_OK(lpx_t(a7, &at));
+    CHECK_OK(lpx_t(b7, &bt));
+    CHECK_OK(lpx_expand(g1, 2, s, &gb));
+    check_swiglu_bw("f32 transposed", g, at, bt);
+    check_swiglu_bw("f32 stride-0 grad", gb, at, b);
+    /* one storage for all three (read-only aliasing) */
+    check_swiglu_bw("f32 aliased", a, a, a);
+
+    /* bf16 (contiguous and transposed), f16, and mixed dtypes */
+    lpx_tensor *gh = NULL, *ah = NULL, *bh = NULL, *ath = NULL, *af = NULL;
+    CHECK_OK(lpx_cast(g, LPX_BF16, false, &gh));
+    CHECK_OK(lpx_cast(a, LPX_BF16, false, &ah));
+    CHECK_OK(lpx_cast(b, LPX_BF16, false, &bh));
+    CHECK_OK(lpx_cast(at, LPX_BF16, false, &ath)); /* contiguous [6, 7] */
+    check_swiglu_bw("bf16", gh, ah, bh);
+    lpx_tensor *a7h = NULL, *a7ht = NULL;
+    CHECK_OK(lpx_cast(a7, LPX_BF16, false, &a7h));
+    CHECK_OK(lpx_t(a7h, &a7ht));
+    check_swiglu_bw("bf16 transposed gate", gh, a7ht, bh);
+    check_swiglu_bw("mixed bf16 gate, f32 up", g, ah, b);
+    check_swiglu_bw("mixed f32 gate, bf16 up", gh, a, bh);
+    CHECK_OK(lpx_cast(a, LPX_F16, false, &af));
+    check_swiglu_bw("f16 gate", g, af, b);
+
+    /* gradient check against the forward: central differences */
+    lpx_tensor *ones = NULL, *ap1 = NULL, *am1 = NULL, *fp = NULL, *fm = NULL, *bp = NULL, *bm = NULL, *fbp = NULL,
+               *fbm = NULL, *a2 = rnd(LPX_F32, 2, s, -5, 5);
+    const double h = 1e-2;
+    CHECK_OK(lpx_full(2, s, 1.0, LPX_F32, lpx_cpu(), &ones));
+    CHECK_OK(lpx_swiglu_backward(ones, a2, b, &dg, &du));
+    CHECK_OK(lpx_add_scalar(a2, h, &ap1));
+    CHECK_OK(lpx_add_scalar(a2, -h, &am1));
+    CHECK_OK(lpx_swiglu(ap1, b, &fp));
+    CHECK_OK(lpx_swiglu(am1, b, &fm));
+    CHECK_OK(lpx_add_scalar(b, h, &bp));
+    CHECK_OK(lpx_add_scalar(b, -h, &bm));
+    CHECK_OK(lpx_swiglu(a2, bp, &fbp));
+    CHECK_OK(lpx_swiglu(a2, bm, &fbm));
+    for (int64_t i = 0; dg && du && fp && fm && fbp && fbm && i < 42; i++) {
+        CHECK_NEAR(item(dg, i), (item(fp, i) - item(fm, i)) / (item(ap1, i) - item(am1, i)), 3e-3 * (1 + fabs(item(b, i))));
+        CHECK_NEAR(item(du, i), (item(fbp, i) - item(fbm, i)) / (item(bp, i) - item(bm, i)), 2e-3);
+    }
+    lpx_tensor *rel2[] = {ones, ap1, am1, fp, fm, bp, bm, fbp, fbm, a2, dg, du};
+    for (size_t i = 0; i < sizeof rel2 / sizeof *rel2; i++) lpx_tensor_release(rel2[i]);
+    dg = du = NULL;
+
+    /* either result may be dropped; not both */
+    CHECK_OK(lpx_swiglu_backward(g, a, b, &dg, NULL));
+    CHECK(dg != NULL);
+    lpx_tensor_release(dg);
+    dg = NULL;
+    CHECK_OK(lpx_swiglu_backward(g, a, b, NULL, &du));
+    CHECK(du != NULL);
+    lpx_tensor_release(du);
+    du = NULL;
+    CHECK_ERR(lpx_swiglu_backward(g, a, b, NULL, NULL), LPX_EINVAL);
+
+    /* empty tensors */
+    lpx_tensor *e = rnd(LPX_BF16, 3, s0, 0, 1);
+    CHECK_OK(lpx_swiglu_backward(e, e, e, &dg, &du));
+    CHECK(dg && du && lpx_tensor_numel(dg) == 0 && lpx_tensor_ndim(du) == 3 && lpx_tensor_shape(du)[2] == 2);
+    lpx_tensor_release(dg), lpx_tensor_release(du);
+    dg = du = NULL;
+
+    /* errors: a shape mismatch names both shapes (no broadcasting, even of
+     * a broadcastable grad) */
+    CHECK_ERR(lpx_swiglu_backward(g, a, b7, &dg, &du), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "swiglu_backward") != NULL && strstr(lpx_last_error(), "[7, 6]") != NULL &&
+          strstr(lpx_last_error(), "[6, 7]") != NULL);
+    CHECK_ERR(lpx_swiglu_backward(g1, a, b, &dg, &du), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "grad [7]") != NULL && strstr(lpx_last_error(), "gate [6, 7]") != NULL);
+    /* a non-floating dtype */
+    lpx_tensor *ai = NULL;
+    CHECK_OK(lpx_cast(b, LPX_I32, false, &ai));
+    CHECK_ERR(lpx_swiglu_backward(g, a, ai, &dg, &du), LPX_EDTYPE);
+    CHECK(strstr(lpx_last_error(), "swiglu_backward: up has dtype i32") != NULL);
+    CHECK_ERR(lpx_swiglu_backward(ai, a, b, &dg, &du), LPX_EDTYPE);
+    CHECK(strstr(lpx_last_error(), "grad has dtype i32") != NULL);
+    /* NULL tensors, named */
+    CHECK_ERR(lpx_swiglu_backward(NULL, a, b, &dg, &du), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "swiglu_backward") != NULL && strstr(lpx_last_error(), "grad") != NULL);
+    CHECK_ERR(lpx_swiglu_backward(g, NULL, b, &dg, &du), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "gate") != NULL);
+    CHECK_ERR(lpx_swiglu_backward(g, a, NULL, &dg, &du), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "up") != NULL);
+    CHECK(dg == NULL && du == NULL);
+
+    lpx_tensor *rel3[] = {g, a, b, a7, b7, g1, at, bt, gb, gh, ah, bh, ath, af, a7h, a7ht, e, ai};
+    for (size_t i = 0; i < sizeof rel3 / sizeof *rel3; i++) lpx_tensor_release(rel3[i]);
+}
+
 /* ---- cast ------------------------------------------------------------- */
 
 /* a 4-bit unsigned test dtype, two per byte, first element in the high nibble */
@@ -733,6 +1058,8 @@ int main(void)
     RUN(test_out_and_aliasing);
     RUN(test_unary);
     RUN(test_backward);
+    RUN(test_swiglu);
+    RUN(test_swiglu_backward);
     RUN(test_cast);
     RUN(test_copy_fill);
     RUN(test_kind_and_misc);

@@ -1,8 +1,8 @@
 /* The shape meta functions (include/lpx/meta.h, dispatch/meta_shape.c)
- * called directly: broadcasting, a caller's out, dims, reductions. Every
- * backend calls them, so these cases pin the contract once; the ops'
- * tests (test_elementwise, test_reduce, the GPU suite) check that the
- * kernels really use them. */
+ * called directly: broadcasting, a caller's out, dims, reductions, and
+ * swiglu_backward's (dispatch/meta_nn.c). Every backend calls them, so
+ * these cases pin the contract once; the ops' tests (test_elementwise,
+ * test_reduce, the GPU suite) check that the kernels really use them. */
 #include "check.h"
 #include "tensor_util.h"
 
@@ -274,6 +274,37 @@ static void test_fp8(void)
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
 }
 
+/* swiglu_backward: three same-shaped floating-point tensors (each its own
+ * dtype, any strides); a mismatch names both shapes */
+static void test_swiglu_backward(void)
+{
+    const int64_t s[2] = {4, 6}, st[2] = {6, 4}, s1[2] = {1, 6};
+    lpx_tensor *g = t_dt(LPX_F32, 2, s), *a = t_dt(LPX_BF16, 2, s), *b = t_dt(LPX_F16, 2, s), *w = t_dt(LPX_F32, 2, st),
+               *r = t_dt(LPX_F32, 2, s1), *i = t_dt(LPX_I64, 2, s), *q = t_dt(LPX_F8E4M3FN, 2, s), *wt = NULL;
+    CHECK_OK(lpx_meta_swiglu_backward("swiglu_backward", g, a, b));
+    CHECK_OK(lpx_meta_swiglu_backward("swiglu_backward", q, q, g));
+    if (w) CHECK_OK(lpx_t(w, &wt)); /* [4, 6], strides (1, 4) */
+    if (wt) CHECK_OK(lpx_meta_swiglu_backward("swiglu_backward", wt, wt, a));
+    CHECK_ERR(lpx_meta_swiglu_backward("swiglu_backward", g, w, b), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "swiglu_backward: grad [4, 6] and gate [6, 4] must have the same shape") != NULL);
+    CHECK_ERR(lpx_meta_swiglu_backward("swiglu_backward", g, a, w), LPX_ESHAPE);
+    CHECK(strstr(lpx_last_error(), "up [6, 4] and gate [4, 6]") != NULL);
+    /* no broadcasting, even of a shape that would broadcast */
+    CHECK_ERR(lpx_meta_swiglu_backward("swiglu_backward", r, a, b), LPX_ESHAPE);
+    CHECK_ERR(lpx_meta_swiglu_backward("swiglu_backward", g, a, i), LPX_EDTYPE);
+    CHECK(strstr(lpx_last_error(), "swiglu_backward: up has dtype i64") != NULL);
+    CHECK_ERR(lpx_meta_swiglu_backward("swiglu_backward", g, i, b), LPX_EDTYPE);
+    CHECK(strstr(lpx_last_error(), "gate has dtype i64") != NULL);
+    CHECK_ERR(lpx_meta_swiglu_backward("swiglu_backward", NULL, a, b), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "swiglu_backward: grad is NULL") != NULL);
+    CHECK_ERR(lpx_meta_swiglu_backward("swiglu_backward", g, NULL, b), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "gate is NULL") != NULL);
+    CHECK_ERR(lpx_meta_swiglu_backward("swiglu_backward", g, a, NULL), LPX_EINVAL);
+    CHECK(strstr(lpx_last_error(), "up is NULL") != NULL);
+    lpx_tensor *rel[] = {g, a, b, w, r, i, q, wt};
+    for (size_t k = 0; k < sizeof rel / sizeof *rel; k++) lpx_tensor_release(rel[k]);
+}
+
 int main(void)
 {
     CHECK_OK(lpx_init());
@@ -285,5 +316,6 @@ int main(void)
     RUN(test_adamw);
     RUN(test_creation);
     RUN(test_fp8);
+    RUN(test_swiglu_backward);
     return CHECK_DONE();
 }

@@ -74,7 +74,8 @@ static void test_op_ids_pinned(void)
     "rmsnorm", "rmsnorm_backward", "softmax", "softmax_backward", "cross_entropy", "cross_entropy_backward",
     "mse_loss", "mse_loss_backward", "embedding", "embedding_backward", "fp8_quantize", "fp8_quantize_t",
     "fp8_dequantize", "fp8_scaled_mm", "fp8_scale_from_amax", "nf4_quantize", "nf4_dequantize", "nf4_mm",
-    "qlora_dropout", "adamw_", "rope", "rope_backward", "attention", "attention_backward",
+    "qlora_dropout", "adamw_", "rope", "rope_backward", "attention", "attention_backward", "fp8_quantize_block",
+    "fp8_dequantize_block", "fp8_mm_block", "swiglu", "swiglu_backward",
     };
     int n = (int)(sizeof pinned / sizeof *pinned);
     CHECK_OK(lpx_init());
@@ -86,6 +87,7 @@ static void test_op_ids_pinned(void)
             break;
         }
     CHECK(LPX_OP_rope == 65 && LPX_OP_attention_backward == 68);
+    CHECK(LPX_OP_fp8_mm_block == 71 && LPX_OP_swiglu == 72 && LPX_OP_swiglu_backward == 73);
 }
 
 int main(void)

@@ -1,6 +1,6 @@
-/* CPU kernels: elementwise ops (add, sub, mul, div with numpy broadcasting,
- * add_scalar, mul_scalar, neg, abs, sqrt, exp, relu, silu, gelu, their
- * backward ops, cast, copy_, fill_).
+/* CPU kernels: elementwise ops (add, sub, mul, div and swiglu with numpy
+ * broadcasting, add_scalar, mul_scalar, neg, abs, sqrt, exp, relu, silu,
+ * gelu, their backward ops, swiglu_backward, cast, copy_, fill_).
  *
  * Arithmetic is done in f32 whatever the storage dtype; the result has the
  * first input's dtype and is encoded with RNE (non-saturating).
@@ -24,13 +24,14 @@
 #define CPU_ONLY_KEYS (UINT64_C(1) << LPX_KEY_CPU)
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
-typedef enum bop { B_ADD, B_SUB, B_MUL, B_DIV, B_RELU_BW, B_SILU_BW, B_GELU_BW } bop;
+typedef enum bop { B_ADD, B_SUB, B_MUL, B_DIV, B_RELU_BW, B_SILU_BW, B_GELU_BW, B_SWIGLU } bop;
 typedef enum uop { U_NEG, U_ABS, U_SQRT, U_EXP, U_RELU, U_SILU, U_GELU, U_ADDS, U_MULS } uop;
 
 /* argument names of the binary ops, for messages */
 static const char *const bop_arg[][2] = {
     [B_ADD] = {"a", "b"}, [B_SUB] = {"a", "b"}, [B_MUL] = {"a", "b"}, [B_DIV] = {"a", "b"},
     [B_RELU_BW] = {"grad", "x"}, [B_SILU_BW] = {"grad", "x"}, [B_GELU_BW] = {"grad", "x"},
+    [B_SWIGLU] = {"gate", "up"},
 };
 
 /* ---- scalar math (f32): core/numerics/activations.h, shared with CUDA -- */
@@ -47,6 +48,7 @@ static ALWAYS_INLINE void bin_loop(bop op, float *o, const float *a, const float
     case B_RELU_BW: for (int64_t i = 0; i < n; i++) o[i] = b[i] > 0.0f ? a[i] : 0.0f; break;
     case B_SILU_BW: for (int64_t i = 0; i < n; i++) o[i] = a[i] * lpx_silu_grad(b[i]); break;
     case B_GELU_BW: for (int64_t i = 0; i < n; i++) o[i] = a[i] * lpx_gelu_grad(b[i]); break;
+    case B_SWIGLU: for (int64_t i = 0; i < n; i++) o[i] = lpx_swiglu_f(a[i], b[i]); break;
     }
 }
 
@@ -250,6 +252,50 @@ static lpx_status k_div(lpx_call *c) { return binary(c, B_DIV, 2); }
 static lpx_status k_relu_backward(lpx_call *c) { return binary(c, B_RELU_BW, -1); }
 static lpx_status k_silu_backward(lpx_call *c) { return binary(c, B_SILU_BW, -1); }
 static lpx_status k_gelu_backward(lpx_call *c) { return binary(c, B_GELU_BW, -1); }
+static lpx_status k_swiglu(lpx_call *c) { return binary(c, B_SWIGLU, 2); }
+
+/* ---- swiglu_backward ---------------------------------------------------
+ * Three inputs of one shape (lpx_meta_swiglu_backward), two new
+ * contiguous results (grad_gate in gate's dtype, grad_up in up's): one
+ * pass in chunks, each operand read or written in place when it is
+ * contiguous f32, else through cpu_load_f32 / cpu_store_f32. The results
+ * are new, so nothing aliases what is written. */
+static lpx_status k_swiglu_backward(lpx_call *c)
+{
+    lpx_tensor *g = c->args[0].u.t, *a = c->args[1].u.t, *b = c->args[2].u.t;
+    lpx_status st;
+    if ((st = lpx_meta_swiglu_backward(cpu_op_name(c), g, a, b)) || (st = cpu_check_dense(c, "grad", g)) ||
+        (st = cpu_check_dense(c, "gate", a)) || (st = cpu_check_dense(c, "up", b)))
+        return st;
+    lpx_tensor *dg = NULL, *du = NULL;
+    if ((st = cpu_new(c, a->dtype, a->ndim, a->shape, &dg)) || (st = cpu_new(c, b->dtype, b->ndim, b->shape, &du))) {
+        lpx_tensor_release(dg);
+        return st;
+    }
+    cpu_view vg, va, vb, vdg, vdu;
+    cpu_view_of(&vg, g);
+    cpu_view_of(&va, a);
+    cpu_view_of(&vb, b);
+    cpu_view_of(&vdg, dg);
+    cpu_view_of(&vdu, du);
+    const float *fg = cpu_view_f32(&vg), *fa = cpu_view_f32(&va), *fb = cpu_view_f32(&vb);
+    float *fdg = cpu_view_f32(&vdg), *fdu = cpu_view_f32(&vdu);
+    float tg[CPU_CHUNK], ta[CPU_CHUNK], tb[CPU_CHUNK], tdg[CPU_CHUNK], tdu[CPU_CHUNK];
+    for (int64_t start = 0; start < vdg.numel; start += CPU_CHUNK) {
+        int64_t m = vdg.numel - start < CPU_CHUNK ? vdg.numel - start : CPU_CHUNK;
+        const float *pg = fg ? fg + start : tg, *pa = fa ? fa + start : ta, *pb = fb ? fb + start : tb;
+        if (!fg) cpu_load_f32(&vg, start, m, tg);
+        if (!fa) cpu_load_f32(&va, start, m, ta);
+        if (!fb) cpu_load_f32(&vb, start, m, tb);
+        float *pdg = fdg ? fdg + start : tdg, *pdu = fdu ? fdu + start : tdu;
+        for (int64_t i = 0; i < m; i++) lpx_swiglu_grad(pg[i], pa[i], pb[i], &pdg[i], &pdu[i]);
+        if (!fdg) cpu_store_f32(&vdg, start, m, tdg, 0);
+        if (!fdu) cpu_store_f32(&vdu, start, m, tdu, 0);
+    }
+    cpu_ret(c, dg);
+    cpu_ret(c, du);
+    return LPX_OK;
+}
 
 /* ---- unary and scalar ops -------------------------------------------- */
 
@@ -463,6 +509,7 @@ lpx_status lpx_cpu_register_elementwise(void)
         {LPX_OP_relu, k_relu}, {LPX_OP_silu, k_silu}, {LPX_OP_gelu, k_gelu},
         {LPX_OP_relu_backward, k_relu_backward}, {LPX_OP_silu_backward, k_silu_backward},
         {LPX_OP_gelu_backward, k_gelu_backward},
+        {LPX_OP_swiglu, k_swiglu}, {LPX_OP_swiglu_backward, k_swiglu_backward},
         {LPX_OP_cast, k_cast}, {LPX_OP_copy_, k_copy_}, {LPX_OP_fill_, k_fill_},
     };
     for (size_t i = 0; i < sizeof table / sizeof *table; i++) {

@@ -1,6 +1,7 @@
-/* Kernel group elementwise: add, sub, mul, div (numpy broadcasting,
- * optional out), add_scalar, mul_scalar, neg, abs, sqrt, exp, relu, silu,
- * gelu and the backward ops, with the CPU backend's semantics
+/* Kernel group elementwise: add, sub, mul, div, swiglu (numpy
+ * broadcasting, optional out), add_scalar, mul_scalar, neg, abs, sqrt, exp,
+ * relu, silu, gelu and the backward ops (swiglu_backward: two results in
+ * one pass), with the CPU backend's semantics
  * (backends/cpu/elementwise.c): arithmetic in f32 whatever the storage
  * dtype, result in the first input's dtype, one RNE encode. The plugin is
  * built with --fmad=false and IEEE division and square root, so + - * /
@@ -25,12 +26,12 @@
 
 #define CU_THREADS 256
 
-enum { B_ADD, B_SUB, B_MUL, B_DIV, B_RELU_BW, B_SILU_BW, B_GELU_BW };
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_RELU_BW, B_SILU_BW, B_GELU_BW, B_SWIGLU };
 enum { U_NEG, U_ABS, U_SQRT, U_EXP, U_RELU, U_SILU, U_GELU, U_ADDS, U_MULS };
 
 /* argument names of the binary ops, for messages */
 static const char *const bop_arg[][2] = {
-    {"a", "b"}, {"a", "b"}, {"a", "b"}, {"a", "b"}, {"grad", "x"}, {"grad", "x"}, {"grad", "x"},
+    {"a", "b"}, {"a", "b"}, {"a", "b"}, {"a", "b"}, {"grad", "x"}, {"grad", "x"}, {"grad", "x"}, {"gate", "up"},
 };
 
 /* ---- scalar math (f32): core/numerics/activations.h, shared with the CPU */
@@ -44,6 +45,7 @@ template <int OP> __device__ __forceinline__ float bin_f(float a, float b)
     case B_DIV: return a / b;
     case B_RELU_BW: return b > 0.0f ? a : 0.0f;
     case B_SILU_BW: return a * lpx_silu_grad(b);
+    case B_SWIGLU: return lpx_swiglu_f(a, b);
     default: return a * lpx_gelu_grad(b); /* B_GELU_BW */
     }
 }
@@ -104,6 +106,61 @@ __global__ void k_bin_strided(const char *a, cu_geom ga, lpx_dtype da, const cha
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < go.numel; i += stride) {
         float x = cu_dec(da, a + cu_offset(ga, i) * ea), y = cu_dec(db, b + cu_offset(gb, i) * eb);
         cu_enc(dO, o + cu_offset(go, i) * eo, bin_f<OP>(x, y), 0);
+    }
+}
+
+/* swiglu_backward over n contiguous elements of dtype DT (f32, f16 or
+ * bf16) in all five tensors: dg = g * b * silu'(a), du = g * silu(a);
+ * nvec 16-byte vectors, then the rest one by one. */
+template <int DT>
+__global__ void __launch_bounds__(CU_THREADS) k_swiglu_bw_contig(const char *g, const char *a, const char *b, char *dg,
+                                                                 char *du, int64_t n, int64_t nvec)
+{
+    typedef typename cu_half_storage<DT>::T T;
+    constexpr int VE = 16 / (int)sizeof(T);
+    union U { uint4 v; T e[VE]; };
+    const lpx_dtype dt = (lpx_dtype)DT;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int64_t k = tid; k < nvec; k += stride) {
+        U ug, ua, ub, udg, udu;
+        ug.v = ((const uint4 *)g)[k];
+        ua.v = ((const uint4 *)a)[k];
+        ub.v = ((const uint4 *)b)[k];
+#pragma unroll
+        for (int j = 0; j < VE; j++) {
+            float x, y;
+            lpx_swiglu_grad(cu_dec(dt, &ug.e[j]), cu_dec(dt, &ua.e[j]), cu_dec(dt, &ub.e[j]), &x, &y);
+            cu_enc(dt, &udg.e[j], x, 0);
+            cu_enc(dt, &udu.e[j], y, 0);
+        }
+        ((uint4 *)dg)[k] = udg.v;
+        ((uint4 *)du)[k] = udu.v;
+    }
+    const T *eg = (const T *)g, *ea = (const T *)a, *eb = (const T *)b;
+    T *edg = (T *)dg, *edu = (T *)du;
+    for (int64_t i = nvec * VE + tid; i < n; i += stride) {
+        float x, y;
+        lpx_swiglu_grad(cu_dec(dt, &eg[i]), cu_dec(dt, &ea[i]), cu_dec(dt, &eb[i]), &x, &y);
+        cu_enc(dt, &edg[i], x, 0);
+        cu_enc(dt, &edu[i], y, 0);
+    }
+}
+
+/* swiglu_backward, any layouts and float dtypes: g, a, b, dg and du of
+ * one shape (dg and du the new contiguous results). */
+__global__ void k_swiglu_bw_strided(const char *g, cu_geom gg, lpx_dtype tg, const char *a, cu_geom ga, lpx_dtype ta,
+                                    const char *b, cu_geom gb, lpx_dtype tb, char *dg, cu_geom gdg, lpx_dtype tdg,
+                                    char *du, cu_geom gdu, lpx_dtype tdu)
+{
+    const int eg = cu_esize(tg), ea = cu_esize(ta), eb = cu_esize(tb), edg = cu_esize(tdg), edu = cu_esize(tdu);
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < gdg.numel; i += stride) {
+        float x, y;
+        lpx_swiglu_grad(cu_dec(tg, g + cu_offset(gg, i) * eg), cu_dec(ta, a + cu_offset(ga, i) * ea),
+                        cu_dec(tb, b + cu_offset(gb, i) * eb), &x, &y);
+        cu_enc(tdg, dg + cu_offset(gdg, i) * edg, x, 0);
+        cu_enc(tdu, du + cu_offset(gdu, i) * edu, y, 0);
     }
 }
 
@@ -212,6 +269,7 @@ static lpx_status bin_dispatch(int op, const ew_args *w)
     case B_DIV: return bin_launch<B_DIV>(w);
     case B_RELU_BW: return bin_launch<B_RELU_BW>(w);
     case B_SILU_BW: return bin_launch<B_SILU_BW>(w);
+    case B_SWIGLU: return bin_launch<B_SWIGLU>(w);
     default: return bin_launch<B_GELU_BW>(w);
     }
 }
@@ -326,6 +384,76 @@ static lpx_status k_div(lpx_call *c) { return binary(c, B_DIV, 2); }
 static lpx_status k_relu_backward(lpx_call *c) { return binary(c, B_RELU_BW, -1); }
 static lpx_status k_silu_backward(lpx_call *c) { return binary(c, B_SILU_BW, -1); }
 static lpx_status k_gelu_backward(lpx_call *c) { return binary(c, B_GELU_BW, -1); }
+static lpx_status k_swiglu(lpx_call *c) { return binary(c, B_SWIGLU, 2); }
+
+/* swiglu_backward: the contract is lpx_meta_swiglu_backward's (shared with
+ * the CPU); what is lpx-cuda's own is that every tensor is a dense CUDA
+ * tensor on one device. Results are new and contiguous: grad_gate in
+ * gate's dtype, grad_up in up's. The contiguous path needs grad, gate and
+ * up contiguous and one dtype among f32/f16/bf16 for all five (16-byte
+ * vectors when every pointer is aligned); anything else is indexed
+ * through cu_geom. */
+static lpx_status k_swiglu_backward(lpx_call *c)
+{
+    const char *opn = cu_op(c);
+    lpx_tensor *g = cu_arg_tensor(c, 0), *a = cu_arg_tensor(c, 1), *b = cu_arg_tensor(c, 2);
+    lpx_status st;
+    if ((st = lpx_meta_swiglu_backward(opn, g, a, b)) || (st = cu_check_dense(c, "grad", g)) ||
+        (st = cu_check_dense(c, "gate", a)) || (st = cu_check_dense(c, "up", b)) ||
+        (st = cu_check_same_device(c, "gate", a, "grad", g)) || (st = cu_check_same_device(c, "gate", a, "up", b)))
+        return st;
+    lpx_device dev = lpx_tensor_device(a);
+    int nd = lpx_tensor_ndim(a);
+    const int64_t *shape = lpx_tensor_shape(a);
+    lpx_dtype dtg = lpx_tensor_dtype(g), dta = lpx_tensor_dtype(a), dtb = lpx_tensor_dtype(b);
+    lpx_tensor *dg = NULL, *du = NULL;
+    if ((st = cu_new(c, dta, nd, shape, dev, &dg)) || (st = cu_new(c, dtb, nd, shape, dev, &du))) goto fail;
+    if (lpx_tensor_numel(a) > 0) {
+        if ((st = cu_use(opn, dev))) goto fail;
+        cudaStream_t stream = cu_stream(dev.index);
+        const char *pg = (const char *)lpx_tensor_data(g), *pa = (const char *)lpx_tensor_data(a),
+                   *pb = (const char *)lpx_tensor_data(b);
+        char *pdg = (char *)lpx_tensor_data(dg), *pdu = (char *)lpx_tensor_data(du);
+        int64_t n = lpx_tensor_numel(a);
+        bool contig = (dta == LPX_F32 || dta == LPX_F16 || dta == LPX_BF16) && dtg == dta && dtb == dta &&
+                      lpx_tensor_is_contiguous(g) && lpx_tensor_is_contiguous(a) && lpx_tensor_is_contiguous(b);
+        if (contig) {
+            bool al = aligned16(pg) && aligned16(pa) && aligned16(pb) && aligned16(pdg) && aligned16(pdu);
+            int64_t nvec = al ? n / (16 / cu_esize(dta)) : 0;
+            unsigned blocks = cu_blocks(dev.index, nvec ? nvec : n, CU_THREADS);
+            switch (dta) {
+            case LPX_F32:
+                k_swiglu_bw_contig<LPX_F32><<<blocks, CU_THREADS, 0, stream>>>(pg, pa, pb, pdg, pdu, n, nvec);
+                break;
+            case LPX_F16:
+                k_swiglu_bw_contig<LPX_F16><<<blocks, CU_THREADS, 0, stream>>>(pg, pa, pb, pdg, pdu, n, nvec);
+                break;
+            default:
+                k_swiglu_bw_contig<LPX_BF16><<<blocks, CU_THREADS, 0, stream>>>(pg, pa, pb, pdg, pdu, n, nvec);
+                break;
+            }
+            st = cu_launched(opn, "k_swiglu_bw_contig");
+        } else {
+            cu_geom gg, ga, gb, gdg, gdu;
+            cu_geom_of(&gg, g);
+            cu_geom_of(&ga, a);
+            cu_geom_of(&gb, b);
+            cu_geom_of(&gdg, dg);
+            cu_geom_of(&gdu, du);
+            k_swiglu_bw_strided<<<cu_blocks(dev.index, n, CU_THREADS), CU_THREADS, 0, stream>>>(
+                pg, gg, dtg, pa, ga, dta, pb, gb, dtb, pdg, gdg, dta, pdu, gdu, dtb);
+            st = cu_launched(opn, "k_swiglu_bw_strided");
+        }
+        if (st) goto fail;
+    }
+    cu_ret(c, dg);
+    cu_ret(c, du);
+    return LPX_OK;
+fail:
+    lpx_tensor_release(dg);
+    lpx_tensor_release(du);
+    return st;
+}
 
 /* scalar: the op takes (a, float s, out?), else (x, out?). */
 static lpx_status unary(lpx_call *c, int op, bool scalar)
@@ -382,6 +510,7 @@ extern "C" lpx_status cu_register_elementwise(const lpx_host *h)
         {LPX_OP_relu, k_relu}, {LPX_OP_silu, k_silu}, {LPX_OP_gelu, k_gelu},
         {LPX_OP_relu_backward, k_relu_backward}, {LPX_OP_silu_backward, k_silu_backward},
         {LPX_OP_gelu_backward, k_gelu_backward},
+        {LPX_OP_swiglu, k_swiglu}, {LPX_OP_swiglu_backward, k_swiglu_backward},
     };
     for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
         lpx_status st = cu_reg(h, table[i].op, table[i].fn);

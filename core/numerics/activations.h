@@ -25,6 +25,20 @@ static inline LPX_HD float lpx_silu_grad(float x)
     return s * (1.0f + x * (1.0f - s));
 }
 
+/* SwiGLU, the Llama MLP's activation: silu(gate) * up. silu rounds to f32
+ * first, then one f32 multiply: in f32 storage, the bits of the silu op
+ * followed by the mul op. */
+static inline LPX_HD float lpx_swiglu_f(float gate, float up) { return lpx_silu_f(gate) * up; }
+
+/* The backward of lpx_swiglu_f for the incoming gradient g:
+ * d/dgate = (g * up) * silu'(gate), d/dup = g * silu(gate), each an f32
+ * expression in this order (silu and silu' as above). */
+static inline LPX_HD void lpx_swiglu_grad(float g, float gate, float up, float *dgate, float *dup)
+{
+    *dgate = g * up * lpx_silu_grad(gate);
+    *dup = g * lpx_silu_f(gate);
+}
+
 /* d/dx x*Phi(x) = Phi(x) + x * phi(x) */
 static inline LPX_HD float lpx_gelu_grad(float x)
 {

@@ -76,6 +76,14 @@ LPX_API lpx_status lpx_meta_rmsnorm_backward(const char *op, const lpx_tensor *g
                                              const lpx_tensor *weight, const lpx_tensor *rstd, int64_t *rows,
                                              int64_t *dim);
 
+/** swiglu_backward: grad, gate and up non-NULL, of one shape (no
+ *  broadcasting; any strides), each of a floating-point dtype (each may
+ *  differ). Errors: LPX_EINVAL (NULL), LPX_ESHAPE (naming both shapes),
+ *  LPX_EDTYPE. (swiglu itself is a binary elementwise op:
+ *  lpx_meta_broadcast and lpx_meta_out.) */
+LPX_API lpx_status lpx_meta_swiglu_backward(const char *op, const lpx_tensor *grad, const lpx_tensor *gate,
+                                            const lpx_tensor *up);
+
 /* ---- creation (empty, zeros, full, arange, randn, rand) ---- */
 
 /** A shape argument of ndims dims (the int[] value): at most

@@ -97,6 +97,28 @@ LPX_API lpx_status lpx_gelu(lpx_tensor *x, lpx_tensor **out);
 LPX_API lpx_status lpx_relu_backward(lpx_tensor *grad, lpx_tensor *x, lpx_tensor **out);
 LPX_API lpx_status lpx_silu_backward(lpx_tensor *grad, lpx_tensor *x, lpx_tensor **out);
 LPX_API lpx_status lpx_gelu_backward(lpx_tensor *grad, lpx_tensor *x, lpx_tensor **out);
+/** SwiGLU, the Llama MLP's activation, in one kernel: out = silu(gate) * up
+ *  (silu(x) = x / (1 + exp(-x))), computed in f32 from the storage dtypes
+ *  and rounded once (RNE) to gate's dtype; in f32 the bits of lpx_silu
+ *  then lpx_mul. Otherwise lpx_mul's contract: numpy broadcasting of gate
+ *  and up, any strides, a new tensor in *out (the caller's reference).
+ *  Errors: LPX_EINVAL (NULL), LPX_ESHAPE (shapes that do not broadcast),
+ *  LPX_EDTYPE, LPX_EDEVICE. */
+LPX_API lpx_status lpx_swiglu(lpx_tensor *gate, lpx_tensor *up, lpx_tensor **out);
+/** lpx_swiglu into the caller's `out` (the broadcast shape, gate's dtype;
+ *  may be gate or up itself); no new reference. Errors: as lpx_swiglu,
+ *  and those of a bad `out` (LPX_ESHAPE, LPX_EDTYPE, LPX_EINVAL). */
+LPX_API lpx_status lpx_swiglu_out(lpx_tensor *gate, lpx_tensor *up, lpx_tensor *out);
+/** The backward of lpx_swiglu in one kernel: from grad (d out), gate and
+ *  up, all three of one shape (no broadcasting, any strides),
+ *  *grad_gate = grad * up * silu'(gate) in gate's dtype and
+ *  *grad_up = grad * silu(gate) in up's dtype, each computed in f32 and
+ *  rounded once; new contiguous tensors (the caller's references). Either
+ *  result pointer may be NULL to drop it, not both. Errors: LPX_EINVAL
+ *  (NULL), LPX_ESHAPE (shapes differ: both named), LPX_EDTYPE (a
+ *  non-floating dtype), LPX_EDEVICE. */
+LPX_API lpx_status lpx_swiglu_backward(lpx_tensor *grad, lpx_tensor *gate, lpx_tensor *up, lpx_tensor **grad_gate,
+                                       lpx_tensor **grad_up);
 /** Converts to dtype (RNE; saturate: see LPX_CONVERT_SATURATE). */
 LPX_API lpx_status lpx_cast(lpx_tensor *x, lpx_dtype dtype, bool saturate, lpx_tensor **out);
 /** dst[...] = src (broadcast, converted to dst's dtype), in place. */

@@ -5,9 +5,10 @@
  *    across devices), fill_, zeros/full/arange, rand, add/sub/mul/div (the
  *    plugin is built with --fmad=false), add_scalar, mul_scalar, neg, abs,
  *    sqrt, relu, relu_backward, max, amax;
- *  - relative L2 error: exp, silu, gelu and their backwards (CUDA's expf /
- *    erff are within 2 ulp of glibc's), sum, mean, norm (another summation
- *    order), randn (CUDA's double log/cos/sin).
+ *  - relative L2 error: exp, silu, gelu and their backwards, swiglu and
+ *    swiglu_backward (CUDA's expf / erff are within 2 ulp of glibc's),
+ *    sum, mean, norm (another summation order), randn (CUDA's double
+ *    log/cos/sin).
  * Shapes: 1, 7 and 1000003 elements (vector tails), transposed and
  * unaligned (offset 1) inputs, broadcasting; dtypes f32, f16, bf16. */
 #include <float.h>
@@ -578,6 +579,158 @@ static void test_transcendental(void)
     rel(x);
 }
 
+/* ---- swiglu ----------------------------------------------------------------- */
+
+/* 8192*3+5 elements: whole 16-byte vectors (4 f32 or 8 bf16 values) and a
+ * ragged tail; 1 and 7: the tail alone */
+static const int64_t sw_sizes[] = {1, 7, 8192 * 3 + 5};
+static const lpx_dtype sw_dts[] = {LPX_F32, LPX_BF16};
+static const double sw_tol[] = {1e-6, 1e-2};
+
+static lpx_status swiglu_fn(lpx_tensor *gate, lpx_tensor *up, lpx_tensor **o) { return lpx_swiglu(gate, up, o); }
+
+/* swiglu_backward on (g, a, b) on the CPU and on their GPU copies, seen
+ * through `layout` (0 as is, 1 transposed (2-d), 2 without the first
+ * element (1-d: contiguous, 16-byte unaligned)); both results compared. */
+static void cmp_swiglu_bw(lpx_tensor *g, lpx_tensor *a, lpx_tensor *b, int layout, double tol)
+{
+    lpx_tensor *in[3] = {g, a, b}, *cin[3], *gin[3], *up[3];
+    for (int i = 0; i < 3; i++) {
+        up[i] = gpu_up(in[i]);
+        cin[i] = in[i], gin[i] = up[i];
+        if (layout == 1) cin[i] = tr(in[i]), gin[i] = tr(up[i]);
+        if (layout == 2) cin[i] = from1(in[i]), gin[i] = from1(up[i]);
+    }
+    lpx_tensor *cdg = NULL, *cdu = NULL, *gdg = NULL, *gdu = NULL;
+    CHECK_OK(lpx_swiglu_backward(cin[0], cin[1], cin[2], &cdg, &cdu));
+    CHECK_OK(lpx_swiglu_backward(gin[0], gin[1], gin[2], &gdg, &gdu));
+    char base[160], what[192], sa[64];
+    snprintf(base, sizeof base, "swiglu_backward %s/%s/%s%s layout %d", lpx_dtype_name(lpx_tensor_dtype(g)),
+             lpx_dtype_name(lpx_tensor_dtype(a)), lpx_dtype_name(lpx_tensor_dtype(b)),
+             lpx_tensor_shape_str(a, sa, sizeof sa), layout);
+    CHECKF(gdg && gdu && lpx_tensor_dtype(gdg) == lpx_tensor_dtype(a) && lpx_tensor_dtype(gdu) == lpx_tensor_dtype(b),
+           "%s: result dtypes", base);
+    snprintf(what, sizeof what, "%s grad_gate", base);
+    compare(what, cdg, gdg, tol);
+    snprintf(what, sizeof what, "%s grad_up", base);
+    compare(what, cdu, gdu, tol);
+    rel(cdg), rel(cdu), rel(gdg), rel(gdu);
+    for (int i = 0; i < 3; i++) {
+        if (cin[i] != in[i]) rel(cin[i]), rel(gin[i]);
+        rel(up[i]);
+    }
+}
+
+/* swiglu (forward): contiguous sizes through the vector path and its tail,
+ * unaligned, transposed, broadcasting, mixed dtypes and out */
+static void test_swiglu(void)
+{
+    for (int d = 0; d < COUNT(sw_dts); d++) {
+        for (int k = 0; k < COUNT(sw_sizes); k++) {
+            lpx_tensor *a = rand_normal(1, &sw_sizes[k], 21, 3.0, sw_dts[d]), *b = rnd(sw_dts[d], 1, &sw_sizes[k], 22);
+            cmp_binary("swiglu", swiglu_fn, a, b, sw_tol[d]);
+            if (sw_sizes[k] > 1) { /* unaligned: the contiguous kernel without vectors */
+                lpx_tensor *ga = gpu_up(a), *gb = gpu_up(b), *ca = from1(a), *cb = from1(b), *ua = from1(ga),
+                           *ub = from1(gb), *rc = NULL, *rg = NULL;
+                CHECK_OK(lpx_swiglu(ca, cb, &rc));
+                CHECK_OK(lpx_swiglu(ua, ub, &rg));
+                compare("swiglu unaligned", rc, rg, sw_tol[d]);
+                rel(rc), rel(rg), rel(ga), rel(gb), rel(ca), rel(cb), rel(ua), rel(ub);
+            }
+            rel(a), rel(b);
+        }
+        /* transposed gate (the strided kernel) */
+        const int64_t s[] = {37, 29}, st[] = {29, 37};
+        lpx_tensor *a = rand_normal(2, s, 23, 3.0, sw_dts[d]), *b = rnd(sw_dts[d], 2, st, 24);
+        lpx_tensor *ga = gpu_up(a), *gb = gpu_up(b), *at = tr(a), *gat = tr(ga), *rc = NULL, *rg = NULL;
+        CHECK_OK(lpx_swiglu(at, b, &rc));
+        CHECK_OK(lpx_swiglu(gat, gb, &rg));
+        compare("swiglu transposed gate", rc, rg, sw_tol[d]);
+        rel(rc), rel(rg);
+        rc = rg = NULL;
+        /* out: a fresh tensor, and in place into b */
+        CHECK_OK(lpx_empty(2, st, sw_dts[d], lpx_cpu(), &rc));
+        CHECK_OK(lpx_empty(2, st, sw_dts[d], gpu_dev(), &rg));
+        CHECK_OK(lpx_swiglu_out(at, b, rc));
+        CHECK_OK(lpx_swiglu_out(gat, gb, rg));
+        compare("swiglu_out", rc, rg, sw_tol[d]);
+        CHECK_OK(lpx_swiglu_out(at, b, b));
+        CHECK_OK(lpx_swiglu_out(gat, gb, gb));
+        compare("swiglu_out in place", b, gb, sw_tol[d]);
+        rel(rc), rel(rg), rel(a), rel(b), rel(ga), rel(gb), rel(at), rel(gat);
+        /* broadcasting [5, 1, 7] with [3, 1], both ways, and mixed dtypes */
+        const int64_t sa[] = {5, 1, 7}, sb[] = {3, 1};
+        lpx_tensor *x = rand_normal(3, sa, 25, 3.0, sw_dts[d]), *y = rnd(sw_dts[d], 2, sb, 26),
+                   *z = rnd(LPX_F16, 2, sb, 27);
+        cmp_binary("swiglu", swiglu_fn, x, y, sw_tol[d]);
+        cmp_binary("swiglu", swiglu_fn, y, x, sw_tol[d]);
+        cmp_binary("swiglu", swiglu_fn, x, z, sw_tol[d]);
+        rel(x), rel(y), rel(z);
+    }
+    /* the shape error is the CPU's (one meta function), on the GPU too */
+    const int64_t s1[] = {4, 6}, s2[] = {6, 4};
+    lpx_tensor *a = rnd(LPX_F32, 2, s1, 28), *b = rnd(LPX_F32, 2, s2, 29), *ga = gpu_up(a), *gb = gpu_up(b), *o = NULL;
+    char cpu_msg[512];
+    CHECK_ERR(lpx_swiglu(a, b, &o), LPX_ESHAPE);
+    snprintf(cpu_msg, sizeof cpu_msg, "%s", lpx_last_error());
+    CHECK_ERR(lpx_swiglu(ga, gb, &o), LPX_ESHAPE);
+    CHECKF(strcmp(cpu_msg, lpx_last_error()) == 0, "cpu '%s' vs cuda '%s'", cpu_msg, lpx_last_error());
+    CHECK(o == NULL);
+    rel(a), rel(b), rel(ga), rel(gb);
+}
+
+/* swiglu_backward: the contiguous kernel (vectors and tail, unaligned),
+ * the strided one (transposed views, mixed dtypes), empty tensors, and
+ * the shared meta function's errors */
+static void test_swiglu_backward(void)
+{
+    for (int d = 0; d < COUNT(sw_dts); d++) {
+        for (int k = 0; k < COUNT(sw_sizes); k++) {
+            lpx_tensor *g = rnd(sw_dts[d], 1, &sw_sizes[k], 31), *a = rand_normal(1, &sw_sizes[k], 32, 3.0, sw_dts[d]),
+                       *b = rnd(sw_dts[d], 1, &sw_sizes[k], 33);
+            cmp_swiglu_bw(g, a, b, 0, sw_tol[d]);
+            if (sw_sizes[k] > 1) cmp_swiglu_bw(g, a, b, 2, sw_tol[d]);
+            rel(g), rel(a), rel(b);
+        }
+        const int64_t s[] = {37, 29};
+        lpx_tensor *g = rnd(sw_dts[d], 2, s, 34), *a = rand_normal(2, s, 35, 3.0, sw_dts[d]),
+                   *b = rnd(sw_dts[d], 2, s, 36);
+        cmp_swiglu_bw(g, a, b, 1, sw_tol[d]);
+        rel(g), rel(a), rel(b);
+    }
+    /* mixed dtypes: bf16 gate, f32 grad and up (the strided kernel, each
+     * result in its input's dtype) */
+    int64_t n = 8192 * 3 + 5;
+    lpx_tensor *g = rnd(LPX_F32, 1, &n, 37), *a = rand_normal(1, &n, 38, 3.0, LPX_BF16), *b = rnd(LPX_F32, 1, &n, 39);
+    cmp_swiglu_bw(g, a, b, 0, 1e-2);
+    rel(g), rel(a), rel(b);
+    /* empty */
+    const int64_t s0[] = {0, 5};
+    lpx_tensor *e = NULL, *dg = NULL, *du = NULL;
+    CHECK_OK(lpx_empty(2, s0, LPX_BF16, gpu_dev(), &e));
+    CHECK_OK(lpx_swiglu_backward(e, e, e, &dg, &du));
+    CHECK(dg && du && lpx_tensor_numel(dg) == 0 && lpx_tensor_shape(du)[1] == 5 &&
+          lpx_tensor_device(dg).type == LPX_DEVICE_CUDA);
+    rel(e), rel(dg), rel(du);
+    dg = du = NULL;
+    /* errors: the CPU's messages (lpx_meta_swiglu_backward) */
+    const int64_t s1[] = {4, 6}, s2[] = {6, 4};
+    lpx_tensor *x = rnd(LPX_F32, 2, s1, 40), *y = rnd(LPX_F32, 2, s2, 41), *xi = NULL;
+    CHECK_OK(lpx_zeros(2, s1, LPX_I32, lpx_cpu(), &xi));
+    lpx_tensor *gx = gpu_up(x), *gy = gpu_up(y), *gxi = gpu_up(xi);
+    char cpu_msg[512];
+    CHECK_ERR(lpx_swiglu_backward(x, x, y, &dg, &du), LPX_ESHAPE);
+    snprintf(cpu_msg, sizeof cpu_msg, "%s", lpx_last_error());
+    CHECK_ERR(lpx_swiglu_backward(gx, gx, gy, &dg, &du), LPX_ESHAPE);
+    CHECKF(strcmp(cpu_msg, lpx_last_error()) == 0, "cpu '%s' vs cuda '%s'", cpu_msg, lpx_last_error());
+    CHECK_ERR(lpx_swiglu_backward(x, xi, x, &dg, &du), LPX_EDTYPE);
+    snprintf(cpu_msg, sizeof cpu_msg, "%s", lpx_last_error());
+    CHECK_ERR(lpx_swiglu_backward(gx, gxi, gx, &dg, &du), LPX_EDTYPE);
+    CHECKF(strcmp(cpu_msg, lpx_last_error()) == 0, "cpu '%s' vs cuda '%s'", cpu_msg, lpx_last_error());
+    CHECK(dg == NULL && du == NULL);
+    rel(x), rel(y), rel(xi), rel(gx), rel(gy), rel(gxi);
+}
+
 /* ---- reductions ------------------------------------------------------------- */
 
 typedef lpx_status (*red_fn)(lpx_tensor *, int, const int64_t *, bool, lpx_tensor **);
@@ -691,6 +844,8 @@ int main(void)
     RUN(test_unary_exact);
     RUN(test_unary_out);
     RUN(test_transcendental);
+    RUN(test_swiglu);
+    RUN(test_swiglu_backward);
     RUN(test_reduce);
     RUN(test_reduce_edges);
     return CHECK_DONE();
