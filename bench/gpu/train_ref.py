@@ -9,11 +9,14 @@ bf16 weights and activations), timed the ways a PyTorch user would train it:
   f8-rowwise      torchao Float8Linear "rowwise" + per-block compile
                   (the LM head stays bf16, as in torchao's recipes; the two
                   float8 rows are skipped with a message without torchao)
-  lpx-f8-tensorwise  lpx.torch Float8Linear "tensorwise", EAGER (no compile):
-  lpx-f8-rowwise     lpx's fp8 kernels called from PyTorch (python/lpx/torch.py;
+  lpx-f8-tensorwise  lpx.torch Float8Linear "tensorwise", EAGER (no compile),
+  lpx-f8-rowwise     and lpx.torch's fused RMSNorm and SwiGLU (convert_to_fused_ops):
+                  lpx's kernels called from PyTorch (python/lpx/torch.py;
                   the python package on sys.path, liblpx and lpx-cuda.so found
                   through LPX_LIBRARY / LPX_PLUGIN_PATH or a wheel); the LM
                   head stays bf16 as above
+  lpx-f8-tensorwise-linears  the fp8 linears alone (no fused ops)
+  lpx-fused       bf16 linears, lpx's fused RMSNorm and SwiGLU alone
 
 Prints one line per mode (tokens/s, ms per step, peak memory) and, with
 --json, one JSON object per mode, so bench scripts can put lpx's numbers
@@ -76,9 +79,10 @@ def float8(model, recipe):
     return model
 
 
-def lpx_float8(model, recipe, device):
-    """lpx.torch's Float8Linear on every linear but the LM head, or the
-    reason it cannot run."""
+def lpx_convert(model, mode, device):
+    """A mode's lpx.torch conversion of model (Float8Linear on every linear
+    but the LM head; fused RMSNorm and SwiGLU), or the reason it cannot
+    run."""
     import os
     here = os.path.dirname(os.path.abspath(__file__))
     for d in (os.path.join(here, "..", "python"), os.path.join(here, "..", "..", "python")):  # a stage, the repo
@@ -92,7 +96,16 @@ def lpx_float8(model, recipe, device):
             lpx.cuda_stream(0)   # lpx-cuda.so must be loaded (a wheel loads it; else LPX_PLUGIN_PATH)
     except Exception as e:  # noqa: BLE001 (ImportError, LpxLoadError)
         return str(e)
-    lt.convert_to_float8_training(model, recipe=recipe, module_filter_fn=lambda m, fqn: fqn != "lm_head")
+    rest = mode[len("lpx-"):]
+    if rest.startswith("f8-"):
+        recipe = rest[len("f8-"):].removesuffix("-linears")
+        lt.convert_to_float8_training(model, recipe=recipe, module_filter_fn=lambda m, fqn: fqn != "lm_head")
+    if not rest.endswith("-linears"):
+        lt.convert_to_fused_ops(model)
+        norms = sum(isinstance(m, lt.RMSNorm) for m in model.modules())
+        mlps = sum(isinstance(m, lt.SwiGLUMLP) for m in model.modules())
+        if norms != 2 * len(model.model.layers) + 1 or mlps != len(model.model.layers):
+            return f"convert_to_fused_ops replaced {norms} norms and {mlps} MLPs of this transformers' model"
     return None
 
 
@@ -101,8 +114,8 @@ def run_mode(a, mode, torch, transformers):
     if mode.startswith("f8-"):
         if float8(model, mode[3:]) is None:
             return {"mode": mode, "skipped": "torchao is not installed"}
-    if mode.startswith("lpx-f8-"):
-        why = lpx_float8(model, mode[len("lpx-f8-"):], a.device)
+    if mode.startswith("lpx-"):
+        why = lpx_convert(model, mode, a.device)
         if why:
             return {"mode": mode, "skipped": why}
     if mode != "eager" and not mode.startswith("lpx-"):

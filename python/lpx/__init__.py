@@ -27,7 +27,7 @@ import os
 
 __all__ = ["LpxError", "LpxValueError", "LpxTypeError", "LpxIndexError", "LpxLoadError", "Tensor", "from_numpy",
            "from_dlpack", "load_library", "dtype_names", "sub", "mul", "div",
-           "add", "matmul", "cast", "clone",
+           "add", "matmul", "cast", "clone", "rmsnorm", "rmsnorm_backward", "swiglu", "swiglu_backward",
            "float8_quantize", "float8_dequantize", "float8_mm", "float8_info", "float8_linear", "Float8Linear",
            "Float8Recipe", "Float8LinearCtx", "kind_unflatten", "cuda_stream",
            "nf4_quantize", "nf4_dequantize", "nf4_info", "nf4_linear", "nf4_linear_backward",
@@ -234,6 +234,10 @@ def load_library(path=None):
         "lpx_matmul": (S, [P, P, PP]),
         "lpx_cast": (S, [P, D, C.c_bool, PP]),
         "lpx_clone": (S, [P, PP]),
+        "lpx_rmsnorm": (S, [P, P, C.c_double, PP, PP]),
+        "lpx_rmsnorm_backward": (S, [P, P, P, P, PP, PP]),
+        "lpx_swiglu": (S, [P, P, PP]),
+        "lpx_swiglu_backward": (S, [P, P, P, PP, PP]),
         "lpx_contiguous": (S, [P, PP]),
         # float8
         "lpx_float8_quantize": (S, [P, C.POINTER(_Float8QuantOpts), PP, C.POINTER(_Float8Stats)]),
@@ -801,6 +805,44 @@ def clone(x):
     """A contiguous copy with its own storage."""
     x = _t(x)
     return _op(load_library().lpx_clone, x._h)
+
+
+# ---- fused neural-network ops ------------------------------------------------
+
+def _op2(fn, *args):
+    a, b = C.c_void_p(), C.c_void_p()
+    _check(fn(*args, C.byref(a), C.byref(b)))
+    return tuple(Tensor(h) if h.value else None for h in (a, b))
+
+
+def rmsnorm(x, weight=None, eps=1e-6):
+    """(y, rstd): y = x * rstd * weight over the last dim, rstd =
+    1 / sqrt(mean(x^2) + eps) in f32 ([..., 1], kept for the backward); the
+    math in f32 whatever x's dtype, y rounded once to x's dtype. One kernel
+    (lpx_rmsnorm)."""
+    x, w = _t(x), _opt(weight)
+    return _op2(load_library().lpx_rmsnorm, x._h, _h(w), float(eps))
+
+
+def rmsnorm_backward(grad, x, weight, rstd):
+    """(grad_x, grad_weight) of rmsnorm (grad_weight None without a
+    weight)."""
+    g, x, w, r = _t(grad), _t(x), _opt(weight), _t(rstd)
+    return _op2(load_library().lpx_rmsnorm_backward, g._h, x._h, _h(w), r._h)
+
+
+def swiglu(gate, up):
+    """silu(gate) * up in one kernel (f32 math, one rounding to gate's
+    dtype; broadcasting as mul)."""
+    g, u = _t(gate), _t(up)
+    return _op(load_library().lpx_swiglu, g._h, u._h)
+
+
+def swiglu_backward(grad, gate, up):
+    """(grad_gate, grad_up) of swiglu in one kernel: grad * up * silu'(gate)
+    and grad * silu(gate); grad, gate and up of one shape."""
+    g, a, b = _t(grad), _t(gate), _t(up)
+    return _op2(load_library().lpx_swiglu_backward, g._h, a._h, b._h)
 
 
 # ---- float8 ------------------------------------------------------------------

@@ -36,7 +36,8 @@ from torch import nn
 
 import lpx as _lpx
 
-__all__ = ["Float8Linear", "NF4Linear", "convert_to_float8_training", "convert_to_nf4", "to_lpx", "to_torch"]
+__all__ = ["Float8Linear", "NF4Linear", "convert_to_float8_training", "convert_to_nf4", "to_lpx", "to_torch",
+           "RMSNorm", "SwiGLUMLP", "rms_norm", "swiglu", "convert_to_fused_ops"]
 
 _DENSE = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -198,6 +199,165 @@ def convert_to_float8_training(module: nn.Module, *, recipe: Union[str, "_lpx.Fl
     torchao.float8.convert_to_float8_training."""
     _lpx.Float8Linear(None, None, recipe).close()  # a bad recipe fails here, before anything changes
     return _swap_linears(module, lambda m: Float8Linear.from_float(m, recipe), module_filter_fn)
+
+
+# ---- fused RMSNorm and SwiGLU ------------------------------------------------------------
+#
+# What an eager transformer block spends outside its GEMMs: Hugging Face's
+# RMSNorm is eight elementwise kernels forward (upcast, square, mean, add,
+# rsqrt, multiply, downcast, weight) and about ten backward; the MLP's
+# silu(gate) * up is two forward and three backward. lpx does each in one
+# kernel forward and one or two backward (lpx_rmsnorm, lpx_swiglu and their
+# backwards), f32 math with one rounding per result.
+
+
+class _RMSNormFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        with _StreamOrder(x.device):
+            y, rstd = _lpx.rmsnorm(to_lpx(x), None if weight is None else to_lpx(weight), eps)
+            y, rstd = to_torch(y), to_torch(rstd)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, weight, rstd = ctx.saved_tensors
+        with _StreamOrder(grad.device):
+            gx, gw = _lpx.rmsnorm_backward(to_lpx(grad), to_lpx(x), None if weight is None else to_lpx(weight),
+                                           to_lpx(rstd))
+            gx = to_torch(gx) if ctx.needs_input_grad[0] else None
+            gw = to_torch(gw) if gw is not None and ctx.needs_input_grad[1] else None
+        return gx, gw, None
+
+
+def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor] = None, eps: float = 1e-6) -> torch.Tensor:
+    """x * rsqrt(mean(x^2, -1) + eps) * weight in one lpx kernel (forward)
+    and two (backward): f32 math whatever the dtype, the result rounded once
+    to x's dtype (Hugging Face's LlamaRMSNorm rounds before the weight too),
+    then promoted with weight's dtype as torch would."""
+    _check_dense("rms_norm", x)
+    if weight is not None:
+        _check_dense("rms_norm", weight)
+        if weight.device != x.device:
+            raise _lpx.LpxValueError(-1, f"lpx.torch.rms_norm: weight on {weight.device}, x on {x.device}")
+    y = _RMSNormFn.apply(x, weight, float(eps))
+    want = x.dtype if weight is None else torch.promote_types(x.dtype, weight.dtype)
+    return y if y.dtype == want else y.to(want)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm over the last dim through rms_norm (lpx's fused kernels).
+    Parameter `weight` [dim] and state_dict key as Hugging Face's
+    LlamaRMSNorm and torch.nn.RMSNorm, so either converts in place."""
+
+    def __init__(self, dim: int, eps: Optional[float] = 1e-6, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
+        self.eps = eps
+
+    @classmethod
+    def from_module(cls, norm: nn.Module) -> "RMSNorm":
+        """An RMSNorm sharing `norm`'s weight Parameter: a Hugging Face
+        *RMSNorm (weight, variance_epsilon) or a torch.nn.RMSNorm with an
+        affine weight over one dim."""
+        w = getattr(norm, "weight", None)
+        if not isinstance(w, nn.Parameter) or w.dim() != 1:
+            raise _lpx.LpxValueError(-1, f"lpx.torch.RMSNorm.from_module: {type(norm).__name__} has no 1-D weight")
+        eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.weight, new.eps = w, eps
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps   # torch.nn.RMSNorm's default
+        return rms_norm(x, self.weight, eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+class _SwiGLUFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up):
+        with _StreamOrder(gate.device):
+            y = to_torch(_lpx.swiglu(to_lpx(gate), to_lpx(up)))
+        ctx.save_for_backward(gate, up)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        gate, up = ctx.saved_tensors
+        with _StreamOrder(grad.device):
+            dg, du = _lpx.swiglu_backward(to_lpx(grad), to_lpx(gate), to_lpx(up))
+            dg, du = to_torch(dg), to_torch(du)
+        return dg, du
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up in one lpx kernel, its backward in one: f32 math,
+    each result rounded once (eager torch rounds silu(gate) first). gate
+    and up of one shape and dtype."""
+    _check_dense("swiglu", gate)
+    if up.shape != gate.shape or up.dtype != gate.dtype or up.device != gate.device:
+        raise _lpx.LpxValueError(-1, f"lpx.torch.swiglu: up {tuple(up.shape)} {up.dtype} on {up.device} does not "
+                                     f"match gate {tuple(gate.shape)} {gate.dtype} on {gate.device}")
+    return _SwiGLUFn.apply(gate, up)
+
+
+class SwiGLUMLP(nn.Module):
+    """down_proj(swiglu(gate_proj(x), up_proj(x))): a Llama/Mistral/Qwen
+    MLP with the activation and the product fused. Keeps the original
+    gate_proj/up_proj/down_proj children (converted linears included), so
+    the state_dict keys do not change."""
+
+    def __init__(self, gate_proj: nn.Module, up_proj: nn.Module, down_proj: nn.Module):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+def _is_rmsnorm(m: nn.Module) -> bool:
+    if isinstance(m, RMSNorm):
+        return False
+    if getattr(nn, "RMSNorm", None) is not None and isinstance(m, nn.RMSNorm):
+        return m.weight is not None and len(m.normalized_shape) == 1
+    return (type(m).__name__.endswith("RMSNorm") and isinstance(getattr(m, "weight", None), nn.Parameter)
+            and m.weight.dim() == 1 and isinstance(getattr(m, "variance_epsilon", None), float))
+
+
+def _is_silu_mlp(m: nn.Module) -> bool:
+    act = getattr(m, "act_fn", None)
+    return (not isinstance(m, SwiGLUMLP) and all(isinstance(getattr(m, n, None), nn.Module)
+                                                 for n in ("gate_proj", "up_proj", "down_proj"))
+            and isinstance(act, nn.Module) and type(act).__name__ in ("SiLU", "SiLUActivation"))
+
+
+def convert_to_fused_ops(module: nn.Module, *, rmsnorm: bool = True, swiglu_mlp: bool = True,
+                         module_filter_fn: Optional[Callable[[nn.Module, str], bool]] = None) -> nn.Module:
+    """Replaces, in place, every RMSNorm (Hugging Face's *RMSNorm with
+    `variance_epsilon`, or torch.nn.RMSNorm with a 1-D weight) by
+    lpx.torch.RMSNorm and every SiLU-gated MLP (children gate_proj, up_proj,
+    down_proj and act_fn = SiLU: Llama, Mistral, Qwen2) by SwiGLUMLP, both
+    sharing the original Parameters (state_dict keys unchanged); returns the
+    module. Composes with convert_to_float8_training in either order."""
+    def swap(m: nn.Module, prefix: str) -> nn.Module:
+        if module_filter_fn is None or module_filter_fn(m, prefix):
+            if rmsnorm and _is_rmsnorm(m):
+                return RMSNorm.from_module(m)
+            if swiglu_mlp and _is_silu_mlp(m):
+                m = SwiGLUMLP(m.gate_proj, m.up_proj, m.down_proj)
+        for name, child in list(m.named_children()):
+            new = swap(child, f"{prefix}.{name}" if prefix else name)
+            if new is not child:
+                setattr(m, name, new)
+        return m
+    return swap(module, "")
 
 
 # ---- NF4Linear (QLoRA) ------------------------------------------------------------------

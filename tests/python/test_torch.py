@@ -426,6 +426,146 @@ def test_nf4_state_dict_roundtrip_and_damage():
         pass
 
 
+# ---- fused RMSNorm / SwiGLU ----------------------------------------------------------------
+
+
+def _hf_like(torch):
+    """A block shaped as Hugging Face's Llama names its parts (LlamaRMSNorm:
+    weight + variance_epsilon, computed as transformers does; LlamaMLP:
+    gate_proj/up_proj/down_proj/act_fn), without transformers."""
+    nn = torch.nn
+
+    class LlamaRMSNorm(nn.Module):
+        def __init__(self, d, eps=1e-5):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+            self.variance_epsilon = eps
+
+        def forward(self, x):
+            dt = x.dtype
+            x = x.to(torch.float32)
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+            return self.weight * x.to(dt)
+
+    class LlamaMLP(nn.Module):
+        def __init__(self, d, ffn):
+            super().__init__()
+            self.gate_proj = nn.Linear(d, ffn, bias=False)
+            self.up_proj = nn.Linear(d, ffn, bias=False)
+            self.down_proj = nn.Linear(ffn, d, bias=False)
+            self.act_fn = nn.SiLU()
+
+        def forward(self, x):
+            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+    class Block(nn.Module):
+        def __init__(self, d=64, ffn=160):
+            super().__init__()
+            self.input_layernorm = LlamaRMSNorm(d)
+            self.mlp = LlamaMLP(d, ffn)
+            self.norm = nn.RMSNorm(d)           # torch's own, eps None
+            with torch.no_grad():
+                self.input_layernorm.weight.uniform_(0.5, 1.5)
+                self.norm.weight.uniform_(0.5, 1.5)
+
+        def forward(self, x):
+            return self.norm(x + self.mlp(self.input_layernorm(x)))
+
+    return Block
+
+
+@case(extra=("torch",))
+def test_fused_rmsnorm_swiglu_match_autograd():
+    """lpx.torch.rms_norm and swiglu against torch autograd in float64:
+    values and every gradient (f32: 1e-6 values, 1e-5 gradients; bf16: one
+    rounding of the f32 result, so within 2^-8 of it), weightless norm,
+    and the refusals."""
+    torch, lt = _torch()
+    F = torch.nn.functional
+    x = torch.randn(6, 5, 96) * 3
+    w = torch.rand(96) + 0.5
+    gy = torch.randn(6, 5, 96)
+    for weight in (w, None):
+        xa = x.clone().requires_grad_()
+        wa = None if weight is None else weight.clone().requires_grad_()
+        y = lt.rms_norm(xa, wa, eps=1e-5)
+        y.backward(gy)
+        xd = x.double().requires_grad_()
+        wd = None if weight is None else weight.double().requires_grad_()
+        yd = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5) * (1 if wd is None else wd)
+        yd.backward(gy.double())
+        assert y.dtype == torch.float32 and rel(y, yd) < 1e-6, rel(y, yd)
+        assert rel(xa.grad, xd.grad) < 1e-5, rel(xa.grad, xd.grad)
+        if weight is not None:
+            assert rel(wa.grad, wd.grad) < 1e-5, rel(wa.grad, wd.grad)
+    # bf16 storage: f32 math, one rounding
+    xb = x.bfloat16()
+    yb = lt.rms_norm(xb, w.bfloat16(), 1e-5)
+    ref = (xb.double() * torch.rsqrt(xb.double().pow(2).mean(-1, keepdim=True) + 1e-5) * w.bfloat16().double())
+    assert yb.dtype == torch.bfloat16 and rel(yb, ref) < 2 ** -8, rel(yb, ref)
+    # swiglu
+    g, u = torch.randn(7, 300) * 4, torch.randn(7, 300)
+    ga, ua = g.clone().requires_grad_(), u.clone().requires_grad_()
+    y = lt.swiglu(ga, ua)
+    y.backward(gy.flatten()[: 2100].view(7, 300))
+    gd, ud = g.double().requires_grad_(), u.double().requires_grad_()
+    yd = F.silu(gd) * ud
+    yd.backward(gy.flatten()[: 2100].view(7, 300).double())
+    assert rel(y, yd) < 1e-6 and rel(ga.grad, gd.grad) < 1e-5 and rel(ua.grad, ud.grad) < 1e-5, \
+        (rel(y, yd), rel(ga.grad, gd.grad), rel(ua.grad, ud.grad))
+    yb = lt.swiglu(g.bfloat16(), u.bfloat16())
+    assert yb.dtype == torch.bfloat16 and rel(yb, yd) < 2 ** -8, rel(yb, yd)
+    for bad, err in (((g, u[:, :10]), lpx.LpxValueError), ((g, u.double()), lpx.LpxValueError),
+                     ((g.long(), u.long()), lpx.LpxTypeError)):
+        try:
+            lt.swiglu(*bad)
+            raise AssertionError(f"swiglu accepted {[t.shape for t in bad]} {[t.dtype for t in bad]}")
+        except err as e:
+            assert "swiglu" in e.message, e.message
+    try:
+        lt.rms_norm(x, torch.ones(95))
+        raise AssertionError("rms_norm accepted a weight of the wrong size")
+    except lpx.LpxError as e:
+        assert "rmsnorm" in e.message and "[95]" in e.message, e.message
+
+
+@case(extra=("torch",))
+def test_convert_to_fused_ops_keeps_model():
+    """convert_to_fused_ops on Hugging Face-shaped modules (LlamaRMSNorm,
+    LlamaMLP) and torch.nn.RMSNorm: the same Parameters and state_dict keys,
+    outputs and every gradient equal to the unconverted model's (f32, 1e-5:
+    summation order), composing with convert_to_float8_training; modules
+    that are not norms or SiLU MLPs are left alone."""
+    torch, lt = _torch()
+    Block = _hf_like(torch)
+    base = Block()
+    fused = lt.convert_to_fused_ops(copy.deepcopy(base))
+    assert isinstance(fused.input_layernorm, lt.RMSNorm) and isinstance(fused.norm, lt.RMSNorm)
+    assert isinstance(fused.mlp, lt.SwiGLUMLP) and fused.input_layernorm.eps == 1e-5 and fused.norm.eps is None
+    assert list(fused.state_dict()) == list(base.state_dict())
+    fused.load_state_dict(base.state_dict())
+    x = torch.randn(3, 11, 64)
+    ya, yb = base(x), fused(x)
+    assert rel(yb, ya) < 1e-5, rel(yb, ya)
+    ya.square().sum().backward()
+    yb.square().sum().backward()
+    for (n, pa), (_, pb) in zip(base.named_parameters(), fused.named_parameters()):
+        assert rel(pb.grad, pa.grad) < 1e-5, (n, rel(pb.grad, pa.grad))
+    # with fp8 linears, either order
+    f8 = lt.convert_to_fused_ops(lt.convert_to_float8_training(copy.deepcopy(base)))
+    f8b = lt.convert_to_float8_training(lt.convert_to_fused_ops(copy.deepcopy(base)))
+    assert isinstance(f8.mlp.gate_proj, lt.Float8Linear) and isinstance(f8b.mlp.down_proj, lt.Float8Linear)
+    assert torch.equal(f8(x), f8b(x)) and rel(f8(x), ya) < 0.1
+    # only norms; filtered; a GELU MLP stays
+    only = lt.convert_to_fused_ops(copy.deepcopy(base), swiglu_mlp=False)
+    assert isinstance(only.norm, lt.RMSNorm) and not isinstance(only.mlp, lt.SwiGLUMLP)
+    kept = lt.convert_to_fused_ops(copy.deepcopy(base), module_filter_fn=lambda m, fqn: fqn != "norm")
+    assert type(kept.norm) is torch.nn.RMSNorm and isinstance(kept.input_layernorm, lt.RMSNorm)
+    gelu = copy.deepcopy(base)
+    gelu.mlp.act_fn = torch.nn.GELU()
+    assert not isinstance(lt.convert_to_fused_ops(gelu).mlp, lt.SwiGLUMLP)
+
+
 # ---- CUDA ---------------------------------------------------------------------------------
 
 
@@ -469,6 +609,21 @@ def test_cuda_layers_match_cpu():
         nc.lora_a.copy_(n.lora_a.cpu())
     e = rel(n(x.cuda()).cpu(), nc(x))
     assert e < 1e-5, f"NF4Linear on CUDA vs CPU: relative error {e:.3g}"
+    # the fused ops (lpx-cuda's rmsnorm and swiglu kernels) against the CPU's,
+    # in f32 (CUDA's expf: within ulps) and bf16 (one rounding either side)
+    Block = _hf_like(torch)
+    base = lt.convert_to_fused_ops(Block())
+    dev = copy.deepcopy(base).cuda()
+    xb = torch.randn(4, 33, 64)
+    for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2)):
+        a, b = copy.deepcopy(base).to(dt), copy.deepcopy(dev).to(dt)
+        ya, yb = a(xb.to(dt)), b(xb.to(dt).cuda())
+        ya.float().square().sum().backward()
+        yb.float().square().sum().backward()
+        errs = {"out": rel(yb.cpu(), ya)}
+        errs.update({n: rel(pb.grad.cpu(), pa.grad) for (n, pa), (_, pb) in
+                     zip(a.named_parameters(), b.named_parameters())})
+        assert max(errs.values()) < tol, (dt, errs)
 
 
 finish()
