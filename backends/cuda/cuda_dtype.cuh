@@ -93,4 +93,9 @@ static inline unsigned cu_blocks(int device, int64_t n, int threads)
     return (unsigned)(want < 1 ? 1 : want);
 }
 
+/* The storage type of a contiguous f32, f16 or bf16 element (the 16-byte
+ * vector paths decode it with cu_dec(DT, ...)). */
+template <int DT> struct cu_half_storage { typedef uint16_t T; };
+template <> struct cu_half_storage<LPX_F32> { typedef float T; };
+
 #endif

@@ -67,9 +67,6 @@ template <int OP> __device__ __forceinline__ float un_f(float x, float s)
 
 /* ---- kernels ---------------------------------------------------------- */
 
-template <int DT> struct cu_half_storage { typedef uint16_t T; };
-template <> struct cu_half_storage<LPX_F32> { typedef float T; };
-
 /* o = a OP b over n contiguous elements of dtype DT (f32, f16 or bf16):
  * nvec 16-byte vectors, then the rest one by one. o may be a or b. */
 template <int OP, int DT>

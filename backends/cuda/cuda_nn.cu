@@ -256,6 +256,172 @@ rms_fwd(nn_t x, const void *w, int64_t ws, int wdt, void *y, float *rstd, int64_
     }
 }
 
+/* ---- rmsnorm, the vector path ----------------------------------------
+ * x (and grad) contiguous rows of one dtype DT among f32/f16/bf16, D a
+ * multiple of the 16-byte vector (VE elements) and at most 256 * VPT
+ * vectors, 16-byte aligned: one block of NN_THREADS per row (grid-stride),
+ * thread t owning the vectors t, t + 256, ... of every row, so a row is
+ * read once into registers and the weight (and, backward, the thread's
+ * grad_w partial sums) stays in registers across rows. The generic kernels
+ * above took ~0.5 ms per [8192, 4096] bf16 backward on an H200 (17 per
+ * Llama-3-8B-shaped 8-layer step: 17 ms); this path reads each operand once
+ * at vector width. Same math as the generic kernels (f32 elements, the
+ * row's scale in double), another summation order. */
+#define RMS_VPT_MAX 4
+
+template <int DT, int VPT> struct rms_row {
+    typedef typename cu_half_storage<DT>::T T;
+    static constexpr int VE = 16 / (int)sizeof(T);
+    union U { uint4 v; T e[VE]; };
+    float f[VPT][VE];
+
+    __device__ __forceinline__ void load(const char *row, int64_t nv)
+    {
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            int64_t v = threadIdx.x + (int64_t)k * NN_THREADS;
+            U u;
+            u.v = v < nv ? ((const uint4 *)row)[v] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < VE; j++) f[k][j] = v < nv ? cu_dec((lpx_dtype)DT, &u.e[j]) : 0.0f;
+        }
+    }
+};
+
+/* the weight's values at this thread's columns (1 without a weight) */
+template <int VPT, int VE>
+__device__ __forceinline__ void rms_load_weight(float (&wf)[VPT][VE], const void *w, int64_t ws, int wdt, int64_t nv)
+{
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        int64_t v = threadIdx.x + (int64_t)k * NN_THREADS;
+#pragma unroll
+        for (int j = 0; j < VE; j++) wf[k][j] = w && v < nv ? nn_ld_off(w, wdt, (v * VE + j) * ws) : 1.0f;
+    }
+}
+
+template <int DT, int VPT>
+__global__ void __launch_bounds__(NN_THREADS)
+rms_fwd_vec(const char *x, const void *w, int64_t ws, int wdt, char *y, float *rstd, int64_t R, int64_t D, double eps)
+{
+    typedef rms_row<DT, VPT> row_t;
+    constexpr int VE = row_t::VE;
+    const int64_t nv = D / VE, rb = D * (int64_t)sizeof(typename row_t::T);
+    float wf[VPT][VE];
+    rms_load_weight<VPT, VE>(wf, w, ws, wdt, nv);
+    for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+        row_t xr;
+        xr.load(x + r * rb, nv);
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < VPT; k++)
+#pragma unroll
+            for (int j = 0; j < VE; j++) ss += xr.f[k][j] * xr.f[k][j];
+        ss = nn_block_sum(ss);
+        float rv = (float)(1.0 / sqrt((double)ss / (double)D + eps));
+        if (threadIdx.x == 0) rstd[r] = rv;
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            int64_t v = threadIdx.x + (int64_t)k * NN_THREADS;
+            if (v >= nv) break;
+            typename row_t::U u;
+#pragma unroll
+            for (int j = 0; j < VE; j++) cu_enc((lpx_dtype)DT, &u.e[j], xr.f[k][j] * rv * wf[k][j], 0);
+            ((uint4 *)(y + r * rb))[v] = u.v;
+        }
+    }
+}
+
+/* grad_x as rms_bwd_x; grad_w partial sums of this block's rows into
+ * part[blockIdx.x][D] (f32), summed by rms_gw_reduce in a fixed order (a
+ * deterministic grad_w for a given grid) */
+template <int DT, int VPT>
+__global__ void __launch_bounds__(NN_THREADS)
+rms_bwd_vec(const char *g, const char *x, const void *w, int64_t ws, int wdt, const float *rstd, char *gx,
+            float *part, int64_t R, int64_t D)
+{
+    typedef rms_row<DT, VPT> row_t;
+    constexpr int VE = row_t::VE;
+    const int64_t nv = D / VE, rb = D * (int64_t)sizeof(typename row_t::T);
+    float wf[VPT][VE], acc[VPT][VE];
+    rms_load_weight<VPT, VE>(wf, w, ws, wdt, nv);
+#pragma unroll
+    for (int k = 0; k < VPT; k++)
+#pragma unroll
+        for (int j = 0; j < VE; j++) acc[k][j] = 0.0f;
+    for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+        row_t gr, xr;
+        gr.load(g + r * rb, nv);
+        xr.load(x + r * rb, nv);
+        float dot = 0.0f;
+#pragma unroll
+        for (int k = 0; k < VPT; k++)
+#pragma unroll
+            for (int j = 0; j < VE; j++) dot += gr.f[k][j] * wf[k][j] * xr.f[k][j];
+        dot = nn_block_sum(dot);
+        double rr = (double)rstd[r];
+        float kf = (float)(D ? rr * rr * rr * (double)dot / (double)D : 0.0), rf = (float)rr;
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            int64_t v = threadIdx.x + (int64_t)k * NN_THREADS;
+            if (v >= nv) break;
+            typename row_t::U u;
+#pragma unroll
+            for (int j = 0; j < VE; j++) {
+                cu_enc((lpx_dtype)DT, &u.e[j], rf * gr.f[k][j] * wf[k][j] - xr.f[k][j] * kf, 0);
+                acc[k][j] += gr.f[k][j] * xr.f[k][j] * rf;
+            }
+            ((uint4 *)(gx + r * rb))[v] = u.v;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        int64_t v = threadIdx.x + (int64_t)k * NN_THREADS;
+        if (v < nv)
+#pragma unroll
+            for (int j = 0; j < VE; j++) part[(int64_t)blockIdx.x * D + v * VE + j] = acc[k][j];
+    }
+}
+
+/* gw[c] = sum over the nb blocks' partial sums, in block order */
+__global__ void rms_gw_reduce(const float *part, int nb, int64_t D, void *gw, int dt)
+{
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < D; c += (int64_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int b = 0; b < nb; b++) s += part[(int64_t)b * D + c];
+        nn_st(gw, dt, c, s);
+    }
+}
+
+/* The vector path's vectors per thread for x (0: the generic kernels).
+ * g, when given, must match x's dtype and layout. */
+static int rms_vec_vpt(const lpx_tensor *x, const lpx_tensor *g, int64_t D)
+{
+    lpx_dtype dt = lpx_tensor_dtype(x);
+    if (dt != LPX_F32 && dt != LPX_F16 && dt != LPX_BF16) return 0;
+    if (!lpx_tensor_is_contiguous(x) || ((uintptr_t)lpx_tensor_data(x) & 15u)) return 0;
+    if (g && (lpx_tensor_dtype(g) != dt || !lpx_tensor_is_contiguous(g) || ((uintptr_t)lpx_tensor_data(g) & 15u)))
+        return 0;
+    int ve = 16 / (int)lpx_dtype_nbytes(dt, 1);
+    if (D <= 0 || D % ve) return 0;
+    int64_t nv = D / ve, vpt = (nv + NN_THREADS - 1) / NN_THREADS;
+    if (vpt > RMS_VPT_MAX) return 0;
+    return vpt <= 1 ? 1 : vpt <= 2 ? 2 : 4;
+}
+
+#define RMS_VEC_SWITCH(DTV, VPTV, LAUNCH)                                                     \
+    switch ((DTV) * 8 + (VPTV)) {                                                             \
+    case LPX_F32 * 8 + 1: LAUNCH(LPX_F32, 1); break;                                          \
+    case LPX_F32 * 8 + 2: LAUNCH(LPX_F32, 2); break;                                          \
+    case LPX_F32 * 8 + 4: LAUNCH(LPX_F32, 4); break;                                          \
+    case LPX_F16 * 8 + 1: LAUNCH(LPX_F16, 1); break;                                          \
+    case LPX_F16 * 8 + 2: LAUNCH(LPX_F16, 2); break;                                          \
+    case LPX_F16 * 8 + 4: LAUNCH(LPX_F16, 4); break;                                          \
+    case LPX_BF16 * 8 + 1: LAUNCH(LPX_BF16, 1); break;                                        \
+    case LPX_BF16 * 8 + 2: LAUNCH(LPX_BF16, 2); break;                                        \
+    default: LAUNCH(LPX_BF16, 4); break;                                                      \
+    }
+
 /* Validates weight [D] (optional) like the CPU's load_weight. */
 /* the weight's dtype and device (its shape: lpx_meta_rmsnorm) */
 static lpx_status rms_weight(const lpx_call *c, const lpx_tensor *x, const lpx_tensor *w)
@@ -286,7 +452,24 @@ static lpx_status k_rmsnorm(lpx_call *c)
         lpx_tensor_release(y);
         return st;
     }
-    if (R > 0) {
+    int vpt = rms_vec_vpt(x, NULL, D);
+    if (R > 0 && vpt) {
+        const void *wp = w ? lpx_tensor_data(w) : NULL;
+        int64_t ws = w ? lpx_tensor_strides(w)[0] : 0;
+        int wdt = w ? (int)lpx_tensor_dtype(w) : 0;
+        unsigned grid = (unsigned)(R < 4 * (int64_t)cu_sm_count(dev.index) ? R : 4 * cu_sm_count(dev.index));
+#define RMS_FWD(DT, VPT)                                                                                         \
+    rms_fwd_vec<DT, VPT><<<grid, NN_THREADS, 0, cu_stream(dev.index)>>>(                                      \
+        (const char *)lpx_tensor_data(x), wp, ws, wdt, (char *)lpx_tensor_data(y), (float *)lpx_tensor_data(rstd), R, \
+        D, eps)
+        RMS_VEC_SWITCH((int)lpx_tensor_dtype(x), vpt, RMS_FWD)
+#undef RMS_FWD
+        if ((st = cu_launched(cu_op(c), "rms_fwd_vec"))) {
+            lpx_tensor_release(y);
+            lpx_tensor_release(rstd);
+            return st;
+        }
+    } else if (R > 0) {
         rms_fwd<<<nn_rows_grid(dev.index, R), NN_THREADS, 0, cu_stream(dev.index)>>>(
             nn_of(x), w ? lpx_tensor_data(w) : NULL, w ? lpx_tensor_strides(w)[0] : 0,
             w ? (int)lpx_tensor_dtype(w) : 0, lpx_tensor_data(y), (float *)lpx_tensor_data(rstd), R, D, eps);
@@ -362,9 +545,37 @@ static lpx_status k_rmsnorm_backward(lpx_call *c)
     cudaStream_t s = cu_stream(dev.index);
     lpx_dtype gwdt = w ? lpx_tensor_dtype(w) : lpx_tensor_dtype(x);
     lpx_tensor *gx = NULL, *gw = NULL;
-    float *acc = NULL;
+    float *acc = NULL, *part = NULL;
+    size_t part_bytes = 0;
+    int vpt, nb;
     bool direct = gwdt == LPX_F32;
     if ((st = cu_new(c, lpx_tensor_dtype(x), nd, xs, dev, &gx)) || (st = cu_new(c, gwdt, 1, &D, dev, &gw))) goto fail;
+    vpt = lpx_tensor_is_contiguous(rstd) ? rms_vec_vpt(x, g, D) : 0;
+    if (R > 0 && vpt) {
+        /* grad_w: each block's partial sums, then their sum in block order */
+        nb = (int)(R < 2 * (int64_t)cu_sm_count(dev.index) ? R : 2 * cu_sm_count(dev.index));
+        part_bytes = (size_t)nb * (size_t)D * sizeof(float);
+        if (!(part = (float *)cu_scratch_alloc(dev.index, part_bytes))) {
+            st = lpx_error(LPX_ENOMEM, "%s: cannot allocate %d x %lld grad_w partial sums", op, nb, (long long)D);
+            goto fail;
+        }
+        const void *wp = w ? lpx_tensor_data(w) : NULL;
+        int64_t ws = w ? lpx_tensor_strides(w)[0] : 0;
+        int wdt = w ? (int)lpx_tensor_dtype(w) : 0;
+#define RMS_BWD(DT, VPT)                                                                                         \
+    rms_bwd_vec<DT, VPT><<<nb, NN_THREADS, 0, s>>>((const char *)lpx_tensor_data(g), (const char *)lpx_tensor_data(x), \
+                                                    wp, ws, wdt, (const float *)lpx_tensor_data(rstd),                 \
+                                                    (char *)lpx_tensor_data(gx), part, R, D)
+        RMS_VEC_SWITCH((int)lpx_tensor_dtype(x), vpt, RMS_BWD)
+#undef RMS_BWD
+        if ((st = cu_launched(op, "rms_bwd_vec"))) goto fail;
+        rms_gw_reduce<<<nn_grid(dev.index, D), NN_THREADS, 0, s>>>(part, nb, D, lpx_tensor_data(gw), (int)gwdt);
+        if ((st = cu_launched(op, "rms_gw_reduce"))) goto fail;
+        cu_scratch_free(dev.index, part, part_bytes);
+        cu_ret(c, gx);
+        cu_ret(c, gw);
+        return LPX_OK;
+    }
     acc = direct ? (float *)lpx_tensor_data(gw) : (float *)cu_scratch_alloc(dev.index, (size_t)(D ? D : 1) * 4);
     if (!acc) {
         st = lpx_error(LPX_ENOMEM, "%s: cannot allocate the %lld grad_w accumulators", op, (long long)D);
@@ -399,6 +610,7 @@ static lpx_status k_rmsnorm_backward(lpx_call *c)
     return LPX_OK;
 fail:
     if (acc && !direct) cu_scratch_free(dev.index, acc, (size_t)(D ? D : 1) * 4);
+    if (part) cu_scratch_free(dev.index, part, part_bytes);
     lpx_tensor_release(gx);
     lpx_tensor_release(gw);
     return st;

@@ -448,30 +448,36 @@ static void test_nf4_mm(void)
 
 /* ---- nn ops ---------------------------------------------------------------- */
 
-static void rms_case(const char *what, lpx_dtype dt, bool with_w, bool strided)
+/* rmsnorm on x [R, D] ([R / 7, 7, D] when 7 divides R; strided: the
+ * transpose of a [D, R] tensor) with an optional weight of dtype wdt.
+ * Contiguous f32/f16/bf16 rows whose D is a multiple of the 16-byte vector
+ * take lpx-cuda's vector path (up to 4 vectors per thread: D <= 4096 f32,
+ * 8192 half), the rest the generic kernels; R past the vector path's grid
+ * (2 or 4 blocks per SM) makes blocks loop over rows. */
+static void rms_case(const char *what, lpx_dtype dt, lpx_dtype wdt, bool with_w, bool strided, int64_t R, int64_t D)
 {
-    const int64_t s3[] = {4, 7, 300}, s2[] = {300, 28}, r2[] = {28, 300};
+    const int64_t s3[] = {R / 7, 7, D}, s2[] = {R, D}, t2[] = {D, R};
+    bool three = !strided && R % 7 == 0;
     lpx_tensor *xbase = NULL, *x;
     if (strided) {
-        xbase = rand_normal(2, s2, 71, 2.0, dt);
+        xbase = rand_normal(2, t2, 71, 2.0, dt);
         x = NULL;
         CHECK_OK(lpx_t(xbase, &x));
     } else {
-        x = rand_normal(3, s3, 71, 2.0, dt);
+        x = rand_normal(three ? 3 : 2, three ? s3 : s2, 71, 2.0, dt);
     }
-    int64_t D = 300;
-    lpx_tensor *w = with_w ? rand_normal(1, &D, 72, 1.0, dt) : NULL;
+    lpx_tensor *w = with_w ? rand_normal(1, &D, 72, 1.0, wdt) : NULL;
     lpx_tensor *gx = strided ? up_like(x, xbase) : gpu_up(x), *gw = w ? gpu_up(w) : NULL;
     lpx_tensor *y = NULL, *rs = NULL, *gy = NULL, *grs = NULL;
     CHECK_OK(lpx_rmsnorm(x, w, 1e-5, &y, &rs));
     CHECK_OK(lpx_rmsnorm(gx, gw, 1e-5, &gy, &grs));
-    char b[128];
+    char b[160];
     snprintf(b, sizeof b, "%s y", what);
     close_to(b, y, gy, tol_of(dt));
     snprintf(b, sizeof b, "%s rstd", what);
     close_to(b, rs, grs, 1e-5);
     /* backward on the forward's rstd */
-    lpx_tensor *g = rand_normal(lpx_tensor_ndim(x), strided ? r2 : s3, 73, 1.0, dt), *gg = gpu_up(g);
+    lpx_tensor *g = rand_normal(lpx_tensor_ndim(x), lpx_tensor_shape(x), 73, 1.0, dt), *gg = gpu_up(g);
     lpx_tensor *dx = NULL, *dw = NULL, *gdx = NULL, *gdw = NULL;
     lpx_value a[4] = {lpx_v_tensor(g), lpx_v_tensor(x), lpx_v_opt_tensor(w), lpx_v_tensor(rs)};
     lpx_value ga[4] = {lpx_v_tensor(gg), lpx_v_tensor(gx), lpx_v_opt_tensor(gw), lpx_v_tensor(grs)};
@@ -488,7 +494,7 @@ static void rms_case(const char *what, lpx_dtype dt, bool with_w, bool strided)
         snprintf(b, sizeof b, "%s grad_x", what);
         close_to(b, dx, gdx, dt == LPX_F32 ? 1e-5 : 1e-2);
         snprintf(b, sizeof b, "%s grad_w", what);
-        close_to(b, dw, gdw, dt == LPX_F32 ? 1e-5 : 1e-2);
+        close_to(b, dw, gdw, lpx_tensor_dtype(dw) == LPX_F32 ? 1e-5 : 1e-2);
     }
     lpx_tensor *all[] = {xbase, x, w, gx, gw, y, rs, gy, grs, g, gg, dx, dw, gdx, gdw};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) lpx_tensor_release(all[i]);
@@ -496,10 +502,17 @@ static void rms_case(const char *what, lpx_dtype dt, bool with_w, bool strided)
 
 static void test_rmsnorm(void)
 {
-    rms_case("rmsnorm f32", LPX_F32, true, false);
-    rms_case("rmsnorm bf16", LPX_BF16, true, false);
-    rms_case("rmsnorm f32 no weight", LPX_F32, false, false);
-    rms_case("rmsnorm bf16 strided x", LPX_BF16, true, true);
+    rms_case("rmsnorm f32", LPX_F32, LPX_F32, true, false, 28, 300);       /* vector path, 1 per thread */
+    rms_case("rmsnorm bf16", LPX_BF16, LPX_BF16, true, false, 28, 300);    /* 300 % 8: generic */
+    rms_case("rmsnorm f32 no weight", LPX_F32, LPX_F32, false, false, 28, 300);
+    rms_case("rmsnorm bf16 strided x", LPX_BF16, LPX_BF16, true, true, 28, 300);
+    /* the vector path at Llama widths: 2 and 4 vectors per thread, rows
+     * past the grid, a weight of another dtype, f16 */
+    rms_case("rmsnorm bf16 [600, 4096]", LPX_BF16, LPX_BF16, true, false, 600, 4096);
+    rms_case("rmsnorm bf16 [601, 8192] f32 weight", LPX_BF16, LPX_F32, true, false, 601, 8192);
+    rms_case("rmsnorm f32 [70, 4096] no weight", LPX_F32, LPX_F32, false, false, 70, 4096);
+    rms_case("rmsnorm f16 [35, 2056]", LPX_F16, LPX_F16, true, false, 35, 2056);
+    rms_case("rmsnorm bf16 [9, 16384]: past the vector path", LPX_BF16, LPX_BF16, true, false, 9, 16384);
 }
 
 static void softmax_case(const char *what, lpx_dtype dt, int nd, const int64_t *shape, int64_t dim, bool strided)
