@@ -48,6 +48,9 @@ def parse():
     p.add_argument("--device", default="cuda")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after the timed steps, profile N more (torch.profiler) and print where the device "
+                        "time goes: GEMMs, attention, fp8 casts, the rest, and the top kernels")
     return p.parse_args()
 
 
@@ -119,6 +122,17 @@ def run_mode(a, mode, torch, transformers):
         if why:
             return {"mode": mode, "skipped": why}
     if mode != "eager" and not mode.startswith("lpx-"):
+        # each block is one more compilation (transformers keeps layer_idx as
+        # a static int), and dynamo's cache outlives the model: without a
+        # reset and a limit above the block count, a second compiled mode in
+        # this process (or a model past 8 blocks) silently runs eagerly
+        # ("hit config.recompile_limit (8)"; measured on an H200: torchao
+        # rowwise at 420 ms/step, as the eager run)
+        torch._dynamo.reset()
+        limit = 2 * len(model.model.layers) + 8
+        for knob in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, max(getattr(torch._dynamo.config, knob), limit))
         for layer in model.model.layers:
             layer.compile()
     fused = a.device.startswith("cuda")
@@ -145,11 +159,55 @@ def run_mode(a, mode, torch, transformers):
     sync()
     dt = (time.perf_counter() - t0) / a.steps
     peak = torch.cuda.max_memory_allocated() / 2**30 if a.device.startswith("cuda") else None   # null in JSON
+    if a.profile > 0:
+        profile(a, mode, step, sync, torch)
     del model, opt
     if a.device.startswith("cuda"):
         torch.cuda.empty_cache()
     return {"mode": mode, "tokens_per_s": a.batch * a.seq / dt, "ms_per_step": dt * 1e3, "peak_gib": peak,
             "loss": loss.item()}
+
+
+# kernel-name fragments -> category, first match wins (cuBLAS/cuBLASLt GEMMs,
+# flash/cuDNN/efficient attention, lpx's fp8 casts, torch's elementwise and
+# reductions; the rest is "other")
+_CATEGORIES = (("gemm", ("gemm", "sm90_xmma", "cutlass", "nvjet", "cublas")),
+               ("attention", ("flash", "fmha", "attention", "cudnn")),
+               ("fp8 cast", ("quant", "fp8", "k_rows", "k_amax", "k_cast", "transpose")),
+               ("optimizer", ("adam", "multi_tensor")),
+               ("elementwise/reduce", ("elementwise", "vectorized", "reduce", "softmax", "rms", "swiglu",
+                                       "k_bin", "k_un", "cat", "copy", "index", "nll", "embedding")))
+
+
+def profile(a, mode, step, sync, torch):
+    """Device time per category and the top kernels over a.profile steps."""
+    from torch.profiler import ProfilerActivity, profile as prof
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device.startswith("cuda") else [])
+    with prof(activities=acts) as p:
+        for _ in range(a.profile):
+            step()
+        sync()
+    rows = {}
+    for e in p.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = getattr(e, "cuda_time_total", 0)
+        # kernels only: a user annotation (Optimizer.step#AdamW.step) spans
+        # its kernels' time again
+        if getattr(e, "is_user_annotation", False) or "#" in e.key:
+            continue
+        if t and e.key and getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA"):
+            rows[e.key] = rows.get(e.key, 0.0) + t / 1e3 / a.profile    # ms per step
+    total = sum(rows.values())
+    cats = {}
+    for k, t in rows.items():
+        low = k.lower()
+        c = next((name for name, keys in _CATEGORIES if any(f in low for f in keys)), "other")
+        cats[c] = cats.get(c, 0.0) + t
+    print("  profile %s: %.1f ms of device time per step: %s" % (
+        mode, total, ", ".join("%s %.1f" % kv for kv in sorted(cats.items(), key=lambda kv: -kv[1]))))
+    for k, t in sorted(rows.items(), key=lambda kv: -kv[1])[:12]:
+        print("    %7.2f ms  %s" % (t, k[:110]))
 
 
 def main():
