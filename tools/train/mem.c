@@ -61,10 +61,10 @@ void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lor
     int64_t bt = (int64_t)b * g->seq, D = g->dim, F = g->hidden, KV = (int64_t)g->kv_heads * g->head_dim;
     int64_t A = act_bytes;
     /* activations (model.c: blk_bytes + the head): per block h_in, n1, q,
-     * attention out, h1, n2 [bt, D]; k, v [bt, KV]; u1, u3, silu, product
-     * [bt, F] in the activation dtype; rstd1, rstd2 [bt] and the attention
-     * lse [b, heads, seq] in f32 */
-    int64_t per_block = A * (bt * (6 * D + 2 * KV + 4 * F)) + 4 * (2 * bt + (int64_t)b * g->heads * g->seq);
+     * attention out, h1, n2 [bt, D]; k, v [bt, KV]; u1, u3 and
+     * swiglu's product [bt, F] in the activation dtype; rstd1, rstd2 [bt]
+     * and the attention lse [b, heads, seq] in f32 */
+    int64_t per_block = A * (bt * (6 * D + 2 * KV + 3 * F)) + 4 * (2 * bt + (int64_t)b * g->heads * g->seq);
     int64_t head = A * (2 * bt * D) + 4 * bt + 4 * bt * g->vocab;   /* h_last, nf, rstd; f32 logits */
     /* --ac full: each block keeps its input; one block's tensors (its
      * input among them) live again while it is recomputed in the backward */

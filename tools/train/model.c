@@ -6,7 +6,7 @@
  *               q, k = rope(q), rope(k)           [b, t, heads, hd] views
  *               h1 = x + Wo . attention(q, k, v)  (causal, kv_heads <= heads)
  *               n2 = RMSNorm(h1)
- *               x  = h1 + W2 . (silu(W1 n2) * W3 n2)   (gate, up, down)
+ *               x  = h1 + W2 . swiglu(W1 n2, W3 n2)    (silu(gate) * up; gate, up, down)
  *   logits = head . RMSNorm(x)       (head = tok_emb when tied)
  *
  * Every block linear goes through tr_linear_forward/backward (recipes.c),
@@ -131,7 +131,7 @@ void tr_model_teardown(tr_rank *R)
 }
 
 #define BLOCK_SAVED(B) {&(B)->h_in, &(B)->n1, &(B)->rstd1, &(B)->q, &(B)->k, &(B)->v, &(B)->att, &(B)->lse, \
-                        &(B)->h1, &(B)->n2, &(B)->rstd2, &(B)->u1, &(B)->u3, &(B)->s, &(B)->pp}
+                        &(B)->h1, &(B)->n2, &(B)->rstd2, &(B)->u1, &(B)->u3, &(B)->pp}
 
 static void block_clear(tr_block_saved *b)
 {
@@ -212,8 +212,7 @@ static lpx_status block_forward(tr_rank *R, int l, int slot, int b, int t, tr_bl
     TRY(lpx_rmsnorm(S->h1, R->full[pn2], eps, &S->n2, &S->rstd2));
     TRY(tr_linear_forward(R, pl[TR_L_W1], slot, S->n2, &S->u1, &S->lin[TR_L_W1]));
     TRY(tr_linear_forward(R, pl[TR_L_W3], slot, S->n2, &S->u3, &S->lin[TR_L_W3]));
-    TRY(lpx_silu(S->u1, &S->s));
-    TRY(lpx_mul(S->s, S->u3, &S->pp));
+    TRY(lpx_swiglu(S->u1, S->u3, &S->pp)); /* silu(u1) * u3, one pass; silu(u1) is not kept */
     TRY(tr_linear_forward(R, pl[TR_L_W2], slot, S->pp, &f2, &S->lin[TR_L_W2]));
     TRY(lpx_add(S->h1, f2, x));
 out:;
@@ -344,7 +343,7 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
     int b = f->b, t = f->t, hd = g->head_dim;
     int64_t bt = (int64_t)b * t, kvw = (int64_t)g->kv_heads * hd;
     lpx_tensor *dl = NULL, *dnf = NULL, *gt = NULL, *dhead = NULL, *dh = NULL, *dnorm = NULL, *dx = NULL,
-               *dp = NULL, *ds = NULL, *du3 = NULL, *du1 = NULL, *dn2 = NULL, *tmp = NULL, *dh1 = NULL,
+               *dp = NULL, *du3 = NULL, *du1 = NULL, *dn2 = NULL, *tmp = NULL, *dh1 = NULL,
                *da = NULL, *da4 = NULL, *dq4 = NULL, *dk4 = NULL, *dv4 = NULL, *dqr = NULL, *dkr = NULL,
                *dq = NULL, *dk = NULL, *dv = NULL, *dn1 = NULL, *d3 = NULL, *dtok = NULL, *o4 = NULL;
     double att_scale = 1.0 / sqrt((double)hd);
@@ -394,9 +393,7 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
 
         /* feed-forward: x = h1 + W2 (silu(u1) * u3) */
         TRY(lin_bwd(R, pl[TR_L_W2], &S->lin[TR_L_W2], dh, &dp));
-        TRY(lpx_mul(dp, S->u3, &ds));
-        TRY(lpx_mul(dp, S->s, &du3));
-        TRY(lpx_silu_backward(ds, S->u1, &du1));
+        TRY(lpx_swiglu_backward(dp, S->u1, S->u3, &du1, &du3)); /* the bits of mul, mul, silu_backward */
         TRY(lin_bwd(R, pl[TR_L_W3], &S->lin[TR_L_W3], du3, &dn2));
         TRY(lin_bwd(R, pl[TR_L_W1], &S->lin[TR_L_W1], du1, &tmp));
         TRY(lpx_add_out(dn2, tmp, dn2));
@@ -409,7 +406,6 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
         REL(dx);
         REL(dh);
         REL(dp);
-        REL(ds);
         REL(du3);
         REL(du1);
         REL(dn2);
@@ -456,7 +452,7 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
     tr_reshard_all(R);
     R->bwd = false;
 out:;
-    lpx_tensor *rel[] = {dl, dnf, gt, dhead, dh, dnorm, dx, dp, ds, du3, du1, dn2, tmp, dh1, da, da4, dq4, dk4, dv4,
+    lpx_tensor *rel[] = {dl, dnf, gt, dhead, dh, dnorm, dx, dp, du3, du1, dn2, tmp, dh1, da, da4, dq4, dk4, dv4,
                          dqr, dkr, dq, dk, dv, dn1, d3, dtok, o4};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) lpx_tensor_release(rel[i]);
     return st;

@@ -31,7 +31,7 @@ typedef struct tr_block_saved {
     lpx_tensor *h_in, *n1, *rstd1;
     lpx_tensor *q, *k, *v;        /* after rope (q, k): [b, t, heads or kv_heads, hd] */
     lpx_tensor *att, *lse;        /* attention's output [b*t, D] and its row log-sum-exp */
-    lpx_tensor *h1, *n2, *rstd2, *u1, *u3, *s, *pp;
+    lpx_tensor *h1, *n2, *rstd2, *u1, *u3, *pp; /* pp = silu(u1) * u3 */
     tr_lin_saved lin[TR_LIN_PER_BLOCK];
 } tr_block_saved;
 
