@@ -156,14 +156,24 @@ out:
     return st;
 }
 
+/* pwrite()s buf at `at` in chunks of 8 MiB, asking the kernel to start
+ * writing each chunk back as soon as it is in the page cache (Linux
+ * sync_file_range, no wait; as safetensors_write.c's write_all), so the
+ * final fsync does not find the whole range still dirty. */
+#define EX_KICK ((size_t)8 << 20)
+
 static lpx_status pwrite_all(const char *path, int fd, const void *buf, size_t n, uint64_t at)
 {
     const char *p = buf;
     while (n) {
-        ssize_t w = pwrite(fd, p, n, (off_t)at);
+        size_t c = n < EX_KICK ? n : EX_KICK;
+        ssize_t w = pwrite(fd, p, c, (off_t)at);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) return lpx_error(LPX_EIO, "export %s: pwrite at %llu: %s", path, (unsigned long long)at,
                                      w < 0 ? strerror(errno) : "wrote nothing");
+#ifdef __linux__
+        (void)sync_file_range(fd, (off_t)at, (off_t)w, SYNC_FILE_RANGE_WRITE);
+#endif
         p += w;
         n -= (size_t)w;
         at += (uint64_t)w;

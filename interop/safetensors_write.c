@@ -64,18 +64,51 @@ static uint64_t hash_final(const wr_hash *x)
     return h;
 }
 
-static lpx_status write_all(int fd, const void *buf, size_t n, const char *tmp, wr_hash *hash)
+/* Where a file's bytes go: the descriptor, its name for messages, the
+ * running checksum (or NULL), and how far it is written and handed to the
+ * kernel's writeback. */
+typedef struct wr_out {
+    int fd;
+    const char *path;
+    wr_hash *hash;
+    uint64_t off, kicked;
+} wr_out;
+
+/* Writes buf one chunk at a time: the checksum (when asked) takes the
+ * chunk just before it is written, so the write's copy into the page cache
+ * reads bytes the hash has just brought into the CPU's cache instead of a
+ * second pass over a tensor larger than the cache; and every WR_KICK bytes
+ * the kernel is asked to start writing them back (Linux
+ * sync_file_range(SYNC_FILE_RANGE_WRITE), which does not wait), so the
+ * disk works while later bytes are copied instead of all at the final
+ * fsync. Errors of the writeback surface at that fsync. */
+#define WR_CHUNK ((size_t)1 << 20)
+#define WR_KICK ((uint64_t)8 << 20)
+
+static lpx_status write_all(wr_out *o, const void *buf, size_t n)
 {
-    if (hash) hash_feed(hash, buf, n);
     const char *p = buf;
     while (n) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return lpx_error(LPX_EIO, "safetensors %s: write: %s", tmp, strerror(errno));
+        size_t c = n < WR_CHUNK ? n : WR_CHUNK;
+        if (o->hash) hash_feed(o->hash, p, c);
+        size_t left = c;
+        while (left) {
+            ssize_t w = write(o->fd, p, left);
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                return lpx_error(LPX_EIO, "safetensors %s: write: %s", o->path, strerror(errno));
+            }
+            p += w;
+            left -= (size_t)w;
         }
-        p += w;
-        n -= (size_t)w;
+        n -= c;
+        o->off += c;
+#ifdef __linux__
+        if (o->off - o->kicked >= WR_KICK) {
+            (void)sync_file_range(o->fd, (off_t)o->kicked, (off_t)(o->off - o->kicked), SYNC_FILE_RANGE_WRITE);
+            o->kicked = o->off;
+        }
+#endif
     }
     return LPX_OK;
 }
@@ -294,11 +327,12 @@ lpx_status lpx__st_save_hashed(const char *path, int n, const char *const *names
     }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    if ((st = write_all(fd, len8, 8, tmp, hp)) || (st = write_all(fd, hdr, hl, tmp, hp))) goto fail;
+    wr_out out = {fd, tmp, hp, 0, 0};
+    if ((st = write_all(&out, len8, 8)) || (st = write_all(&out, hdr, hl))) goto fail;
     for (size_t i = hl; i < padded; i++)
-        if ((st = write_all(fd, " ", 1, tmp, hp))) goto fail;
+        if ((st = write_all(&out, " ", 1))) goto fail;
     for (int i = 0; i < nitems; i++)
-        if ((st = write_all(fd, lpx_tensor_data(items[i].t), (size_t)(items[i].end - items[i].begin), tmp, hp))) goto fail;
+        if ((st = write_all(&out, lpx_tensor_data(items[i].t), (size_t)(items[i].end - items[i].begin)))) goto fail;
     if (fsync(fd)) { st = lpx_error(LPX_EIO, "safetensors %s: fsync: %s", tmp, strerror(errno)); goto fail; }
     if (fchmod(fd, 0644)) { st = lpx_error(LPX_EIO, "safetensors %s: fchmod: %s", tmp, strerror(errno)); goto fail; }
     if (close(fd)) { fd = -1; st = lpx_error(LPX_EIO, "safetensors %s: close: %s", tmp, strerror(errno)); goto fail; }
