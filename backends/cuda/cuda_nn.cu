@@ -550,7 +550,8 @@ static lpx_status k_rmsnorm_backward(lpx_call *c)
     int vpt, nb;
     bool direct = gwdt == LPX_F32;
     if ((st = cu_new(c, lpx_tensor_dtype(x), nd, xs, dev, &gx)) || (st = cu_new(c, gwdt, 1, &D, dev, &gw))) goto fail;
-    vpt = lpx_tensor_is_contiguous(rstd) ? rms_vec_vpt(x, g, D) : 0;
+    /* the vector path reads rstd as contiguous f32 (what rmsnorm returns) */
+    vpt = lpx_tensor_is_contiguous(rstd) && lpx_tensor_dtype(rstd) == LPX_F32 ? rms_vec_vpt(x, g, D) : 0;
     if (R > 0 && vpt) {
         /* grad_w: each block's partial sums, then their sum in block order */
         nb = (int)(R < 2 * (int64_t)cu_sm_count(dev.index) ? R : 2 * cu_sm_count(dev.index));
