@@ -30,10 +30,14 @@ lpx_status ck_fnv_of_file(const char *path, ck_file *out)
      * bytes: one multiply per word keeps the read-back pass near memory
      * speed (docs/CHECKPOINT.md) */
     uint64_t h = 1469598103934665603ull, n = 0;
-    /* large reads and the kernel's sequential readahead: from a cold
-     * cache, 64 KiB reads left the disk at a fraction of a plain 8 MiB
-     * read (lpx bench ckpt, "from disk") */
+    /* large reads, the kernel's sequential readahead, and the next 64 MiB
+     * asked for ahead of the hash (POSIX_FADV_WILLNEED on a moving window,
+     * so a file larger than memory is not pulled in at once): from a cold
+     * cache, 64 KiB reads left the disk at a fraction of a plain 8 MiB read
+     * (lpx bench ckpt, "from disk": 0.45-0.50x of it, now 0.67-0.91x) */
     const size_t cap = (size_t)1 << 20;
+    const uint64_t window = (uint64_t)64 << 20;
+    uint64_t advised = 0;
     unsigned char *buf = lpx_malloc(cap);
     if (!buf) {
         close(fd);
@@ -42,6 +46,10 @@ lpx_status ck_fnv_of_file(const char *path, ck_file *out)
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     size_t have = 0;
     for (;;) {
+        if (n + window / 2 >= advised) {
+            (void)posix_fadvise(fd, (off_t)advised, (off_t)window, POSIX_FADV_WILLNEED);
+            advised += window;
+        }
         ssize_t r = read(fd, buf + have, cap - have);
         if (r < 0) {
             int e = errno;
