@@ -34,6 +34,7 @@ static void test_usage_errors(void)
     /* the checkpoint bench end to end, small: three rows, its directory removed */
     CHECK(run("bench ckpt --mb 8 --ranks 2", out, sizeof out) == 0);
     CHECK(strstr(out, "save (write+fsync, index, commit)") && strstr(out, "load, resharded"));
+    CHECK(strstr(out, "load, same world, from disk") && strstr(out, "disk read (cold)") && strstr(out, "MB/s per rank"));
     CHECK(run("help", out, sizeof out) == 0);
     CHECK(run("--version", out, sizeof out) == 0);
     CHECK(strstr(out, "0.1.0") != NULL);
