@@ -111,36 +111,12 @@ static lpx_status state_param(const lpx_fsdp_group *g, int i, const char *op, fs
     return LPX_OK;
 }
 
-lpx_status lpx_fsdp_param_adamw_state(const lpx_fsdp_group *g, int i, lpx_tensor **m, lpx_tensor **v, int64_t *step)
+/* The AdamW moments of param i as tensors shaped like its weight: copies
+ * (zeros before the first step) or, with `view`, borrowed handles on the
+ * engine's arrays (NULL before the first step). */
+static lpx_status adamw_tensors(const lpx_fsdp_group *g, int i, const char *op, bool view, lpx_tensor **m,
+                                lpx_tensor **v, int64_t *step)
 {
-    const char *op = "lpx_fsdp_param_adamw_state";
-    fsdp_param *p = NULL;
-    lpx_tensor *w = NULL, *t[2] = {NULL, NULL};
-    if (m) *m = NULL;
-    if (v) *v = NULL;
-    lpx_status st = state_param(g, i, op, &p, &w);
-    if (st) return st;
-    lpx_tensor **outs[2] = {m, v};
-    const float *src[2] = {p->m, p->v};
-    size_t n = (size_t)lpx_tensor_numel(w);
-    for (int k = 0; k < 2; k++) {
-        if (!outs[k]) continue;
-        st = lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), LPX_F32, lpx_cpu(), &t[k]);
-        if (st) {
-            lpx_tensor_release(t[0]);
-            return dt_prefix(st, "%s(%s)", op, g->name);
-        }
-        if (src[k] && n) memcpy(lpx_tensor_data(t[k]), src[k], n * sizeof(float));
-    }
-    if (m) *m = t[0];
-    if (v) *v = t[1];
-    if (step) *step = p->step;
-    return LPX_OK;
-}
-
-lpx_status lpx_fsdp_param_adamw_view(const lpx_fsdp_group *g, int i, lpx_tensor **m, lpx_tensor **v, int64_t *step)
-{
-    const char *op = "lpx_fsdp_param_adamw_view";
     fsdp_param *p = NULL;
     lpx_tensor *w = NULL, *t[2] = {NULL, NULL};
     if (m) *m = NULL;
@@ -149,20 +125,34 @@ lpx_status lpx_fsdp_param_adamw_view(const lpx_fsdp_group *g, int i, lpx_tensor 
     if (st) return st;
     lpx_tensor **outs[2] = {m, v};
     float *src[2] = {p->m, p->v};
+    size_t n = (size_t)lpx_tensor_numel(w);
     for (int k = 0; k < 2; k++) {
-        if (!outs[k] || !src[k]) continue;   /* before the first step: no state, NULL */
-        /* a handle on the engine's array: no copy, no deleter */
-        st = lpx_tensor_from_blob(src[k], LPX_F32, lpx_tensor_ndim(w), lpx_tensor_shape(w), NULL, lpx_cpu(), NULL, NULL,
-                                  &t[k]);
+        if (!outs[k] || (view && !src[k])) continue;
+        if (view) /* a handle on the engine's array: no copy, no deleter */
+            st = lpx_tensor_from_blob(src[k], LPX_F32, lpx_tensor_ndim(w), lpx_tensor_shape(w), NULL, lpx_cpu(), NULL,
+                                      NULL, &t[k]);
+        else
+            st = lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), LPX_F32, lpx_cpu(), &t[k]);
         if (st) {
             lpx_tensor_release(t[0]);
             return dt_prefix(st, "%s(%s)", op, g->name);
         }
+        if (!view && src[k] && n) memcpy(lpx_tensor_data(t[k]), src[k], n * sizeof(float));
     }
     if (m) *m = t[0];
     if (v) *v = t[1];
     if (step) *step = p->step;
     return LPX_OK;
+}
+
+lpx_status lpx_fsdp_param_adamw_state(const lpx_fsdp_group *g, int i, lpx_tensor **m, lpx_tensor **v, int64_t *step)
+{
+    return adamw_tensors(g, i, "lpx_fsdp_param_adamw_state", false, m, v, step);
+}
+
+lpx_status lpx_fsdp_param_adamw_view(const lpx_fsdp_group *g, int i, lpx_tensor **m, lpx_tensor **v, int64_t *step)
+{
+    return adamw_tensors(g, i, "lpx_fsdp_param_adamw_view", true, m, v, step);
 }
 
 lpx_status lpx_fsdp_param_set_adamw_state(lpx_fsdp_group *g, int i, const lpx_tensor *m, const lpx_tensor *v,
