@@ -521,6 +521,21 @@ static lpx_status check_one(const tr_ckpt *ck, const tr_geom *g, const lpx_fsdp_
     return LPX_OK;
 }
 
+lpx_status tr_ckpt_check_arch(const tr_ckpt *ck, const tr_geom *g)
+{
+    const tr_opts *cc = &ck->cfg;
+    /* the same shapes with other heads would be another model */
+    if (cc->m.heads != g->heads)
+        return lpx_error(LPX_EINVAL, "--resume '%s': the checkpoint's model has %d attention heads, this run %d "
+                         "(--heads)", ck->dir, cc->m.heads, g->heads);
+    if (cc->m.rope_theta != g->a.rope_theta || cc->m.rope_factor != g->a.rope_factor || cc->m.tied != g->tied)
+        return lpx_error(LPX_EINVAL, "--resume '%s': the checkpoint's model has rope_theta %g%s%s; this run %g%s%s",
+                         ck->dir, cc->m.rope_theta, cc->m.rope_factor != 0 ? " with llama3 scaling" : "",
+                         cc->m.tied ? ", a tied head" : "", g->a.rope_theta,
+                         g->a.rope_factor != 0 ? " with llama3 scaling" : "", g->tied ? ", a tied head" : "");
+    return LPX_OK;
+}
+
 lpx_status tr_ckpt_check_model(const tr_ckpt *ck, const tr_geom *g, const tr_opts *o)
 {
     if (!ck->sharded) return LPX_OK;   /* checked as its weights are read (tr_ckpt_v2_load_weights) */
@@ -551,13 +566,7 @@ lpx_status tr_ckpt_check_model(const tr_ckpt *ck, const tr_geom *g, const tr_opt
         if (!seen[i])
             FAIL(LPX_EINVAL, "--resume '%s': the checkpoint has parameter '%s', which this run does not (it has layers "
                  "%d, this run %d)", ck->dir, info[i].name, cc->m.layers, g->layers);
-    if (cc->m.heads != g->heads)
-        FAIL(LPX_EINVAL, "--resume '%s': the checkpoint's model has %d attention heads, this run %d (--heads)", ck->dir,
-             cc->m.heads, g->heads);
-    if (cc->m.rope_theta != g->a.rope_theta || cc->m.rope_factor != g->a.rope_factor || cc->m.tied != g->tied)
-        FAIL(LPX_EINVAL, "--resume '%s': the checkpoint's model has rope_theta %g%s%s; this run %g%s%s", ck->dir,
-             cc->m.rope_theta, cc->m.rope_factor != 0 ? " with llama3 scaling" : "", cc->m.tied ? ", a tied head" : "",
-             g->a.rope_theta, g->a.rope_factor != 0 ? " with llama3 scaling" : "", g->tied ? ", a tied head" : "");
+    TRY(tr_ckpt_check_arch(ck, g));
     if (cc->wrap_linear != o->wrap_linear)
         FAIL(LPX_EINVAL, "--resume '%s': the checkpoint groups its parameters by --wrap %s, this run by --wrap %s (a "
              "sharded checkpoint keeps the engine's groups)", ck->dir, cc->wrap_linear ? "linear" : "block",

@@ -248,14 +248,7 @@ lpx_status tr_ckpt_v2_load_weights(const tr_ckpt *ck, const tr_geom *g, const tr
         TRY(get_f32(f, ck, MODEL, name, 2, P->rows, o->lora_rank, "adapter", &t));
         REL(t);
     }
-    /* the same shapes with other heads would be another model */
-    if (c->m.heads != g->heads)
-        FAIL(LPX_EINVAL, "--resume '%s': the checkpoint's model has %d attention heads, this run %d (--heads)", ck->dir,
-             c->m.heads, g->heads);
-    if (c->m.rope_theta != g->a.rope_theta || c->m.rope_factor != g->a.rope_factor || c->m.tied != g->tied)
-        FAIL(LPX_EINVAL, "--resume '%s': the checkpoint's model has rope_theta %g%s%s; this run %g%s%s", ck->dir,
-             c->m.rope_theta, c->m.rope_factor != 0 ? " with llama3 scaling" : "", c->m.tied ? ", a tied head" : "",
-             g->a.rope_theta, g->a.rope_factor != 0 ? " with llama3 scaling" : "", g->tied ? ", a tied head" : "");
+    TRY(tr_ckpt_check_arch(ck, g));
 out:
     lpx_tensor_release(t);
     lpx_safetensors_close(f);

@@ -175,6 +175,9 @@ void tr_ckpt_free(tr_ckpt *ck);
 /* Options not given on the command line take the checkpoint's values;
  * 0, or 2 after printing one line (a recipe change it cannot follow) */
 int tr_ckpt_apply(const tr_ckpt *ck, tr_opts *o);
+/* What a checkpoint's shapes do not say about its model (heads, rope,
+ * tied head) against this run's: one line naming both, or LPX_OK. */
+lpx_status tr_ckpt_check_arch(const tr_ckpt *ck, const tr_geom *g);
 /* Sharded checkpoints: every parameter of g (and nf4-qlora's adapters at
  * o->lora_rank) against what the checkpoint records, before anything is
  * built; errors name the parameter and both shapes. */
