@@ -372,7 +372,7 @@ static lpx_status parse_run(const char *dir, const cJSON *root, tr_ckpt *ck)
             const cJSON *it = cJSON_GetArrayItem(row, k);
             if (cJSON_IsNumber(it)) vals[k] = it->valuedouble;
         }
-        ck->hist[ck->nhist++] = (tr_step_rec){vals[0], vals[1], vals[2], vals[3]};
+        ck->hist[ck->nhist++] = (tr_step_rec){vals[0], vals[1], vals[2], vals[3], 0};
     }
 out:
     return st;

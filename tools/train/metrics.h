@@ -6,6 +6,7 @@
 
 typedef struct tr_step_rec {
     double loss, tok_s, compute_ms, comm_ms;
+    double optim_ms;                /* the AdamW step (not in checkpoints: 0 for resumed steps) */
 } tr_step_rec;
 
 /* Results of one recipe's run (filled by train.c). */
@@ -26,6 +27,7 @@ typedef struct tr_result {
     /* per rank peaks (rank 0), bytes */
     int64_t mem_peak[5];
     int64_t act_bytes;
+    int64_t gpu_peak;               /* --device cuda: lpx-cuda's peak bytes on rank 0's GPU over the steps (-1: none) */
     int64_t nf4_bytes, nf4_numel;   /* frozen NF4 base weights (rank 0) */
     int64_t trainable;              /* parameters that get grads */
     int start;                      /* first step this process ran (a resumed run: the checkpoint's) */

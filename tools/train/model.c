@@ -100,6 +100,15 @@ int64_t tr_geom_numel(const tr_geom *g)
     return n;
 }
 
+int64_t tr_geom_matmul_params(const tr_geom *g)
+{
+    /* the block linears and the LM head (the embedding's table when tied) */
+    int64_t n = g->tied ? (int64_t)g->vocab * g->dim : 0;
+    for (int i = 0; i < g->nparams; i++)
+        if (g->p[i].kind == TR_P_LIN || g->p[i].kind == TR_P_HEAD) n += g->p[i].rows * g->p[i].cols;
+    return n;
+}
+
 int tr_param_index(const tr_geom *g, tr_pkind kind, int layer, int lin)
 {
     for (int i = 0; i < g->nparams; i++) {
@@ -120,8 +129,11 @@ static int head_index(const tr_geom *g)
 lpx_status tr_model_setup(tr_rank *R)
 {
     int64_t half = R->g->head_dim / 2;
-    lpx_status st = lpx_empty(1, &half, LPX_F32, lpx_cpu(), &R->inv_freq);
-    if (st == LPX_OK) tr_arch_inv_freq(&R->g->a, lpx_tensor_data(R->inv_freq));
+    float *f = malloc(sizeof(float) * (size_t)half);
+    if (!f) return lpx_error(LPX_ENOMEM, "train: out of memory");
+    tr_arch_inv_freq(&R->g->a, f);
+    lpx_status st = tr_f32_tensor(R, 1, &half, f, &R->inv_freq);   /* where the rank computes */
+    free(f);
     return st;
 }
 
@@ -250,12 +262,8 @@ lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *
     if (!f->blk) FAIL(LPX_ENOMEM, "train: out of memory");
 
     int64_t is[2] = {b, t}, flat[1] = {bt};
-    TRY(lpx_empty(2, is, LPX_I32, lpx_cpu(), &f->idx));
-    memcpy(lpx_tensor_data(f->idx), idx, sizeof(int32_t) * (size_t)bt);
-    if (tgt) {
-        TRY(lpx_empty(1, flat, LPX_I32, lpx_cpu(), &f->tgt));
-        memcpy(lpx_tensor_data(f->tgt), tgt, sizeof(int32_t) * (size_t)bt);
-    }
+    TRY(tr_i32_tensor(R, 2, is, idx, &f->idx));                 /* on the rank's device */
+    if (tgt) TRY(tr_i32_tensor(R, 1, flat, tgt, &f->tgt));
 
     int ptok = tr_param_index(g, TR_P_TOK, -1, -1);
     TRY(tr_need(R, ptok));

@@ -19,7 +19,8 @@ void tr_train_usage(FILE *f)
             "                  world size (given: must equal it)\n"
             "  --comm C        local (default) | mpi (one rank per process: mpirun -np N lpx train\n"
             "                  --comm mpi ...; needs lpx-mpi.so) | nccl\n"
-            "  --device D      cpu (default) | cuda\n"
+            "  --device D      cpu (default) | cuda: rank r on GPU r, collectives over NCCL\n"
+            "  --offload       cuda: shards, grads, AdamW state in host memory (required today)\n"
             "  --steps N       optimizer steps (default 300)\n"
             "  --batch N       sequences per step, all ranks together (default 16)\n"
             "  --micro N       micro-batches per step (default 4; ranks must divide it)\n"
@@ -211,7 +212,7 @@ static const char *const valued[] = {
     "--sample", "--lora-dropout", "--save", "--save-every", "--resume", "--stop-after", "--inject-nan",
     "--inject-comm-fault",
 };
-static const char *const flags[] = {"--compare", "--quiet", "--skip-nonfinite", "--log-exact", "--tied"};
+static const char *const flags[] = {"--compare", "--quiet", "--skip-nonfinite", "--log-exact", "--tied", "--offload"};
 
 bool tr_train_option(const char *a)
 {
@@ -264,6 +265,7 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
         if (!strcmp(a, "--quiet")) { o->quiet = true; continue; }
         if (!strcmp(a, "--skip-nonfinite")) { o->skip_nonfinite = true; continue; }
         if (!strcmp(a, "--log-exact")) { o->log_exact = true; continue; }
+        if (!strcmp(a, "--offload")) { o->offload = true; continue; }
         if (!strcmp(a, "--tied")) { tr_arch_option("lpx train", a, NULL, &o->m, &o->given); continue; }
         if (strncmp(a, "--", 2) != 0) return bad("unexpected argument '%s'%s", a, "");
         if (!tr_train_option(a)) return bad("unknown option '%s'%s (lpx train --help lists them)", a, "");
@@ -289,6 +291,7 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
             if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
                 return bad("unknown comm backend '%s' (%s)", v, "local, mpi, nccl");
             snprintf(o->comm, sizeof o->comm, "%s", v);
+            o->comm_given = true;
         } else if (!strcmp(a, "--device")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda")) return bad("unknown device '%s' (%s)", v, "cpu, cuda");
             snprintf(o->device, sizeof o->device, "%s", v);
@@ -353,6 +356,15 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
     }
     if (rc) return rc;
     tr_arch_finish(&o->m, o->given);
+    bool cuda = !strcmp(o->device, "cuda");
+    if (cuda && !o->comm_given) snprintf(o->comm, sizeof o->comm, "nccl");
+    if (o->offload && !cuda)
+        return bad("--offload keeps the shards in host memory while a GPU computes: it needs --device cuda%s%s", "", "");
+    if (cuda && strcmp(o->comm, "nccl"))
+        return bad("--device cuda runs its collectives over NCCL: --comm nccl (the default with --device cuda; "
+                   "under mpirun too), not --comm %s%s", o->comm, "");
+    if (!cuda && !strcmp(o->comm, "nccl"))
+        return bad("--comm nccl gathers GPU memory: it needs --device cuda%s%s", "", "");
     /* --resume: checked once the manifest filled in the options not given */
     if (!o->resume_dir && (rc = tr_check_opts(o))) return rc;
     if (o->save_hf && o->recipe == TR_NF4_QLORA)

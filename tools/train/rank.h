@@ -51,6 +51,7 @@ typedef struct tr_rank {
     tr_recipe recipe;
     lpx_comm *comm;
     int rank, world;
+    lpx_device dev;               /* where this rank computes (device.c): the CPU or its GPU */
     bool sharded;                 /* false: nf4-qlora keeps a frozen replica */
 
     /* the sharding engine (shard.c) */
@@ -100,6 +101,27 @@ typedef struct tr_rank {
  * tr_rank_free releases them (not what they point to). */
 lpx_status tr_rank_alloc(tr_rank *R);
 void tr_rank_free(tr_rank *R);
+
+/* ---- device.c ---- */
+/* R->dev from --device: the CPU, or the GPU of R's NCCL comm (LPX_EDEVICE
+ * when the comm has none) */
+lpx_status tr_device_setup(tr_rank *R);
+bool tr_on_gpu(const tr_rank *R);
+/* a new tensor on R->dev holding host values v (int32 / f32) */
+lpx_status tr_i32_tensor(tr_rank *R, int ndim, const int64_t *shape, const int32_t *v, lpx_tensor **out);
+lpx_status tr_f32_tensor(tr_rank *R, int ndim, const int64_t *shape, const float *v, lpx_tensor **out);
+/* row `row` of the 2-D tensor x (any float dtype, any device) as f32 on the host */
+lpx_status tr_row_to_host(lpx_tensor *x, int64_t row, float *out);
+/* NaN into element 0 and inf into element 1 of x, where x lives */
+lpx_status tr_poison2(lpx_tensor *x);
+/* lpx_comm_all_gather_buf of host buffers; on a GPU staged through device
+ * memory (an NCCL comm takes device buffers only) */
+lpx_status tr_all_gather_host(tr_rank *R, const void *send, void *recv, size_t nbytes);
+/* waits for the work queued on R's GPU (step timings); nothing on the CPU */
+lpx_status tr_device_sync(tr_rank *R);
+/* peak bytes of lpx-cuda's allocator on R's GPU since the last reset
+ * (then reset when asked); -1 on the CPU or without the export */
+int64_t tr_device_peak(tr_rank *R, bool reset);
 
 /* ---- recipes.c ---- */
 lpx_status tr_recipe_setup(tr_rank *R);

@@ -50,6 +50,36 @@ void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, 
         printf("  %-20s %10.4f %10.4f %10s %9.0f %7.1fs\n", x->label, x->train_loss, x->val_loss, gap,
                toks / x->steps, x->seconds);
     }
+    /* where a step's time goes (steps after the first: no warm-up), and on
+     * a GPU the share of the chip's bf16 peak the model's FLOPs reach */
+    for (int r = 0; r < nres; r++) {
+        const tr_result *x = &res[r];
+        double c = 0, k = 0, a = 0, tok = 0;
+        int n = 0;
+        for (int s = x->start + 1; s < x->steps; s++, n++) {
+            c += x->rec[s].compute_ms;
+            k += x->rec[s].comm_ms;
+            a += x->rec[s].optim_ms;
+            tok += x->rec[s].tok_s;
+        }
+        if (!n) continue;
+        printf("  %-20s step %.1f ms = compute %.1f + collectives %.1f + optimizer %.1f (mean of steps %d..%d)",
+               x->label, (c + k + a) / n, c / n, k / n, a / n, x->start + 2, x->steps);
+        if (x->gpu_peak >= 0) {
+            /* model FLOPs per token as PaLM and torchtitan count them: 6 x
+             * the matmul weights (every linear and the LM head) + 12 x
+             * layers x dim x seq for attention's two products (no causal
+             * halving) */
+            double flop_tok = 6.0 * (double)tr_geom_matmul_params(g) + 12.0 * g->layers * (double)g->dim * g->seq;
+            double mfu = flop_tok * (tok / n) / o->ranks / (TR_PEAK_BF16_TFLOPS * 1e12);
+            printf("; MFU %.1f%% of %.0f TFLOP/s per GPU (the dense bf16 peak of an H100 SXM / H200)",
+                   100 * mfu, TR_PEAK_BF16_TFLOPS);
+        }
+        printf("\n");
+        if (x->gpu_peak >= 0)
+            printf("  %-20s peak GPU memory (rank 0, lpx-cuda's allocator over the steps): %.2f GiB\n", x->label,
+                   (double)x->gpu_peak / (1024.0 * 1048576.0));
+    }
     if (M->skipped || o->skip_nonfinite)
         printf("  optimizer steps skipped for non-finite gradients (--skip-nonfinite): %d\n", M->skipped);
     if (M->start) printf("  %s resumed at step %d (steps 1..%d from the checkpoint)\n", M->label, M->start, M->start);

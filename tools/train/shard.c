@@ -64,6 +64,9 @@ lpx_status tr_shard_setup(tr_rank *R, float *const *init)
      * the f32 recipe (the reference) gathers f32 */
     lpx_fsdp_config cfg = {.struct_size = sizeof cfg, .max_unsharded = 2,
                            .param_dtype = qlora || R->recipe == TR_F32 ? 0 : LPX_BF16};
+    /* --device cuda --offload: the engine keeps the shards on the host and
+     * hands out unsharded params on the GPU, takes grads there */
+    if (tr_on_gpu(R)) cfg.compute_device = R->dev;
     TRY(lpx_mesh_new(R->comm, &R->mesh));
     TRY(lpx_fsdp_new(R->mesh, &cfg, &R->fsdp));
     for (int grp = 0; grp < g->ngroups; grp++) {
@@ -110,8 +113,9 @@ lpx_status tr_shard_setup(tr_rank *R, float *const *init)
             snprintf(an, sizeof an, "%s.lora_b", P->name);
             TRY(lpx_fsdp_param_add(G, an, w, LPX_FSDP_NO_DECAY, &R->bi[p]));
             REL(w);
-            TRY(lpx_zeros(2, sa, LPX_F32, lpx_cpu(), &R->ga[p]));
-            TRY(lpx_zeros(2, sb, LPX_F32, lpx_cpu(), &R->gb[p]));
+            /* the adapters' full-size grads accumulate where the backward runs */
+            TRY(lpx_zeros(2, sa, LPX_F32, R->dev, &R->ga[p]));
+            TRY(lpx_zeros(2, sb, LPX_F32, R->dev, &R->gb[p]));
             tr_mem_add(&R->mem, TR_MEM_GRADS, tr_tensor_bytes(R->ga[p]) + tr_tensor_bytes(R->gb[p]));
         } else {
             TRY(lpx_fsdp_param_add(G, P->name, full, flags | (qlora ? LPX_FSDP_FROZEN : 0u), &R->gi[p]));
@@ -261,20 +265,18 @@ out:
  * NaN and an inf into the first elements of PARAM's full gradient (default
  * the first block's wq; under nf4-qlora its LoRA A) before the
  * reduce-scatter, so they land in rank 0's shard */
-static void inject_nan(tr_rank *R, int p, int which, lpx_tensor *grad)
+static lpx_status inject_nan(tr_rank *R, int p, int which, lpx_tensor *grad)
 {
     const tr_opts *o = R->o;
     const tr_param *P = &R->g->p[p];
-    if (!R->inject || o->inject_nan_step != R->step + 1 || R->rank != 0 || !grad) return;
+    if (!R->inject || o->inject_nan_step != R->step + 1 || R->rank != 0 || !grad) return LPX_OK;
     const char *want = o->inject_nan_param;
     char name[64];
     snprintf(name, sizeof name, "%s%s", P->name, which == 1 ? ".lora_a" : which == 2 ? ".lora_b" : "");
     bool hit = want[0] ? !strcmp(want, name) || (which == 1 && !strcmp(want, P->name))
                        : P->kind == TR_P_LIN && P->layer == 0 && P->lin == TR_L_Q && which <= 1;
-    if (!hit || lpx_tensor_dtype(grad) != LPX_F32 || lpx_tensor_numel(grad) < 2) return;
-    float *d = lpx_tensor_data(grad);
-    d[0] = NAN;
-    d[1] = INFINITY;
+    if (!hit || lpx_tensor_numel(grad) < 2) return LPX_OK;
+    return tr_poison2(grad);
 }
 
 lpx_status tr_reduce_grads(tr_rank *R, int grp)
@@ -288,13 +290,13 @@ lpx_status tr_reduce_grads(tr_rank *R, int grp)
         if (P->group != grp) continue;
         if (R->recipe == TR_NF4_QLORA) {
             if (P->kind != TR_P_LIN) continue;
-            inject_nan(R, p, 1, R->ga[p]);
-            inject_nan(R, p, 2, R->gb[p]);
+            TRY(inject_nan(R, p, 1, R->ga[p]));
+            TRY(inject_nan(R, p, 2, R->gb[p]));
             TRY(lpx_fsdp_set_grad(G, R->ai[p], R->ga[p]));
             TRY(lpx_fsdp_set_grad(G, R->bi[p], R->gb[p]));
         } else {
             if (!R->gacc[p]) FAIL(LPX_EINTERNAL, "train: no gradient for %s", P->name);
-            inject_nan(R, p, 0, R->gacc[p]);
+            TRY(inject_nan(R, p, 0, R->gacc[p]));
             TRY(lpx_fsdp_set_grad(G, R->gi[p], R->gacc[p]));
         }
         any = true;
@@ -345,7 +347,7 @@ lpx_status tr_gather_rows(tr_rank *R, const float *local, int64_t local_rows, in
         FAIL(LPX_ENOMEM, "train: out of memory");
     }
     if (len) memcpy(send, local, sizeof(float) * (size_t)(len * cols));
-    st = lpx_comm_all_gather_buf(R->comm, send, recv, cnt * sizeof(float));
+    st = tr_all_gather_host(R, send, recv, cnt * sizeof(float));
     if (st == LPX_OK && out)
         for (int r = 0; r < R->world; r++) {
             int64_t s0 = chunk * r, n = s0 >= rows ? 0 : (rows - s0 < chunk ? rows - s0 : chunk);

@@ -34,6 +34,8 @@
 #include "mem.h"
 #include "hf.h"
 #include "../lpx/commands.h"
+#include "lpx/cuda.h"
+#include "lpx/plugin.h"
 
 typedef struct tr_shared {
     const tr_opts *o;
@@ -91,7 +93,7 @@ static lpx_status evaluate(tr_rank *R, tr_shared *sh, double *out)
         tr_reshard_all(R);
     }
     /* loss v was computed by rank v % world */
-    TRY(lpx_comm_all_gather_buf(R->comm, mine, all, sizeof(double) * (size_t)o->eval_batches));
+    TRY(tr_all_gather_host(R, mine, all, sizeof(double) * (size_t)o->eval_batches));
     if (writes_shared(R, sh))
         for (int v = 0; v < o->eval_batches; v++) out[v] = all[(size_t)(v % R->world) * (size_t)o->eval_batches + (size_t)v];
 out:
@@ -114,8 +116,9 @@ static lpx_status sample(tr_rank *R, tr_shared *sh, char *out, size_t cap)
     int n = o->sample_len, plen = 16;
     if ((size_t)n + (size_t)plen + 1 > cap) n = (int)cap - plen - 1;
     int32_t *ctx = malloc(sizeof(int32_t) * (size_t)(n + plen));
+    float *lg = malloc(sizeof(float) * (size_t)c->vocab);
     tr_fwd f = {0};
-    if (!ctx) FAIL(LPX_ENOMEM, "train: out of memory");
+    if (!ctx || !lg) FAIL(LPX_ENOMEM, "train: out of memory");
     TRY(tr_recipe_reset_eval(R));
     /* the prompt: a line start in the validation text (token ids: its
      * first tokens) */
@@ -129,8 +132,7 @@ static lpx_status sample(tr_rank *R, tr_shared *sh, char *out, size_t cap)
     for (int i = 0; i < n; i++) {
         int t = len < o->seq ? len : o->seq;
         TRY(tr_forward(R, &f, ctx + len - t, NULL, 1, t, o->micro, false));
-        const float *lg = (const float *)lpx_tensor_data(f.logits) + (size_t)(t - 1) * (size_t)c->vocab;
-        TRY(lpx_tensor_dtype(f.logits) == LPX_F32 ? LPX_OK : lpx_error(LPX_EINTERNAL, "train: logits are not f32"));
+        TRY(tr_row_to_host(f.logits, t - 1, lg));   /* the last position's logits (from the GPU too) */
         double mx = -INFINITY, sum = 0;
         for (int v = 0; v < c->vocab; v++) mx = lg[v] > mx ? lg[v] : mx;
         for (int v = 0; v < c->vocab; v++) sum += exp((lg[v] - mx) / 0.8);
@@ -159,6 +161,7 @@ static lpx_status sample(tr_rank *R, tr_shared *sh, char *out, size_t cap)
 out:
     tr_fwd_clear(&f, R->g->layers);
     free(ctx);
+    free(lg);
     return st;
 }
 
@@ -236,7 +239,7 @@ static lpx_status check_step(tr_rank *R, tr_shared *sh, double *chunk_loss, int 
     TRY(scan_local(R, true, q));
     memcpy(send, chunk_loss + (size_t)R->rank * (size_t)nloc, sizeof(double) * (size_t)nloc);
     memcpy(send + sizeof(double) * (size_t)nloc, q, sizeof q);
-    TRY(lpx_comm_all_gather_buf(R->comm, send, all, block));
+    TRY(tr_all_gather_host(R, send, all, block));
     for (int r = 0; r < R->world; r++)
         memcpy(chunk_loss + (size_t)r * (size_t)nloc, all + (size_t)r * block, sizeof(double) * (size_t)nloc);
     for (int k = 0; k < o->micro && !msg[0]; k++)
@@ -274,7 +277,7 @@ static lpx_status check_weights(tr_rank *R)
     int64_t q[4], *all = malloc(sizeof q * (size_t)R->world);
     if (!all) FAIL(LPX_ENOMEM, "train: out of memory");
     TRY(scan_local(R, false, q));
-    TRY(lpx_comm_all_gather_buf(R->comm, q, all, sizeof q));
+    TRY(tr_all_gather_host(R, q, all, sizeof q));
     for (int r = 0; r < R->world; r++) {
         int64_t *x = all + 4 * r;
         if (x[0] < 0) continue;
@@ -333,7 +336,7 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     R->rank = lpx_comm_rank(comm);
     R->world = lpx_comm_size(comm);
     R->inject = sh->main;
-    if ((st = tr_rank_alloc(R)) != LPX_OK) {
+    if ((st = tr_device_setup(R)) != LPX_OK || (st = tr_rank_alloc(R)) != LPX_OK) {
         /* nothing set up yet: no teardown to run */
         record_error(R, sh, st, -1);
         tr_rank_free(R);
@@ -363,6 +366,7 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
         }
     }
 
+    (void)tr_device_peak(R, true);   /* the GPU's peak over the steps, setup excluded */
     double t_run = now_s();
     for (int step = sh->start; step < sh->end; step++) {
         cur = step;
@@ -396,9 +400,11 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
          * outside the engine's calls, so not in its stats) */
         bool skip = false;
         TRY(check_step(R, sh, chunk_loss, nloc, &skip));
+        double t_opt = now_s();
         if (!skip) TRY(tr_adamw_step(R, tr_lr_at(o, step, sh->steps)));
         if (R->recipe == TR_F8_TENSORWISE) TRY(tr_precompute_scales(R));
         if (!skip) TRY(check_weights(R));
+        TRY(tr_device_sync(R));   /* on a GPU: the step's queued work is done */
         double t1 = now_s();
         if (R->rank == 0) {
             lpx_fsdp_stats fs = {.struct_size = sizeof fs};
@@ -422,13 +428,14 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
             rec->loss = loss;
             rec->tok_s = (double)o->batch * o->seq / (t1 - t0);
             rec->comm_ms = (double)comm_ns * 1e-6;
-            rec->compute_ms = (t1 - t0) * 1e3 - rec->comm_ms;
+            rec->optim_ms = (t1 - t_opt) * 1e3;
+            rec->compute_ms = (t_opt - t0) * 1e3 - rec->comm_ms;
             if (sh->print && (step == sh->start || (step + 1) % o->log_every == 0 || step + 1 == sh->end)) {
                 char exact[48] = "";
                 if (o->log_exact) snprintf(exact, sizeof exact, " [%a]", loss);
-                printf("  %-18s step %4d/%d  loss %.4f%s  %7.0f tok/s  compute %6.1f ms  collectives %5.1f ms%s\n",
-                       sh->label, step + 1, sh->steps, loss, exact, rec->tok_s, rec->compute_ms, rec->comm_ms,
-                       skip ? "  (skipped)" : "");
+                printf("  %-18s step %4d/%d  loss %.4f%s  %7.0f tok/s  compute %6.1f ms  collectives %5.1f ms  "
+                       "optimizer %5.1f ms%s\n", sh->label, step + 1, sh->steps, loss, exact, rec->tok_s,
+                       rec->compute_ms, rec->comm_ms, rec->optim_ms, skip ? "  (skipped)" : "");
                 fflush(stdout);
             }
         }
@@ -436,7 +443,10 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
             TRY(save_now(R, sh, step + 1));
     }
     cur = -1;
-    if (R->rank == 0) sh->res->seconds = now_s() - t_run;
+    if (R->rank == 0) {
+        sh->res->seconds = now_s() - t_run;
+        sh->res->gpu_peak = tr_device_peak(R, false);
+    }
     if (sh->main && o->save_dir) TRY(save_now(R, sh, sh->end));
 
     TRY(evaluate(R, sh, sh->val_loss));
@@ -765,6 +775,49 @@ int lpx_cmd_train(int argc, char **argv)
     return rc;
 }
 
+/* --device cuda: lpx-cuda.so with a GPU (loaded from LPX_PLUGIN_PATH or
+ * next to this executable, then lpx-nccl.so needs it), and what the GPU
+ * path does not do yet; 0, or 2 after one line */
+static int check_cuda(const tr_opts *o)
+{
+    char why[600] = "";
+    if (!lpx_backend_for(LPX_DEVICE_CUDA) && !lpx_tool_load_shipped("backends/cuda", "lpx-cuda.so"))
+        snprintf(why, sizeof why, "%s", lpx_last_error());   /* e.g. the plugin declined: no driver or GPU */
+    lpx_clear_error();
+    const lpx_plugin *p = NULL;
+    lpx_cuda_device_count_fn count = NULL;
+    if (lpx_plugin_find("cuda", &p) == LPX_OK) {
+        void *sym = lpx_plugin_symbol(p, LPX_CUDA_SYM_DEVICE_COUNT);
+        memcpy(&count, &sym, sizeof sym);
+    }
+    lpx_clear_error();
+    int n = count ? count() : 0;
+    if (!lpx_backend_for(LPX_DEVICE_CUDA) || n <= 0) {
+        if (lpx_backend_for(LPX_DEVICE_CUDA)) fprintf(stderr, "lpx train: --device cuda: lpx-cuda.so sees no GPU\n");
+        else if (why[0]) fprintf(stderr, "lpx train: --device cuda: no CUDA backend: %s\n", why);
+        else fprintf(stderr, "lpx train: --device cuda: no CUDA backend is loaded (lpx-cuda.so: build with CUDA, or "
+                             "set LPX_PLUGIN_PATH to its directory)\n");
+        return 2;
+    }
+    if (o->ranks > n) {
+        fprintf(stderr, "lpx train: --device cuda --ranks %d: this machine has %d GPU%s (one rank per GPU)\n",
+                o->ranks, n, n == 1 ? "" : "s");
+        return 2;
+    }
+    if (!o->offload) {
+        fprintf(stderr, "lpx train: --device cuda: device-resident shards and AdamW state are not built yet; add "
+                        "--offload (shards, grads and AdamW state in host memory, every weight in use, activation, "
+                        "GEMM and collective on the GPU)\n");
+        return 2;
+    }
+    if (o->save_dir || o->resume_dir) {
+        fprintf(stderr, "lpx train: --device cuda: --save and --resume are not available on the GPU yet (the "
+                        "checkpoint's agreement collectives run on host buffers, which NCCL refuses)\n");
+        return 2;
+    }
+    return 0;
+}
+
 static int train_run(tr_opts *op, const tr_ckpt *ck)
 {
     tr_opts o = *op;
@@ -772,6 +825,10 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     /* refuse what this build cannot do with one line and exit 2. A comm
      * backend's plugin (lpx-mpi.so) comes through LPX_PLUGIN_PATH or from
      * next to this executable, as lpx-mx.so does. */
+    if (!strcmp(o.device, "cuda")) {
+        int rc = check_cuda(&o);
+        if (rc) return rc;
+    }
     const lpx_comm_backend_i *be = NULL;
     if (lpx_comm_backend_find(o.comm, &be) != LPX_OK) {
         char dir[64], file[64];
@@ -809,13 +866,6 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     if (o.inject_comm_step && o.inject_comm_rank >= o.ranks) {
         if (lead) fprintf(stderr, "lpx train: --inject-comm-fault %d:%d: there are %d ranks\n", o.inject_comm_step,
                           o.inject_comm_rank, o.ranks);
-        return 2;
-    }
-    if (!strcmp(o.device, "cuda")) {
-        if (lead)
-            fprintf(stderr, "lpx train: --device cuda: %s\n",
-                    lpx_backend_for(LPX_DEVICE_CUDA) ? "lpx train runs on the CPU backend only for now"
-                                                     : "no CUDA backend is loaded (lpx-cuda.so)");
         return 2;
     }
     if (tr_recipe_is_mx(o.recipe)) {

@@ -105,7 +105,9 @@ typedef struct tr_opts {
     int ranks;
     bool ranks_given;       /* --ranks on the command line (--comm mpi: must equal the world size) */
     char comm[32];
+    bool comm_given;        /* --comm on the command line (--device cuda defaults it to nccl) */
     char device[16];
+    bool offload;           /* --offload: shards, grads and AdamW state in host memory (--device cuda) */
     int steps, batch, seq, micro;
     tr_arch m;              /* the model */
     const char *save_hf;    /* --save-hf DIR */
@@ -234,6 +236,12 @@ typedef struct tr_geom {
 lpx_status tr_geom_init(tr_geom *g, const tr_arch *a, int seq, bool wrap_linear);
 void tr_geom_free(tr_geom *g);
 int64_t tr_geom_numel(const tr_geom *g);
+/* weights that enter a GEMM per token (block linears, the LM head): the N
+ * of the 6N model FLOPs per token */
+int64_t tr_geom_matmul_params(const tr_geom *g);
+/* the dense bf16 peak the summary's MFU divides by: an H100 SXM's and an
+ * H200's (989.4 TFLOP/s, NVIDIA's data sheets; data/chips/) */
+#define TR_PEAK_BF16_TFLOPS 989.4
 /* index of parameter (kind, layer, lin) */
 int tr_param_index(const tr_geom *g, tr_pkind kind, int layer, int lin);
 
