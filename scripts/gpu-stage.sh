@@ -64,6 +64,7 @@ rm -rf "$stage/python/lpx/__pycache__"
 cp tests/python/pycase.py tests/python/test_torch.py "$stage/tests/python/"
 # the Llama fixture the GPU suite checks its kernels' composition against
 cp -r tests/data/llama_tiny "$stage/llama_tiny"
+cp data/corpus.txt "$stage/corpus.txt"   # lpx train's default corpus (test_train_gpu, lpx train in gpu-stage)
 chmod +x "$stage/bench/run.sh"
 
 # strip (the plugins keep their dynamic symbols), and check that nothing
@@ -98,6 +99,9 @@ def mapped(v):
     # a directory of the source tree that was staged (the Llama fixture)
     if v.startswith(src + "/") and os.path.isdir(v) and os.path.basename(v) in staged_dirs:
         return '"$D/%s"' % staged_dirs[os.path.basename(v)]
+    # a file of the source tree that was staged (the corpus of test_train_gpu)
+    if v.startswith(src + "/") and os.path.isfile(v) and os.path.basename(v) in staged:
+        return '"$D/%s"' % staged[os.path.basename(v)]
     return shlex.quote(v)
 try:
     tests = json.loads(subprocess.run(["meson", "introspect", build, "--tests"], check=True,
