@@ -81,6 +81,7 @@ static lpx_status ev_rank(lpx_comm *comm, void *arg)
     R->comm = comm;
     R->rank = 0;
     R->world = 1;
+    TRY(tr_device_setup(R));
     TRY(tr_rank_alloc(R));
     set_up = true;
     TRY(tr_shard_setup(R, E->w));
@@ -90,11 +91,12 @@ static lpx_status ev_rank(lpx_comm *comm, void *arg)
     for (int i = 0; i < E->n; i++) tgt[i] = i + 1 < E->n ? E->ids[i + 1] : -100;
     bool grads = E->grads_path != NULL;
     R->training = false;
-    TRY(tr_forward(R, &f, E->ids, tgt, 1, E->n, 0, grads));
+    TRY(tr_forward(R, &f, E->ids, tgt, 1, E->n, 0, (grads ? TR_FWD_GRADS : 0u) | (E->logits_path ? TR_FWD_LOGITS : 0u),
+                   1.0));
     E->loss = f.loss;
     if (E->logits_path) TRY(save_one(E->logits_path, "logits", f.logits));
     if (grads) {
-        TRY(tr_backward(R, &f, 1.0, true));
+        TRY(tr_backward(R, &f, true));
         TRY(save_grads(R, E->grads_path));
     }
 out:

@@ -65,7 +65,9 @@ void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lor
      * swiglu's product [bt, F] in the activation dtype; rstd1, rstd2 [bt]
      * and the attention lse [b, heads, seq] in f32 */
     int64_t per_block = A * (bt * (6 * D + 2 * KV + 3 * F)) + 4 * (2 * bt + (int64_t)b * g->heads * g->seq);
-    int64_t head = A * (2 * bt * D) + 4 * bt + 4 * bt * g->vocab;   /* h_last, nf, rstd; f32 logits */
+    /* h_last, nf and the loss's d nf (the head and loss run chunk by chunk
+     * in the forward: no [bt, V] logits are kept), rstd */
+    int64_t head = A * (3 * bt * D) + 4 * bt;
     /* --ac full: each block keeps its input; one block's tensors (its
      * input among them) live again while it is recomputed in the backward */
     e->activations = (ac ? A * bt * D * (g->layers - 1) + per_block : per_block * g->layers) + head;

@@ -164,6 +164,8 @@ void tr_fwd_clear(tr_fwd *f, int layers)
     REL(f->nf);
     REL(f->rstdf);
     REL(f->logits);
+    REL(f->dnf);
+    REL(f->dhead);
     memset(f, 0, sizeof *f);
 }
 
@@ -247,12 +249,95 @@ static lpx_status block_recompute(tr_rank *R, tr_fwd *f, int l, int64_t *added)
     return st;
 }
 
-lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *tgt, int b, int t, int slot,
-                      bool grads)
+/* Rows of the LM head computed at once: a chunk's logits about the size
+ * of the hidden states [bt, D] (Liger's rule), in whole 64-row tiles, so
+ * the [bt, V] logits never exist (128256 x 8192 f32 would be 3.9 GiB). */
+static int64_t head_chunk_rows(int64_t bt, int64_t dim, int64_t vocab)
+{
+    int64_t c = (bt * dim + vocab - 1) / vocab;
+    c = (c + 63) / 64 * 64;
+    return c < bt ? c : bt;
+}
+
+/* The LM head and the loss, chunk by chunk of rows: each chunk's logits
+ * (a slice of f->logits when the caller keeps them, else computed here
+ * and dropped), its share of the mean loss (the chunk's mean weighted by
+ * its share of the targets) and, with grads, right away the loss's
+ * gradients: d nf into f->dnf and d W_head into f->dhead (NULL when the
+ * head is frozen). The backward then starts from f->dnf. */
+static lpx_status head_loss(tr_rank *R, tr_fwd *f, lpx_tensor *W, const int32_t *tgt, bool grads, bool train_head,
+                            double grad_scale)
 {
     lpx_status st = LPX_OK;
     const tr_geom *g = R->g;
-    lpx_tensor *emb = NULL, *x = NULL, *loss = NULL;
+    int64_t bt = (int64_t)f->b * f->t, C = head_chunk_rows(bt, g->dim, g->vocab), valid = 0;
+    lpx_tensor *nf_c = NULL, *tgt_c = NULL, *lg = NULL, *loss_c = NULL, *part = NULL, *sum = NULL, *dl = NULL,
+               *dlt = NULL, *dw = NULL, *dnf_c = NULL;
+    for (int64_t i = 0; i < bt; i++) valid += tgt[i] != -100;
+    if (grads) {
+        int64_t s2[2] = {bt, g->dim};
+        TRY(lpx_empty(2, s2, lpx_tensor_dtype(f->nf), R->dev, &f->dnf));
+    }
+    for (int64_t r0 = 0; r0 < bt; r0 += C) {
+        int64_t n = bt - r0 < C ? bt - r0 : C, vc = 0;
+        for (int64_t i = r0; i < r0 + n; i++) vc += tgt[i] != -100;
+        TRY(lpx_narrow(f->nf, 0, r0, n, &nf_c));
+        TRY(lpx_narrow(f->tgt, 0, r0, n, &tgt_c));
+        if (f->logits) TRY(lpx_narrow(f->logits, 0, r0, n, &lg));
+        else TRY(lpx_linear(nf_c, W, NULL, &lg));                  /* [n, V] */
+        if (vc) {
+            /* the mean over all targets = sum over chunks of (chunk mean x vc / valid) */
+            TRY(lpx_cross_entropy(lg, tgt_c, -100, &loss_c));
+            TRY(lpx_mul_scalar(loss_c, (double)vc / (double)valid, &part));
+            if (sum) TRY(lpx_add_out(sum, part, sum));
+            else {
+                sum = part;
+                part = NULL;
+            }
+        }
+        if (grads) {
+            TRY(lpx_narrow(f->dnf, 0, r0, n, &dnf_c));
+            if (vc) {
+                TRY(lpx_cross_entropy_backward(lg, tgt_c, -100, grad_scale * (double)vc / (double)valid, &dl));
+                TRY(lpx_matmul_out(dl, W, dnf_c));                     /* d nf rows [n, D] */
+                if (train_head) {
+                    TRY(lpx_t(dl, &dlt));
+                    TRY(lpx_matmul(dlt, nf_c, &dw));                   /* [V, D] */
+                    if (f->dhead) TRY(lpx_add_out(f->dhead, dw, f->dhead));
+                    else {
+                        f->dhead = dw;
+                        dw = NULL;
+                    }
+                }
+            } else {
+                TRY(lpx_fill_(dnf_c, 0.0));                            /* no target here: no gradient */
+            }
+        }
+        lpx_tensor *rel[] = {nf_c, tgt_c, lg, loss_c, part, dl, dlt, dw, dnf_c};
+        for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) lpx_tensor_release(rel[i]);
+        nf_c = tgt_c = lg = loss_c = part = dl = dlt = dw = dnf_c = NULL;
+    }
+    if (grads && train_head && !f->dhead) {
+        /* not one target in the micro-batch: a zero gradient */
+        int64_t s2[2] = {g->vocab, g->dim};
+        TRY(lpx_zeros(2, s2, LPX_F32, R->dev, &f->dhead));
+    }
+    /* torch's mean over no targets is NaN */
+    if (sum) TRY(lpx_item(sum, 0, &f->loss));
+    else f->loss = NAN;
+out:;
+    lpx_tensor *rel[] = {nf_c, tgt_c, lg, loss_c, part, sum, dl, dlt, dw, dnf_c};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) lpx_tensor_release(rel[i]);
+    return st;
+}
+
+lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *tgt, int b, int t, int slot,
+                      unsigned flags, double grad_scale)
+{
+    bool grads = flags & TR_FWD_GRADS;
+    lpx_status st = LPX_OK;
+    const tr_geom *g = R->g;
+    lpx_tensor *emb = NULL, *x = NULL;
     int64_t bt = (int64_t)b * t;
     memset(f, 0, sizeof *f);
     f->b = b;
@@ -297,20 +382,19 @@ lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *
      * prefetch: nothing after it) */
     if (g->tied) TRY(tr_need_alone(R, phead));
     /* the output projection stays in high precision in every recipe (as
-     * torchao and TransformerEngine leave the LM head out of fp8) */
-    TRY(lpx_linear(f->nf, R->full[phead], NULL, &f->logits));
-    if (f->tgt) {
-        TRY(lpx_cross_entropy(f->logits, f->tgt, -100, &loss));
-        TRY(lpx_item(loss, 0, &f->loss));
-    }
+     * torchao and TransformerEngine leave the LM head out of fp8); the
+     * full logits only where the caller reads them (sampling, lpx eval
+     * --logits), else chunk by chunk inside the loss */
+    if ((flags & TR_FWD_LOGITS) || !f->tgt) TRY(lpx_linear(f->nf, R->full[phead], NULL, &f->logits));
+    if (f->tgt) TRY(head_loss(R, f, R->full[phead], tgt, grads, R->recipe != TR_NF4_QLORA, grad_scale));
     if (grads) {
         int64_t n = tr_tensor_bytes(f->h_last) + tr_tensor_bytes(f->nf) + tr_tensor_bytes(f->rstdf) +
-                    tr_tensor_bytes(f->logits);
+                    tr_tensor_bytes(f->logits) + tr_tensor_bytes(f->dnf);
         for (int l = 0; l < g->layers; l++) n += blk_bytes(&f->blk[l]);
         R->act_bytes = n;
     }
 out:;
-    lpx_tensor *rel[] = {emb, x, loss};
+    lpx_tensor *rel[] = {emb, x};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) lpx_tensor_release(rel[i]);
     return st;
 }
@@ -344,13 +428,13 @@ static lpx_status lin_bwd(tr_rank *R, int p, tr_lin_saved *s, lpx_tensor *g, lpx
     return st;
 }
 
-lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
+lpx_status tr_backward(tr_rank *R, tr_fwd *f, bool last)
 {
     lpx_status st = LPX_OK;
     const tr_geom *g = R->g;
     int b = f->b, t = f->t, hd = g->head_dim;
     int64_t bt = (int64_t)b * t, kvw = (int64_t)g->kv_heads * hd;
-    lpx_tensor *dl = NULL, *dnf = NULL, *gt = NULL, *dhead = NULL, *dh = NULL, *dnorm = NULL, *dx = NULL,
+    lpx_tensor *dnf = NULL, *dhead = NULL, *dh = NULL, *dnorm = NULL, *dx = NULL,
                *dp = NULL, *du3 = NULL, *du1 = NULL, *dn2 = NULL, *tmp = NULL, *dh1 = NULL,
                *da = NULL, *da4 = NULL, *dq4 = NULL, *dk4 = NULL, *dv4 = NULL, *dqr = NULL, *dkr = NULL,
                *dq = NULL, *dk = NULL, *dv = NULL, *dn1 = NULL, *d3 = NULL, *dtok = NULL, *o4 = NULL;
@@ -361,18 +445,15 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
     for (int i = 0; i < g->ngroups; i++) R->remaining[i] = 0;
     for (int i = 0; i < g->nparams; i++) R->remaining[g->p[i].group]++;
 
-    /* loss = mean over the micro-batch's tokens; grad_scale = 1/micro so
-     * that summing micro-batch grads (in a fixed order) gives the mean */
-    TRY(lpx_cross_entropy_backward(f->logits, f->tgt, -100, grad_scale, &dl));
+    /* the head and the loss were differentiated in the forward
+     * (head_loss: d nf and d W_head, scaled by the forward's grad_scale) */
+    if (!f->dnf) FAIL(LPX_EINTERNAL, "train: backward of a forward without TR_FWD_GRADS and targets");
+    dnf = f->dnf;
+    dhead = f->dhead;
+    f->dnf = f->dhead = NULL;
     int pnf = tr_param_index(g, TR_P_NORMF, -1, -1), phead = head_index(g);
     /* tied: the embedding's group first, alone (the root comes next) */
     TRY(g->tied ? tr_need_alone(R, phead) : tr_need(R, phead));
-    TRY(lpx_matmul(dl, R->full[phead], &dnf));                  /* [bt, D] */
-    if (train_all) {
-        TRY(lpx_t(dl, &gt));
-        TRY(lpx_matmul(gt, f->nf, &dhead));                     /* [V, D] */
-        REL(gt);
-    }
     if (g->tied) {
         /* the head's part of the shared weight's grad; the embedding's
          * part completes it at the end (acc_param there) */
@@ -386,7 +467,6 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
     REL(dhead);
     REL(dnorm);
     REL(dnf);
-    REL(dl);
 
     for (int l = g->layers - 1; l >= 0; l--) {
         tr_block_saved *S = &f->blk[l];
@@ -460,7 +540,7 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last)
     tr_reshard_all(R);
     R->bwd = false;
 out:;
-    lpx_tensor *rel[] = {dl, dnf, gt, dhead, dh, dnorm, dx, dp, du3, du1, dn2, tmp, dh1, da, da4, dq4, dk4, dv4,
+    lpx_tensor *rel[] = {dnf, dhead, dh, dnorm, dx, dp, du3, du1, dn2, tmp, dh1, da, da4, dq4, dk4, dv4,
                          dqr, dkr, dq, dk, dv, dn1, d3, dtok, o4};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) lpx_tensor_release(rel[i]);
     return st;

@@ -41,7 +41,9 @@ typedef struct tr_fwd {
     int slot;                     /* the forward's delayed-scaling slot (recomputation reuses it) */
     lpx_tensor *idx, *tgt;
     tr_block_saved *blk;          /* [layers] */
-    lpx_tensor *h_last, *nf, *rstdf, *logits;
+    lpx_tensor *h_last, *nf, *rstdf;
+    lpx_tensor *logits;           /* [b*t, V]: only with TR_FWD_LOGITS or without targets */
+    lpx_tensor *dnf, *dhead;      /* TR_FWD_GRADS: d loss / d nf [b*t, D] and / d W_head [V, D] (NULL: frozen) */
     double loss;
 } tr_fwd;
 
@@ -243,13 +245,21 @@ lpx_status tr_ckpt_save(tr_rank *R, const tr_ckpt_info *info);
 /* ---- model.c ---- */
 lpx_status tr_model_setup(tr_rank *R);
 void tr_model_teardown(tr_rank *R);
+/* tr_forward flags */
+enum {
+    TR_FWD_GRADS = 1u,   /* keep what the backward needs; the loss's gradients (d nf, d W_head) are taken
+                            in the forward, chunk by chunk with the LM head (needs tgt) */
+    TR_FWD_LOGITS = 2u   /* keep the full logits [b*t, V] in f->logits (always without tgt) */
+};
 /* idx/tgt: i32 [b * t]; tgt may be NULL (no loss: sampling). slot picks
- * delayed-scaling states. With grads false nothing is saved. */
+ * delayed-scaling states. grad_scale multiplies d loss (TR_FWD_GRADS):
+ * 1/micro-batches, so that summing their grads in a fixed order gives the
+ * mean. Without TR_FWD_GRADS nothing is saved. */
 lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *tgt, int b, int t, int slot,
-                      bool grads);
-/* grad_scale multiplies d loss; last: the micro-batch after which each
- * group's grads are complete (reduce-scatter and reshard as we go) */
-lpx_status tr_backward(tr_rank *R, tr_fwd *f, double grad_scale, bool last);
+                      unsigned flags, double grad_scale);
+/* last: the micro-batch after which each group's grads are complete
+ * (reduce-scatter and reshard as we go) */
+lpx_status tr_backward(tr_rank *R, tr_fwd *f, bool last);
 void tr_fwd_clear(tr_fwd *f, int layers);
 
 /* ---- optim.c ---- */

@@ -87,7 +87,7 @@ static lpx_status evaluate(tr_rank *R, tr_shared *sh, double *out)
     for (int k = 0; k < rounds; k++) {
         int v = k * R->world + R->rank;
         tr_batch(sh->c, o->seed, 0, v < o->eval_batches ? v : 0, true, b, o->seq, idx, tgt);
-        TRY(tr_forward(R, &f, idx, tgt, b, o->seq, o->micro, false));
+        TRY(tr_forward(R, &f, idx, tgt, b, o->seq, o->micro, 0, 1.0));
         if (v < o->eval_batches) mine[v] = f.loss;
         tr_fwd_clear(&f, R->g->layers);
         tr_reshard_all(R);
@@ -131,7 +131,7 @@ static lpx_status sample(tr_rank *R, tr_shared *sh, char *out, size_t cap)
     int len = plen;
     for (int i = 0; i < n; i++) {
         int t = len < o->seq ? len : o->seq;
-        TRY(tr_forward(R, &f, ctx + len - t, NULL, 1, t, o->micro, false));
+        TRY(tr_forward(R, &f, ctx + len - t, NULL, 1, t, o->micro, 0, 1.0));
         TRY(tr_row_to_host(f.logits, t - 1, lg));   /* the last position's logits (from the GPU too) */
         double mx = -INFINITY, sum = 0;
         for (int v = 0; v < c->vocab; v++) mx = lg[v] > mx ? lg[v] : mx;
@@ -384,14 +384,14 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
             int gi = R->rank * nloc + j;
             R->cur_chunk = gi;
             tr_batch(sh->c, o->seed, step, gi, false, b, o->seq, idx, tgt);
-            TRY(tr_forward(R, &f, idx, tgt, b, o->seq, gi, true));
+            /* the mean over this rank's micro-batches (1/nloc); the
+             * reduce-scatter averages over ranks */
+            TRY(tr_forward(R, &f, idx, tgt, b, o->seq, gi, TR_FWD_GRADS, 1.0 / nloc));
             chunk_loss[gi] = f.loss;
             if (sh->main && o->inject_nan_step == step + 1 && gi == 0 && !strcmp(o->inject_nan_param, "loss"))
                 chunk_loss[gi] = NAN;
             tr_mem_add(&R->mem, TR_MEM_ACT, R->act_bytes);
-            /* the mean over this rank's micro-batches (1/nloc); the
-             * reduce-scatter averages over ranks */
-            TRY(tr_backward(R, &f, 1.0 / nloc, j == nloc - 1));
+            TRY(tr_backward(R, &f, j == nloc - 1));
             tr_mem_add(&R->mem, TR_MEM_ACT, -R->act_bytes);
             tr_fwd_clear(&f, R->g->layers);
         }
