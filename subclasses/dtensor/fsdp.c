@@ -128,6 +128,8 @@ void lpx_fsdp_free(lpx_fsdp *f)
             lpx_tensor_release(p->grad);
             lpx_free(p->m);
             lpx_free(p->v);
+            lpx_tensor_release(p->mt);
+            lpx_tensor_release(p->vt);
         }
         lpx_free(g->p);
         lpx_free(g->name);
@@ -246,6 +248,10 @@ lpx_status lpx_fsdp_shard(lpx_fsdp *f)
     const char *op = "lpx_fsdp_shard";
     if (!f) return lpx_error(LPX_EINVAL, "%s: f is NULL", op);
     if (f->sharded) return lpx_error(LPX_EINVAL, "%s: already sharded", op);
+    /* where the shards live: the params' device (an argument error: every
+     * rank sees the same, no abort needed) */
+    lpx_status rst = fsdp_resident_check(f);
+    if (rst) return rst;
     int total = 0;
     for (int gi = 0; gi < f->ng; gi++) total += f->g[gi]->n;
     dt_wire_desc *mine = lpx_calloc((size_t)(total ? total : 1), sizeof *mine);
@@ -395,7 +401,8 @@ static lpx_status pack_group(lpx_fsdp_group *g, unsigned char *send, lpx_tensor 
         if (!st && memcmp(&d, &p->descs[f->rank], sizeof d))
             st = lpx_error(LPX_EINVAL, "%s(%s): param '%s' now puts a different input list on the wire than at "
                            "lpx_fsdp_shard (its shard changed shape or format)", op, g->name, p->name);
-        if (!st) dt_pack(&d, inputs + (size_t)i * LPX_MAX_AG_INPUTS, send + p->off);
+        if (!st && f->resident) st = fsdp_pack_dev(f, &d, inputs + (size_t)i * LPX_MAX_AG_INPUTS, send + p->off);
+        else if (!st) dt_pack(&d, inputs + (size_t)i * LPX_MAX_AG_INPUTS, send + p->off);
         if (st) st = dt_abort(f->comm, dt_prefix(st, "%s(%s): param '%s'", op, g->name, p->name));
     }
     f->st.amax_allreduces += h.amax_allreduces;
@@ -527,10 +534,18 @@ lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
     size_t *msz = lpx_calloc((size_t)(n ? n : 1), sizeof *msz);
     unsigned char *metas = lpx_malloc((size_t)(n ? n : 1) * LPX_MAX_META);
     /* send/recv: host buffers; offloading: send is the engine's staging
-     * buffer (not owned here) and recv the device tensor drecv */
+     * buffer (not owned here) and recv the device tensor drecv;
+     * device-resident: send is this rank's block inside drecv */
     unsigned char *send = NULL, *recv = NULL;
     lpx_tensor *drecv = NULL;
-    if (f->offload) {
+    if (f->resident) {
+        if (inputs && nin && msz && metas) st = fsdp_dev_bytes(f, g->slot * (size_t)f->world, true, &drecv);
+        if (!st && !drecv) st = lpx_error(LPX_ENOMEM, "%s(%s): out of memory", op, g->name);
+        if (!st) {
+            recv = lpx_tensor_data(drecv);
+            send = recv + (size_t)f->rank * g->slot;
+        }
+    } else if (f->offload) {
         if (inputs && nin && msz && metas && !(st = fsdp_stage(f, g->slot, &send)))
             st = fsdp_dev_bytes(f, g->slot * (size_t)f->world, false, &drecv);
         if (!st && !drecv) st = lpx_error(LPX_ENOMEM, "%s(%s): out of memory", op, g->name);
@@ -554,7 +569,11 @@ lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
     if ((st = pack_group(g, send, inputs, nin, metas, msz))) goto done;
     /* 3. one all-gather for the whole group (offloading: ONE copy of this
      * rank's block to its place in the device buffer, then in place) */
-    if (f->offload) {
+    if (f->resident) {
+        /* packed in place: this rank's block already sits at its offset */
+        if ((st = lpx_comm_all_gather_buf(f->comm, send, recv, g->slot))) goto done;
+        send = NULL;
+    } else if (f->offload) {
         unsigned char *mine = recv + (size_t)f->rank * g->slot;
         if ((st = fsdp_h2d(f, mine, send, g->slot))) {
             st = dt_abort(f->comm, st);
@@ -604,7 +623,7 @@ lpx_status lpx_fsdp_prefetch(lpx_fsdp_group *next)
     lpx_fsdp *f = next->f;
     if (next->unsharded || f->nunsharded >= f->cfg.max_unsharded) return LPX_OK;
     /* offloading: upload and all-gather overlap the compute queued next */
-    if (f->offload && f->sharded && f->ag_host) return prefetch_async(next);
+    if (f->offload && !f->resident && f->sharded && f->ag_host) return prefetch_async(next);
     return lpx_fsdp_unshard(next);
 }
 

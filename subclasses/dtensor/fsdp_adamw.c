@@ -44,6 +44,8 @@ static lpx_status step_param(fsdp_param *p, const lpx_adamw_opts *o_in)
     size_t n = (size_t)lpx_tensor_numel(w);
     if (!p->grad || (size_t)lpx_tensor_numel(p->grad) != n)
         return lpx_error(LPX_EINVAL, "%s: param '%s' has no reduced grad (lpx_fsdp_reduce_scatter_grads)", op, p->name);
+    /* a device-resident engine: the same update by lpx_adamw_ on the device */
+    if (lpx_tensor_device(w).type != LPX_DEVICE_CPU) return fsdp_adamw_dev(p, w, o);
     if (!p->m && n) {
         p->m = lpx_calloc(n, sizeof(float));
         p->v = lpx_calloc(n, sizeof(float));
@@ -124,6 +126,29 @@ static lpx_status adamw_tensors(const lpx_fsdp_group *g, int i, const char *op, 
     lpx_status st = state_param(g, i, op, &p, &w);
     if (st) return st;
     lpx_tensor **outs[2] = {m, v};
+    if (lpx_tensor_device(w).type != LPX_DEVICE_CPU) {
+        /* device-resident: the moments are device tensors; a view is a
+         * handle on them, a copy comes to the host */
+        lpx_tensor *dev[2] = {p->mt, p->vt};
+        for (int k = 0; k < 2; k++) {
+            if (!outs[k] || (view && !dev[k])) continue;
+            if (view) {
+                lpx_tensor_retain(dev[k]);
+                t[k] = dev[k];
+            } else {
+                st = dev[k] ? lpx_tensor_to(dev[k], lpx_cpu(), &t[k])
+                            : lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), LPX_F32, lpx_cpu(), &t[k]);
+            }
+            if (st) {
+                lpx_tensor_release(t[0]);
+                return dt_prefix(st, "%s(%s)", op, g->name);
+            }
+        }
+        if (m) *m = t[0];
+        if (v) *v = t[1];
+        if (step) *step = p->step;
+        return LPX_OK;
+    }
     float *src[2] = {p->m, p->v};
     size_t n = (size_t)lpx_tensor_numel(w);
     for (int k = 0; k < 2; k++) {
@@ -171,6 +196,9 @@ lpx_status lpx_fsdp_param_set_adamw_state(lpx_fsdp_group *g, int i, const lpx_te
         lpx_free(p->m);
         lpx_free(p->v);
         p->m = p->v = NULL;
+        lpx_tensor_release(p->mt);
+        lpx_tensor_release(p->vt);
+        p->mt = p->vt = NULL;
         p->step = 0;
         return LPX_OK;
     }
@@ -182,6 +210,27 @@ lpx_status lpx_fsdp_param_set_adamw_state(lpx_fsdp_group *g, int i, const lpx_te
             return lpx_error(LPX_EINVAL, "%s(%s): param '%s': %s must be a contiguous CPU f32 tensor of %zu elements "
                              "(the local shard), got %lld elements of %s", op, g->name, p->name, k ? "v" : "m", n,
                              (long long)lpx_tensor_numel(in[k]), lpx_dtype_name(lpx_tensor_dtype(in[k])));
+    if (lpx_tensor_device(w).type != LPX_DEVICE_CPU) {
+        /* device-resident: uploaded next to the weight, shaped like it */
+        lpx_tensor *up[2] = {NULL, NULL}, *sh[2] = {NULL, NULL};
+        for (int k = 0; k < 2 && !st; k++) {
+            st = lpx_tensor_to((lpx_tensor *)in[k], lpx_tensor_device(w), &up[k]);
+            if (!st) st = lpx_view(up[k], lpx_tensor_ndim(w), lpx_tensor_shape(w), &sh[k]);
+        }
+        lpx_tensor_release(up[0]);
+        lpx_tensor_release(up[1]);
+        if (st) {
+            lpx_tensor_release(sh[0]);
+            lpx_tensor_release(sh[1]);
+            return dt_prefix(st, "%s(%s): param '%s'", op, g->name, p->name);
+        }
+        lpx_tensor_release(p->mt);
+        lpx_tensor_release(p->vt);
+        p->mt = sh[0];
+        p->vt = sh[1];
+        p->step = step;
+        return LPX_OK;
+    }
     float *nm = n ? lpx_calloc(n, sizeof(float)) : NULL, *nv = n ? lpx_calloc(n, sizeof(float)) : NULL;
     if (n && (!nm || !nv)) {
         lpx_free(nm);

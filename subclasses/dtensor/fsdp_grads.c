@@ -129,6 +129,35 @@ static lpx_status unpack(lpx_fsdp_group *g, lpx_dtype d, lpx_dtype w, float unsc
     return LPX_OK;
 }
 
+/* Device-resident: the local grad shards of dtype d from this rank's
+ * reduced block on the device (device to device, as unpack's plain mode). */
+static lpx_status unpack_dev(lpx_fsdp_group *g, lpx_dtype d, const unsigned char *recv)
+{
+    lpx_fsdp *f = g->f;
+    size_t es = lpx_dtype_nbytes(d, 1);
+    int64_t at = 0;
+    for (int i = 0; i < g->n; i++) {
+        fsdp_param *p = &g->p[i];
+        if (!p->grad_full || lpx_tensor_dtype(p->grad_full) != d) continue;
+        int64_t row = fsdp_row_elems(p), shape[LPX_MAX_DIMS];
+        memcpy(shape, p->shape, sizeof shape);
+        shape[0] = p->len;
+        lpx_tensor *t = NULL;
+        lpx_status st = lpx_tensor_new(d, p->ndim, shape, f->cfg.compute_device, &t);
+        if (!st) st = fsdp_d2d(f, lpx_tensor_data(t), recv + (size_t)at * es, (size_t)(p->len * row) * es);
+        if (st) {
+            lpx_tensor_release(t);
+            return st;
+        }
+        lpx_tensor_release(p->grad);
+        p->grad = t;
+        lpx_tensor_release(p->grad_full);
+        p->grad_full = NULL;
+        at += p->chunk * row;
+    }
+    return LPX_OK;
+}
+
 /* Offload: rows of every grad of dtype d (on the device) into the device
  * send buffer, the same layout as pack's plain mode, device to device. */
 static lpx_status pack_dev(lpx_fsdp_group *g, lpx_dtype d, unsigned char *send, int64_t block)
@@ -156,7 +185,7 @@ static lpx_status pack_dev(lpx_fsdp_group *g, lpx_dtype d, unsigned char *send, 
 /* Offload: the reduce-scatter of dtype d on the device (zero padding, one
  * collective, the replicate average on a 2-D mesh), ONE copy of this
  * rank's block to the host staging buffer, then unpack into the host grad
- * shards as without offload. */
+ * shards as without offload; device-resident: split on the device. */
 static lpx_status rs_dtype_dev(lpx_fsdp_group *g, lpx_dtype d, int64_t block)
 {
     lpx_fsdp *f = g->f;
@@ -165,7 +194,7 @@ static lpx_status rs_dtype_dev(lpx_fsdp_group *g, lpx_dtype d, int64_t block)
     unsigned char *host = NULL;
     lpx_status st = fsdp_dev_bytes(f, rb * (size_t)f->world, true, &send);
     if (!st) st = fsdp_dev_bytes(f, rb, false, &recv);
-    if (!st) st = fsdp_stage(f, rb, &host);
+    if (!st && !f->resident) st = fsdp_stage(f, rb, &host);
     if (!st) st = pack_dev(g, d, lpx_tensor_data(send), block);
     if (st) st = dt_abort(f->comm, st);
     if (!st)
@@ -175,6 +204,12 @@ static lpx_status rs_dtype_dev(lpx_fsdp_group *g, lpx_dtype d, int64_t block)
         st = lpx_comm_all_reduce_buf(f->rep, lpx_tensor_data(recv), lpx_tensor_data(recv), (size_t)block, d,
                                      LPX_REDUCE_AVG);
     lpx_tensor_release(send);
+    if (f->resident) {
+        /* the shards stay on the device: no copy to the host */
+        if (!st) st = unpack_dev(g, d, lpx_tensor_data(recv));
+        lpx_tensor_release(recv);
+        return st;
+    }
     if (!st) st = fsdp_d2h(f, host, lpx_tensor_data(recv), rb);
     lpx_tensor_release(recv);
     if (!st) st = unpack(g, d, d, 1.0f, host);

@@ -24,7 +24,8 @@ typedef struct fsdp_param {
     /* gradients and optimizer */
     lpx_tensor *grad_full;     /* handed in by lpx_fsdp_set_grad */
     lpx_tensor *grad;          /* local grad shard after reduce-scatter */
-    float *m, *v;              /* AdamW moments over the local shard (f32) */
+    float *m, *v;              /* AdamW moments over the local shard (f32, host) */
+    lpx_tensor *mt, *vt;       /* device-resident engine: the moments on the device instead */
     int64_t step;
 } fsdp_param;
 
@@ -77,6 +78,10 @@ struct lpx_fsdp {
     lpx_fsdp_stats st;
     /* CPU offload (cfg.compute_device not the CPU; fsdp_offload.c) */
     bool offload;
+    /* device-resident (offload set, every param handed in on the compute
+     * device; fsdp_resident.c): shards, grad shards and AdamW state stay
+     * on the device, nothing crosses to the host */
+    bool resident;
     const lpx_backend_i *dev_be;        /* the compute device's backend: its copy slot */
     lpx_cuda_host_alloc_fn host_alloc;  /* lpx-cuda's pinned allocator, or NULL */
     lpx_cuda_host_free_fn host_free;
@@ -115,6 +120,23 @@ static inline lpx_tensor *fsdp_local(const fsdp_param *p) { return lpx_dtensor_l
  * state stay on the host; collectives run on device buffers (the comm is
  * NCCL, which refuses host memory). In CPU mode none of these copy: the
  * host helpers call the comm directly. */
+
+/* ---- device-resident engine (fsdp_resident.c) ------------------------ *
+ * With a compute device, params handed in on that device keep everything
+ * there: the wire buffer is packed device to device, gathered in place,
+ * grads are split into device shards and AdamW runs as lpx_adamw_ on the
+ * device (bit-identical to the host loop). */
+
+/* At lpx_fsdp_shard: every param on the CPU (offload, or a CPU engine) or
+ * every param on the compute device (sets f->resident); anything else is
+ * refused naming the param and both devices. */
+lpx_status fsdp_resident_check(lpx_fsdp *f);
+/* dt_pack into device memory: each wire input copied device to device to
+ * its offset at dst */
+lpx_status fsdp_pack_dev(lpx_fsdp *f, const dt_wire_desc *d, lpx_tensor *const *inputs, unsigned char *dst);
+/* One AdamW step of p on the device (its moments p->mt, p->vt made at the
+ * first step); p->step is the step taken. */
+lpx_status fsdp_adamw_dev(fsdp_param *p, lpx_tensor *w, const lpx_adamw_opts *o);
 
 /* Checks an offloading configuration (comms, backend, fp8) and looks up
  * lpx-cuda's pinned allocator. Called by lpx_fsdp_new; nothing to undo. */

@@ -235,6 +235,161 @@ static void run_offload(bool keep, bool pre)
     lpx_comm_destroy(nc);
 }
 
+/* ---- device-resident: the params handed in on cuda:0 ------------------ *
+ * The same four params made on the CPU and moved to the GPU (the float8
+ * master and the NF4 source before wrapping), the same two steps: the
+ * unsharded params, the grad shards and the local shards after AdamW equal
+ * the CPU engine's bit for bit, all of them on cuda:0, and not one copy
+ * crosses between host and device in unshard, reduce-scatter or AdamW. */
+static lpx_fsdp *make_engine_dev(lpx_comm *c, const lpx_fsdp_config *cfg, lpx_fsdp_group **g)
+{
+    const int64_t s0[2] = {13, 5}, s1[1] = {7}, s2[2] = {19, 16}, s3[2] = {136, 64};
+    lpx_tensor *h[4] = {rand_normal(2, s0, 1, 1.0, LPX_F32), rand_normal(1, s1, 2, 1.0, LPX_BF16),
+                        rand_normal(2, s2, 3, 2.0, LPX_F32), rand_normal(2, s3, 4, 0.5, LPX_BF16)};
+    lpx_tensor *d[4], *p[NP] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 4; i++) d[i] = h[i] ? gpu_up(h[i]) : NULL;
+    p[0] = d[0];
+    p[1] = d[1];
+    if (d[2]) CHECK_OK(lpx_float8_weight_new(d[2], NULL, &p[2]));
+    if (d[3]) CHECK_OK(lpx_nf4_quantize(d[3], NULL, &p[3]));
+    lpx_mesh *mesh = NULL;
+    lpx_fsdp *f = NULL;
+    CHECK_OK(lpx_mesh_new(c, &mesh));
+    if (mesh) CHECK_OK(lpx_fsdp_new(mesh, cfg, &f));
+    lpx_mesh_release(mesh);
+    if (f) {
+        CHECK_OK(lpx_fsdp_group_add(f, "layer", g));
+        for (int i = 0; i < NP; i++) CHECK_OK(lpx_fsdp_param_add(*g, names[i], p[i], i == 3 ? LPX_FSDP_FROZEN : 0, NULL));
+        CHECK_OK(lpx_fsdp_shard(f));
+    }
+    lpx_tensor_release(p[2]);
+    lpx_tensor_release(p[3]);
+    for (int i = 0; i < 4; i++) {
+        lpx_tensor_release(h[i]);
+        lpx_tensor_release(d[i]);
+    }
+    return f;
+}
+
+static bool on_gpu(lpx_tensor *t) { return t && lpx_tensor_device(t).type == LPX_DEVICE_CUDA; }
+
+static void run_resident(bool keep)
+{
+    lpx_comm *lc = NULL, *nc = NULL;
+    CHECK_OK(lpx_local_comm_group_create(1, &lc));
+    CHECK_OK(create_local(1, NULL, 0, &nc));
+    if (!lc || !nc) {
+        lpx_comm_destroy(lc);
+        lpx_comm_destroy(nc);
+        return;
+    }
+    lpx_fsdp_config rcfg = {.struct_size = sizeof rcfg, .keep_storage = keep};
+    lpx_fsdp_config gcfg = {.struct_size = sizeof gcfg, .keep_storage = keep, .compute_device = lpx_cuda_device(0)};
+    lpx_fsdp_group *rg = NULL, *gg = NULL;
+    lpx_fsdp *rf = make_engine(lc, &rcfg, &rg), *gf = make_engine_dev(nc, &gcfg, &gg);
+    lpx_adamw_opts o = lpx_adamw_opts_default();
+    o.lr = 1e-2;
+    for (int i = 0; gf && i < NP; i++) CHECKF(on_gpu(lpx_fsdp_param_local(gg, i)), "local shard of %s", names[i]);
+    for (int step = 0; rf && gf && step < 2; step++) {
+        lpx_fsdp_stats_reset(rf);
+        lpx_fsdp_stats_reset(gf);
+        CHECK_OK(lpx_fsdp_unshard(rg));
+        CHECK_OK(lpx_fsdp_unshard(gg));
+        for (int i = 0; i < NP; i++)
+            CHECKF(same_tensor(names[i], lpx_fsdp_param_full(rg, i), lpx_fsdp_param_full(gg, i)),
+                   "resident keep %d step %d: unsharded %s", keep, step, names[i]);
+        lpx_fsdp_stats gs = stats(gf);
+        CHECKF(gs.calls[LPX_COLL_ALL_GATHER] == 1 && gs.h2d_copies == 0 && gs.d2h_copies == 0,
+               "resident unshard: %llu all-gathers, %llu h2d, %llu d2h copies",
+               (unsigned long long)gs.calls[LPX_COLL_ALL_GATHER], (unsigned long long)gs.h2d_copies,
+               (unsigned long long)gs.d2h_copies);
+        for (int i = 0; i < 3; i++) {
+            lpx_tensor *like = i == 2 ? lpx_float8_weight_master(lpx_fsdp_param_local(rg, i)) : lpx_fsdp_param_local(rg, i);
+            lpx_tensor *gr = rand_normal(lpx_tensor_ndim(like), lpx_tensor_shape(like), 100 + 10 * (uint64_t)step + (uint64_t)i, 0.1, i == 1 ? LPX_BF16 : LPX_F32);
+            lpx_tensor *gd = gr ? gpu_up(gr) : NULL;
+            CHECK_OK(lpx_fsdp_set_grad(rg, i, gr));
+            CHECK_OK(lpx_fsdp_set_grad(gg, i, gd));
+            lpx_tensor_release(gr);
+            lpx_tensor_release(gd);
+        }
+        CHECK_OK(lpx_fsdp_reshard(rg));
+        CHECK_OK(lpx_fsdp_reshard(gg));
+        lpx_fsdp_stats_reset(gf);
+        CHECK_OK(lpx_fsdp_reduce_scatter_grads(rg));
+        CHECK_OK(lpx_fsdp_reduce_scatter_grads(gg));
+        for (int i = 0; i < 3; i++) {
+            lpx_tensor *a = lpx_fsdp_param_grad(rg, i), *b = lpx_fsdp_param_grad(gg, i);
+            CHECKF(on_gpu(b) && a && gpu_same_bits(names[i], a, b), "resident keep %d step %d: grad shard of %s",
+                   keep, step, names[i]);
+        }
+        CHECK_OK(lpx_fsdp_adamw_step(rg, &o));
+        CHECK_OK(lpx_fsdp_adamw_step(gg, &o));
+        gs = stats(gf);
+        CHECKF(gs.h2d_copies == 0 && gs.d2h_copies == 0, "resident reduce-scatter + AdamW: %llu h2d, %llu d2h",
+               (unsigned long long)gs.h2d_copies, (unsigned long long)gs.d2h_copies);
+        for (int i = 0; i < 3; i++) {
+            lpx_tensor *a = lpx_fsdp_param_local(rg, i), *b = lpx_fsdp_param_local(gg, i);
+            if (i == 2) a = lpx_float8_weight_master(a), b = lpx_float8_weight_master(b);
+            CHECKF(on_gpu(b) && a && gpu_same_bits(names[i], a, b), "resident keep %d step %d: local shard of %s "
+                   "after AdamW", keep, step, names[i]);
+        }
+        /* the moments: a copy comes to the host, equal to the CPU engine's */
+        lpx_tensor *rm = NULL, *rv = NULL, *gm = NULL, *gv = NULL;
+        int64_t rs = 0, gsn = 0;
+        CHECK_OK(lpx_fsdp_param_adamw_state(rg, 0, &rm, &rv, &rs));
+        CHECK_OK(lpx_fsdp_param_adamw_state(gg, 0, &gm, &gv, &gsn));
+        CHECK(rs == step + 1 && gsn == rs);
+        CHECK(gm && lpx_tensor_device(gm).type == LPX_DEVICE_CPU && rm && gpu_same_bits("exp_avg", rm, gm));
+        CHECK(gv && rv && gpu_same_bits("exp_avg_sq", rv, gv));
+        lpx_tensor *rel[] = {rm, rv, gm, gv};
+        for (int k = 0; k < 4; k++) lpx_tensor_release(rel[k]);
+        if (step == 0) {
+            CHECK_OK(lpx_fsdp_precompute_scales(rf));
+            CHECK_OK(lpx_fsdp_precompute_scales(gf));
+            float a = lpx_float8_weight_scale(lpx_fsdp_param_local(rg, 2)),
+                  b = lpx_float8_weight_scale(lpx_fsdp_param_local(gg, 2));
+            CHECKF(a > 0 && memcmp(&a, &b, sizeof a) == 0, "resident precomputed scale %.9g vs %.9g", (double)a,
+                   (double)b);
+        }
+    }
+    lpx_fsdp_free(rf);
+    lpx_fsdp_free(gf);
+    lpx_comm_destroy(lc);
+    lpx_comm_destroy(nc);
+}
+
+static void test_resident(void) { run_resident(false); }
+static void test_resident_keep_storage(void) { run_resident(true); }
+
+/* params on the host and on the device in one engine: refused at shard */
+static void test_resident_mixed_refused(void)
+{
+    lpx_comm *nc = NULL;
+    CHECK_OK(create_local(1, NULL, 0, &nc));
+    if (!nc) return;
+    const int64_t s[1] = {8};
+    lpx_tensor *h = rand_normal(1, s, 5, 1.0, LPX_F32), *d = h ? gpu_up(h) : NULL;
+    lpx_mesh *mesh = NULL;
+    lpx_fsdp *f = NULL;
+    lpx_fsdp_group *g = NULL;
+    lpx_fsdp_config cfg = {.struct_size = sizeof cfg, .compute_device = lpx_cuda_device(0)};
+    CHECK_OK(lpx_mesh_new(nc, &mesh));
+    if (mesh) CHECK_OK(lpx_fsdp_new(mesh, &cfg, &f));
+    if (f && h && d) {
+        CHECK_OK(lpx_fsdp_group_add(f, "g", &g));
+        CHECK_OK(lpx_fsdp_param_add(g, "on_device", d, 0, NULL));
+        CHECK_OK(lpx_fsdp_param_add(g, "on_host", h, 0, NULL));
+        CHECK_ERR(lpx_fsdp_shard(f), LPX_EDEVICE);
+        CHECKF(strstr(lpx_last_error(), "'on_device'") && strstr(lpx_last_error(), "'on_host'"), "%s",
+               lpx_last_error());
+    }
+    lpx_fsdp_free(f);
+    lpx_mesh_release(mesh);
+    lpx_tensor_release(h);
+    lpx_tensor_release(d);
+    lpx_comm_destroy(nc);
+}
+
 static void test_offload(void) { run_offload(false, false); }
 static void test_offload_keep_storage(void) { run_offload(true, false); }
 static void test_prefetch_overlapped(void) { run_offload(false, true); }
@@ -491,6 +646,9 @@ int main(void)
 {
     setup();
     RUN(test_offload);
+    RUN(test_resident);
+    RUN(test_resident_keep_storage);
+    RUN(test_resident_mixed_refused);
     RUN(test_offload_keep_storage);
     RUN(test_prefetch_overlapped);
     RUN(test_prefetch_overlapped_keep_storage);

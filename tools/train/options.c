@@ -20,7 +20,7 @@ void tr_train_usage(FILE *f)
             "  --comm C        local (default) | mpi (one rank per process: mpirun -np N lpx train\n"
             "                  --comm mpi ...; needs lpx-mpi.so) | nccl\n"
             "  --device D      cpu (default) | cuda: rank r on GPU r, collectives over NCCL\n"
-            "  --offload       cuda: shards, grads, AdamW state in host memory (required today)\n"
+            "  --offload       cuda: shards, grads, AdamW state in host memory (larger models)\n"
             "  --steps N       optimizer steps (default 300)\n"
             "  --batch N       sequences per step, all ranks together (default 16)\n"
             "  --micro N       micro-batches per step (default 4; ranks must divide it)\n"

@@ -44,11 +44,21 @@ int64_t tr_tensor_bytes(const lpx_tensor *t)
 
 static bool is_1d(const tr_param *p) { return p->kind == TR_P_NORM || p->kind == TR_P_NORMF; }
 
-static lpx_status full_tensor(const tr_param *P, const float *v, lpx_tensor **out)
+/* Where the engine's params (and so its shards and AdamW state) live: the
+ * rank's device, except under --offload (the host). */
+static lpx_device shard_device(const tr_rank *R) { return R->o->offload ? lpx_cpu() : R->dev; }
+
+/* the full f32 values v of P as a tensor where the shards will live */
+static lpx_status full_tensor(const tr_rank *R, const tr_param *P, const float *v, lpx_tensor **out)
 {
     int64_t shape[2] = {P->rows, P->cols};
-    lpx_status st = lpx_empty(is_1d(P) ? 1 : 2, shape, LPX_F32, lpx_cpu(), out);
-    if (st == LPX_OK) memcpy(lpx_tensor_data(*out), v, sizeof(float) * (size_t)(P->rows * P->cols));
+    lpx_tensor *h = NULL;
+    lpx_status st = lpx_empty(is_1d(P) ? 1 : 2, shape, LPX_F32, lpx_cpu(), &h);
+    if (st == LPX_OK) {
+        memcpy(lpx_tensor_data(h), v, sizeof(float) * (size_t)(P->rows * P->cols));
+        st = lpx_tensor_to(h, shard_device(R), out);
+    }
+    lpx_tensor_release(h);
     return st;
 }
 
@@ -64,8 +74,9 @@ lpx_status tr_shard_setup(tr_rank *R, float *const *init)
      * the f32 recipe (the reference) gathers f32 */
     lpx_fsdp_config cfg = {.struct_size = sizeof cfg, .max_unsharded = 2,
                            .param_dtype = qlora || R->recipe == TR_F32 ? 0 : LPX_BF16};
-    /* --device cuda --offload: the engine keeps the shards on the host and
-     * hands out unsharded params on the GPU, takes grads there */
+    /* --device cuda: the engine computes on the rank's GPU; the params are
+     * handed in there (shards, grads and AdamW state stay on the GPU) or,
+     * with --offload, on the host (they stay there) */
     if (tr_on_gpu(R)) cfg.compute_device = R->dev;
     TRY(lpx_mesh_new(R->comm, &R->mesh));
     TRY(lpx_fsdp_new(R->mesh, &cfg, &R->fsdp));
@@ -79,7 +90,7 @@ lpx_status tr_shard_setup(tr_rank *R, float *const *init)
     for (int p = 0; p < g->nparams; p++) {
         const tr_param *P = &g->p[p];
         lpx_fsdp_group *G = R->grp[P->group];
-        TRY(full_tensor(P, init[p], &full));
+        TRY(full_tensor(R, P, init[p], &full));
         unsigned flags = P->decay ? 0u : LPX_FSDP_NO_DECAY;
         if (P->kind == TR_P_LIN &&
             (R->recipe == TR_F8_TENSORWISE || R->recipe == TR_F8_ROWWISE || R->recipe == TR_F8_BLOCKWISE)) {
@@ -106,10 +117,14 @@ lpx_status tr_shard_setup(tr_rank *R, float *const *init)
             TRY(lpx_randn(2, sa, R->o->seed * 7919u + (uint64_t)p, LPX_F32, lpx_cpu(), &a));
             TRY(lpx_mul_scalar(a, 1.0 / sqrt((double)P->cols), &w));
             REL(a);
+            TRY(lpx_tensor_to(w, shard_device(R), &a));   /* the CPU's random stream on any device */
+            REL(w);
+            w = a;
+            a = NULL;
             snprintf(an, sizeof an, "%s.lora_a", P->name);
             TRY(lpx_fsdp_param_add(G, an, w, LPX_FSDP_NO_DECAY, &R->ai[p]));
             REL(w);
-            TRY(lpx_zeros(2, sb, LPX_F32, lpx_cpu(), &w));
+            TRY(lpx_zeros(2, sb, LPX_F32, shard_device(R), &w));
             snprintf(an, sizeof an, "%s.lora_b", P->name);
             TRY(lpx_fsdp_param_add(G, an, w, LPX_FSDP_NO_DECAY, &R->bi[p]));
             REL(w);
@@ -363,11 +378,15 @@ lpx_status tr_gather_masters(tr_rank *R, float **out)
 {
     lpx_status st = LPX_OK;
     if (R->recipe == TR_NF4_QLORA) return LPX_OK; /* the adapters are not a checkpoint */
+    lpx_tensor *h = NULL;
     for (int p = 0; p < R->g->nparams; p++) {
         const tr_param *P = &R->g->p[p];
-        TRY(tr_gather_rows(R, lpx_tensor_data(R->master[p]), R->len[p], P->rows, P->cols, out ? out[p] : NULL));
+        TRY(lpx_tensor_to(R->master[p], lpx_cpu(), &h));   /* the master itself on the host */
+        TRY(tr_gather_rows(R, lpx_tensor_data(h), R->len[p], P->rows, P->cols, out ? out[p] : NULL));
+        REL(h);
     }
 out:
+    lpx_tensor_release(h);
     return st;
 }
 

@@ -171,12 +171,25 @@ static void tparam_name(const tr_geom *g, int p, int which, char *buf, size_t n)
     snprintf(buf, n, "%s%s", g->p[p].name, which == 1 ? ".lora_a" : which == 2 ? ".lora_b" : "");
 }
 
-/* NaN and inf in t (dense; any float dtype) */
+/* NaN and inf in t (dense; any float dtype, any device: on a GPU one
+ * amax says whether to look closer, and only then are the values read back) */
 static lpx_status count_nonfinite(lpx_tensor *t, int64_t *nan, int64_t *inf)
 {
-    lpx_tensor *c = NULL;
+    lpx_tensor *c = NULL, *h = NULL;
     *nan = *inf = 0;
-    if (!t) return LPX_OK;
+    if (!t || !lpx_tensor_numel(t)) return LPX_OK;
+    if (lpx_tensor_device(t).type != LPX_DEVICE_CPU) {
+        lpx_tensor *s = NULL;
+        double v = 0;
+        lpx_status st = lpx_amax(t, 0, NULL, false, &s);   /* NaN and inf propagate */
+        if (st == LPX_OK) st = lpx_item(s, 0, &v);
+        lpx_tensor_release(s);
+        if (st != LPX_OK || isfinite(v)) return st;
+        if ((st = lpx_tensor_to(t, lpx_cpu(), &h)) != LPX_OK) return st;
+        st = count_nonfinite(h, nan, inf);
+        lpx_tensor_release(h);
+        return st;
+    }
     if (lpx_tensor_dtype(t) != LPX_F32 || !lpx_tensor_is_contiguous(t)) {
         lpx_status st = lpx_cast(t, LPX_F32, false, &c);
         if (st != LPX_OK) return st;
@@ -804,15 +817,10 @@ static int check_cuda(const tr_opts *o)
                 o->ranks, n, n == 1 ? "" : "s");
         return 2;
     }
-    if (!o->offload) {
-        fprintf(stderr, "lpx train: --device cuda: device-resident shards and AdamW state are not built yet; add "
-                        "--offload (shards, grads and AdamW state in host memory, every weight in use, activation, "
-                        "GEMM and collective on the GPU)\n");
-        return 2;
-    }
-    if (o->save_dir || o->resume_dir) {
-        fprintf(stderr, "lpx train: --device cuda: --save and --resume are not available on the GPU yet (the "
-                        "checkpoint's agreement collectives run on host buffers, which NCCL refuses)\n");
+    if (o->save_dir || o->resume_dir || o->save_hf || o->init_path) {
+        fprintf(stderr, "lpx train: --device cuda: %s is not available on the GPU yet (the checkpoint and import "
+                        "code reads host shards and agrees over host buffers, which NCCL refuses)\n",
+                o->save_dir ? "--save" : o->resume_dir ? "--resume" : o->save_hf ? "--save-hf" : "--init");
         return 2;
     }
     return 0;
