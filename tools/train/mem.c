@@ -107,7 +107,11 @@ void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lor
     int64_t *full = calloc((size_t)g->ngroups, sizeof *full);
     for (int p = 0; p < g->nparams; p++) {
         const tr_param *P = &g->p[p];
-        int64_t chunk = ceil_div(P->rows, world);
+        /* torch.chunk of the shard unit: whole 128-row blocks for a
+         * blockwise float8_weight, so rank 0 may hold more than rows/world */
+        int64_t unit = recipe == TR_F8_BLOCKWISE && P->kind == TR_P_LIN ? 128 : 1;
+        int64_t chunk = ceil_div(ceil_div(P->rows, unit), world) * unit;
+        chunk = chunk < P->rows ? chunk : P->rows;
         e->params += 4 * chunk * P->cols;
         e->optimizer += 8 * chunk * P->cols;
         if (full) full[P->group] += 4 * P->rows * P->cols;

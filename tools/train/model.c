@@ -249,14 +249,40 @@ static lpx_status block_recompute(tr_rank *R, tr_fwd *f, int l, int64_t *added)
     return st;
 }
 
-/* Rows of the LM head computed at once: a chunk's logits about the size
- * of the hidden states [bt, D] (Liger's rule), in whole 64-row tiles, so
- * the [bt, V] logits never exist (128256 x 8192 f32 would be 3.9 GiB). */
-static int64_t head_chunk_rows(int64_t bt, int64_t dim, int64_t vocab)
+/* Rows of the LM head computed at once (--loss-chunk, else automatic): a
+ * chunk's logits at most 1 GiB in the activation dtype, in whole 64-row
+ * tiles, so the [bt, V] logits never exist at once (128256 x 8192 in f32
+ * would be 3.9 GiB) while each chunk's GEMMs stay large (2 chunks at
+ * Llama-3-8B's vocabulary and 8192 tokens in bf16) and the f32 sum of the
+ * head's grad runs once per chunk. */
+static int64_t head_chunk_rows(const tr_rank *R, int64_t bt)
 {
-    int64_t c = (bt * dim + vocab - 1) / vocab;
-    c = (c + 63) / 64 * 64;
+    int64_t c = R->o->loss_chunk;
+    if (c <= 0) {
+        int64_t row = (int64_t)R->g->vocab * (int64_t)lpx_dtype_nbytes(tr_act_dtype(R->o), 1);
+        c = ((int64_t)1 << 30) / row / 64 * 64;
+        if (c < 64) c = 64;
+    }
     return c < bt ? c : bt;
+}
+
+/* *acc += g in f32 (the first g, cast when needed, becomes *acc) */
+static lpx_status sum_f32(lpx_tensor **acc, lpx_tensor *g)
+{
+    lpx_tensor *c = NULL;
+    if (lpx_tensor_dtype(g) != LPX_F32) {
+        lpx_status st = lpx_cast(g, LPX_F32, false, &c);
+        if (st != LPX_OK) return st;
+        g = c;
+    }
+    lpx_status st = LPX_OK;
+    if (*acc) st = lpx_add_out(*acc, g, *acc);
+    else {
+        lpx_tensor_retain(g);
+        *acc = g;
+    }
+    lpx_tensor_release(c);
+    return st;
 }
 
 /* The LM head and the loss, chunk by chunk of rows: each chunk's logits
@@ -270,7 +296,7 @@ static lpx_status head_loss(tr_rank *R, tr_fwd *f, lpx_tensor *W, const int32_t 
 {
     lpx_status st = LPX_OK;
     const tr_geom *g = R->g;
-    int64_t bt = (int64_t)f->b * f->t, C = head_chunk_rows(bt, g->dim, g->vocab), valid = 0;
+    int64_t bt = (int64_t)f->b * f->t, C = head_chunk_rows(R, bt), valid = 0;
     lpx_tensor *nf_c = NULL, *tgt_c = NULL, *lg = NULL, *loss_c = NULL, *part = NULL, *sum = NULL, *dl = NULL,
                *dlt = NULL, *dw = NULL, *dnf_c = NULL;
     for (int64_t i = 0; i < bt; i++) valid += tgt[i] != -100;
@@ -302,12 +328,8 @@ static lpx_status head_loss(tr_rank *R, tr_fwd *f, lpx_tensor *W, const int32_t 
                 TRY(lpx_matmul_out(dl, W, dnf_c));                     /* d nf rows [n, D] */
                 if (train_head) {
                     TRY(lpx_t(dl, &dlt));
-                    TRY(lpx_matmul(dlt, nf_c, &dw));                   /* [V, D] */
-                    if (f->dhead) TRY(lpx_add_out(f->dhead, dw, f->dhead));
-                    else {
-                        f->dhead = dw;
-                        dw = NULL;
-                    }
+                    TRY(lpx_matmul(dlt, nf_c, &dw));                   /* [V, D], the activation dtype */
+                    TRY(sum_f32(&f->dhead, dw));   /* over the chunks, in f32 (the grads' dtype) */
                 }
             } else {
                 TRY(lpx_fill_(dnf_c, 0.0));                            /* no target here: no gradient */
@@ -352,10 +374,16 @@ lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *
 
     int ptok = tr_param_index(g, TR_P_TOK, -1, -1);
     TRY(tr_need(R, ptok));
-    TRY(lpx_embedding(R->full[ptok], f->idx, &emb));            /* [b, t, D] */
+    TRY(lpx_embedding(R->full[ptok], f->idx, &emb));            /* [b, t, D] in the activation dtype */
     int64_t s2[2] = {bt, g->dim};
     TRY(lpx_view(emb, 2, s2, &x));
     REL(emb);
+    if (lpx_tensor_dtype(x) != tr_act_dtype(R->o)) {
+        TRY(lpx_cast(x, tr_act_dtype(R->o), false, &emb));
+        REL(x);
+        x = emb;
+        emb = NULL;
+    }
     double eps = g->a.norm_eps;
 
     for (int l = 0; l < g->layers; l++) {
@@ -530,7 +558,14 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, bool last)
     /* the embedding: x = tok_emb[idx] */
     int ptok = tr_param_index(g, TR_P_TOK, -1, -1);
     if (train_all) {
+        /* the table's grad is a scatter-add of many rows: in f32 */
         int64_t s3[3] = {b, t, g->dim};
+        if (lpx_tensor_dtype(dh) != LPX_F32) {
+            TRY(lpx_cast(dh, LPX_F32, false, &tmp));
+            REL(dh);
+            dh = tmp;
+            tmp = NULL;
+        }
         TRY(lpx_view(dh, 3, s3, &d3));
         TRY(lpx_embedding_backward(d3, f->idx, g->vocab, &dtok));
         TRY(acc_param(R, ptok, dtok));

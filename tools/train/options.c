@@ -21,6 +21,8 @@ void tr_train_usage(FILE *f)
             "                  --comm mpi ...; needs lpx-mpi.so) | nccl\n"
             "  --device D      cpu (default) | cuda: rank r on GPU r, collectives over NCCL\n"
             "  --offload       cuda: shards, grads, AdamW state in host memory (larger models)\n"
+            "  --act T         activations f32 | bf16 (default: bf16 on cuda, f32 on cpu)\n"
+            "  --loss-chunk N  rows of LM head + loss at once (default: logits <= 1 GiB)\n"
             "  --steps N       optimizer steps (default 300)\n"
             "  --batch N       sequences per step, all ranks together (default 16)\n"
             "  --micro N       micro-batches per step (default 4; ranks must divide it)\n"
@@ -192,6 +194,12 @@ static int parse_step_arg(const char *opt, const char *v, int *step, const char 
     return 0;
 }
 
+lpx_dtype tr_act_dtype(const tr_opts *o)
+{
+    if (o->act) return o->act;
+    return o->recipe != TR_F32 && !strcmp(o->device, "cuda") ? LPX_BF16 : LPX_F32;
+}
+
 const char *tr_split_opt(const char *arg, char *buf, size_t n, const char **inline_v)
 {
     *inline_v = NULL;
@@ -210,7 +218,7 @@ static const char *const valued[] = {
     "--layers", "--heads", "--kv-heads", "--ffn", "--vocab", "--rope-theta", "--lr", "--seed", "--wrap", "--ac",
     "--lora-rank", "--pretrain", "--init", "--save-hf", "--data", "--data-dtype", "--out", "--log-every", "--eval",
     "--sample", "--lora-dropout", "--save", "--save-every", "--resume", "--stop-after", "--inject-nan",
-    "--inject-comm-fault",
+    "--inject-comm-fault", "--act", "--loss-chunk",
 };
 static const char *const flags[] = {"--compare", "--quiet", "--skip-nonfinite", "--log-exact", "--tied", "--offload"};
 
@@ -295,6 +303,11 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
         } else if (!strcmp(a, "--device")) {
             if (strcmp(v, "cpu") && strcmp(v, "cuda")) return bad("unknown device '%s' (%s)", v, "cpu, cuda");
             snprintf(o->device, sizeof o->device, "%s", v);
+        } else if (!strcmp(a, "--loss-chunk")) {
+            rc = parse_int(a, v, 1, 1 << 30, &o->loss_chunk);
+        } else if (!strcmp(a, "--act")) {
+            if (strcmp(v, "f32") && strcmp(v, "bf16")) return bad("unknown --act '%s' (%s)", v, "f32, bf16");
+            o->act = !strcmp(v, "f32") ? LPX_F32 : LPX_BF16;
         } else if (!strcmp(a, "--steps")) { rc = parse_lim(a, v, &o->steps); o->given |= TR_GIVEN_STEPS; }
         else if (!strcmp(a, "--batch")) { rc = parse_lim(a, v, &o->batch); o->given |= TR_GIVEN_BATCH; }
         else if (!strcmp(a, "--micro")) { rc = parse_lim(a, v, &o->micro); o->given |= TR_GIVEN_MICRO; }
@@ -363,6 +376,8 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
     if (cuda && strcmp(o->comm, "nccl"))
         return bad("--device cuda runs its collectives over NCCL: --comm nccl (the default with --device cuda; "
                    "under mpirun too), not --comm %s%s", o->comm, "");
+    if (o->recipe == TR_F32 && o->act == LPX_BF16)
+        return bad("--recipe f32 is the all-f32 reference: leave out --act bf16%s%s", "", "");
     if (!cuda && !strcmp(o->comm, "nccl"))
         return bad("--comm nccl gathers GPU memory: it needs --device cuda%s%s", "", "");
     /* --resume: checked once the manifest filled in the options not given */

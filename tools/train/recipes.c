@@ -166,6 +166,14 @@ lpx_status tr_linear_forward(tr_rank *R, int p, int slot, lpx_tensor *x, lpx_ten
         TRY(lpx_linear(x, R->full[p], NULL, y));
         break;
     }
+    if (lpx_tensor_dtype(*y) != lpx_tensor_dtype(x)) {
+        /* a kind's GEMM may answer in f32 (MX dequantizes): the block
+         * goes on in the activation dtype */
+        lpx_tensor *c = NULL;
+        TRY(lpx_cast(*y, lpx_tensor_dtype(x), false, &c));
+        lpx_tensor_release(*y);
+        *y = c;
+    }
     if (s && !s->ctx) {
         lpx_tensor_retain(x);
         s->x = x;
@@ -220,6 +228,12 @@ lpx_status tr_linear_backward(tr_rank *R, int p, tr_lin_saved *s, lpx_tensor *g,
         TRY(lpx_t(g, &gt));
         TRY(lpx_matmul(gt, s->x, gw));
         break;
+    }
+    if (*gx && lpx_tensor_dtype(*gx) != lpx_tensor_dtype(g)) {
+        lpx_tensor *c = NULL;   /* grad_x in the activation dtype, as the forward's output */
+        TRY(lpx_cast(*gx, lpx_tensor_dtype(g), false, &c));
+        lpx_tensor_release(*gx);
+        *gx = c;
     }
 out:
     lpx_tensor_release(gt);

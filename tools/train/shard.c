@@ -225,15 +225,22 @@ static lpx_status make_forms(tr_rank *R, int grp)
             lpx_tensor_retain(R->la[p]);
             lpx_tensor_retain(R->lb[p]);
         } else if (P->kind == TR_P_LIN && tr_recipe_is_mx(R->recipe)) {
-            TRY(lpx_cast(u, LPX_F32, false, &R->full_dense[p]));
+            TRY(lpx_cast(u, tr_act_dtype(R->o), false, &R->full_dense[p]));
             TRY(lpx_kind_from_dense(R->mx_kind, R->full_dense[p], &R->full[p]));
-        } else if (P->kind == TR_P_LIN || lpx_tensor_dtype(u) == LPX_F32) {
-            /* a float8 tensor or bf16 weight goes to the GEMMs as it is */
-            lpx_tensor_retain(u);
-            R->full[p] = u;
         } else {
-            /* embeddings, norms and the head compute in f32 */
-            TRY(lpx_cast(u, LPX_F32, false, &R->full[p]));
+            /* a float8 tensor or bf16 weight goes to the GEMMs as it is;
+             * the embedding and the head compute in the activation dtype
+             * (bf16 GEMMs for the head on a GPU, as a bf16 transformers
+             * model does), the norms' weights in f32 */
+            lpx_dtype want = P->kind == TR_P_LIN ? lpx_tensor_dtype(u)
+                             : P->kind == TR_P_TOK || P->kind == TR_P_HEAD ? tr_act_dtype(R->o)
+                                                                            : LPX_F32;
+            if (P->kind == TR_P_LIN || lpx_tensor_dtype(u) == want) {
+                lpx_tensor_retain(u);
+                R->full[p] = u;
+            } else {
+                TRY(lpx_cast(u, want, false, &R->full[p]));
+            }
         }
     }
 out:

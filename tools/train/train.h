@@ -108,6 +108,8 @@ typedef struct tr_opts {
     bool comm_given;        /* --comm on the command line (--device cuda defaults it to nccl) */
     char device[16];
     bool offload;           /* --offload: shards, grads and AdamW state in host memory (--device cuda) */
+    lpx_dtype act;          /* --act: activation dtype, LPX_F32 or LPX_BF16 (0: the device's default) */
+    int loss_chunk;         /* --loss-chunk: rows of the LM head + loss computed at once (0: automatic) */
     int steps, batch, seq, micro;
     tr_arch m;              /* the model */
     const char *save_hf;    /* --save-hf DIR */
@@ -143,6 +145,10 @@ typedef struct tr_opts {
     int inject_comm_step;   /* --inject-comm-fault STEP:RANK: RANK aborts the comm at STEP */
     int inject_comm_rank;
 } tr_opts;
+
+/* the activation dtype of a run: --act, else bf16 on a GPU and f32 on
+ * the CPU (whose kernels compute in f32 anyway) */
+lpx_dtype tr_act_dtype(const tr_opts *o);
 
 /* ---- options.c ---- */
 /* "--opt=value": the option into buf (returned) and *inline_v = "value";
