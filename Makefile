@@ -19,7 +19,7 @@ MESON_OPTS ?=
 LPX        := $(BUILD)/tools/lpx/lpx
 
 .PHONY: all deps test-deps build build-asan build-tsan build-fuzz build-gpu demo test test-gpu fuzz bench mutate \
-	bench-gpu install clean
+	bench-gpu bench-train-gpu install clean
 
 all: build
 
@@ -129,6 +129,12 @@ mutate: test-deps
 # PYTHON= the interpreter with torch, default python3).
 bench-gpu: build-gpu
 	@bash bench/gpu/run.sh $(GPU_BUILD)
+
+# lpx train --device cuda beside transformers (eager, compile, torchao) on
+# Llama-3-8B shapes with 8 layers, one call (bench/gpu/train_compare.py;
+# staged: python3 bench/train_compare.py --stage . in gpu-stage/).
+bench-train-gpu: build-gpu
+	@$${PYTHON:-python3} bench/gpu/train_compare.py
 
 install: build
 	meson install -C $(BUILD)

@@ -55,7 +55,8 @@ for t in "$build"/tests/gpu/test_*; do
 done
 cjson=$(ls /lib/x86_64-linux-gnu/libcjson.so.1 2>/dev/null || ls /usr/lib/x86_64-linux-gnu/libcjson.so.1 2>/dev/null || true)
 if [ -n "$cjson" ]; then cp -L "$cjson" "$stage/libcjson.so.1"; else echo "gpu-stage.sh: warning: libcjson.so.1 not found" >&2; fi
-cp bench/gpu/run.sh bench/gpu/torch_bench.py bench/gpu/compare.py bench/gpu/train_ref.py scripts/chip-file.py "$stage/bench/"
+cp bench/gpu/run.sh bench/gpu/torch_bench.py bench/gpu/compare.py bench/gpu/train_ref.py bench/gpu/train_compare.py \
+    scripts/chip-file.py "$stage/bench/"
 # the Python package and lpx.torch's tests (run by run-gpu.sh; train_ref.py's
 # lpx-f8-* modes import it from here)
 mkdir -p "$stage/python" "$stage/tests/python"

@@ -743,11 +743,18 @@ static int train_run(tr_opts *op, const tr_ckpt *ck);
 static bool fits_memory(const tr_opts *o, const tr_geom *g, bool lead)
 {
     tr_mem_est e;
-    int world = strcmp(o->comm, "local") ? 1 : o->ranks;   /* ranks on this machine */
+    int world = !strcmp(o->comm, "mpi") ? 1 : o->ranks;   /* ranks in this process (threads: local, nccl) */
     tr_mem_estimate_geom(g, o->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
-                         o->wrap_linear, 4, o->ac, &e);
-    double per_rank = (double)e.params + (double)e.grads + (double)e.optimizer + (double)e.unsharded +
-                      (double)e.activations;
+                         o->wrap_linear, tr_act_dtype(o) == LPX_F32 ? 4 : 2, o->ac, &e);
+    /* host memory: on the CPU everything; on a GPU the shards, grad shards
+     * and AdamW state under --offload, nothing per rank otherwise (the GPU's
+     * own memory is lpx-cuda's to refuse: an allocation it cannot make
+     * fails with LPX_ENOMEM naming the op) */
+    bool gpu = !strcmp(o->device, "cuda");
+    double per_rank = !gpu ? (double)e.params + (double)e.grads + (double)e.optimizer + (double)e.unsharded +
+                             (double)e.activations
+                      : o->offload ? (double)e.params + (double)e.grads + (double)e.optimizer
+                                   : 0.0;
     double need = per_rank * world + 4.0 * (double)tr_geom_numel(g) * (o->recipe == TR_NF4_QLORA ? 2 : 1);
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
     double have = pages > 0 && psize > 0 ? (double)pages * (double)psize : INFINITY;
