@@ -15,12 +15,17 @@
  * backward recomputes each row's probabilities from lse, keeps dq in
  * registers and adds dk, dv with f32 atomics into zeroed f32 buffers
  * (order-dependent last bits), then converts to the inputs' dtypes.
- * Head dim up to 256. Its cost is O(T S D) per head with no tiling: a
- * fused tiled kernel (or cuDNN's SDPA) is what the GPU trainer needs. */
+ * Head dim up to 256. Its cost is O(T S D) per head with no tiling.
+ *
+ * The fast path: bf16/f16 calls that cuDNN's fused SDPA takes go there
+ * (cuda_sdpa.cu: flash attention, cuDNN loaded at run time); the
+ * reference kernels run the rest, and everything when cuDNN is absent or
+ * refuses a shape. */
 #include <math.h>
 #include <string.h>
 #include <lpx/meta.h>
 #include "cuda_dtype.cuh"
+#include "cuda_sdpa.h"
 
 #define AT_MAX_DIM 256
 #define AT_PER_LANE (AT_MAX_DIM / 32)
@@ -245,6 +250,94 @@ static lpx_status at_out(lpx_call *c, lpx_tensor *src, const lpx_tensor *like, l
     return st;
 }
 
+/* ---- the cuDNN path (cuda_sdpa.cu) ------------------------------------- */
+
+/* The cuDNN shape of a call when it may take it: every tensor bf16 (or
+ * every one f16) and contiguous, and cuDNN's own conditions. */
+static bool sdpa_shape(lpx_tensor *const *ts, int n, const lpx_attention_geom &G, bool causal, double scale,
+                       cu_sdpa_shape *x)
+{
+    lpx_dtype dt = lpx_tensor_dtype(ts[0]);
+    if (dt != LPX_BF16 && dt != LPX_F16) return false;
+    for (int i = 0; i < n; i++)
+        if (lpx_tensor_dtype(ts[i]) != dt || !lpx_tensor_is_contiguous(ts[i])) return false;
+    int dev = lpx_tensor_device(ts[0]).index, major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    *x = cu_sdpa_shape{dev, dt == LPX_BF16, G.batch, G.q_len, G.kv_len, G.heads, G.kv_heads, G.head_dim, causal,
+                       (float)scale};
+    return cu_sdpa_fits(x, major, NULL, 0) == 1;
+}
+
+/* cuDNN's workspace for x as a device tensor (NULL when none is needed);
+ * false when cuDNN refuses the shape (the caller runs the reference) */
+static bool sdpa_workspace(lpx_call *c, const cu_sdpa_shape &x, bool bwd, lpx_tensor **ws, lpx_status *st)
+{
+    *ws = NULL;
+    int64_t n = cu_sdpa_workspace(&x, bwd, NULL, 0);
+    if (n < 0) return false;
+    if (n > 0) *st = cu_new(c, LPX_U8, 1, &n, lpx_cuda_device(x.device), ws);
+    return true;
+}
+
+/* forward through cuDNN: LPX_OK with *out, *lse set; *ran false when
+ * cuDNN did not take the call (nothing set, the reference runs) */
+static lpx_status sdpa_forward(lpx_call *c, lpx_tensor *q, lpx_tensor *k, lpx_tensor *v, const lpx_attention_geom &G,
+                               bool causal, double scale, lpx_tensor **out, lpx_tensor **lse, bool *ran)
+{
+    *ran = false;
+    lpx_tensor *ts[3] = {q, k, v}, *ws = NULL;
+    cu_sdpa_shape x;
+    lpx_status st = LPX_OK;
+    if (!sdpa_shape(ts, 3, G, causal, scale, &x) || !sdpa_workspace(c, x, false, &ws, &st)) return LPX_OK;
+    int64_t ls[3] = {G.batch, G.heads, G.q_len};
+    lpx_device dev = lpx_tensor_device(q);
+    if (st || (st = cu_new(c, lpx_tensor_dtype(q), 4, lpx_tensor_shape(q), dev, out)) ||
+        (st = cu_new(c, LPX_F32, 3, ls, dev, lse))) {
+        lpx_tensor_release(ws);
+        return st;
+    }
+    if (cu_sdpa_forward(&x, lpx_tensor_data(q), lpx_tensor_data(k), lpx_tensor_data(v), lpx_tensor_data(*out),
+                        (float *)lpx_tensor_data(*lse), ws ? lpx_tensor_data(ws) : NULL, cu_stream(dev.index), NULL,
+                        0) == 0) {
+        *ran = true;
+    } else {
+        lpx_tensor_release(*out);
+        lpx_tensor_release(*lse);
+        *out = *lse = NULL;
+    }
+    lpx_tensor_release(ws);
+    return LPX_OK;
+}
+
+static lpx_status sdpa_backward(lpx_call *c, lpx_tensor *const *ts, const lpx_attention_geom &G, bool causal,
+                                double scale, lpx_tensor **r, bool *ran)
+{
+    /* ts: q, k, v, grad, out (all of one dtype), lse */
+    *ran = false;
+    lpx_tensor *ws = NULL;
+    cu_sdpa_shape x;
+    lpx_status st = LPX_OK;
+    if (lpx_tensor_dtype(ts[5]) != LPX_F32 || !lpx_tensor_is_contiguous(ts[5])) return LPX_OK;
+    if (!sdpa_shape(ts, 5, G, causal, scale, &x) || !sdpa_workspace(c, x, true, &ws, &st)) return LPX_OK;
+    lpx_device dev = lpx_tensor_device(ts[0]);
+    for (int i = 0; i < 3 && !st; i++) st = cu_new(c, lpx_tensor_dtype(ts[i]), 4, lpx_tensor_shape(ts[i]), dev, &r[i]);
+    if (!st && cu_sdpa_backward(&x, lpx_tensor_data(ts[3]), lpx_tensor_data(ts[0]), lpx_tensor_data(ts[1]),
+                                lpx_tensor_data(ts[2]), lpx_tensor_data(ts[4]), (const float *)lpx_tensor_data(ts[5]),
+                                lpx_tensor_data(r[0]), lpx_tensor_data(r[1]), lpx_tensor_data(r[2]),
+                                ws ? lpx_tensor_data(ws) : NULL, cu_stream(dev.index), NULL, 0) == 0)
+        *ran = true;
+    if (!*ran)
+        for (int i = 0; i < 3; i++) {
+            lpx_tensor_release(r[i]);
+            r[i] = NULL;
+        }
+    lpx_tensor_release(ws);
+    return st;
+}
+
 static lpx_status k_attention(lpx_call *c)
 {
     lpx_tensor *q = cu_arg_tensor(c, 0), *k = cu_arg_tensor(c, 1), *v = cu_arg_tensor(c, 2);
@@ -257,6 +350,13 @@ static lpx_status k_attention(lpx_call *c)
     if (st || (st = at_check(c, ts, names, 3, &G))) return st;
     lpx_device dev = lpx_tensor_device(q);
     lpx_tensor *qf = NULL, *kf = NULL, *vf = NULL, *of = NULL, *lse = NULL, *out = NULL;
+    bool ran = false;
+    if ((st = sdpa_forward(c, q, k, v, G, causal, scale, &out, &lse, &ran))) return st;
+    if (ran) {
+        cu_ret(c, out);
+        cu_ret(c, lse);
+        return LPX_OK;
+    }
     int64_t ls[3] = {G.batch, G.heads, G.q_len};
     if ((st = at_f32(c, q, &qf)) || (st = at_f32(c, k, &kf)) || (st = at_f32(c, v, &vf)) ||
         (st = cu_new(c, LPX_F32, 4, lpx_tensor_shape(q), dev, &of)) || (st = cu_new(c, LPX_F32, 3, ls, dev, &lse)))
@@ -292,6 +392,12 @@ static lpx_status k_attention_backward(lpx_call *c)
     lpx_device dev = lpx_tensor_device(q);
     cudaStream_t s = cu_stream(dev.index);
     lpx_tensor *f[6] = {NULL, NULL, NULL, NULL, NULL, NULL}, *dq = NULL, *dk = NULL, *dv = NULL, *r[3] = {NULL, NULL, NULL};
+    bool ran = false;
+    if ((st = sdpa_backward(c, ts, G, causal, scale, r, &ran))) return st;
+    if (ran) {
+        for (int i = 0; i < 3; i++) cu_ret(c, r[i]);
+        return LPX_OK;
+    }
     for (int i = 0; i < 6 && !st; i++) st = at_f32(c, ts[i], &f[i]);
     if (st || (st = cu_new(c, LPX_F32, 4, lpx_tensor_shape(q), dev, &dq)) ||
         (st = cu_new(c, LPX_F32, 4, lpx_tensor_shape(k), dev, &dk)) ||
@@ -328,6 +434,8 @@ out:
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
     return st;
 }
+
+extern "C" LPX_PLUGIN_EXPORT int lpx_cuda_attention_path(char *buf, size_t n) { return cu_sdpa_describe(buf, n); }
 
 extern "C" lpx_status cu_register_attention(const lpx_host *h)
 {

@@ -83,6 +83,12 @@ typedef void (*lpx_cuda_host_free_fn)(void *ptr);
  *  (lpx_cuda_host_alloc) and the plugin's init-time buffers are not
  *  affected. */
 typedef void (*lpx_cuda_fail_alloc_after_fn)(int64_t n);
+/** The path attention and attention_backward take in this process, in
+ *  words, into buf (NUL-terminated, truncated to n): cuDNN's fused SDPA
+ *  with its version, or the reference kernel and why (libcudnn not found,
+ *  LPX_CUDA_ATTENTION=reference). Returns 1 when cuDNN is used, else 0.
+ *  Opens libcudnn if that was not tried yet. */
+typedef int (*lpx_cuda_attention_path_fn)(char *buf, size_t n);
 
 #define LPX_CUDA_SYM_MEM_STATS "lpx_cuda_get_mem_stats"
 #define LPX_CUDA_SYM_MEM_RESET_PEAK "lpx_cuda_mem_reset_peak"
@@ -94,6 +100,7 @@ typedef void (*lpx_cuda_fail_alloc_after_fn)(int64_t n);
 #define LPX_CUDA_SYM_HOST_ALLOC "lpx_cuda_host_alloc"
 #define LPX_CUDA_SYM_HOST_FREE "lpx_cuda_host_free"
 #define LPX_CUDA_SYM_FAIL_ALLOC_AFTER "lpx_cuda_fail_alloc_after"
+#define LPX_CUDA_SYM_ATTENTION_PATH "lpx_cuda_attention_path"
 
 LPX_END_DECLS
 

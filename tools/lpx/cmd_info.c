@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "lpx/lpx.h"
+#include "lpx/cuda.h"
 #include "commands.h"
 
 /* Loaded plugins with what they registered, then the ones skipped (by
@@ -63,6 +64,19 @@ int lpx_cmd_info(int argc, char **argv)
                                                 : "lpx reference kernel; cuBLASLt block scaling not used yet");
     }
     printf("\n");
+    /* attention on the GPU: cuDNN's fused SDPA or the reference kernel */
+    const lpx_plugin *cp = NULL;
+    if (lpx_plugin_find("cuda", &cp) == LPX_OK) {
+        lpx_cuda_attention_path_fn path = NULL;
+        void *sym = lpx_plugin_symbol(cp, LPX_CUDA_SYM_ATTENTION_PATH);
+        memcpy(&path, &sym, sizeof sym);
+        char buf[320];
+        if (path) {
+            path(buf, sizeof buf);
+            printf("attention (cuda): %s\n", buf);
+        }
+    }
+    lpx_clear_error();
     print_plugins();
     printf("tracing: %s (set LPX_TRACE=1 or LPX_TRACE=trace.json)\n", lpx_trace_enabled() ? "on" : "off");
     return 0;
