@@ -74,7 +74,12 @@ typedef struct lpx_fsdp_config {
                                     handed in on the device, reduce-scattered there and copied to
                                     the host once per grad dtype. Needs lpx-cuda.so and the mesh's
                                     comms on NCCL over that device (LPX_EDEVICE otherwise); not
-                                    with fp8_grad_reduce (NCCL does not reduce fp8: LPX_EINVAL) */
+                                    with fp8_grad_reduce (NCCL does not reduce fp8: LPX_EINVAL).
+                                    Params handed to lpx_fsdp_param_add ON that device make the
+                                    engine device-resident instead (docs/SHARDING.md): shards,
+                                    grad shards and AdamW state stay on the device, AdamW runs
+                                    there; a mix of host and device params: LPX_EDEVICE at
+                                    lpx_fsdp_shard */
 } lpx_fsdp_config;
 
 /** The context the engine passes to a kind's pre_all_gather as `ctx`

@@ -18,8 +18,12 @@
 #include <string.h>
 #include "lpx/cuda.h"
 #include "lpx/plugin.h"
-#include "../../backends/nccl/lpx_nccl.h"
 #include "rank.h"
+
+/* lpx-nccl.so's export (backends/nccl/lpx_nccl.h, which a tool does not
+ * include: plugins are reached through their exported symbols) */
+typedef int (*nccl_comm_device_fn)(const lpx_comm *comm);
+#define NCCL_SYM_COMM_DEVICE "lpx_nccl_comm_device"
 
 bool tr_on_gpu(const tr_rank *R) { return R->dev.type == LPX_DEVICE_CUDA; }
 
@@ -40,8 +44,8 @@ lpx_status tr_device_setup(tr_rank *R)
     if (strcmp(R->o->device, "cuda")) return LPX_OK;
     /* the comm's GPU: device r for rank r of a one-process world, the
      * local rank under mpirun (lpx-nccl decides; this only asks) */
-    lpx_nccl_comm_device_fn dev_of = NULL;
-    void *sym = plugin_fn("nccl", LPX_NCCL_SYM_COMM_DEVICE);
+    nccl_comm_device_fn dev_of = NULL;
+    void *sym = plugin_fn("nccl", NCCL_SYM_COMM_DEVICE);
     memcpy(&dev_of, &sym, sizeof sym);
     int d = dev_of ? dev_of(R->comm) : -1;
     if (d < 0)
