@@ -5,14 +5,16 @@
  * scale formula, the scalar codec shared with the CPU), one thread per
  * element for the dequantize, and one thread per output element for the
  * GEMM, summing each K block in f32 and promoting it with the two blocks'
- * scales. cuBLASLt's block-scaled fp8 GEMM (Hopper, CUDA >= 12.9) is the
- * fast path still to come (docs/NUMERICS.md, "Blockwise"). The cast reads
+ * scales. The GEMM takes cuBLASLt's block-scaled fp8 GEMM first (Hopper,
+ * cuBLASLt 12.9+, cuda_gemm_block.c) when the blocks fit it; this kernel
+ * runs the rest (docs/NUMERICS.md, "Blockwise"). The cast reads
  * back one flag to refuse a block holding NaN or inf as the CPU does, so
  * it waits for its own kernel. Argument checks: the shared meta functions. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 #include "cuda_fp8.cuh"
+#include "cuda_gemm_block.h"
 
 using namespace cu_f8;
 
@@ -340,6 +342,35 @@ lpx_status k_fp8_mm_block(lpx_call *c)
     if ((st = cu_use(op, dev))) {
         lpx_tensor_release(y);
         return st;
+    }
+    /* cuBLASLt's block-scaled GEMM first (cuda_gemm_block.c), when the
+     * blocks are ones it has */
+    if (g.M * g.N > 0 && g.K > 0) {
+        cu_block_mm x;
+        memset(&x, 0, sizeof x);
+        x.dev = dev.index;
+        x.M = g.M, x.N = g.N, x.K = g.K, x.k_block = g.a.block_cols;
+        x.a_block_rows = g.a.block_rows, x.b_block_cols = g.b.block_cols;
+        x.a = lpx_tensor_data(a), x.a_rs = lpx_tensor_strides(a)[0], x.a_cs = lpx_tensor_strides(a)[1];
+        x.adt = lpx_tensor_dtype(a);
+        x.b = lpx_tensor_data(b), x.b_rs = lpx_tensor_strides(b)[0], x.b_cs = lpx_tensor_strides(b)[1];
+        x.bdt = lpx_tensor_dtype(b);
+        x.as = lpx_tensor_data(asi), x.as_rs = lpx_tensor_strides(asi)[0], x.as_cs = lpx_tensor_strides(asi)[1];
+        x.as_dt = lpx_tensor_dtype(asi);
+        x.bs = lpx_tensor_data(bsi), x.bs_rs = lpx_tensor_strides(bsi)[0], x.bs_cs = lpx_tensor_strides(bsi)[1];
+        x.bs_dt = lpx_tensor_dtype(bsi);
+        x.bias = bias ? lpx_tensor_data(bias) : NULL;
+        x.y = lpx_tensor_data(y);
+        x.odt = odt;
+        bool ran = false;
+        if ((st = cu_gemm_fp8_block(op, &x, &ran))) {
+            lpx_tensor_release(y);
+            return st;
+        }
+        if (ran) {
+            cu_ret(c, y);
+            return LPX_OK;
+        }
     }
     MmbArgs p;
     memset(&p, 0, sizeof p);

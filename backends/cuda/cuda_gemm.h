@@ -23,6 +23,12 @@ lpx_status cu_gemm_pack8(const char *op, int dev, const void *src, int64_t R, in
 lpx_status cu_gemm_gather_f32(const char *op, int dev, const void *src, lpx_dtype dt, int64_t stride, bool per,
                               int64_t n, float *dst, int64_t np);
 
+/* dst[r * Cp + k] = decode(src[r * rs + k * cs]) (element strides) for
+ * r < R, k < C, 0 for the rest of Rp x Cp: a scale grid of any float dtype
+ * and layout as the f32 matrix a block-scaled GEMM reads. */
+lpx_status cu_gemm_gather2d_f32(const char *op, int dev, const void *src, lpx_dtype dt, int64_t R, int64_t C,
+                                int64_t rs, int64_t cs, float *dst, int64_t Rp, int64_t Cp);
+
 /* out[m * ldo + n] = encode(v) for m < M, n < N, with
  *   v = acc ? acc[m * lda + n] : 0
  *   v *= sa[a_per ? m : 0] * sb[b_per ? n : 0]      (when sa and sb)

@@ -19,7 +19,11 @@
 
 /* ---- the problem, in lpx's row-major terms ----------------------------- */
 
-enum { GM_SCALE_NONE = 0, GM_SCALE_SCALAR = 1, GM_SCALE_OUTER = 2 };
+enum { GM_SCALE_NONE = 0, GM_SCALE_SCALAR = 1, GM_SCALE_OUTER = 2, GM_SCALE_BLOCK = 3 };
+/* GM_SCALE_BLOCK: each operand's scales per 128 elements of K, one per row
+ * of it (VEC128, cuBLASLt's 1 x 128) or one per 128 x 128 block (BLK128);
+ * the scale buffers in cuBLASLt's layouts (cu_gemm_block_scales) */
+enum { GM_BLOCK_VEC128 = 1, GM_BLOCK_BLK128 = 2 };
 
 typedef struct gm_problem {
     int dev;
@@ -47,6 +51,7 @@ typedef struct gm_problem {
     int scale_mode;
     const float *a_scale, *b_scale;
     bool fast_accum;         /* fp8: no periodic promotion of partial sums */
+    int a_block, b_block;    /* GM_SCALE_BLOCK: GM_BLOCK_* of a and of b */
 } gm_problem;
 
 static inline bool cu_gemm_hp(lpx_dtype d) { return d == LPX_F32 || d == LPX_F16 || d == LPX_BF16; }

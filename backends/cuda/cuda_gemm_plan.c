@@ -120,6 +120,7 @@ typedef struct gm_key {
     int32_t dev, atype, btype, ctype, dtype, opa, opb;
     int32_t bias, bias_type, scale_mode, fast_accum;
     int32_t align_a, align_b, align_c, align_d, align_bias, align_scale;
+    int32_t a_block, b_block;     /* GM_SCALE_BLOCK: cuBLASLt A's (lpx b's) and B's (lpx a's) GM_BLOCK_* */
 } gm_key;
 
 typedef struct gm_plan {
@@ -236,6 +237,28 @@ static lpx_status gm_plan_make(const char *op, const gm_key *k, const gm_problem
             goto fail;
         }
     }
+    if (k->scale_mode == GM_SCALE_BLOCK) {
+        /* Hopper's block-scaled fp8 (cuBLASLt 12.9+): A (= lpx b) and B
+         * (= lpx a) each VEC128 or BLK128x128; a library or GPU without
+         * them refuses the attribute or finds no kernel: "no kernel" */
+        int32_t ma = k->a_block == GM_BLOCK_BLK128 ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                                    : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        int32_t mb = k->b_block == GM_BLOCK_BLK128 ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                                    : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        cublasStatus_t ms = cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma);
+        if (ms == CUBLAS_STATUS_SUCCESS)
+            ms = cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb);
+        if (ms != CUBLAS_STATUS_SUCCESS) {
+            cu_blas_fail(ms, op, "cublasLtMatmulDescSetAttribute(A/B_SCALE_MODE = VEC128/BLK128x128)");
+            st = LPX_ENOTIMPL;
+            goto fail;
+        }
+    }
+#else
+    if (k->scale_mode == GM_SCALE_BLOCK) {
+        st = lpx_error(LPX_ENOTIMPL, "%s: lpx-cuda was built with cuBLASLt older than 12.9 (no block scaling)", op);
+        goto fail;
+    }
 #endif
     if ((st = gm_set_pointers(op, pl->desc, p))) goto fail;
     /* cuBLASLt A = lpx b: op(A) is N x K; B = lpx a: op(B) is K x M */
@@ -328,6 +351,10 @@ lpx_status cu_gemm_run(const char *op, const gm_problem *p)
     k.align_d = gm_align(p->d, p->batch, p->d_bs * (int64_t)cu_gemm_es(p->d_dt));
     k.align_bias = p->bias ? gm_align(p->bias, 1, 0) : 0;
     k.align_scale = p->scale_mode == GM_SCALE_OUTER ? gm_align(p->a_scale, 1, 0) | gm_align(p->b_scale, 1, 0) << 16 : 0;
+    if (p->scale_mode == GM_SCALE_BLOCK) {
+        k.a_block = p->b_block;   /* cuBLASLt's A is lpx b */
+        k.b_block = p->a_block;
+    }
     float beta = p->c ? p->beta : 0.0f;
     cudaStream_t s = cu_stream(p->dev);
     lpx_status st = LPX_OK;

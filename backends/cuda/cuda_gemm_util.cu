@@ -22,6 +22,17 @@ __global__ void gu_gather(const void *src, int dt, int64_t stride, bool per, int
         dst[i] = i < n ? cu_dec((lpx_dtype)dt, (const char *)src + (per ? i * stride : 0) * es) : 0.0f;
 }
 
+__global__ void gu_gather2d(const void *src, int dt, int64_t R, int64_t C, int64_t rs, int64_t cs, float *dst,
+                            int64_t Rp, int64_t Cp)
+{
+    int es = cu_esize((lpx_dtype)dt);
+    int64_t total = Rp * Cp;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = e / Cp, k = e - r * Cp;
+        dst[e] = r < R && k < C ? cu_dec((lpx_dtype)dt, (const char *)src + (r * rs + k * cs) * es) : 0.0f;
+    }
+}
+
 __global__ void gu_epilogue(const float *acc, int64_t lda, int64_t M, int64_t N, const float *sa, bool a_per,
                             const float *sb, bool b_per, const void *bias, int bias_dt, int64_t bias_stride, void *out,
                             int out_dt, int64_t ldo)
@@ -53,6 +64,15 @@ extern "C" lpx_status cu_gemm_gather_f32(const char *op, int dev, const void *sr
     gu_gather<<<cu_blocks(dev, np, GU_THREADS), GU_THREADS, 0, cu_stream(dev)>>>(src, (int)dt, stride, per, n, dst,
                                                                                  np);
     return cu_launched(op, "gu_gather");
+}
+
+extern "C" lpx_status cu_gemm_gather2d_f32(const char *op, int dev, const void *src, lpx_dtype dt, int64_t R,
+                                           int64_t C, int64_t rs, int64_t cs, float *dst, int64_t Rp, int64_t Cp)
+{
+    if (Rp * Cp == 0) return LPX_OK;
+    gu_gather2d<<<cu_blocks(dev, Rp * Cp, GU_THREADS), GU_THREADS, 0, cu_stream(dev)>>>(src, (int)dt, R, C, rs, cs,
+                                                                                      dst, Rp, Cp);
+    return cu_launched(op, "gu_gather2d");
 }
 
 extern "C" lpx_status cu_gemm_epilogue(const char *op, int dev, const float *acc, int64_t lda, int64_t M, int64_t N,

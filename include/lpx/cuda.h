@@ -89,6 +89,12 @@ typedef void (*lpx_cuda_fail_alloc_after_fn)(int64_t n);
  *  LPX_CUDA_ATTENTION=reference). Returns 1 when cuDNN is used, else 0.
  *  Opens libcudnn if that was not tried yet. */
 typedef int (*lpx_cuda_attention_path_fn)(char *buf, size_t n);
+/** The path fp8_mm_block takes in this process, in words, into buf:
+ *  cuBLASLt's block scaling (Hopper, cuBLASLt 12.9+; each kind of call
+ *  checked once against exact arithmetic) or lpx's reference kernel, and
+ *  why. Returns how many (device, block kinds, output dtype) combinations
+ *  passed their check and run on cuBLASLt (0 before the first call). */
+typedef int (*lpx_cuda_block_gemm_path_fn)(char *buf, size_t n);
 
 #define LPX_CUDA_SYM_MEM_STATS "lpx_cuda_get_mem_stats"
 #define LPX_CUDA_SYM_MEM_RESET_PEAK "lpx_cuda_mem_reset_peak"
@@ -101,6 +107,7 @@ typedef int (*lpx_cuda_attention_path_fn)(char *buf, size_t n);
 #define LPX_CUDA_SYM_HOST_FREE "lpx_cuda_host_free"
 #define LPX_CUDA_SYM_FAIL_ALLOC_AFTER "lpx_cuda_fail_alloc_after"
 #define LPX_CUDA_SYM_ATTENTION_PATH "lpx_cuda_attention_path"
+#define LPX_CUDA_SYM_BLOCK_GEMM_PATH "lpx_cuda_block_gemm_path"
 
 LPX_END_DECLS
 

@@ -81,6 +81,66 @@ static void test_mm_block(void)
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) lpx_tensor_release(tmp[i]);
 }
 
+/* The Float8Linear GEMMs as cuBLASLt's block scaling takes them (no bias;
+ * rows multiples of 4): fprop a 1x128 @ W^T 128x128, dgrad a 1x128 @ W
+ * 128x128 (b not K-major: packed), wgrad a 1x128 @ b 128x1; against the
+ * CPU (bf16: 1e-2, f32: 1e-5 relative). On the GPU machine
+ * (LPX_TEST_REQUIRE_GPU=1) cuBLASLt must have taken them: lpx-cuda's
+ * self-check of its scale layouts passed. */
+static void mm_case(const char *what, lpx_tensor *qa, lpx_tensor *sia, int64_t abr, lpx_tensor *qb, lpx_tensor *sib,
+                    int64_t bbc, lpx_dtype odt)
+{
+    lpx_tensor *ref = NULL, *out = NULL, *g[4] = {gpu_up(qa), gpu_up(sia), gpu_up(qb), gpu_up(sib)};
+    CHECK_OK(lpx_fp8_mm_block(qa, sia, abr, 128, qb, sib, 128, bbc, NULL, odt, &ref));
+    if (g[0] && g[1] && g[2] && g[3]) CHECK_OK(lpx_fp8_mm_block(g[0], g[1], abr, 128, g[2], g[3], 128, bbc, NULL, odt, &out));
+    double tol = odt == LPX_F32 ? 1e-5 : 1e-2;
+    if (ref && out) CHECKF(gpu_rel_err(ref, out) < tol, "%s %s: rel err %.3g", what, lpx_dtype_name(odt),
+                           gpu_rel_err(ref, out));
+    lpx_tensor *rel[] = {ref, out, g[0], g[1], g[2], g[3]};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
+}
+
+static void test_mm_block_cublas(void)
+{
+    int64_t sx[2] = {256, 512}, sw[2] = {384, 512}, sg[2] = {256, 384};
+    lpx_tensor *x = rand_normal(2, sx, 31, 1.0, LPX_F32), *w = rand_normal(2, sw, 32, 0.1, LPX_F32),
+               *gy = rand_normal(2, sg, 33, 1.0, LPX_F32);
+    lpx_tensor *qx = NULL, *sx_ = NULL, *qw = NULL, *sw_ = NULL, *qwt = NULL, *swt = NULL, *qg = NULL, *sg_ = NULL,
+               *gt = NULL, *qgt = NULL, *sgt = NULL, *xt = NULL, *qxc = NULL, *sxc = NULL, *qxct = NULL, *sxct = NULL;
+    CHECK_OK(lpx_fp8_quantize_block(x, LPX_F8E4M3FN, 1, 128, true, true, &qx, NULL, &sx_, NULL));
+    CHECK_OK(lpx_fp8_quantize_block(w, LPX_F8E4M3FN, 128, 128, true, true, &qw, NULL, &sw_, NULL));
+    CHECK_OK(lpx_fp8_quantize_block(gy, LPX_F8E4M3FN, 1, 128, true, true, &qg, NULL, &sg_, NULL));
+    CHECK_OK(lpx_t(qw, &qwt));
+    CHECK_OK(lpx_t(sw_, &swt));
+    /* wgrad: dy^T [384, 256] in 1x128 blocks along the tokens, x [256, 512] in 128x1 blocks */
+    CHECK_OK(lpx_t(gy, &gt));
+    CHECK_OK(lpx_fp8_quantize_block(gt, LPX_F8E4M3FN, 1, 128, true, true, &qgt, NULL, &sgt, NULL));
+    CHECK_OK(lpx_t(x, &xt));
+    CHECK_OK(lpx_fp8_quantize_block(xt, LPX_F8E4M3FN, 1, 128, true, true, &qxc, NULL, &sxc, NULL));
+    CHECK_OK(lpx_t(qxc, &qxct));
+    CHECK_OK(lpx_t(sxc, &sxct));
+    const lpx_dtype outs[2] = {LPX_BF16, LPX_F32};
+    for (int o = 0; o < 2; o++) {
+        mm_case("fprop", qx, sx_, 1, qwt, swt, 128, outs[o]);
+        mm_case("dgrad", qg, sg_, 1, qw, sw_, 128, outs[o]);
+        mm_case("wgrad", qgt, sgt, 1, qxct, sxct, 1, outs[o]);
+    }
+    lpx_cuda_block_gemm_path_fn path = NULL;
+    void *sym = lpx_plugin_symbol(gpu_plugin, LPX_CUDA_SYM_BLOCK_GEMM_PATH);
+    memcpy(&path, &sym, sizeof sym);
+    CHECKF(path != NULL, "lpx-cuda.so does not export %s", LPX_CUDA_SYM_BLOCK_GEMM_PATH);
+    if (path) {
+        char buf[320];
+        int used = path(buf, sizeof buf);
+        printf("  blockwise GEMM path: %s (%d combinations on cuBLASLt)\n", buf, used);
+        const char *req = getenv("LPX_TEST_REQUIRE_GPU"), *force = getenv("LPX_CUDA_BLOCK_GEMM");
+        if (req && !strcmp(req, "1") && !(force && !strcmp(force, "reference")))
+            CHECKF(used > 0, "the GPU machine runs the blockwise GEMM on the reference kernel: %s", buf);
+    }
+    lpx_tensor *rel[] = {x, w, gy, qx, sx_, qw, sw_, qwt, swt, qg, sg_, gt, qgt, sgt, xt, qxc, sxc, qxct, sxct};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
+}
+
 static void test_linear_blockwise(void)
 {
     int64_t sx[2] = {64, 256}, sw[2] = {192, 256}, sg[2] = {64, 192};
@@ -116,6 +176,7 @@ int main(void)
     RUN(test_cast_and_dequantize);
     RUN(test_nonfinite_block_refused);
     RUN(test_mm_block);
+    RUN(test_mm_block_cublas);
     RUN(test_linear_blockwise);
     return CHECK_DONE();
 }

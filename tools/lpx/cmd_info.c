@@ -59,9 +59,17 @@ int lpx_cmd_info(int argc, char **argv)
     for (int i = 0; i < lpx_backend_count(); i++) {
         const lpx_backend_i *b = lpx_backend_at(i);
         if (!lpx_kernel_exists(LPX_OP_fp8_mm_block, lpx_device_key(b->device_type))) continue;
+        char path[320] = "lpx reference kernel";
+        const lpx_plugin *bp = NULL;
+        if (b->device_type != LPX_DEVICE_CPU && lpx_plugin_find("cuda", &bp) == LPX_OK) {
+            lpx_cuda_block_gemm_path_fn f = NULL;
+            void *sym = lpx_plugin_symbol(bp, LPX_CUDA_SYM_BLOCK_GEMM_PATH);
+            memcpy(&f, &sym, sizeof sym);
+            if (f) f(path, sizeof path);
+        }
+        lpx_clear_error();
         printf(" %s (%s)", b->name,
-               b->device_type == LPX_DEVICE_CPU ? "reference: sgemm per 128-K block, f32 promotion"
-                                                : "lpx reference kernel; cuBLASLt block scaling not used yet");
+               b->device_type == LPX_DEVICE_CPU ? "reference: sgemm per 128-K block, f32 promotion" : path);
     }
     printf("\n");
     /* attention on the GPU: cuDNN's fused SDPA or the reference kernel */
