@@ -22,6 +22,8 @@
  *   gemm_fp8_tensorwise  fp8_scaled_mm e4m3 x e4m3 8192^3, tensorwise
  *                      scales, bf16 out (b column-major, as cuBLASLt wants)
  *   gemm_fp8_rowwise   the same with [M, 1] x [1, N] scales
+ *   gemm_fp8_blockwise fp8_mm_block: a in 1 x 128 blocks, b = w^T of a
+ *                      128 x 128-block weight (DeepSeek-V3), bf16 out
  *   adamw              adamw_ over 64 f32 params of 16 MiB (1 GiB):
  *                      params r+w, grads r, exp_avg r+w, exp_avg_sq r+w
  *   float8_linear_RECIPE_KxN   the layer a user trains with, through the
@@ -33,7 +35,7 @@
  *                      the three GEMMs in high precision), tensorwise,
  *                      tensorwise_fp8w (W already a tensorwise float8, as
  *                      the fp8 all-gather delivers it), rowwise,
- *                      rowwise_with_gw_hp, delayed. Each case also prints
+ *                      rowwise_with_gw_hp, delayed, blockwise. Each case also prints
  *                      the forward alone as CASE_fwd.
  *
  * Timing: cudaEvents recorded on the plugin's stream (the one every lpx
@@ -551,7 +553,7 @@ static int case_nf4(const char *name, int64_t n)
 }
 
 /* (d) GEMMs 8192^3 */
-enum { G_BF16, G_FP8_TENSOR, G_FP8_ROW };
+enum { G_BF16, G_FP8_TENSOR, G_FP8_ROW, G_FP8_BLOCK };
 
 typedef struct gemm_ctx {
     int mode;
@@ -563,10 +565,13 @@ static int rep_gemm(void *p, int i)
     (void)i;
     gemm_ctx *c = p;
     lpx_tensor *out = NULL;
-    lpx_status st = c->mode == G_BF16 ? lpx_matmul(c->a, c->b, &out)
-                                      : lpx_fp8_scaled_mm(c->a, c->sa, c->b, c->sb, NULL, LPX_BF16, &out);
+    lpx_status st = c->mode == G_BF16        ? lpx_matmul(c->a, c->b, &out)
+                    : c->mode == G_FP8_BLOCK ? lpx_fp8_mm_block(c->a, c->sa, 1, 128, c->b, c->sb, 128, 128, NULL,
+                                                                LPX_BF16, &out)
+                                             : lpx_fp8_scaled_mm(c->a, c->sa, c->b, c->sb, NULL, LPX_BF16, &out);
     lpx_tensor_release(out);
-    if (st) return fail_lpx(st, c->mode == G_BF16 ? "lpx_matmul" : "lpx_fp8_scaled_mm");
+    if (st) return fail_lpx(st, c->mode == G_BF16 ? "lpx_matmul" : c->mode == G_FP8_BLOCK ? "lpx_fp8_mm_block"
+                                                                                          : "lpx_fp8_scaled_mm");
     return 0;
 }
 
@@ -612,7 +617,16 @@ static int case_gemm(const char *name, int mode)
         TRY_LPX("lpx_t (b = w^T, column-major)", lpx_t(w, &c.b));
         keep(c.b);
         int64_t sa_shape[2] = {n, 1}, sb_shape[2] = {1, n};
-        if (mode == G_FP8_TENSOR) {
+        if (mode == G_FP8_BLOCK) {
+            /* DeepSeek-V3's blocks: a 1 x 128 ([M, K/128] scales), w 128 x 128
+             * ([N/128, K/128], used transposed as b's [K/128, N/128]) */
+            int64_t sa_b[2] = {n, n / 128}, sw_b[2] = {n / 128, n / 128};
+            lpx_tensor *sw = NULL;
+            if (upload_const(1.0 / 224, LPX_F32, 2, sa_b, &c.sa) || upload_const(1.0 / 224, LPX_F32, 2, sw_b, &sw))
+                return 1;
+            TRY_LPX("lpx_t (w's block scales)", lpx_t(sw, &c.sb));
+            keep(c.sb);
+        } else if (mode == G_FP8_TENSOR) {
             if (upload_const(1.0 / 224, LPX_F32, 0, NULL, &c.sa) || upload_const(1.0 / 224, LPX_F32, 0, NULL, &c.sb))
                 return 1;
         } else if (upload_const(1.0 / 224, LPX_F32, 2, sa_shape, &c.sa) ||
@@ -625,7 +639,8 @@ static int case_gemm(const char *name, int mode)
     char desc[160];
     static const char *what[] = {"lpx_matmul bf16 x bf16 -> bf16",
                                  "fp8_scaled_mm e4m3 x e4m3^T, tensorwise scales -> bf16",
-                                 "fp8_scaled_mm e4m3 x e4m3^T, rowwise [M,1] x [1,N] scales -> bf16"};
+                                 "fp8_scaled_mm e4m3 x e4m3^T, rowwise [M,1] x [1,N] scales -> bf16",
+                                 "fp8_mm_block e4m3 1x128 x (128x128)^T, f32 block scales -> bf16"};
     snprintf(desc, sizeof desc, "%lld^3, %s", (long long)n, what[mode]);
     report(name, desc, med, mn, 0, 2.0 * (double)n * (double)n * (double)n);
     return 0;
@@ -791,6 +806,7 @@ static int c_nf4_16k(const char *n) { return case_nf4(n, 16384); }
 static int c_gemm_bf16(const char *n) { return case_gemm(n, G_BF16); }
 static int c_gemm_fp8t(const char *n) { return case_gemm(n, G_FP8_TENSOR); }
 static int c_gemm_fp8r(const char *n) { return case_gemm(n, G_FP8_ROW); }
+static int c_gemm_fp8b(const char *n) { return case_gemm(n, G_FP8_BLOCK); }
 static int c_adamw(const char *n) { return case_adamw(n); }
 
 static const struct {
@@ -811,10 +827,12 @@ static const struct {
     {"fp8_quant_rowwise", c_qrowwise},
     {"nf4_dequant_16k", c_nf4_16k},
     {"gemm_fp8_rowwise", c_gemm_fp8r},
+    {"gemm_fp8_blockwise", c_gemm_fp8b},
 #define LIN_CASES(shape)                                                                              \
     {"float8_linear_bf16_" shape, case_linear}, {"float8_linear_tensorwise_" shape, case_linear},       \
         {"float8_linear_tensorwise_fp8w_" shape, case_linear}, {"float8_linear_rowwise_" shape, case_linear}, \
-        {"float8_linear_rowwise_with_gw_hp_" shape, case_linear}, {"float8_linear_delayed_" shape, case_linear}
+        {"float8_linear_rowwise_with_gw_hp_" shape, case_linear}, {"float8_linear_delayed_" shape, case_linear}, \
+        {"float8_linear_blockwise_" shape, case_linear}
     LIN_CASES("4096x14336"),
     LIN_CASES("14336x4096"),
     LIN_CASES("4096x4096"),

@@ -15,7 +15,7 @@ import sys
 ORDER = [
     "copy", "copy_op", "cast_fp8", "fp8_quant_static", "fp8_quant_dynamic", "fp8_quant_rowwise",
     "nf4_dequant", "nf4_dequant_16k", "gemm_bf16", "gemm_fp8_tensorwise", "gemm_fp8_rowwise",
-    "gemm_fp8_tensorwise_fastaccum", "adamw",
+    "gemm_fp8_blockwise", "gemm_fp8_tensorwise_fastaccum", "adamw",
 ]
 
 
@@ -69,7 +69,7 @@ def print_table(hdr, rows):
 
 
 LIN_SHAPES = ["4096x4096", "4096x14336", "14336x4096"]
-LIN_RECIPES = ["bf16", "tensorwise", "tensorwise_fp8w", "rowwise", "rowwise_with_gw_hp", "delayed"]
+LIN_RECIPES = ["bf16", "tensorwise", "tensorwise_fp8w", "rowwise", "rowwise_with_gw_hp", "delayed", "blockwise"]
 
 
 def lin_table(lpx, torch, ms_of, lin_ratio):
@@ -133,6 +133,12 @@ def main():
             return None
         return (f"{a / b:.2f}x lpx bf16 GEMM (goal >= 1.6x)", a / b >= 1.6)
 
+    def t_block_vs_bf16():
+        a, b = rate(lpx.get("gemm_fp8_blockwise")), rate(lpx.get("gemm_bf16"))
+        if not a or not b:
+            return None
+        return (f"{a / b:.2f}x lpx bf16 GEMM (goal >= 1.5x)", a / b >= 1.5)
+
     def t_fp8_vs_torch():
         a, b = rate(lpx.get("gemm_fp8_tensorwise")), rate(torch.get("gemm_fp8_tensorwise"))
         if not a or not b:
@@ -177,6 +183,7 @@ def main():
              t_lin("rowwise_with_gw_hp", shape, 1.2)),
             (f"float8_linear_delayed_{shape}", f"{shape} delayed >= tensorwise",
              t_lin("delayed", shape, 1.0, "tensorwise")),
+            (f"float8_linear_blockwise_{shape}", f"{shape} blockwise >= 1.25x bf16", t_lin("blockwise", shape, 1.25)),
         ]
     targets = [
         ("fp8_quant_static", "cast+amax bf16->fp8 >= 85% of copy", t_copy_pct("fp8_quant_static", 85)),
@@ -184,6 +191,7 @@ def main():
         ("nf4_dequant", "NF4 dequant -> bf16 >= 85% of copy", t_copy_pct("nf4_dequant", 85)),
         ("gemm_fp8_tensorwise", "fp8 GEMM 8192^3 >= 1.6x bf16 GEMM", t_fp8_vs_bf16),
         ("gemm_fp8_tensorwise", "fp8 GEMM 8192^3 >= 0.95x torch._scaled_mm", t_fp8_vs_torch),
+        ("gemm_fp8_blockwise", "blockwise fp8 GEMM 8192^3 >= 1.5x bf16 GEMM", t_block_vs_bf16),
         ("adamw", "fused AdamW >= 80% of copy", t_copy_pct("adamw", 80)),
     ] + lin_targets
     results = []
