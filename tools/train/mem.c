@@ -71,6 +71,14 @@ void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lor
     /* --ac full: each block keeps its input; one block's tensors (its
      * input among them) live again while it is recomputed in the backward */
     e->activations = (ac ? A * bt * D * (g->layers - 1) + per_block : per_block * g->layers) + head;
+    /* the loss's chunk (model.c, head_loss: rows of 1 GiB of logits at
+     * most): its logits and their gradient in the activation dtype, and
+     * for a trained head the chunk's grad of W_head with, below f32, its
+     * f32 copy summed into the accumulator */
+    int64_t V = g->vocab, C = ((int64_t)1 << 30) / (V * A) / 64 * 64;
+    if (C < 64) C = 64;
+    if (C > bt) C = bt;
+    e->transient = 2 * C * V * A + (recipe != TR_NF4_QLORA ? V * D * (A == 4 ? 4 : A + 4) : 0);
     /* unsharded: the engine holds at most two groups (the one computed and
      * the prefetched next one; a tied head: the embedding beside the root) */
     for (int grp = 0; grp < g->ngroups; grp++) {
@@ -273,9 +281,10 @@ int lpx_cmd_mem(int argc, char **argv)
     tr_mem_est e[MAX_WORLDS];
     for (int w = 0; w < nworlds; w++)
         tr_mem_estimate_geom(&g, (tr_recipe)recipe, worlds[w], (int)lora, (int)batch, 1, wrap_linear, act_bytes, ac, &e[w]);
-    const char *rows[] = {"params", "grads", "optimizer", "unsharded", "activations", "device total", "host"};
-    for (int r = 0; r < 7; r++) {
-        if (r == 6 && !offload) break;
+    const char *rows[] = {"params", "grads", "optimizer", "unsharded", "activations", "loss chunk", "device total",
+                          "host"};
+    for (int r = 0; r < 8; r++) {
+        if (r == 7 && !offload) break;
         printf("  %-14s", rows[r]);
         for (int w = 0; w < nworlds; w++) {
             const tr_mem_est *x = &e[w];
@@ -283,8 +292,8 @@ int lpx_cmd_mem(int argc, char **argv)
              * its NF4 base shards too, as FSDP's CPU offload does) and
              * AdamW's state to the host */
             int64_t host = offload ? x->params + x->optimizer : 0;
-            int64_t dev = x->grads + x->unsharded + x->activations + x->params + x->optimizer - host;
-            int64_t v[7] = {x->params, x->grads, x->optimizer, x->unsharded, x->activations, dev, host};
+            int64_t dev = x->grads + x->unsharded + x->activations + x->transient + x->params + x->optimizer - host;
+            int64_t v[8] = {x->params, x->grads, x->optimizer, x->unsharded, x->activations, x->transient, dev, host};
             char b[32];
             human(b, sizeof b, (double)v[r]);
             printf(" %12s", b);

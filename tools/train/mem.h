@@ -7,6 +7,7 @@
 
 typedef struct tr_mem_est {
     int64_t params, grads, optimizer, unsharded, activations;
+    int64_t transient;   /* the loss's chunk while it is computed (logits, their grad, the head's grad) */
 } tr_mem_est;
 
 /* g: the model; world ranks; b sequences per micro-batch (g->seq long);

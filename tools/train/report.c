@@ -76,9 +76,18 @@ void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, 
                    100 * mfu, TR_PEAK_BF16_TFLOPS);
         }
         printf("\n");
-        if (x->gpu_peak >= 0)
-            printf("  %-20s peak GPU memory (rank 0, lpx-cuda's allocator over the steps): %.2f GiB\n", x->label,
-                   (double)x->gpu_peak / (1024.0 * 1048576.0));
+        if (x->gpu_peak >= 0) {
+            /* lpx mem's device total for this run, beside the measured peak */
+            tr_mem_est e;
+            tr_mem_estimate_geom(g, x->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
+                                 o->wrap_linear, tr_act_dtype(o) == LPX_F32 ? 4 : 2, o->ac, &e);
+            int64_t host = o->offload ? e.params + e.optimizer : 0;
+            int64_t dev = e.params + e.grads + e.optimizer + e.unsharded + e.activations + e.transient - host;
+            printf("  %-20s peak GPU memory (rank 0, lpx-cuda's allocator over the steps): %.2f GiB; lpx mem's device "
+                   "total %.2f GiB (%+.1f%%)\n", x->label, (double)x->gpu_peak / (1024.0 * 1048576.0),
+                   (double)dev / (1024.0 * 1048576.0),
+                   x->gpu_peak ? 100.0 * ((double)dev - (double)x->gpu_peak) / (double)x->gpu_peak : 0.0);
+        }
     }
     if (M->skipped || o->skip_nonfinite)
         printf("  optimizer steps skipped for non-finite gradients (--skip-nonfinite): %d\n", M->skipped);
