@@ -224,6 +224,16 @@ static lpx_status cast_shard(const lpx_tensor *shard, void *ctx, lpx_tensor **f8
         o.axis = -1;
     } else {
         if ((st = shard_scale(shard, ctx, &scale))) return st;
+        /* the scale is made on the host; a master on a device (a
+         * device-resident engine) casts with it there */
+        lpx_device md = lpx_tensor_device(lpx_tensor_inner(shard, 0));
+        if (md.type != LPX_DEVICE_CPU) {
+            lpx_tensor *d = NULL;
+            st = lpx_tensor_to(scale, md, &d);
+            lpx_tensor_release(scale);
+            scale = d;
+            if (st) return st;
+        }
         o.scale = scale;
     }
     st = lpx_float8_quantize(lpx_tensor_inner(shard, 0), &o, f8, NULL);
