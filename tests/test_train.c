@@ -306,6 +306,22 @@ static void test_bf16_activations(void)
     }
 }
 
+/* lpx mem counts a blockwise float8 weight's shard at whole 128-row
+ * blocks (torch.chunk of the shard unit): at 2 ranks rank 0 holds every
+ * row of a 352-row weight's first 256 (2 of 3 blocks), not half of them,
+ * and the estimate of params, grads and optimizer state follows
+ * (regression: 38% off before) */
+static void test_mem_blockwise_shards(void)
+{
+    static char out[32768];
+    char args[4096];
+    snprintf(args, sizeof args, "train --recipe float8-blockwise --ranks 2 --micro 2 --steps 2 " TINY
+             " --dim 128 --data '%s' --out '%s/blk'", corpus, outdir);
+    CHECK(run(args, out, sizeof out) == 0);
+    const char *s = strstr(out, "estimate (worst ");
+    CHECKF(s && atof(s + strlen("estimate (worst ")) <= 10.0, "float8-blockwise at 2 ranks: %s", s ? s : out);
+}
+
 /* --loss-chunk: the LM head and the loss in chunks of rows (here 3 and 4
  * chunks, the last one short) give the losses of one chunk (the default
  * at this size) within float rounding */
@@ -1014,6 +1030,7 @@ int main(int argc, char **argv)
         RUN(test_activation_checkpointing);
         RUN(test_bf16_activations);
         RUN(test_loss_chunks);
+        RUN(test_mem_blockwise_shards);
         RUN(test_nf4_qlora);
         RUN(test_mem);
         RUN(test_resume_float8_delayed);
