@@ -5,6 +5,8 @@
 #define LPX_TESTS_RUN_UTIL_H
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 static const char *exe;   /* the lpx executable under test (main sets it) */
@@ -22,6 +24,23 @@ static inline int run(const char *args, char *buf, size_t len)
     buf[n] = 0;
     int status = pclose(p);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* the losses of lpx train's progress lines "  LABEL ... loss X" in order
+ * (at most cap) */
+static inline int train_losses(const char *out, const char *label, double *v, int cap)
+{
+    int n = 0;
+    const char *s = out;
+    char pat[64];
+    snprintf(pat, sizeof pat, "  %s ", label);
+    while ((s = strstr(s, pat)) && n < cap) {
+        const char *l = strstr(s, "loss ");
+        if (!l) break;
+        v[n++] = atof(l + 5);
+        s = l;
+    }
+    return n;
 }
 
 /* newlines in s: one-line messages are checked with it */

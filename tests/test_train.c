@@ -89,21 +89,6 @@ static void test_bad_options(void)
     CHECK(run("train --help", help, sizeof help) == 0 && strstr(help, "--recipe") && strstr(help, "--loss-chunk"));
 }
 
-/* losses of the progress lines "step N/M  loss X" in order */
-static int losses(const char *out, const char *label, double *v, int cap)
-{
-    int n = 0;
-    const char *s = out;
-    char pat[64];
-    snprintf(pat, sizeof pat, "  %s ", label);
-    while ((s = strstr(s, pat)) && n < cap) {
-        const char *l = strstr(s, "loss ");
-        if (!l) break;
-        v[n++] = atof(l + 5);
-        s = l;
-    }
-    return n;
-}
 
 static double val_of(const char *out, const char *label)
 {
@@ -125,7 +110,7 @@ static void test_loss_goes_down_and_files(void)
     int rc = run(args, out, sizeof out);
     CHECKF(rc == 0, "train exited %d: %s", rc, out);
     double l[64];
-    int n = losses(out, "float8-tensorwise", l, 64);
+    int n = train_losses(out, "float8-tensorwise", l, 64);
     CHECKF(n >= 30, "%d progress lines", n);
     if (n >= 30) CHECKF(l[n - 1] < l[0] - 0.5, "loss %.3f -> %.3f", l[0], l[n - 1]);
     double v8 = val_of(out, "float8-tensorwise"), vb = val_of(out, "bf16");
@@ -224,7 +209,7 @@ static void test_ranks_same_losses(void)
                  " --data '%s' --out '%s/r2'", recipes[r], corpus, outdir);
         CHECK(run(args, o2, sizeof o2) == 0);
         double a[16], b[16];
-        int na = losses(o1, recipes[r], a, 16), nb = losses(o2, recipes[r], b, 16);
+        int na = train_losses(o1, recipes[r], a, 16), nb = train_losses(o2, recipes[r], b, 16);
         CHECKF(na == 6 && nb == 6, "%d and %d losses", na, nb);
         /* printed with 4 decimals; the CSVs hold 6: compare those exactly */
         for (int i = 0; i < na && i < nb; i++) CHECKF(a[i] == b[i], "%s step %d: %.6f vs %.6f", recipes[r], i + 1, a[i], b[i]);
@@ -266,7 +251,7 @@ static void test_activation_checkpointing(void)
              "--ac full --data '%s' --out '%s/ac1'", model, corpus, outdir);
     CHECK(run(args, o2, sizeof o2) == 0);
     double a[8], b[8];
-    int na = losses(o1, "float8-tensorwise", a, 8), nb = losses(o2, "float8-tensorwise", b, 8);
+    int na = train_losses(o1, "float8-tensorwise", a, 8), nb = train_losses(o2, "float8-tensorwise", b, 8);
     CHECKF(na == 4 && nb == 4, "%d and %d losses", na, nb);
     for (int i = 0; i < na && i < nb; i++) CHECKF(a[i] == b[i], "step %d: %.6f vs %.6f", i + 1, a[i], b[i]);
     double m0 = act_mib(o1, "float8-tensorwise", "measured"), m1 = act_mib(o2, "float8-tensorwise", "measured");
@@ -294,7 +279,7 @@ static void test_bf16_activations(void)
                  " --act bf16 --data '%s' --out '%s/act16'", rc, corpus, outdir);
         CHECKF(run(args, o2, sizeof o2) == 0, "%s --act bf16: %s", rc, o2);
         double a[8], b[8];
-        int na = losses(o1, rc, a, 8), nb = losses(o2, rc, b, 8);
+        int na = train_losses(o1, rc, a, 8), nb = train_losses(o2, rc, b, 8);
         /* (nf4-qlora's summary line "nf4-qlora: val loss ..." is a 7th match) */
         CHECKF(na >= 6 && na == nb, "%s: %d and %d losses", rc, na, nb);
         for (int i = 0; i < 6 && i < na && i < nb; i++)
@@ -338,7 +323,7 @@ static void test_loss_chunks(void)
                  "--out '%s/lc1'", chunks[k], corpus, outdir);
         CHECK(run(args, o2, sizeof o2) == 0);
         double a[8], b[8];
-        int na = losses(o1, "bf16", a, 8), nb = losses(o2, "bf16", b, 8);
+        int na = train_losses(o1, "bf16", a, 8), nb = train_losses(o2, "bf16", b, 8);
         CHECKF(na == 5 && nb == 5, "%d and %d losses", na, nb);
         for (int i = 0; i < na && i < nb; i++)
             CHECKF(fabs(a[i] - b[i]) <= 1e-5 * a[i], "%s step %d: %.7f vs one chunk %.7f", chunks[k], i + 1, b[i], a[i]);
@@ -523,7 +508,7 @@ static void test_resume_cross_recipe(void)
              " --data '%s' --out '%s/cross-f8'", corpus, outdir);
     CHECK(run(args, o1, sizeof o1) == 0);
     double f8[16], bf[16];
-    int n1 = losses(o1, "float8-delayed", f8, 16), n2 = losses(o2, "bf16", bf, 16);
+    int n1 = train_losses(o1, "float8-delayed", f8, 16), n2 = train_losses(o2, "bf16", bf, 16);
     CHECKF(n1 >= 8 && n2 >= 4, "%d float8 and %d bf16 losses: %s", n1, n2, o2);
     if (n1 >= 8 && n2 >= 4) {
         CHECKF(fabs(bf[0] - f8[4]) / f8[4] < 0.03, "step 5: bf16 %.4f vs float8 %.4f", bf[0], f8[4]);
@@ -749,7 +734,7 @@ static void test_nonfinite(void)
                                   "step skipped (--skip-nonfinite)") &&
            strstr(out, "skipped for non-finite gradients (--skip-nonfinite): 1"), "skip: %d %s", rc, out);
     double l[16];
-    int n = losses(out, "float8-tensorwise", l, 16);
+    int n = train_losses(out, "float8-tensorwise", l, 16);
     CHECKF(n >= 5, "%d losses", n);
     for (int i = 0; i < n && i < 5; i++) CHECKF(isfinite(l[i]), "step %d loss %f after a skipped step", i + 1, l[i]);
     /* under nf4-qlora the grads are the adapters' */
@@ -828,7 +813,7 @@ static void test_mpi_same_losses(void)
         CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s over mpi: %s", recipes[r], mo);
         CHECKF(strstr(mo, "on 2 mpi ranks") != NULL, "%s over mpi: %s", recipes[r], mo);
         double a[16], b[16];
-        int na = losses(lo, recipes[r], a, 16), nb = losses(mo, recipes[r], b, 16);
+        int na = train_losses(lo, recipes[r], a, 16), nb = train_losses(mo, recipes[r], b, 16);
         /* only rank 0 prints: one progress line per step */
         CHECKF(na == 6 && nb == 6, "%s: %d local and %d mpi losses", recipes[r], na, nb);
         for (int i = 0; i < na && i < nb; i++)

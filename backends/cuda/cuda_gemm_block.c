@@ -203,6 +203,25 @@ out:
     return verdict;
 }
 
+/* *p, an operand of R rows of K fp8 codes (element (r, k) at r * rs + k *
+ * cs), as cuBLASLt reads it: K-major with 16-byte aligned rows as it is
+ * (*ld = rs), else packed into scratch with rows of Kp (*ld = Kp, zero
+ * padding) */
+static lpx_status kmajor(const char *op, int dev, const void **p, int64_t R, int64_t K, int64_t rs, int64_t cs,
+                         int64_t Kp, int64_t *ld, gm_scratch *sc)
+{
+    /* as it is only when K needs no padding: a padded K would read the
+     * other operand's bytes past K (NaN codes there would not vanish) */
+    *ld = rs;
+    if (K == Kp && cs == 1 && rs % 16 == 0 && ((uintptr_t)*p & 15) == 0) return LPX_OK;
+    void *q = cu_gemm_scratch_get(sc, (size_t)(R * Kp));
+    if (!q) return lpx_error(LPX_ENOMEM, "%s: device scratch for a K-major copy of an operand", op);
+    lpx_status st = cu_gemm_pack8(op, dev, *p, R, K, rs, cs, q, R, Kp);
+    *p = q;
+    *ld = Kp;
+    return st;
+}
+
 lpx_status cu_gemm_fp8_block(const char *op, const cu_block_mm *x, bool *ran)
 {
     *ran = false;
@@ -227,34 +246,17 @@ lpx_status cu_gemm_fp8_block(const char *op, const cu_block_mm *x, bool *ran)
     /* a as [M, K] K-major with 16-byte rows, b as [N, K] likewise */
     const void *a = x->a, *b = x->b;
     int64_t lda = x->a_rs, ldb = x->b_cs;
-    bool a_ok = x->a_cs == 1 && x->a_rs % 16 == 0 && ((uintptr_t)x->a & 15) == 0;
-    bool b_ok = x->b_rs == 1 && x->b_cs % 16 == 0 && ((uintptr_t)x->b & 15) == 0;
-    if (!a_ok) {
-        void *p = cu_gemm_scratch_get(&sc, (size_t)(M * Kp));
-        if (!p) {
-            st = lpx_error(LPX_ENOMEM, "%s: device scratch for a K-major copy of a", op);
-            goto out;
-        }
-        if ((st = cu_gemm_pack8(op, x->dev, x->a, M, K, x->a_rs, x->a_cs, p, M, Kp))) goto out;
-        a = p, lda = Kp;
-    }
-    if (!b_ok) {
-        void *p = cu_gemm_scratch_get(&sc, (size_t)(N * Kp));
-        if (!p) {
-            st = lpx_error(LPX_ENOMEM, "%s: device scratch for a K-major copy of b", op);
-            goto out;
-        }
-        if ((st = cu_gemm_pack8(op, x->dev, x->b, N, K, x->b_cs, x->b_rs, p, N, Kp))) goto out;
-        b = p, ldb = Kp;
-    }
-    int64_t Kg = a_ok && b_ok ? K : Kp;
+    if ((st = kmajor(op, x->dev, &a, M, K, x->a_rs, x->a_cs, Kp, &lda, &sc)) ||
+        (st = kmajor(op, x->dev, &b, N, K, x->b_cs, x->b_rs, Kp, &ldb, &sc)))
+        goto out;
     float *as = NULL, *bs = NULL;
     /* a's grid [rows of a / a_block_rows, KB]; b's grid [KB, N / b_block_cols] */
     int64_t ar = amode == GM_BLOCK_VEC128 ? M : (M + 127) / 128, br = bmode == GM_BLOCK_VEC128 ? N : (N + 127) / 128;
     if ((st = scales_of(op, x->dev, amode, x->as, x->as_dt, ar, KB, x->as_rs, x->as_cs, &sc, &as)) ||
         (st = scales_of(op, x->dev, bmode, x->bs, x->bs_dt, br, KB, x->bs_cs, x->bs_rs, &sc, &bs)))
         goto out;
-    st = run_raw(op, x->dev, M, N, Kg, a, lda, x->adt, amode, as, b, ldb, x->bdt, bmode, bs, x->y, x->odt);
+    /* Kp: K itself unless K is not a multiple of 16 (then both were packed) */
+    st = run_raw(op, x->dev, M, N, Kp, a, lda, x->adt, amode, as, b, ldb, x->bdt, bmode, bs, x->y, x->odt);
     if (st == LPX_ENOTIMPL) {
         /* no kernel for this shape or dtype: the reference runs */
         lpx_clear_error();

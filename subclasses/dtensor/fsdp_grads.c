@@ -97,9 +97,13 @@ static lpx_status pack(lpx_fsdp_group *g, lpx_dtype d, lpx_dtype w, float scale,
     return LPX_OK;
 }
 
-/* Local grad shards from this rank's reduced block (f32 in fp8 mode). */
-static lpx_status unpack(lpx_fsdp_group *g, lpx_dtype d, lpx_dtype w, float unscale, const unsigned char *recv)
+/* Local grad shards from this rank's reduced block (f32 in fp8 mode):
+ * host tensors, or with on_dev (a device-resident engine, plain mode)
+ * tensors on the compute device copied device to device from recv. */
+static lpx_status unpack(lpx_fsdp_group *g, lpx_dtype d, lpx_dtype w, float unscale, const unsigned char *recv,
+                         bool on_dev)
 {
+    lpx_fsdp *f = g->f;
     size_t es = lpx_dtype_nbytes(w, 1);
     int64_t at = 0;
     for (int i = 0; i < g->n; i++) {
@@ -110,44 +114,20 @@ static lpx_status unpack(lpx_fsdp_group *g, lpx_dtype d, lpx_dtype w, float unsc
         shape[0] = p->len;
         lpx_dtype od = d < 0 ? LPX_F32 : w;
         lpx_tensor *t = NULL;
-        lpx_status st = lpx_tensor_new(od, p->ndim, shape, lpx_cpu(), &t);
+        lpx_status st = lpx_tensor_new(od, p->ndim, shape, on_dev ? f->cfg.compute_device : lpx_cpu(), &t);
         if (st) return st;
         size_t n = (size_t)(p->len * row);
-        if (od == w) {
+        if (on_dev) {
+            if ((st = fsdp_d2d(f, lpx_tensor_data(t), recv + (size_t)at * es, n * es))) {
+                lpx_tensor_release(t);
+                return st;
+            }
+        } else if (od == w) {
             if (n) memcpy(lpx_tensor_data(t), recv + (size_t)at * es, n * es);
         } else {
             float *o = lpx_tensor_data(t);
             fsdp_to_f32(w, recv + (size_t)at * es, o, n);
             for (size_t k = 0; k < n; k++) o[k] *= unscale;
-        }
-        lpx_tensor_release(p->grad);
-        p->grad = t;
-        lpx_tensor_release(p->grad_full);
-        p->grad_full = NULL;
-        at += p->chunk * row;
-    }
-    return LPX_OK;
-}
-
-/* Device-resident: the local grad shards of dtype d from this rank's
- * reduced block on the device (device to device, as unpack's plain mode). */
-static lpx_status unpack_dev(lpx_fsdp_group *g, lpx_dtype d, const unsigned char *recv)
-{
-    lpx_fsdp *f = g->f;
-    size_t es = lpx_dtype_nbytes(d, 1);
-    int64_t at = 0;
-    for (int i = 0; i < g->n; i++) {
-        fsdp_param *p = &g->p[i];
-        if (!p->grad_full || lpx_tensor_dtype(p->grad_full) != d) continue;
-        int64_t row = fsdp_row_elems(p), shape[LPX_MAX_DIMS];
-        memcpy(shape, p->shape, sizeof shape);
-        shape[0] = p->len;
-        lpx_tensor *t = NULL;
-        lpx_status st = lpx_tensor_new(d, p->ndim, shape, f->cfg.compute_device, &t);
-        if (!st) st = fsdp_d2d(f, lpx_tensor_data(t), recv + (size_t)at * es, (size_t)(p->len * row) * es);
-        if (st) {
-            lpx_tensor_release(t);
-            return st;
         }
         lpx_tensor_release(p->grad);
         p->grad = t;
@@ -206,13 +186,13 @@ static lpx_status rs_dtype_dev(lpx_fsdp_group *g, lpx_dtype d, int64_t block)
     lpx_tensor_release(send);
     if (f->resident) {
         /* the shards stay on the device: no copy to the host */
-        if (!st) st = unpack_dev(g, d, lpx_tensor_data(recv));
+        if (!st) st = unpack(g, d, d, 1.0f, lpx_tensor_data(recv), true);
         lpx_tensor_release(recv);
         return st;
     }
     if (!st) st = fsdp_d2h(f, host, lpx_tensor_data(recv), rb);
     lpx_tensor_release(recv);
-    if (!st) st = unpack(g, d, d, 1.0f, host);
+    if (!st) st = unpack(g, d, d, 1.0f, host, false);
     return st;
 }
 
@@ -233,7 +213,7 @@ static lpx_status rs_dtype(lpx_fsdp_group *g, lpx_dtype d, lpx_dtype w, float sc
     else if ((st = pack(g, d, w, scale, d < 0 ? f->cfg.fp8_grad_dtype : -1, send, block))) st = dt_abort(f->comm, st);
     if (!st) st = lpx_comm_reduce_scatter_buf(f->comm, send, recv, (size_t)block, w, rop);
     if (!st && f->rep) st = lpx_comm_all_reduce_buf(f->rep, recv, recv, (size_t)block, w, LPX_REDUCE_AVG);
-    if (!st) st = unpack(g, d, w, unscale, recv);
+    if (!st) st = unpack(g, d, w, unscale, recv, false);
     lpx_free(send);
     lpx_free(recv);
     return st;

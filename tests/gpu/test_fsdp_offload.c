@@ -61,27 +61,36 @@ static void setup(void)
     memcpy(&create_local, &p, sizeof p);
 }
 
-/* The four params, new tensors from fixed seeds (each engine gets its own). */
-static void make_params(lpx_tensor **p)
+/* The four params, new tensors from fixed seeds (each engine gets its
+ * own), on the CPU or (dev) made there and moved to cuda:0 before the
+ * float8 master and the NF4 source are wrapped: the same values either way. */
+static void make_params(lpx_tensor **p, bool dev)
 {
     const int64_t s0[2] = {13, 5}, s1[1] = {7}, s2[2] = {19, 16}, s3[2] = {136, 64};
-    p[0] = rand_normal(2, s0, 1, 1.0, LPX_F32);
-    p[1] = rand_normal(1, s1, 2, 1.0, LPX_BF16);
-    lpx_tensor *m = rand_normal(2, s2, 3, 2.0, LPX_F32), *w = rand_normal(2, s3, 4, 0.5, LPX_BF16);
+    lpx_tensor *h[4] = {rand_normal(2, s0, 1, 1.0, LPX_F32), rand_normal(1, s1, 2, 1.0, LPX_BF16),
+                        rand_normal(2, s2, 3, 2.0, LPX_F32), rand_normal(2, s3, 4, 0.5, LPX_BF16)};
+    for (int i = 0; dev && i < 4; i++) {
+        lpx_tensor *d = h[i] ? gpu_up(h[i]) : NULL;
+        lpx_tensor_release(h[i]);
+        h[i] = d;
+    }
+    p[0] = h[0];
+    p[1] = h[1];
     p[2] = p[3] = NULL;
-    CHECK_OK(lpx_float8_weight_new(m, NULL, &p[2]));
-    CHECK_OK(lpx_nf4_quantize(w, NULL, &p[3]));
-    lpx_tensor_release(m);
-    lpx_tensor_release(w);
+    if (h[2]) CHECK_OK(lpx_float8_weight_new(h[2], NULL, &p[2]));
+    if (h[3]) CHECK_OK(lpx_nf4_quantize(h[3], NULL, &p[3]));
+    lpx_tensor_release(h[2]);
+    lpx_tensor_release(h[3]);
 }
 
-/* An engine over a one-rank comm with one group holding the params. */
-static lpx_fsdp *make_engine(lpx_comm *c, const lpx_fsdp_config *cfg, lpx_fsdp_group **g)
+/* An engine over a one-rank comm with one group holding the params
+ * (handed in on cuda:0 with dev: a device-resident engine). */
+static lpx_fsdp *make_engine(lpx_comm *c, const lpx_fsdp_config *cfg, lpx_fsdp_group **g, bool dev)
 {
     lpx_mesh *mesh = NULL;
     lpx_fsdp *f = NULL;
     lpx_tensor *p[NP];
-    make_params(p);
+    make_params(p, dev);
     CHECK_OK(lpx_mesh_new(c, &mesh));
     if (mesh) CHECK_OK(lpx_fsdp_new(mesh, cfg, &f));
     lpx_mesh_release(mesh);
@@ -164,7 +173,7 @@ static void run_offload(bool keep, bool pre)
     lpx_fsdp_config rcfg = {.struct_size = sizeof rcfg, .keep_storage = keep};
     lpx_fsdp_config gcfg = {.struct_size = sizeof gcfg, .keep_storage = keep, .compute_device = lpx_cuda_device(0)};
     lpx_fsdp_group *rg = NULL, *gg = NULL;
-    lpx_fsdp *rf = make_engine(lc, &rcfg, &rg), *gf = make_engine(nc, &gcfg, &gg);
+    lpx_fsdp *rf = make_engine(lc, &rcfg, &rg, false), *gf = make_engine(nc, &gcfg, &gg, false);
     lpx_adamw_opts o = lpx_adamw_opts_default();
     o.lr = 1e-2;
     for (int step = 0; rf && gf && step < 2; step++) {
@@ -236,41 +245,10 @@ static void run_offload(bool keep, bool pre)
 }
 
 /* ---- device-resident: the params handed in on cuda:0 ------------------ *
- * The same four params made on the CPU and moved to the GPU (the float8
- * master and the NF4 source before wrapping), the same two steps: the
+ * The same four params on the GPU (make_params), the same two steps: the
  * unsharded params, the grad shards and the local shards after AdamW equal
  * the CPU engine's bit for bit, all of them on cuda:0, and not one copy
  * crosses between host and device in unshard, reduce-scatter or AdamW. */
-static lpx_fsdp *make_engine_dev(lpx_comm *c, const lpx_fsdp_config *cfg, lpx_fsdp_group **g)
-{
-    const int64_t s0[2] = {13, 5}, s1[1] = {7}, s2[2] = {19, 16}, s3[2] = {136, 64};
-    lpx_tensor *h[4] = {rand_normal(2, s0, 1, 1.0, LPX_F32), rand_normal(1, s1, 2, 1.0, LPX_BF16),
-                        rand_normal(2, s2, 3, 2.0, LPX_F32), rand_normal(2, s3, 4, 0.5, LPX_BF16)};
-    lpx_tensor *d[4], *p[NP] = {NULL, NULL, NULL, NULL};
-    for (int i = 0; i < 4; i++) d[i] = h[i] ? gpu_up(h[i]) : NULL;
-    p[0] = d[0];
-    p[1] = d[1];
-    if (d[2]) CHECK_OK(lpx_float8_weight_new(d[2], NULL, &p[2]));
-    if (d[3]) CHECK_OK(lpx_nf4_quantize(d[3], NULL, &p[3]));
-    lpx_mesh *mesh = NULL;
-    lpx_fsdp *f = NULL;
-    CHECK_OK(lpx_mesh_new(c, &mesh));
-    if (mesh) CHECK_OK(lpx_fsdp_new(mesh, cfg, &f));
-    lpx_mesh_release(mesh);
-    if (f) {
-        CHECK_OK(lpx_fsdp_group_add(f, "layer", g));
-        for (int i = 0; i < NP; i++) CHECK_OK(lpx_fsdp_param_add(*g, names[i], p[i], i == 3 ? LPX_FSDP_FROZEN : 0, NULL));
-        CHECK_OK(lpx_fsdp_shard(f));
-    }
-    lpx_tensor_release(p[2]);
-    lpx_tensor_release(p[3]);
-    for (int i = 0; i < 4; i++) {
-        lpx_tensor_release(h[i]);
-        lpx_tensor_release(d[i]);
-    }
-    return f;
-}
-
 static bool on_gpu(lpx_tensor *t) { return t && lpx_tensor_device(t).type == LPX_DEVICE_CUDA; }
 
 static void run_resident(bool keep)
@@ -286,7 +264,7 @@ static void run_resident(bool keep)
     lpx_fsdp_config rcfg = {.struct_size = sizeof rcfg, .keep_storage = keep};
     lpx_fsdp_config gcfg = {.struct_size = sizeof gcfg, .keep_storage = keep, .compute_device = lpx_cuda_device(0)};
     lpx_fsdp_group *rg = NULL, *gg = NULL;
-    lpx_fsdp *rf = make_engine(lc, &rcfg, &rg), *gf = make_engine_dev(nc, &gcfg, &gg);
+    lpx_fsdp *rf = make_engine(lc, &rcfg, &rg, false), *gf = make_engine(nc, &gcfg, &gg, true);
     lpx_adamw_opts o = lpx_adamw_opts_default();
     o.lr = 1e-2;
     for (int i = 0; gf && i < NP; i++) CHECKF(on_gpu(lpx_fsdp_param_local(gg, i)), "local shard of %s", names[i]);
@@ -423,7 +401,7 @@ static void run_chain(bool keep)
         CHECK_OK(lpx_fsdp_group_add(gf, nm_, &gg[k]));
         for (int e = 0; e < 2; e++) {
             lpx_tensor *p[NP];
-            make_params(p);
+            make_params(p, false);
             for (int i = 0; i < NP; i++) {
                 /* a different first param per group: its scale by k + 1 */
                 lpx_tensor *q = p[i];

@@ -26,21 +26,6 @@ static char corpus[1024], plugin_path[4096];
 #define MODEL "--dim 64 --layers 2 --heads 4 --kv-heads 2 --seq 32 --batch 4 --micro 2 --steps 12 --eval 2 " \
               "--sample 0 --log-every 1 --lr 3e-3 --seed 3"
 
-/* losses of the progress lines "step N/M  loss X" of `label`, in order */
-static int losses(const char *out, const char *label, double *v, int cap)
-{
-    int n = 0;
-    const char *s = out;
-    char pat[64];
-    snprintf(pat, sizeof pat, "  %s ", label);
-    while ((s = strstr(s, pat)) && n < cap) {
-        const char *l = strstr(s, "loss ");
-        if (!l) break;
-        v[n++] = atof(l + 5);
-        s = l;
-    }
-    return n;
-}
 
 static void dir_of(const char *path, char *out, size_t n)
 {
@@ -79,7 +64,7 @@ static void one_recipe(const char *recipe, double tol, const char *mode)
     if (rc != 0 || rg != 0) return;
 
     double a[64], b[64];
-    int na = losses(cpu, recipe, a, 64), nb = losses(gpu, recipe, b, 64);
+    int na = train_losses(cpu, recipe, a, 64), nb = train_losses(gpu, recipe, b, 64);
     CHECKF(na == 12 && nb == 12, "%s: %d CPU and %d GPU progress lines (want 12)", recipe, na, nb);
     double worst = 0;
     int at = 0;

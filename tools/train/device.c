@@ -56,24 +56,12 @@ lpx_status tr_device_setup(tr_rank *R)
     return LPX_OK;
 }
 
-lpx_status tr_i32_tensor(tr_rank *R, int ndim, const int64_t *shape, const int32_t *v, lpx_tensor **out)
+lpx_status tr_host_tensor(tr_rank *R, lpx_dtype dtype, int ndim, const int64_t *shape, const void *v, lpx_tensor **out)
 {
     lpx_tensor *h = NULL;
-    lpx_status st = lpx_empty(ndim, shape, LPX_I32, lpx_cpu(), &h);
+    lpx_status st = lpx_empty(ndim, shape, dtype, lpx_cpu(), &h);
     if (st == LPX_OK) {
-        memcpy(lpx_tensor_data(h), v, lpx_dtype_nbytes(LPX_I32, lpx_tensor_numel(h)));
-        st = lpx_tensor_to(h, R->dev, out);
-    }
-    lpx_tensor_release(h);
-    return st;
-}
-
-lpx_status tr_f32_tensor(tr_rank *R, int ndim, const int64_t *shape, const float *v, lpx_tensor **out)
-{
-    lpx_tensor *h = NULL;
-    lpx_status st = lpx_empty(ndim, shape, LPX_F32, lpx_cpu(), &h);
-    if (st == LPX_OK) {
-        memcpy(lpx_tensor_data(h), v, lpx_dtype_nbytes(LPX_F32, lpx_tensor_numel(h)));
+        memcpy(lpx_tensor_data(h), v, lpx_dtype_nbytes(dtype, lpx_tensor_numel(h)));
         st = lpx_tensor_to(h, R->dev, out);
     }
     lpx_tensor_release(h);

@@ -132,7 +132,7 @@ lpx_status tr_model_setup(tr_rank *R)
     float *f = malloc(sizeof(float) * (size_t)half);
     if (!f) return lpx_error(LPX_ENOMEM, "train: out of memory");
     tr_arch_inv_freq(&R->g->a, f);
-    lpx_status st = tr_f32_tensor(R, 1, &half, f, &R->inv_freq);   /* where the rank computes */
+    lpx_status st = tr_host_tensor(R, LPX_F32, 1, &half, f, &R->inv_freq);   /* where the rank computes */
     free(f);
     return st;
 }
@@ -369,8 +369,8 @@ lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *
     if (!f->blk) FAIL(LPX_ENOMEM, "train: out of memory");
 
     int64_t is[2] = {b, t}, flat[1] = {bt};
-    TRY(tr_i32_tensor(R, 2, is, idx, &f->idx));                 /* on the rank's device */
-    if (tgt) TRY(tr_i32_tensor(R, 1, flat, tgt, &f->tgt));
+    TRY(tr_host_tensor(R, LPX_I32, 2, is, idx, &f->idx));      /* on the rank's device */
+    if (tgt) TRY(tr_host_tensor(R, LPX_I32, 1, flat, tgt, &f->tgt));
 
     int ptok = tr_param_index(g, TR_P_TOK, -1, -1);
     TRY(tr_need(R, ptok));

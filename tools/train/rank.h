@@ -109,9 +109,8 @@ void tr_rank_free(tr_rank *R);
  * when the comm has none) */
 lpx_status tr_device_setup(tr_rank *R);
 bool tr_on_gpu(const tr_rank *R);
-/* a new tensor on R->dev holding host values v (int32 / f32) */
-lpx_status tr_i32_tensor(tr_rank *R, int ndim, const int64_t *shape, const int32_t *v, lpx_tensor **out);
-lpx_status tr_f32_tensor(tr_rank *R, int ndim, const int64_t *shape, const float *v, lpx_tensor **out);
+/* a new tensor on R->dev holding the host values v (dense, of dtype) */
+lpx_status tr_host_tensor(tr_rank *R, lpx_dtype dtype, int ndim, const int64_t *shape, const void *v, lpx_tensor **out);
 /* row `row` of the 2-D tensor x (any float dtype, any device) as f32 on the host */
 lpx_status tr_row_to_host(lpx_tensor *x, int64_t row, float *out);
 /* NaN into element 0 and inf into element 1 of x, where x lives */
