@@ -160,20 +160,46 @@ static void gpu_unshard(lpx_fsdp *f, lpx_fsdp_group *g, bool pre, int step)
     CHECK(stats(f).unshards == 1);
 }
 
-static void run_offload(bool keep, bool pre)
+/* The two engines the cases compare: the reference on the CPU (a local
+ * comm of one rank) and one computing on cuda:0 (an NCCL comm of one rank),
+ * both with keep_storage as given; dev: its params handed in on the GPU (a
+ * device-resident engine), else on the host (offload). */
+typedef struct engines {
+    lpx_comm *lc, *nc;
+    lpx_fsdp *rf, *gf;
+    lpx_fsdp_group *rg, *gg;
+} engines;
+
+static bool engines_make(engines *e, bool keep, bool dev)
 {
-    lpx_comm *lc = NULL, *nc = NULL;
-    CHECK_OK(lpx_local_comm_group_create(1, &lc));
-    CHECK_OK(create_local(1, NULL, 0, &nc));
-    if (!lc || !nc) {
-        lpx_comm_destroy(lc);
-        lpx_comm_destroy(nc);
-        return;
-    }
+    memset(e, 0, sizeof *e);
+    CHECK_OK(lpx_local_comm_group_create(1, &e->lc));
+    CHECK_OK(create_local(1, NULL, 0, &e->nc));
+    if (!e->lc || !e->nc) return false;
     lpx_fsdp_config rcfg = {.struct_size = sizeof rcfg, .keep_storage = keep};
     lpx_fsdp_config gcfg = {.struct_size = sizeof gcfg, .keep_storage = keep, .compute_device = lpx_cuda_device(0)};
-    lpx_fsdp_group *rg = NULL, *gg = NULL;
-    lpx_fsdp *rf = make_engine(lc, &rcfg, &rg, false), *gf = make_engine(nc, &gcfg, &gg, false);
+    e->rf = make_engine(e->lc, &rcfg, &e->rg, false);
+    e->gf = make_engine(e->nc, &gcfg, &e->gg, dev);
+    return e->rf && e->gf;
+}
+
+static void engines_free(engines *e)
+{
+    lpx_fsdp_free(e->rf);
+    lpx_fsdp_free(e->gf);
+    lpx_comm_destroy(e->lc);
+    lpx_comm_destroy(e->nc);
+}
+
+static void run_offload(bool keep, bool pre)
+{
+    engines e;
+    if (!engines_make(&e, keep, false)) {
+        engines_free(&e);
+        return;
+    }
+    lpx_fsdp *rf = e.rf, *gf = e.gf;
+    lpx_fsdp_group *rg = e.rg, *gg = e.gg;
     lpx_adamw_opts o = lpx_adamw_opts_default();
     o.lr = 1e-2;
     for (int step = 0; rf && gf && step < 2; step++) {
@@ -238,10 +264,7 @@ static void run_offload(bool keep, bool pre)
             CHECKF(a > 0 && memcmp(&a, &b, sizeof a) == 0, "precomputed scale %.9g vs %.9g", (double)a, (double)b);
         }
     }
-    lpx_fsdp_free(rf);
-    lpx_fsdp_free(gf);
-    lpx_comm_destroy(lc);
-    lpx_comm_destroy(nc);
+    engines_free(&e);
 }
 
 /* ---- device-resident: the params handed in on cuda:0 ------------------ *
@@ -253,18 +276,13 @@ static bool on_gpu(lpx_tensor *t) { return t && lpx_tensor_device(t).type == LPX
 
 static void run_resident(bool keep)
 {
-    lpx_comm *lc = NULL, *nc = NULL;
-    CHECK_OK(lpx_local_comm_group_create(1, &lc));
-    CHECK_OK(create_local(1, NULL, 0, &nc));
-    if (!lc || !nc) {
-        lpx_comm_destroy(lc);
-        lpx_comm_destroy(nc);
+    engines e;
+    if (!engines_make(&e, keep, true)) {
+        engines_free(&e);
         return;
     }
-    lpx_fsdp_config rcfg = {.struct_size = sizeof rcfg, .keep_storage = keep};
-    lpx_fsdp_config gcfg = {.struct_size = sizeof gcfg, .keep_storage = keep, .compute_device = lpx_cuda_device(0)};
-    lpx_fsdp_group *rg = NULL, *gg = NULL;
-    lpx_fsdp *rf = make_engine(lc, &rcfg, &rg, false), *gf = make_engine(nc, &gcfg, &gg, true);
+    lpx_fsdp *rf = e.rf, *gf = e.gf;
+    lpx_fsdp_group *rg = e.rg, *gg = e.gg;
     lpx_adamw_opts o = lpx_adamw_opts_default();
     o.lr = 1e-2;
     for (int i = 0; gf && i < NP; i++) CHECKF(on_gpu(lpx_fsdp_param_local(gg, i)), "local shard of %s", names[i]);
@@ -330,10 +348,7 @@ static void run_resident(bool keep)
                    (double)b);
         }
     }
-    lpx_fsdp_free(rf);
-    lpx_fsdp_free(gf);
-    lpx_comm_destroy(lc);
-    lpx_comm_destroy(nc);
+    engines_free(&e);
 }
 
 static void test_resident(void) { run_resident(false); }
