@@ -155,9 +155,6 @@ lpx_status lpx_item(const lpx_tensor *x, int64_t index, double *value)
     if (x->kind)
         return lpx_error(LPX_EINVAL, "lpx_item: x is of kind '%s'; only dense tensors can be read element-wise",
                          lpx_kind_name(x->kind));
-    if (x->device.type != LPX_DEVICE_CPU)
-        return lpx_error(LPX_EDEVICE, "lpx_item: x is on device type %d; only CPU memory can be read",
-                         (int)x->device.type);
     if (index < 0 || index >= x->numel)
         return lpx_error(LPX_ERANGE, "lpx_item: index %lld out of range for %lld elements", (long long)index,
                          (long long)x->numel);
@@ -167,6 +164,25 @@ lpx_status lpx_item(const lpx_tensor *x, int64_t index, double *value)
         rem /= x->shape[d];
     }
     const void *base = x->storage->data;
+    /* a device tensor: the one element comes down through its backend's
+     * copy slot (which waits for the work queued before it), then decodes
+     * as on the CPU */
+    unsigned char elem[16];
+    if (x->device.type != LPX_DEVICE_CPU) {
+        const lpx_backend_i *be = lpx_backend_for(x->device.type);
+        int bits = lpx_dtype_get(x->dtype)->bits;
+        if (!be || !be->copy)
+            return lpx_error(LPX_EDEVICE, "lpx_item: no backend copies from device type %d", (int)x->device.type);
+        if (bits % 8 || bits / 8 > (int)sizeof elem)
+            return lpx_error(LPX_EDTYPE, "lpx_item: %s elements on a device are not byte-addressable; move x "
+                             "to the CPU first (lpx_tensor_to)", lpx_dtype_name(x->dtype));
+        size_t es = (size_t)bits / 8;
+        lpx_status st = be->copy(be->self, elem, lpx_cpu(), (const unsigned char *)base + (size_t)off * es, x->device,
+                                 es);
+        if (st) return st;
+        base = elem;
+        off = 0;
+    }
     /* wide integers directly: through f32 they would lose bits */
     switch (x->dtype) {
     case LPX_I64: *value = (double)((const int64_t *)base)[off]; break;

@@ -213,6 +213,12 @@ lpx_status lpx_meta_indices(const char *op, const char *arg, const lpx_tensor *t
     return LPX_OK;
 }
 
+lpx_dtype lpx_meta_cross_entropy_dtype(lpx_dtype logits)
+{
+    const lpx_dtype_traits *di = lpx_dtype_get(logits);
+    return di && di->bits < 32 ? LPX_F32 : logits;
+}
+
 lpx_status lpx_meta_cross_entropy(const char *op, const lpx_tensor *logits, const lpx_tensor *target, int64_t *n,
                                   int64_t *classes)
 {

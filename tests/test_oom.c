@@ -56,6 +56,7 @@ static const struct {
     {"lpx_meta_rope", NOALLOC}, {"lpx_meta_attention", NOALLOC}, {"lpx_meta_attention_backward", NOALLOC},
     {"lpx_meta_same_shape", NOALLOC}, {"lpx_meta_lines", NOALLOC}, {"lpx_meta_rmsnorm", NOALLOC},
     {"lpx_meta_rmsnorm_backward", NOALLOC}, {"lpx_meta_swiglu_backward", NOALLOC},
+    {"lpx_meta_cross_entropy_dtype", NOALLOC},
     {"lpx_meta_broadcast", NOALLOC}, {"lpx_meta_out", NOALLOC}, {"lpx_meta_dim", NOALLOC}, {"lpx_meta_reduce", NOALLOC},
     {"lpx_meta_nf4_blocks", NOALLOC}, {"lpx_meta_nf4_payload", NOALLOC}, {"lpx_meta_nf4_range", NOALLOC},
     {"lpx_meta_adamw", NOALLOC}, {"lpx_meta_matmul", NOALLOC}, {"lpx_meta_linear", NOALLOC},

@@ -407,7 +407,7 @@ static lpx_status k_cross_entropy(lpx_call *c)
     }
     lpx_free(row);
     lpx_free(tv);
-    return new_scalar(c, logits->dtype, count ? total / (double)count : 0.0);
+    return new_scalar(c, lpx_meta_cross_entropy_dtype(logits->dtype), count ? total / (double)count : 0.0);
 }
 
 /* d(grad * loss)/d logits = grad / count * (softmax(row) - onehot(target)) */

@@ -297,6 +297,8 @@ static lpx_status sdpa_forward(lpx_call *c, lpx_tensor *q, lpx_tensor *k, lpx_te
     if (st || (st = cu_new(c, lpx_tensor_dtype(q), 4, lpx_tensor_shape(q), dev, out)) ||
         (st = cu_new(c, LPX_F32, 3, ls, dev, lse))) {
         lpx_tensor_release(ws);
+        lpx_tensor_release(*out);
+        *out = NULL;
         return st;
     }
     if (cu_sdpa_forward(&x, lpx_tensor_data(q), lpx_tensor_data(k), lpx_tensor_data(v), lpx_tensor_data(*out),

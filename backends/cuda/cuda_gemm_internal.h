@@ -75,8 +75,8 @@ lpx_status cu_gemm_run(const char *op, const gm_problem *p);
 typedef struct gm_scratch {
     int dev;
     int n;
-    void *p[6];
-    size_t bytes[6];
+    void *p[8];          /* the block GEMM's self-check holds 7 */
+    size_t bytes[8];
 } gm_scratch;
 
 void *cu_gemm_scratch_get(gm_scratch *s, size_t bytes);

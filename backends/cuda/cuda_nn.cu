@@ -846,7 +846,7 @@ static lpx_status k_cross_entropy_any(lpx_call *c, bool backward)
     cudaStream_t s = cu_stream(dev.index);
     lpx_tensor *out = NULL;
     if (backward) st = cu_new(c, lpx_tensor_dtype(logits), 2, lpx_tensor_shape(logits), dev, &out);
-    else st = cu_new(c, lpx_tensor_dtype(logits), 0, NULL, dev, &out);
+    else st = cu_new(c, lpx_meta_cross_entropy_dtype(lpx_tensor_dtype(logits)), 0, NULL, dev, &out);
     if (st) return st;
     nn_acc *acc;
     if ((st = nn_acc_new(c, dev.index, &acc))) {
@@ -864,7 +864,7 @@ static lpx_status k_cross_entropy_any(lpx_call *c, bool backward)
             st = cu_launched(op, kernel = "ce_fwd");
         }
         if (!st) {
-            ce_loss_final<<<1, 1, 0, s>>>(acc, lpx_tensor_data(out), (int)lpx_tensor_dtype(logits));
+            ce_loss_final<<<1, 1, 0, s>>>(acc, lpx_tensor_data(out), (int)lpx_tensor_dtype(out));
             st = cu_launched(op, "ce_loss_final");
         }
     } else if (!st && N > 0 && C > 0) {

@@ -51,6 +51,7 @@ struct sdpa_state {
     bool ok = false;
     char why[256] = "";
     long version = 0;
+    uint64_t runs = 0;   /* calls that ran on cuDNN */
     cudnnHandle_t handle[CU_SDPA_MAX_DEVICES] = {};
     std::map<sdpa_key, std::shared_ptr<fe::graph::Graph>> graphs;
 };
@@ -76,6 +77,12 @@ bool load(sdpa_state &s)
         snprintf(s.why, sizeof s.why, "LPX_CUDA_ATTENTION=reference");
         return false;
     }
+    /* the frontend opens libcudart itself and prefers .so.12 when both are
+     * on the path: name the runtime this plugin was built with (only
+     * when the user did not) */
+    char cudart[32];
+    snprintf(cudart, sizeof cudart, "libcudart.so.%d", CUDART_VERSION / 1000);
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart, 0);
     static const char *const names[] = {"libcudnn.so.9", "libcudnn.so"};
     for (const char *n : names)
         if ((cudnn_frontend::cudnn_dlhandle = dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
@@ -148,7 +155,7 @@ std::shared_ptr<fe::graph::Graph> build(sdpa_state &s, const cu_sdpa_shape &x, b
         dK->set_output(true).set_uid(UID_DK).set_dim({x.B, x.KH, x.S, x.D}).set_stride(bshd_stride(x.S, x.KH, x.D));
         dV->set_output(true).set_uid(UID_DV).set_dim({x.B, x.KH, x.S, x.D}).set_stride(bshd_stride(x.S, x.KH, x.D));
     }
-    auto st = g->build(s.handle[dev], {fe::HeurMode_t::A});
+    auto st = g->build(s.handle[dev], {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
     if (st.is_bad()) {
         set_why(why, wn, "cuDNN cannot run this attention: %s", st.get_message().c_str());
         return nullptr;
@@ -221,6 +228,7 @@ int run(const cu_sdpa_shape &x, bool bwd, std::unordered_map<int64_t, void *> &p
             set_why(why, wn, "cuDNN execute: %s", st.get_message().c_str());
             return -1;
         }
+        s.runs++;
     } catch (const std::exception &e) {
         set_why(why, wn, "cuDNN frontend: %s", e.what());
         return -1;
@@ -238,7 +246,7 @@ int cu_sdpa_fits(const cu_sdpa_shape *x, int sm_major, char *why, size_t wn)
     if (x->D % 8 || x->D > 128) return set_why(why, wn, "%s", "head dim not a multiple of 8 up to 128"), 0;
     if (x->causal && x->T != x->S) return set_why(why, wn, "%s", "causal with q_len != kv_len"), 0;
     if (x->KH <= 0 || x->H % x->KH) return set_why(why, wn, "%s", "heads not a multiple of kv heads"), 0;
-    if (x->B * x->H * x->T == 0) return set_why(why, wn, "%s", "empty"), 0;
+    if (x->B * x->H * x->T * x->S == 0) return set_why(why, wn, "%s", "empty"), 0;
     sdpa_state &s = state();
     std::lock_guard<std::mutex> lock(s.mu);
     if (!load(s)) return set_why(why, wn, "%s", s.why), 0;
@@ -276,9 +284,10 @@ int cu_sdpa_describe(char *buf, size_t n)
     sdpa_state &s = state();
     std::lock_guard<std::mutex> lock(s.mu);
     if (load(s)) {
-        snprintf(buf, n, "cuDNN %ld.%ld.%ld fused SDPA (flash; bf16/f16, head dim <= 128), else the reference kernel",
-                 s.version / 10000, s.version / 100 % 100, s.version % 100);
-        return 1;
+        snprintf(buf, n, "cuDNN %ld.%ld.%ld fused SDPA (flash; bf16/f16, head dim <= 128; %llu calls so far), else "
+                 "the reference kernel", s.version / 10000, s.version / 100 % 100, s.version % 100,
+                 (unsigned long long)s.runs);
+        return s.runs ? (s.runs > 1000000 ? 1000000 : (int)s.runs) : 0;
     }
     snprintf(buf, n, "reference kernel (warp per query row; cuDNN fused SDPA not used: %s)", s.why);
     return 0;

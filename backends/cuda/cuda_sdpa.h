@@ -39,7 +39,8 @@ int cu_sdpa_forward(const cu_sdpa_shape *x, const void *q, const void *k, const 
 int cu_sdpa_backward(const cu_sdpa_shape *x, const void *grad, const void *q, const void *k, const void *v,
                      const void *o, const float *lse, void *dq, void *dk, void *dv, void *ws, cudaStream_t stream,
                      char *why, size_t wn);
-/* The attention path of this process in words (for lpx info); 1 when cuDNN is used. */
+/* The attention path of this process in words (for lpx info); the number
+ * of calls that ran on cuDNN so far (capped at 1000000). */
 int cu_sdpa_describe(char *buf, size_t n);
 
 #ifdef __cplusplus

@@ -86,8 +86,9 @@ typedef void (*lpx_cuda_fail_alloc_after_fn)(int64_t n);
 /** The path attention and attention_backward take in this process, in
  *  words, into buf (NUL-terminated, truncated to n): cuDNN's fused SDPA
  *  with its version, or the reference kernel and why (libcudnn not found,
- *  LPX_CUDA_ATTENTION=reference). Returns 1 when cuDNN is used, else 0.
- *  Opens libcudnn if that was not tried yet. */
+ *  LPX_CUDA_ATTENTION=reference). Returns how many calls ran on cuDNN so
+ *  far (capped at 1000000; 0 when none did). Opens libcudnn if that was
+ *  not tried yet. */
 typedef int (*lpx_cuda_attention_path_fn)(char *buf, size_t n);
 /** The path fp8_mm_block takes in this process, in words, into buf:
  *  cuBLASLt's block scaling (Hopper, cuBLASLt 12.9+; each kind of call

@@ -127,6 +127,12 @@ LPX_API lpx_status lpx_meta_indices(const char *op, const char *arg, const lpx_t
 LPX_API lpx_status lpx_meta_cross_entropy(const char *op, const lpx_tensor *logits, const lpx_tensor *target,
                                           int64_t *n, int64_t *classes);
 
+/** The dtype of cross_entropy's scalar loss for logits of dtype d: f32
+ *  for floating-point dtypes narrower than 32 bits (a mean accumulated in
+ *  double is not rounded to bf16's 8 bits: a 0.4% step that would swamp
+ *  loss comparisons), d itself otherwise. */
+LPX_API lpx_dtype lpx_meta_cross_entropy_dtype(lpx_dtype logits);
+
 /** embedding: weight [V, D], indices of any shape with room for one more
  *  dim; the result is indices' shape + [D]. Errors: as above. */
 LPX_API lpx_status lpx_meta_embedding(const char *op, const lpx_tensor *weight, const lpx_tensor *indices,

@@ -155,7 +155,9 @@ LPX_API lpx_status lpx_rmsnorm_backward(lpx_tensor *grad, lpx_tensor *x, lpx_ten
 LPX_API lpx_status lpx_softmax(lpx_tensor *x, int64_t dim, lpx_tensor **out);
 LPX_API lpx_status lpx_softmax_backward(lpx_tensor *grad, lpx_tensor *y, int64_t dim, lpx_tensor **out);
 /** Mean softmax cross-entropy of logits [N, C] against integer targets [N]
- *  (i32/i64); targets equal to ignore_index are skipped. Scalar result. */
+ *  (i32/i64); targets equal to ignore_index are skipped. Scalar result,
+ *  f32 for logits narrower than 32 bits (lpx_meta_cross_entropy_dtype),
+ *  else in the logits' dtype. */
 LPX_API lpx_status lpx_cross_entropy(lpx_tensor *logits, lpx_tensor *target, int64_t ignore_index, lpx_tensor **loss);
 /** d(grad * loss)/d logits. */
 LPX_API lpx_status lpx_cross_entropy_backward(lpx_tensor *logits, lpx_tensor *target, int64_t ignore_index,
@@ -228,7 +230,10 @@ LPX_API lpx_status lpx_adamw_(lpx_tensor *const *params, lpx_tensor *const *grad
                               double eps, double weight_decay, int64_t step);
 
 /** Reads element `index` (flat, logical row-major order) of a dense tensor
- *  as double. Errors: LPX_EINVAL (kind tensor), LPX_ERANGE. */
+ *  as double. A tensor on a device is read with one copy of that element,
+ *  which waits for the work queued on it (as torch's .item()). Errors:
+ *  LPX_EINVAL (kind tensor), LPX_ERANGE, LPX_EDTYPE (a packed sub-byte
+ *  dtype on a device), LPX_EDEVICE (the copy failed). */
 LPX_API lpx_status lpx_item(const lpx_tensor *x, int64_t index, double *value);
 
 LPX_END_DECLS

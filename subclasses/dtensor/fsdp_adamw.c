@@ -204,12 +204,20 @@ lpx_status lpx_fsdp_param_set_adamw_state(lpx_fsdp_group *g, int i, const lpx_te
     }
     size_t n = (size_t)lpx_tensor_numel(w);
     const lpx_tensor *in[2] = {m, v};
-    for (int k = 0; k < 2; k++)
+    /* host tensors; a device-resident engine also takes them on its device
+     * (what lpx_fsdp_param_adamw_view hands out there) */
+    bool dev_ok = lpx_tensor_device(w).type != LPX_DEVICE_CPU;
+    for (int k = 0; k < 2; k++) {
+        lpx_device d = lpx_tensor_device(in[k]);
+        bool where = d.type == LPX_DEVICE_CPU ||
+                     (dev_ok && d.type == lpx_tensor_device(w).type && d.index == lpx_tensor_device(w).index);
         if (lpx_tensor_kind(in[k]) || lpx_tensor_dtype(in[k]) != LPX_F32 || !lpx_tensor_is_contiguous(in[k]) ||
-            (size_t)lpx_tensor_numel(in[k]) != n || lpx_tensor_device(in[k]).type != LPX_DEVICE_CPU)
-            return lpx_error(LPX_EINVAL, "%s(%s): param '%s': %s must be a contiguous CPU f32 tensor of %zu elements "
-                             "(the local shard), got %lld elements of %s", op, g->name, p->name, k ? "v" : "m", n,
-                             (long long)lpx_tensor_numel(in[k]), lpx_dtype_name(lpx_tensor_dtype(in[k])));
+            (size_t)lpx_tensor_numel(in[k]) != n || !where)
+            return lpx_error(LPX_EINVAL, "%s(%s): param '%s': %s must be a contiguous f32 tensor of %zu elements "
+                             "(the local shard) on the CPU%s, got %lld elements of %s on device type %d", op, g->name,
+                             p->name, k ? "v" : "m", n, dev_ok ? " or the weight's device" : "",
+                             (long long)lpx_tensor_numel(in[k]), lpx_dtype_name(lpx_tensor_dtype(in[k])), (int)d.type);
+    }
     if (lpx_tensor_device(w).type != LPX_DEVICE_CPU) {
         /* device-resident: uploaded next to the weight, shaped like it */
         lpx_tensor *up[2] = {NULL, NULL}, *sh[2] = {NULL, NULL};

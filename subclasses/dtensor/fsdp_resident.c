@@ -48,9 +48,7 @@ lpx_status fsdp_resident_check(lpx_fsdp *f)
         return lpx_error(LPX_EDEVICE, "%s: param '%s' is on the compute device %d:%d but '%s' on the host: the "
                          "engine keeps all shards in one place (all on the device, or all on the host to offload)",
                          op, first_dev->name, (int)cd.type, (int)cd.index, first_host->name);
-    f->resident = on_dev > 0;
-    if (f->resident && f->cfg.fp8_grad_reduce)
-        return lpx_error(LPX_EINVAL, "%s: fp8_grad_reduce with device params: NCCL does not reduce fp8", op);
+    f->resident = on_dev > 0;   /* (fp8_grad_reduce was refused with the compute device already) */
     return LPX_OK;
 }
 

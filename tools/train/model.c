@@ -259,7 +259,7 @@ static int64_t head_chunk_rows(const tr_rank *R, int64_t bt)
 {
     int64_t c = R->o->loss_chunk;
     if (c <= 0) {
-        int64_t row = (int64_t)R->g->vocab * (int64_t)lpx_dtype_nbytes(tr_act_dtype(R->o), 1);
+        int64_t row = (int64_t)R->g->vocab * (int64_t)lpx_dtype_nbytes(tr_act_dtype(R->o, R->recipe), 1);
         c = ((int64_t)1 << 30) / row / 64 * 64;
         if (c < 64) c = 64;
     }
@@ -313,7 +313,7 @@ static lpx_status head_loss(tr_rank *R, tr_fwd *f, lpx_tensor *W, const int32_t 
         else TRY(lpx_linear(nf_c, W, NULL, &lg));                  /* [n, V] */
         if (vc) {
             /* the mean over all targets = sum over chunks of (chunk mean x vc / valid) */
-            TRY(lpx_cross_entropy(lg, tgt_c, -100, &loss_c));
+            TRY(lpx_cross_entropy(lg, tgt_c, -100, &loss_c));   /* f32 for bf16 logits */
             TRY(lpx_mul_scalar(loss_c, (double)vc / (double)valid, &part));
             if (sum) TRY(lpx_add_out(sum, part, sum));
             else {
@@ -378,8 +378,8 @@ lpx_status tr_forward(tr_rank *R, tr_fwd *f, const int32_t *idx, const int32_t *
     int64_t s2[2] = {bt, g->dim};
     TRY(lpx_view(emb, 2, s2, &x));
     REL(emb);
-    if (lpx_tensor_dtype(x) != tr_act_dtype(R->o)) {
-        TRY(lpx_cast(x, tr_act_dtype(R->o), false, &emb));
+    if (lpx_tensor_dtype(x) != tr_act_dtype(R->o, R->recipe)) {
+        TRY(lpx_cast(x, tr_act_dtype(R->o, R->recipe), false, &emb));
         REL(x);
         x = emb;
         emb = NULL;
@@ -480,8 +480,10 @@ lpx_status tr_backward(tr_rank *R, tr_fwd *f, bool last)
     dhead = f->dhead;
     f->dnf = f->dhead = NULL;
     int pnf = tr_param_index(g, TR_P_NORMF, -1, -1), phead = head_index(g);
-    /* tied: the embedding's group first, alone (the root comes next) */
-    TRY(g->tied ? tr_need_alone(R, phead) : tr_need(R, phead));
+    /* untied: the root group (head and final norm; the norm's backward
+     * needs it) with the last block prefetched; tied: the head's weight is
+     * not read again, only its grad is handed in */
+    if (!g->tied) TRY(tr_need(R, phead));
     if (g->tied) {
         /* the head's part of the shared weight's grad; the embedding's
          * part completes it at the end (acc_param there) */

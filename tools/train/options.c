@@ -194,10 +194,11 @@ static int parse_step_arg(const char *opt, const char *v, int *step, const char 
     return 0;
 }
 
-lpx_dtype tr_act_dtype(const tr_opts *o)
+lpx_dtype tr_act_dtype(const tr_opts *o, tr_recipe r)
 {
-    if (o->act) return o->act;
-    return o->recipe != TR_F32 && !strcmp(o->device, "cuda") ? LPX_BF16 : LPX_F32;
+    if (r == TR_F32) return LPX_F32;
+    if (o->act_given) return o->act;
+    return !strcmp(o->device, "cuda") ? LPX_BF16 : LPX_F32;
 }
 
 const char *tr_split_opt(const char *arg, char *buf, size_t n, const char **inline_v)
@@ -308,6 +309,7 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
         } else if (!strcmp(a, "--act")) {
             if (strcmp(v, "f32") && strcmp(v, "bf16")) return bad("unknown --act '%s' (%s)", v, "f32, bf16");
             o->act = !strcmp(v, "f32") ? LPX_F32 : LPX_BF16;
+            o->act_given = true;
         } else if (!strcmp(a, "--steps")) { rc = parse_lim(a, v, &o->steps); o->given |= TR_GIVEN_STEPS; }
         else if (!strcmp(a, "--batch")) { rc = parse_lim(a, v, &o->batch); o->given |= TR_GIVEN_BATCH; }
         else if (!strcmp(a, "--micro")) { rc = parse_lim(a, v, &o->micro); o->given |= TR_GIVEN_MICRO; }
@@ -376,7 +378,7 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
     if (cuda && strcmp(o->comm, "nccl"))
         return bad("--device cuda runs its collectives over NCCL: --comm nccl (the default with --device cuda; "
                    "under mpirun too), not --comm %s%s", o->comm, "");
-    if (o->recipe == TR_F32 && o->act == LPX_BF16)
+    if (o->recipe == TR_F32 && o->act_given && o->act == LPX_BF16)
         return bad("--recipe f32 is the all-f32 reference: leave out --act bf16%s%s", "", "");
     if (!cuda && !strcmp(o->comm, "nccl"))
         return bad("--comm nccl gathers GPU memory: it needs --device cuda%s%s", "", "");

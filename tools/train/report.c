@@ -80,7 +80,7 @@ void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, 
             /* lpx mem's device total for this run, beside the measured peak */
             tr_mem_est e;
             tr_mem_estimate_geom(g, x->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
-                                 o->wrap_linear, tr_act_dtype(o) == LPX_F32 ? 4 : 2, o->ac, &e);
+                                 o->wrap_linear, tr_act_dtype(o, x->recipe) == LPX_F32 ? 4 : 2, o->ac, &e);
             int64_t host = o->offload ? e.params + e.optimizer : 0;
             int64_t dev = e.params + e.grads + e.optimizer + e.unsharded + e.activations + e.transient - host;
             printf("  %-20s peak GPU memory (rank 0, lpx-cuda's allocator over the steps): %.2f GiB; lpx mem's device "
@@ -129,7 +129,7 @@ void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, 
         const tr_result *x = &res[r];
         tr_mem_est e;
         tr_mem_estimate_geom(g, x->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
-                             o->wrap_linear, tr_act_dtype(o) == LPX_F32 ? 4 : 2, o->ac, &e);
+                             o->wrap_linear, tr_act_dtype(o, x->recipe) == LPX_F32 ? 4 : 2, o->ac, &e);
         int64_t meas[5] = {x->mem_peak[TR_MEM_PARAMS], x->mem_peak[TR_MEM_GRADS], x->mem_peak[TR_MEM_OPT],
                            x->mem_peak[TR_MEM_UNSHARDED], x->mem_peak[TR_MEM_ACT]};
         int64_t est[5] = {e.params, e.grads, e.optimizer, e.unsharded, e.activations};

@@ -225,7 +225,7 @@ static lpx_status make_forms(tr_rank *R, int grp)
             lpx_tensor_retain(R->la[p]);
             lpx_tensor_retain(R->lb[p]);
         } else if (P->kind == TR_P_LIN && tr_recipe_is_mx(R->recipe)) {
-            TRY(lpx_cast(u, tr_act_dtype(R->o), false, &R->full_dense[p]));
+            TRY(lpx_cast(u, tr_act_dtype(R->o, R->recipe), false, &R->full_dense[p]));
             TRY(lpx_kind_from_dense(R->mx_kind, R->full_dense[p], &R->full[p]));
         } else {
             /* a float8 tensor or bf16 weight goes to the GEMMs as it is;
@@ -233,7 +233,7 @@ static lpx_status make_forms(tr_rank *R, int grp)
              * (bf16 GEMMs for the head on a GPU, as a bf16 transformers
              * model does), the norms' weights in f32 */
             lpx_dtype want = P->kind == TR_P_LIN ? lpx_tensor_dtype(u)
-                             : P->kind == TR_P_TOK || P->kind == TR_P_HEAD ? tr_act_dtype(R->o)
+                             : P->kind == TR_P_TOK || P->kind == TR_P_HEAD ? tr_act_dtype(R->o, R->recipe)
                                                                             : LPX_F32;
             if (P->kind == TR_P_LIN || lpx_tensor_dtype(u) == want) {
                 lpx_tensor_retain(u);

@@ -524,7 +524,7 @@ static lpx_status run_recipe(const tr_opts *o, tr_recipe recipe, const char *lab
     /* the local backend runs every rank as a thread of this process, on
      * this one tr_shared; other backends host one rank per process */
     tr_shared sh = {.o = o, .recipe = recipe, .steps = steps, .g = g, .c = c, .init = init, .res = res,
-                    .final = final, .print = !o->quiet, .label = label, .per_process = strcmp(o->comm, "local") != 0,
+                    .final = final, .print = !o->quiet, .label = label, .per_process = !strcmp(o->comm, "mpi"),
                     .start = span->start, .end = span->end, .main = span->main, .ck = span->ck,
                     .hf_import = span->hf_import,
                     .val_start_mean = NAN};
@@ -745,7 +745,7 @@ static bool fits_memory(const tr_opts *o, const tr_geom *g, bool lead)
     tr_mem_est e;
     int world = !strcmp(o->comm, "mpi") ? 1 : o->ranks;   /* ranks in this process (threads: local, nccl) */
     tr_mem_estimate_geom(g, o->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
-                         o->wrap_linear, tr_act_dtype(o) == LPX_F32 ? 4 : 2, o->ac, &e);
+                         o->wrap_linear, tr_act_dtype(o, o->recipe) == LPX_F32 ? 4 : 2, o->ac, &e);
     /* host memory: on the CPU everything; on a GPU the shards, grad shards
      * and AdamW state under --offload, nothing per rank otherwise (the GPU's
      * own memory is lpx-cuda's to refuse: an allocation it cannot make

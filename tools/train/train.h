@@ -108,7 +108,8 @@ typedef struct tr_opts {
     bool comm_given;        /* --comm on the command line (--device cuda defaults it to nccl) */
     char device[16];
     bool offload;           /* --offload: shards, grads and AdamW state in host memory (--device cuda) */
-    lpx_dtype act;          /* --act: activation dtype, LPX_F32 or LPX_BF16 (0: the device's default) */
+    lpx_dtype act;          /* --act: activation dtype, LPX_F32 or LPX_BF16 (when act_given) */
+    bool act_given;         /* --act on the command line (LPX_F32 is 0: no sentinel value) */
     int loss_chunk;         /* --loss-chunk: rows of the LM head + loss computed at once (0: automatic) */
     int steps, batch, seq, micro;
     tr_arch m;              /* the model */
@@ -146,9 +147,10 @@ typedef struct tr_opts {
     int inject_comm_rank;
 } tr_opts;
 
-/* the activation dtype of a run: --act, else bf16 on a GPU and f32 on
- * the CPU (whose kernels compute in f32 anyway) */
-lpx_dtype tr_act_dtype(const tr_opts *o);
+/* the activation dtype of recipe r's run: --act, else bf16 on a GPU and
+ * f32 on the CPU (whose kernels compute in f32 anyway); the f32 recipe
+ * (the reference) always f32 */
+lpx_dtype tr_act_dtype(const tr_opts *o, tr_recipe r);
 
 /* ---- options.c ---- */
 /* "--opt=value": the option into buf (returned) and *inline_v = "value";
