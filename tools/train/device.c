@@ -103,24 +103,21 @@ lpx_status tr_poison2(lpx_tensor *x)
 lpx_status tr_all_gather_host(tr_rank *R, const void *send, void *recv, size_t nbytes)
 {
     if (!tr_on_gpu(R)) return lpx_comm_all_gather_buf(R->comm, send, recv, nbytes);
-    /* NCCL reads and writes device memory only: this rank's block goes up
-     * into its slot of the receive buffer, which is gathered in place and
-     * read back whole */
+    /* NCCL reads and writes device memory only: the receive buffer goes up
+     * with this rank's block already in its slot (one upload, no cross-
+     * device copy op), is gathered in place and read back whole */
     lpx_tensor *h = NULL, *d = NULL, *back = NULL;
-    int64_t one = (int64_t)nbytes, all = (int64_t)nbytes * R->world;
-    lpx_status st = lpx_empty(1, &one, LPX_U8, lpx_cpu(), &h);
+    int64_t all = (int64_t)nbytes * R->world;
+    lpx_status st = lpx_zeros(1, &all, LPX_U8, lpx_cpu(), &h);
     if (st == LPX_OK) {
-        if (nbytes) memcpy(lpx_tensor_data(h), send, nbytes);
-        st = lpx_empty(1, &all, LPX_U8, R->dev, &d);
+        if (nbytes) memcpy((unsigned char *)lpx_tensor_data(h) + nbytes * (size_t)R->rank, send, nbytes);
+        st = lpx_tensor_to(h, R->dev, &d);
     }
-    lpx_tensor *mine = NULL;
-    if (st == LPX_OK) st = lpx_narrow(d, 0, one * R->rank, one, &mine);
-    if (st == LPX_OK) st = lpx_copy_(mine, h);
     if (st == LPX_OK)
-        st = lpx_comm_all_gather_buf(R->comm, lpx_tensor_data(mine), lpx_tensor_data(d), nbytes);
+        st = lpx_comm_all_gather_buf(R->comm, (unsigned char *)lpx_tensor_data(d) + nbytes * (size_t)R->rank,
+                                     lpx_tensor_data(d), nbytes);
     if (st == LPX_OK) st = lpx_tensor_to(d, lpx_cpu(), &back);
     if (st == LPX_OK && all) memcpy(recv, lpx_tensor_data(back), (size_t)all);
-    lpx_tensor_release(mine);
     lpx_tensor_release(h);
     lpx_tensor_release(d);
     lpx_tensor_release(back);
