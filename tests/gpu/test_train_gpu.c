@@ -24,7 +24,7 @@
 static char corpus[1024], plugin_path[4096];
 
 #define MODEL "--dim 64 --layers 2 --heads 4 --kv-heads 2 --seq 32 --batch 4 --micro 2 --steps 12 --eval 2 " \
-              "--sample 0 --log-every 1 --lr 3e-3 --seed 3"
+              "--sample 0 --log-every 1 --lr 3e-3 --seed 3 --pretrain 10"
 
 
 static void dir_of(const char *path, char *out, size_t n)
@@ -65,7 +65,10 @@ static void one_recipe(const char *recipe, double tol, const char *mode)
 
     double a[64], b[64];
     int na = train_losses(cpu, recipe, a, 64), nb = train_losses(gpu, recipe, b, 64);
-    CHECKF(na == 12 && nb == 12, "%s: %d CPU and %d GPU progress lines (want 12)", recipe, na, nb);
+    /* (nf4-qlora's summary line "nf4-qlora: val loss ..." matches too: a 13th) */
+    CHECKF(na >= 12 && nb == na, "%s: %d CPU and %d GPU progress lines (want 12)", recipe, na, nb);
+    if (na > 12) na = 12;
+    if (nb > 12) nb = 12;
     double worst = 0;
     int at = 0;
     for (int i = 0; i < na && i < nb; i++) {
