@@ -65,8 +65,9 @@ static void one_recipe(const char *recipe, double tol, const char *mode)
 
     double a[64], b[64];
     int na = train_losses(cpu, recipe, a, 64), nb = train_losses(gpu, recipe, b, 64);
-    /* (nf4-qlora's summary line "nf4-qlora: val loss ..." matches too: a 13th) */
-    CHECKF(na >= 12 && nb == na, "%s: %d CPU and %d GPU progress lines (want 12)", recipe, na, nb);
+    /* the 12 progress lines come first; the summary's rows of the recipe
+     * (more of them on the GPU: peak memory, MFU) follow and are not compared */
+    CHECKF(na >= 12 && nb >= 12, "%s: %d CPU and %d GPU progress lines (want 12)", recipe, na, nb);
     if (na > 12) na = 12;
     if (nb > 12) nb = 12;
     double worst = 0;
