@@ -9,10 +9,11 @@
  * therefore staged through device buffers. On the CPU every function here
  * is the plain host operation, so the CPU suite runs the same calls.
  *
- * --device cuda --offload uses the engine's CPU offload
- * (lpx_fsdp_config.compute_device, docs/SHARDING.md): shards, grad shards
- * and AdamW state stay in host memory, every unsharded weight, activation,
- * GEMM and collective is on the GPU. */
+ * --device cuda hands the engine its params on the GPU, so its shards,
+ * grad shards and AdamW state live there (the device-resident engine,
+ * docs/SHARDING.md); with --offload they are handed in on the host and
+ * stay there (the engine's CPU offload). Either way every unsharded
+ * weight, activation, GEMM and collective is on the GPU (shard.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
