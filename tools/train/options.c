@@ -166,7 +166,7 @@ int tr_check_opts(const tr_opts *o)
     if ((rc = tr_arch_check(&o->m, "lpx train"))) return rc;
     /* --comm mpi without --ranks: the world size is known once MPI runs
      * (train.c checks it then) */
-    if ((o->ranks_given || strcmp(o->comm, "mpi")) && (rc = tr_check_ranks(o))) return rc;
+    if ((o->ranks_given || !tr_per_process(o, NULL, NULL)) && (rc = tr_check_ranks(o))) return rc;
     if (o->batch % o->micro) {
         snprintf(buf, sizeof buf, "--batch %d is not divisible by --micro %d", o->batch, o->micro);
         return bad("%s%s", buf, "");
@@ -192,6 +192,37 @@ static int parse_step_arg(const char *opt, const char *v, int *step, const char 
     *step = (int)x;
     *rest = *end == ':' ? end + 1 : NULL;
     return 0;
+}
+
+/* a non-negative integer from the first of two environment variables set, else -1 */
+static int env_int(const char *a, const char *b)
+{
+    const char *names[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        if (!v || !*v) continue;
+        char *end;
+        errno = 0;
+        long x = strtol(v, &end, 10);
+        return *end || errno || x < 0 || x > INT_MAX ? -1 : (int)x;
+    }
+    return -1;
+}
+
+bool tr_per_process(const tr_opts *o, int *rank, int *world)
+{
+    int r = -1, w = -1;
+    bool per = !strcmp(o->comm, "mpi");
+    if (!strcmp(o->comm, "nccl")) {
+        /* the variables lpx-nccl's launch reads (backends/nccl, nccl_run) */
+        w = env_int("LPX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");
+        r = env_int("LPX_RANK", "OMPI_COMM_WORLD_RANK");
+        per = getenv("LPX_WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("LPX_RANK") ||
+              getenv("OMPI_COMM_WORLD_RANK");
+    }
+    if (rank) *rank = r;
+    if (world) *world = w;
+    return per;
 }
 
 lpx_dtype tr_act_dtype(const tr_opts *o, tr_recipe r)

@@ -15,7 +15,8 @@ void tr_print_dispatch(const tr_opts *o)
 {
     /* the trace counts this process's calls: every rank's with local
      * threads, rank 0's alone with one rank per process */
-    printf("\ndispatch counts (from the trace, main recipe%s)\n", strcmp(o->comm, "local") ? ", rank 0's process" : "");
+    printf("\ndispatch counts (from the trace, main recipe%s)\n",
+           tr_per_process(o, NULL, NULL) ? ", rank 0's process" : "");
     printf("  %-26s %-10s %10s %10s\n", "op", "key", "calls", "fallbacks");
     int flagged = 0;
     for (int op = 0; op < lpx_op_count(); op++) {

@@ -524,7 +524,7 @@ static lpx_status run_recipe(const tr_opts *o, tr_recipe recipe, const char *lab
     /* the local backend runs every rank as a thread of this process, on
      * this one tr_shared; other backends host one rank per process */
     tr_shared sh = {.o = o, .recipe = recipe, .steps = steps, .g = g, .c = c, .init = init, .res = res,
-                    .final = final, .print = !o->quiet, .label = label, .per_process = !strcmp(o->comm, "mpi"),
+                    .final = final, .print = !o->quiet, .label = label, .per_process = tr_per_process(o, NULL, NULL),
                     .start = span->start, .end = span->end, .main = span->main, .ck = span->ck,
                     .hf_import = span->hf_import,
                     .val_start_mean = NAN};
@@ -743,7 +743,7 @@ static int train_run(tr_opts *op, const tr_ckpt *ck);
 static bool fits_memory(const tr_opts *o, const tr_geom *g, bool lead)
 {
     tr_mem_est e;
-    int world = !strcmp(o->comm, "mpi") ? 1 : o->ranks;   /* ranks in this process (threads: local, nccl) */
+    int world = tr_per_process(o, NULL, NULL) ? 1 : o->ranks;   /* ranks in this process (threads: local, nccl) */
     tr_mem_estimate_geom(g, o->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
                          o->wrap_linear, tr_act_dtype(o, o->recipe) == LPX_F32 ? 4 : 2, o->ac, &e);
     /* host memory: on the CPU everything; on a GPU the shards, grad shards
@@ -819,7 +819,7 @@ static int check_cuda(const tr_opts *o)
                              "set LPX_PLUGIN_PATH to its directory)\n");
         return 2;
     }
-    if (o->ranks > n) {
+    if (!tr_per_process(o, NULL, NULL) && o->ranks > n) {
         fprintf(stderr, "lpx train: --device cuda --ranks %d: this machine has %d GPU%s (one rank per GPU)\n",
                 o->ranks, n, n == 1 ? "" : "s");
         return 2;
@@ -855,8 +855,10 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
             return 2;
         }
     }
-    /* lead: this process prints and writes the files (rank 0 of MPI) */
+    /* lead: this process prints and writes the files (rank 0 of MPI, or of
+     * a launcher's NCCL world) */
     bool lead = true;
+    int env_rank = -1, env_world = -1;
     if (!strcmp(o.comm, "mpi")) {
         /* one rank per process: --ranks is the world size (checked if given) */
         int rw[2] = {0, 0};
@@ -872,6 +874,27 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
             return 2;
         }
         o.ranks = rw[1];
+        if (o.micro % o.ranks) {
+            if (lead) tr_check_ranks(&o);
+            return 2;
+        }
+        if (!lead) o.quiet = true;
+    } else if (tr_per_process(&o, &env_rank, &env_world)) {
+        /* --comm nccl, one process per GPU: the launcher's world (no probe:
+         * that would set NCCL up twice) */
+        if (env_world < 1 || env_rank < 0 || env_rank >= env_world) {
+            fprintf(stderr, "lpx train: --comm nccl under a launcher: LPX_RANK/LPX_WORLD_SIZE (or Open MPI's "
+                            "OMPI_COMM_WORLD_RANK/_SIZE) must give a rank of 0..world-1\n");
+            return 2;
+        }
+        lead = env_rank == 0;
+        if (o.ranks_given && o.ranks != env_world) {
+            if (lead)
+                fprintf(stderr, "lpx train: --ranks %d but the launcher started %d processes (leave --ranks out)\n",
+                        o.ranks, env_world);
+            return 2;
+        }
+        o.ranks = env_world;
         if (o.micro % o.ranks) {
             if (lead) tr_check_ranks(&o);
             return 2;

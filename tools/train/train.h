@@ -152,6 +152,13 @@ typedef struct tr_opts {
  * (the reference) always f32 */
 lpx_dtype tr_act_dtype(const tr_opts *o, tr_recipe r);
 
+/* One rank per process: --comm mpi, or --comm nccl started by a launcher
+ * (mpirun, or LPX_RANK / LPX_WORLD_SIZE set: lpx-nccl then runs this
+ * process's rank alone, on its local GPU). For nccl, *rank and *world
+ * (may be NULL) come from the launcher's environment (-1 when unset or
+ * not a number). */
+bool tr_per_process(const tr_opts *o, int *rank, int *world);
+
 /* ---- options.c ---- */
 /* "--opt=value": the option into buf (returned) and *inline_v = "value";
  * any other argument is returned as it is with *inline_v NULL */
