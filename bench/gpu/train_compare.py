@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+import train_ref   # beside this file (bench/gpu/, or gpu-stage/bench/)
+
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -34,14 +36,7 @@ def parse():
     p.add_argument("--lpx", help="the lpx executable (default: build-gpu/tools/lpx/lpx or STAGE/lpx)")
     p.add_argument("--plugin-path", help="LPX_PLUGIN_PATH for lpx (default: the build's plugin folders or STAGE)")
     p.add_argument("--corpus", help="training text (default data/corpus.txt or STAGE/corpus.txt)")
-    p.add_argument("--dim", type=int, default=4096)
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--heads", type=int, default=32)
-    p.add_argument("--kv-heads", type=int, default=8)
-    p.add_argument("--ffn", type=int, default=14336)
-    p.add_argument("--vocab", type=int, default=128256)
-    p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--seq", type=int, default=4096)
+    train_ref.add_model_args(p)   # the reference's shapes, the same defaults
     p.add_argument("--steps", type=int, default=8, help="lpx steps (the first is not timed)")
     p.add_argument("--recipes", default="bf16,float8-tensorwise,float8-rowwise")
     p.add_argument("--ref-modes", default="eager,compile,f8-tensorwise,f8-rowwise")

@@ -32,8 +32,9 @@ import sys
 import time
 
 
-def parse():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_model_args(p):
+    """The model and batch shape options (Llama-3-8B shapes, 8 layers, batch
+    2 x 4096 by default); train_compare.py takes the same ones."""
     p.add_argument("--dim", type=int, default=4096)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--heads", type=int, default=32)
@@ -42,6 +43,11 @@ def parse():
     p.add_argument("--vocab", type=int, default=128256)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seq", type=int, default=4096)
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_model_args(p)
     p.add_argument("--steps", type=int, default=10, help="timed steps (after --warmup)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps (compilation happens here)")
     p.add_argument("--modes", default="eager,compile,f8-tensorwise,f8-rowwise")

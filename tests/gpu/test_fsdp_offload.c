@@ -170,19 +170,6 @@ typedef struct engines {
     lpx_fsdp_group *rg, *gg;
 } engines;
 
-static bool engines_make(engines *e, bool keep, bool dev)
-{
-    memset(e, 0, sizeof *e);
-    CHECK_OK(lpx_local_comm_group_create(1, &e->lc));
-    CHECK_OK(create_local(1, NULL, 0, &e->nc));
-    if (!e->lc || !e->nc) return false;
-    lpx_fsdp_config rcfg = {.struct_size = sizeof rcfg, .keep_storage = keep};
-    lpx_fsdp_config gcfg = {.struct_size = sizeof gcfg, .keep_storage = keep, .compute_device = lpx_cuda_device(0)};
-    e->rf = make_engine(e->lc, &rcfg, &e->rg, false);
-    e->gf = make_engine(e->nc, &gcfg, &e->gg, dev);
-    return e->rf && e->gf;
-}
-
 static void engines_free(engines *e)
 {
     lpx_fsdp_free(e->rf);
@@ -191,13 +178,46 @@ static void engines_free(engines *e)
     lpx_comm_destroy(e->nc);
 }
 
+/* false (nothing left to free) when a comm cannot be made; the engines
+ * may still be NULL on true (the checks said why) */
+static bool engines_make(engines *e, bool keep, bool dev)
+{
+    memset(e, 0, sizeof *e);
+    CHECK_OK(lpx_local_comm_group_create(1, &e->lc));
+    CHECK_OK(create_local(1, NULL, 0, &e->nc));
+    if (!e->lc || !e->nc) {
+        engines_free(e);
+        return false;
+    }
+    lpx_fsdp_config rcfg = {.struct_size = sizeof rcfg, .keep_storage = keep};
+    lpx_fsdp_config gcfg = {.struct_size = sizeof gcfg, .keep_storage = keep, .compute_device = lpx_cuda_device(0)};
+    e->rf = make_engine(e->lc, &rcfg, &e->rg, false);
+    e->gf = make_engine(e->nc, &gcfg, &e->gg, dev);
+    return e->rf && e->gf;
+}
+
+
+/* The step's grads of the three trainable params: the same values to the
+ * CPU engine (host tensors) and to the GPU one (on cuda:0); with
+ * refuse_host, the GPU engine first refuses a host grad */
+static void set_grads(lpx_fsdp_group *rg, lpx_fsdp_group *gg, int step, bool refuse_host)
+{
+    for (int i = 0; i < 3; i++) {
+        lpx_tensor *like = i == 2 ? lpx_float8_weight_master(lpx_fsdp_param_local(rg, i)) : lpx_fsdp_param_local(rg, i);
+        lpx_tensor *gr = rand_normal(lpx_tensor_ndim(like), lpx_tensor_shape(like), 100 + 10 * (uint64_t)step + (uint64_t)i, 0.1, i == 1 ? LPX_BF16 : LPX_F32);
+        lpx_tensor *gd = gr ? gpu_up(gr) : NULL;
+        CHECK_OK(lpx_fsdp_set_grad(rg, i, gr));
+        if (refuse_host && i == 0) CHECK_ERR(lpx_fsdp_set_grad(gg, i, gr), LPX_EDEVICE); /* a host grad */
+        CHECK_OK(lpx_fsdp_set_grad(gg, i, gd));
+        lpx_tensor_release(gr);
+        lpx_tensor_release(gd);
+    }
+}
+
 static void run_offload(bool keep, bool pre)
 {
     engines e;
-    if (!engines_make(&e, keep, false)) {
-        engines_free(&e);
-        return;
-    }
+    if (!engines_make(&e, keep, false)) return;
     lpx_fsdp *rf = e.rf, *gf = e.gf;
     lpx_fsdp_group *rg = e.rg, *gg = e.gg;
     lpx_adamw_opts o = lpx_adamw_opts_default();
@@ -221,16 +241,7 @@ static void run_offload(bool keep, bool pre)
         CHECKF(gs.pinned_bytes >= gs.h2d_bytes, "pinned staging %llu bytes", (unsigned long long)gs.pinned_bytes);
         CHECK(gs.unsharded_bytes == rs.unsharded_bytes);
         /* grads: the same values, on the device for the offloading engine */
-        for (int i = 0; i < 3; i++) {
-            lpx_tensor *like = i == 2 ? lpx_float8_weight_master(lpx_fsdp_param_local(rg, i)) : lpx_fsdp_param_local(rg, i);
-            lpx_tensor *gr = rand_normal(lpx_tensor_ndim(like), lpx_tensor_shape(like), 100 + 10 * (uint64_t)step + (uint64_t)i, 0.1, i == 1 ? LPX_BF16 : LPX_F32);
-            lpx_tensor *gd = gr ? gpu_up(gr) : NULL;
-            CHECK_OK(lpx_fsdp_set_grad(rg, i, gr));
-            if (i == 0 && step == 0) CHECK_ERR(lpx_fsdp_set_grad(gg, i, gr), LPX_EDEVICE); /* a host grad */
-            CHECK_OK(lpx_fsdp_set_grad(gg, i, gd));
-            lpx_tensor_release(gr);
-            lpx_tensor_release(gd);
-        }
+        set_grads(rg, gg, step, step == 0);
         CHECK_OK(lpx_fsdp_reshard(rg));
         CHECK_OK(lpx_fsdp_reshard(gg));
         lpx_fsdp_stats_reset(rf);
@@ -277,10 +288,7 @@ static bool on_gpu(lpx_tensor *t) { return t && lpx_tensor_device(t).type == LPX
 static void run_resident(bool keep)
 {
     engines e;
-    if (!engines_make(&e, keep, true)) {
-        engines_free(&e);
-        return;
-    }
+    if (!engines_make(&e, keep, true)) return;
     lpx_fsdp *rf = e.rf, *gf = e.gf;
     lpx_fsdp_group *rg = e.rg, *gg = e.gg;
     lpx_adamw_opts o = lpx_adamw_opts_default();
@@ -299,15 +307,7 @@ static void run_resident(bool keep)
                "resident unshard: %llu all-gathers, %llu h2d, %llu d2h copies",
                (unsigned long long)gs.calls[LPX_COLL_ALL_GATHER], (unsigned long long)gs.h2d_copies,
                (unsigned long long)gs.d2h_copies);
-        for (int i = 0; i < 3; i++) {
-            lpx_tensor *like = i == 2 ? lpx_float8_weight_master(lpx_fsdp_param_local(rg, i)) : lpx_fsdp_param_local(rg, i);
-            lpx_tensor *gr = rand_normal(lpx_tensor_ndim(like), lpx_tensor_shape(like), 100 + 10 * (uint64_t)step + (uint64_t)i, 0.1, i == 1 ? LPX_BF16 : LPX_F32);
-            lpx_tensor *gd = gr ? gpu_up(gr) : NULL;
-            CHECK_OK(lpx_fsdp_set_grad(rg, i, gr));
-            CHECK_OK(lpx_fsdp_set_grad(gg, i, gd));
-            lpx_tensor_release(gr);
-            lpx_tensor_release(gd);
-        }
+        set_grads(rg, gg, step, false);
         CHECK_OK(lpx_fsdp_reshard(rg));
         CHECK_OK(lpx_fsdp_reshard(gg));
         lpx_fsdp_stats_reset(gf);

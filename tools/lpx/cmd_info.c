@@ -27,6 +27,19 @@ static void print_plugins(void)
         printf("  skipped %s: %s\n", lpx_plugin_skipped_path(i), lpx_plugin_skipped_reason(i));
 }
 
+/* lpx-cuda's words on one of its paths (lpx_cuda_attention_path,
+ * lpx_cuda_block_gemm_path: both fill buf) into buf; false without the
+ * plugin or the export */
+static bool cuda_path(const char *sym_name, char *buf, size_t n)
+{
+    lpx_cuda_attention_path_fn f = NULL;   /* the two exports share this type */
+    void *sym = lpx_tool_plugin_fn("cuda", sym_name);
+    memcpy(&f, &sym, sizeof sym);
+    if (!f) return false;
+    f(buf, n);
+    return true;
+}
+
 int lpx_cmd_info(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -60,31 +73,14 @@ int lpx_cmd_info(int argc, char **argv)
         const lpx_backend_i *b = lpx_backend_at(i);
         if (!lpx_kernel_exists(LPX_OP_fp8_mm_block, lpx_device_key(b->device_type))) continue;
         char path[320] = "lpx reference kernel";
-        const lpx_plugin *bp = NULL;
-        if (b->device_type != LPX_DEVICE_CPU && lpx_plugin_find("cuda", &bp) == LPX_OK) {
-            lpx_cuda_block_gemm_path_fn f = NULL;
-            void *sym = lpx_plugin_symbol(bp, LPX_CUDA_SYM_BLOCK_GEMM_PATH);
-            memcpy(&f, &sym, sizeof sym);
-            if (f) f(path, sizeof path);
-        }
-        lpx_clear_error();
+        if (b->device_type != LPX_DEVICE_CPU) (void)cuda_path(LPX_CUDA_SYM_BLOCK_GEMM_PATH, path, sizeof path);
         printf(" %s (%s)", b->name,
                b->device_type == LPX_DEVICE_CPU ? "reference: sgemm per 128-K block, f32 promotion" : path);
     }
     printf("\n");
     /* attention on the GPU: cuDNN's fused SDPA or the reference kernel */
-    const lpx_plugin *cp = NULL;
-    if (lpx_plugin_find("cuda", &cp) == LPX_OK) {
-        lpx_cuda_attention_path_fn path = NULL;
-        void *sym = lpx_plugin_symbol(cp, LPX_CUDA_SYM_ATTENTION_PATH);
-        memcpy(&path, &sym, sizeof sym);
-        char buf[320];
-        if (path) {
-            path(buf, sizeof buf);
-            printf("attention (cuda): %s\n", buf);
-        }
-    }
-    lpx_clear_error();
+    char buf[320];
+    if (cuda_path(LPX_CUDA_SYM_ATTENTION_PATH, buf, sizeof buf)) printf("attention (cuda): %s\n", buf);
     print_plugins();
     printf("tracing: %s (set LPX_TRACE=1 or LPX_TRACE=trace.json)\n", lpx_trace_enabled() ? "on" : "off");
     return 0;

@@ -29,6 +29,10 @@ int lpx_cmd_eval(int argc, char **argv);
  * true once one loaded (tools/lpx/shipped_plugins.c). */
 #include <stdbool.h>
 bool lpx_tool_load_shipped(const char *tree_dir, const char *file);
+/* The function `name` a loaded plugin exports (lpx_plugin_symbol), as a
+ * data pointer to memcpy into its typed function pointer; NULL when the
+ * plugin is not loaded or lacks it (no error is left behind). */
+void *lpx_tool_plugin_fn(const char *plugin, const char *name);
 /* What every lpx command does after lpx_init: unless LPX_PLUGIN_PATH is
  * set (to anything, even empty), load the shipped format plugin lpx-mx.so, so that `lpx info`,
  * `lpx conformance` and `lpx train` see the same kinds. Comm backends'

@@ -30,6 +30,14 @@ bool lpx_tool_load_shipped(const char *tree_dir, const char *file)
 }
 
 
+void *lpx_tool_plugin_fn(const char *plugin, const char *name)
+{
+    const lpx_plugin *p = NULL;
+    void *sym = lpx_plugin_find(plugin, &p) == LPX_OK ? lpx_plugin_symbol(p, name) : NULL;
+    lpx_clear_error();   /* an absent plugin or export is an answer here, not an error */
+    return sym;
+}
+
 void lpx_tool_load_shipped_plugins(void)
 {
     /* a caller who set LPX_PLUGIN_PATH (even to nothing) chose the plugins:

@@ -20,6 +20,7 @@
 #include "lpx/cuda.h"
 #include "lpx/plugin.h"
 #include "rank.h"
+#include "../lpx/commands.h"
 
 /* lpx-nccl.so's export (backends/nccl/lpx_nccl.h, which a tool does not
  * include: plugins are reached through their exported symbols) */
@@ -28,17 +29,6 @@ typedef int (*nccl_comm_device_fn)(const lpx_comm *comm);
 
 bool tr_on_gpu(const tr_rank *R) { return R->dev.type == LPX_DEVICE_CUDA; }
 
-/* the exported function `name` of plugin `plugin` (NULL if absent) */
-static void *plugin_fn(const char *plugin, const char *name)
-{
-    const lpx_plugin *p = NULL;
-    if (lpx_plugin_find(plugin, &p) != LPX_OK) {
-        lpx_clear_error();
-        return NULL;
-    }
-    return lpx_plugin_symbol(p, name);
-}
-
 lpx_status tr_device_setup(tr_rank *R)
 {
     R->dev = lpx_cpu();
@@ -46,7 +36,7 @@ lpx_status tr_device_setup(tr_rank *R)
     /* the comm's GPU: device r for rank r of a one-process world, the
      * local rank under mpirun (lpx-nccl decides; this only asks) */
     nccl_comm_device_fn dev_of = NULL;
-    void *sym = plugin_fn("nccl", NCCL_SYM_COMM_DEVICE);
+    void *sym = lpx_tool_plugin_fn("nccl", NCCL_SYM_COMM_DEVICE);
     memcpy(&dev_of, &sym, sizeof sym);
     int d = dev_of ? dev_of(R->comm) : -1;
     if (d < 0)
@@ -129,7 +119,7 @@ lpx_status tr_device_sync(tr_rank *R)
 {
     if (!tr_on_gpu(R)) return LPX_OK;
     lpx_cuda_sync_fn sync = NULL;
-    void *sym = plugin_fn("cuda", LPX_CUDA_SYM_SYNC);
+    void *sym = lpx_tool_plugin_fn("cuda", LPX_CUDA_SYM_SYNC);
     memcpy(&sync, &sym, sizeof sym);
     return sync ? sync(R->dev.index) : LPX_OK;
 }
@@ -139,7 +129,8 @@ int64_t tr_device_peak(tr_rank *R, bool reset)
     if (!tr_on_gpu(R)) return -1;
     lpx_cuda_mem_stats_fn stats = NULL;
     lpx_cuda_mem_reset_peak_fn rst = NULL;
-    void *s1 = plugin_fn("cuda", LPX_CUDA_SYM_MEM_STATS), *s2 = plugin_fn("cuda", LPX_CUDA_SYM_MEM_RESET_PEAK);
+    void *s1 = lpx_tool_plugin_fn("cuda", LPX_CUDA_SYM_MEM_STATS);
+    void *s2 = lpx_tool_plugin_fn("cuda", LPX_CUDA_SYM_MEM_RESET_PEAK);
     memcpy(&stats, &s1, sizeof s1);
     memcpy(&rst, &s2, sizeof s2);
     lpx_cuda_mem_stats ms;

@@ -804,13 +804,9 @@ static int check_cuda(const tr_opts *o)
     if (!lpx_backend_for(LPX_DEVICE_CUDA) && !lpx_tool_load_shipped("backends/cuda", "lpx-cuda.so"))
         snprintf(why, sizeof why, "%s", lpx_last_error());   /* e.g. the plugin declined: no driver or GPU */
     lpx_clear_error();
-    const lpx_plugin *p = NULL;
     lpx_cuda_device_count_fn count = NULL;
-    if (lpx_plugin_find("cuda", &p) == LPX_OK) {
-        void *sym = lpx_plugin_symbol(p, LPX_CUDA_SYM_DEVICE_COUNT);
-        memcpy(&count, &sym, sizeof sym);
-    }
-    lpx_clear_error();
+    void *sym = lpx_tool_plugin_fn("cuda", LPX_CUDA_SYM_DEVICE_COUNT);
+    memcpy(&count, &sym, sizeof sym);
     int n = count ? count() : 0;
     if (!lpx_backend_for(LPX_DEVICE_CUDA) || n <= 0) {
         if (lpx_backend_for(LPX_DEVICE_CUDA)) fprintf(stderr, "lpx train: --device cuda: lpx-cuda.so sees no GPU\n");
