@@ -25,47 +25,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "fsdp_ckpt_internal.h"
 #include "safetensors_internal.h"
 
 /* ---- small helpers ---------------------------------------------------- */
-
-/* Removes the regular files of a directory and the directory (a
- * checkpoint has no subdirectories); a missing one is fine. */
-static lpx_status remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? LPX_OK : lpx_error(LPX_EIO, "checkpoint %s: opendir: %s", dir, strerror(errno));
-    struct dirent *e;
-    char p[CK_PATH];
-    lpx_status st = LPX_OK;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (unlink(p) && !st) st = lpx_error(LPX_EIO, "checkpoint %s: unlink: %s", p, strerror(errno));
-    }
-    closedir(d);
-    if (!st && rmdir(dir)) st = lpx_error(LPX_EIO, "checkpoint %s: rmdir: %s", dir, strerror(errno));
-    return st;
-}
-
-/* True if dir is absent, empty, or holds an lpx checkpoint. */
-static bool replaceable(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT;
-    struct dirent *e;
-    bool empty = true, index = false;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        empty = false;
-        index |= !strcmp(e->d_name, "index.json");
-    }
-    closedir(d);
-    return empty || index;
-}
 
 static void fsync_dir(const char *path)
 {
@@ -343,30 +309,92 @@ static lpx_status write_index(const char *dir, cJSON *index)
  * atomic step (renameat2 RENAME_EXCHANGE), so <dir> always names a
  * complete checkpoint; where the file system cannot exchange, the old one
  * is moved to <dir>.old first and lpx_fsdp_load falls back to it if a
- * crash came between the two renames. */
-static lpx_status commit(const char *dir, const char *tmp)
+ * crash came between the two renames. The previous checkpoint is locked
+ * exclusively first: readers (lpx_fsdp_load, an open lpx_fsdp_ckpt) hold
+ * it shared, so none of them sees its files go, and none reads half of
+ * one checkpoint and half of the next. Only names a save writes are
+ * removed (ck_check_target accepted the directory before the save). */
+static lpx_status commit(const char *op, const char *dir, const char *tmp)
 {
     char old[CK_PATH], parent[CK_PATH];
-    snprintf(old, sizeof old, "%s.old", dir);
-    lpx_status st = remove_dir(old);
+    if (snprintf(old, sizeof old, "%s.old", dir) >= (int)sizeof old)
+        return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
+    lpx_status st = ck_remove_own_dir(op, old);
     if (st) return st;
     parent_of(dir, parent, sizeof parent);
-    struct stat sb;
-    if (stat(dir, &sb) == 0) {
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
-            fsync_dir(parent);
-            return remove_dir(tmp); /* the previous checkpoint, now at <dir>.tmp */
-        }
-        if (errno != EINVAL && errno != ENOSYS)
-            return lpx_error(LPX_EIO, "checkpoint %s: renameat2 (exchange with %s): %s", dir, tmp, strerror(errno));
-        if (rename(dir, old)) return lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", dir, old, strerror(errno));
+    int prev = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (prev < 0) {
+        if (errno != ENOENT) return lpx_error(LPX_EIO, "checkpoint %s: open: %s", dir, strerror(errno));
         if (rename(tmp, dir)) return lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", tmp, dir, strerror(errno));
         fsync_dir(parent);
-        return remove_dir(old);
+        return LPX_OK;
     }
-    if (rename(tmp, dir)) return lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", tmp, dir, strerror(errno));
-    fsync_dir(parent);
+    if (ck_flock_wait(prev, LOCK_EX, CK_SAVE_WAIT_MS) == 0) {
+        close(prev);
+        return lpx_error(LPX_EIO, "%s: '%s' has been open for reading (lpx_fsdp_load, or an lpx_fsdp_ckpt handle not "
+                         "closed) for %d s; the new checkpoint is complete in '%s', the old one untouched", op, dir,
+                         CK_SAVE_WAIT_MS / 1000, tmp);
+    }
+    struct stat a, b;
+    if (fstat(prev, &a) || lstat(dir, &b) || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+        close(prev);
+        return lpx_error(LPX_EIO, "%s: '%s' was replaced by someone else during the save; the new checkpoint is "
+                         "complete in '%s'", op, dir, tmp);
+    }
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+        fsync_dir(parent);
+        st = ck_remove_own_dir(op, tmp); /* the previous checkpoint, now at <dir>.tmp */
+    } else if (errno != EINVAL && errno != ENOSYS) {
+        st = lpx_error(LPX_EIO, "checkpoint %s: renameat2 (exchange with %s): %s", dir, tmp, strerror(errno));
+    } else if (rename(dir, old)) {
+        st = lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", dir, old, strerror(errno));
+    } else if (rename(tmp, dir)) {
+        st = lpx_error(LPX_EIO, "checkpoint %s: rename to %s: %s", tmp, dir, strerror(errno));
+    } else {
+        fsync_dir(parent);
+        st = ck_remove_own_dir(op, old);
+    }
+    close(prev);   /* the lock goes with it */
+    return st;
+}
+
+/* Rank 0, before any rank writes: dir may be replaced (ck_check_target),
+ * and <dir>.tmp made fresh and locked (an earlier save's leftover is
+ * removed, unless a save still running holds it); *lock: the open tmp */
+static lpx_status prepare_tmp(const char *op, const char *dir, const char *tmp, int *lock)
+{
+    *lock = -1;
+    lpx_status st = ck_check_target(op, dir);
+    if (st) return st;
+    int fd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        int got = ck_flock_wait(fd, LOCK_EX, 0);
+        if (got == 0) {
+            close(fd);
+            return lpx_error(LPX_EIO, "%s: another save into '%s' is in progress ('%s' is locked); nothing was "
+                             "changed", op, dir, tmp);
+        }
+        st = ck_remove_own_dir(op, tmp);
+        close(fd);
+        if (st) return st;
+    }
+    if (mkdir(tmp, 0755)) return lpx_error(LPX_EIO, "checkpoint %s: mkdir: %s", tmp, strerror(errno));
+    fd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || ck_flock_wait(fd, LOCK_EX, 0) == 0) {
+        if (fd >= 0) close(fd);
+        return lpx_error(LPX_EIO, "%s: another save into '%s' started at the same time; nothing was changed", op, dir);
+    }
+    *lock = fd;
     return LPX_OK;
+}
+
+lpx_status lpx_fsdp_save_check(const char *dir)
+{
+    const char *op = "lpx_fsdp_save_check";
+    char norm[CK_PATH - 64];
+    lpx_status st = lpx_ensure_init();
+    if (st || (st = ck_norm_dir(op, dir, norm, sizeof norm))) return st;
+    return ck_check_target(op, norm);
 }
 
 typedef struct ck_extra_at {
@@ -454,8 +482,9 @@ lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
     ck_mesh cm;
     lpx_status st = lpx_ensure_init();
     if (st || (st = ck_check_engine(op, f, &cm))) return st;
-    if (!dir || !*dir) return lpx_error(LPX_EINVAL, "%s: dir is %s", op, dir ? "empty" : "NULL");
-    if (strlen(dir) > CK_PATH - 64) return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
+    char norm[CK_PATH - 64];
+    if ((st = ck_norm_dir(op, dir, norm, sizeof norm))) return st;
+    dir = norm;   /* "ck/" is "ck": its temporary is "ck.tmp", not "ck/.tmp" */
     if (opts && opts->struct_size && opts->struct_size < offsetof(lpx_fsdp_ckpt_opts, flags) + sizeof(unsigned))
         return lpx_error(LPX_EINVAL, "%s: opts->struct_size %zu is smaller than this version's", op, opts->struct_size);
     if (opts && opts->nextra && (opts->nextra < 0 || !opts->extra_names || !opts->extra))
@@ -475,13 +504,8 @@ lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
     ck_file *files = lpx_calloc((size_t)world, sizeof *files);
     uint64_t *nextra = lpx_calloc((size_t)world, sizeof *nextra);
     lpx_status mine = files && nextra ? LPX_OK : lpx_error(LPX_ENOMEM, "%s: out of memory", op);
-    if (lead && !mine && !(mine = parse_user(op, opts, &user))) {
-        if (!replaceable(dir))
-            mine = lpx_error(LPX_EINVAL, "%s: '%s' exists and is not an lpx checkpoint (it holds other files); a save "
-                             "replaces the directory, so choose another", op, dir);
-        else if (!(mine = remove_dir(tmp)) && mkdir(tmp, 0755))
-            mine = lpx_error(LPX_EIO, "checkpoint %s: mkdir: %s", tmp, strerror(errno));
-    }
+    int lock = -1;   /* rank 0: <dir>.tmp, locked until the commit ends */
+    if (lead && !mine && !(mine = parse_user(op, opts, &user))) mine = prepare_tmp(op, dir, tmp, &lock);
     if ((st = ck_agree_all(&cm, op, mine))) goto out;
     /* 2: every rank writes its file (durable: safetensors fsyncs), and
      * measures it for the index */
@@ -504,10 +528,11 @@ lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
         mine = index ? index_extras(op, index, tmp, world, nextra) : LPX_ENOMEM;
         if (!mine) mine = write_index(tmp, index);
         cJSON_Delete(index);
-        if (!mine) mine = commit(dir, tmp);
+        if (!mine) mine = commit(op, dir, tmp);
     }
     st = ck_agree_all(&cm, op, mine);
 out:
+    if (lock >= 0) close(lock);
     cJSON_Delete(user);
     lpx_free(files);
     lpx_free(nextra);
@@ -864,6 +889,10 @@ lpx_status lpx_fsdp_load_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
     ck_index ix;
     ck_open o = {NULL, &ix, !(opts && (opts->flags & LPX_FSDP_CKPT_NO_VERIFY))};
     lpx_status mine = ck_read_index(op, dir, &ix);
+    if ((st = ck_agree_index(&cm, op, dir ? dir : "", mine, ix.sum)) && !mine) {
+        ck_index_free(&ix);
+        return ck_agree_all(&cm, op, st);
+    }
     if (!mine && !(o.f = lpx_calloc((size_t)ix.world, sizeof *o.f)))
         mine = lpx_error(LPX_ENOMEM, "%s: out of memory", op);
     char key[512];
@@ -889,6 +918,6 @@ lpx_status lpx_fsdp_load_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
     }
     for (int r = 0; o.f && r < ix.world; r++) lpx_safetensors_close(o.f[r]);
     lpx_free(o.f);
-    cJSON_Delete(ix.root);
+    ck_index_free(&ix);
     return ck_agree_all(&cm, op, mine);
 }

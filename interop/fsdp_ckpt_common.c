@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "fsdp_ckpt_internal.h"
@@ -143,6 +144,38 @@ lpx_status ck_check_engine(const char *op, lpx_fsdp *f, ck_mesh *m)
     return LPX_OK;
 }
 
+/* the index checksums' 16-bit pieces, MAX-reduced as themselves and as
+ * their negations: equal everywhere iff max == min (f32 holds 16 bits
+ * exactly); a rank that failed gives the neutral -1 and -65536 */
+static lpx_status same_sum(lpx_comm *comm, bool failed, uint64_t sum, bool *same)
+{
+    float v[8];
+    for (int i = 0; i < 4; i++) {
+        float p = (float)((sum >> (16 * i)) & 0xFFFFu);
+        v[i] = failed ? -1.0f : p;
+        v[4 + i] = failed ? -65536.0f : -p;
+    }
+    lpx_status st = lpx_comm_all_reduce_buf(comm, v, v, 8, LPX_F32, LPX_REDUCE_MAX);
+    *same = true;
+    for (int i = 0; i < 4 && !st; i++) *same &= v[i] < 0 || v[i] == -v[4 + i];
+    return st;
+}
+
+lpx_status ck_agree_index(const ck_mesh *m, const char *op, const char *dir, lpx_status mine, uint64_t sum)
+{
+    bool same = true, same_r = true;
+    char msg[512];   /* the collectives clear this rank's message */
+    snprintf(msg, sizeof msg, "%s", mine ? lpx_last_error() : "");
+    lpx_status st = same_sum(m->shard, mine != LPX_OK, sum, &same);
+    if (!st && m->replica) st = same_sum(m->replica, mine != LPX_OK, sum, &same_r);
+    if (st) return st;
+    if (mine) return lpx_error(mine, "%s", msg);
+    if (!mine && !(same && same_r))
+        return lpx_error(LPX_EIO, "%s: '%s': the ranks read two different checkpoints there (a save replaced it "
+                         "between their reads); nothing was loaded, retry", op, dir);
+    return mine;
+}
+
 lpx_status ck_agree_all(const ck_mesh *m, const char *what, lpx_status mine)
 {
     lpx_status st = ck_agree(m->shard, what, mine);
@@ -151,12 +184,49 @@ lpx_status ck_agree_all(const ck_mesh *m, const char *what, lpx_status mine)
     return m->replica ? ck_agree(m->replica, what, st) : st;
 }
 
+static lpx_status read_locked(const char *op, const char *path, ck_index *ix);
+
+void ck_index_free(ck_index *ix)
+{
+    cJSON_Delete(ix->root);
+    ix->root = NULL;
+    if (ix->dirfd > 0) close(ix->dirfd);   /* releases the shared lock */
+    ix->dirfd = -1;
+}
+
+/* dir opened and share-locked, the lock taken on the directory that dir
+ * still names (a save's exchange between the open and the lock is seen,
+ * and the new one opened instead); the open fd, or -1 with the error set */
+static lpx_status open_locked(const char *op, const char *dir, int *out)
+{
+    *out = -1;
+    for (int tries = 0; tries < 100; tries++) {
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) return lpx_error(LPX_EIO, "%s: '%s': %s (not a checkpoint directory?)", op, dir, strerror(errno));
+        int got = ck_flock_wait(fd, LOCK_SH, CK_READ_WAIT_MS);
+        if (got == 0) {
+            close(fd);
+            return lpx_error(LPX_EIO, "%s: '%s': a save is in progress (it has held the directory for its commit "
+                             "for %d s); retry when it ends", op, dir, CK_READ_WAIT_MS / 1000);
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+            *out = fd;
+            return LPX_OK;
+        }
+        close(fd);   /* replaced while we waited: read the new one */
+    }
+    return lpx_error(LPX_EIO, "%s: '%s' was replaced 100 times while it was opened; retry", op, dir);
+}
+
 lpx_status ck_read_index(const char *op, const char *dir, ck_index *ix)
 {
     memset(ix, 0, sizeof *ix);
-    char path[CK_PATH];
-    if (!dir || !*dir) return lpx_error(LPX_EINVAL, "%s: dir is %s", op, dir ? "empty" : "NULL");
-    if (strlen(dir) > CK_PATH - 64) return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
+    ix->dirfd = -1;
+    char path[CK_PATH], norm[CK_PATH - 64];
+    lpx_status nst = ck_norm_dir(op, dir, norm, sizeof norm);
+    if (nst) return nst;
+    dir = norm;
     /* a save that crashed between its two renames (file systems that
      * cannot exchange directories) left the previous one at <dir>.old */
     struct stat sb;
@@ -168,8 +238,29 @@ lpx_status ck_read_index(const char *op, const char *dir, ck_index *ix)
     dir = ix->dir;
     if (snprintf(path, sizeof path, "%s/index.json", dir) >= (int)sizeof path)
         return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return lpx_error(LPX_EIO, "%s: %s: %s (not a checkpoint directory?)", op, path, strerror(errno));
+    /* the directory stays locked (shared) until ck_index_free: a save's
+     * commit waits for it, so every file read through ix->dir belongs to
+     * this index */
+    if ((nst = open_locked(op, dir, &ix->dirfd))) return nst;
+    if ((nst = read_locked(op, path, ix))) ck_index_free(ix);
+    return nst;
+}
+
+/* ck_read_index once the directory is locked */
+static lpx_status read_locked(const char *op, const char *path, ck_index *ix)
+{
+    struct stat sb;
+    int ifd = openat(ix->dirfd, "index.json", O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (ifd >= 0 && (fstat(ifd, &sb) != 0 || !S_ISREG(sb.st_mode))) {
+        close(ifd);
+        return lpx_error(LPX_EIO, "%s: %s is not a regular file", op, path);
+    }
+    FILE *fp = ifd >= 0 ? fdopen(ifd, "rb") : NULL;
+    if (!fp) {
+        int e = errno;
+        if (ifd >= 0) close(ifd);
+        return lpx_error(LPX_EIO, "%s: %s: %s (not a checkpoint directory?)", op, path, strerror(e));
+    }
     char *text = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
@@ -207,6 +298,7 @@ lpx_status ck_read_index(const char *op, const char *dir, ck_index *ix)
     memset(d, '0', 16);
     snprintf(got, sizeof got, "%016" PRIx64, ck_fnv_text(text, n));
     memcpy(d, want, 16);
+    ix->sum = strtoull(want, NULL, 16);
     if (strcmp(got, want)) {
         lpx_free(text);
         return lpx_error(LPX_EINVAL, "%s: %s has checksum (FNV-1a 64) %s, it records %s: the index was edited or "

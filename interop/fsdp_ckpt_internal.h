@@ -56,10 +56,49 @@ typedef struct ck_index {
     cJSON *files, *params;
     cJSON *extras;          /* [[name, rank], ...] or NULL */
     char dir[CK_PATH];      /* the directory read (<dir>.old after an interrupted commit) */
+    int dirfd;              /* that directory, open and share-locked while the index is held (-1: none) */
+    uint64_t sum;           /* the index's checksum: which checkpoint this is */
 } ck_index;
-/* Reads and validates <dir>/index.json (or <dir>.old's); ix->root is the
- * caller's to cJSON_Delete. */
+/* Reads and validates <dir>/index.json (or <dir>.old's) under a shared
+ * lock on the directory (ck_lock_shared), held until ck_index_free: a
+ * save cannot replace the directory while it is read. */
 lpx_status ck_read_index(const char *op, const char *dir, ck_index *ix);
+/* Frees the index and releases its lock (a zeroed or failed one too). */
+void ck_index_free(ck_index *ix);
+
+/* ---- the paths a save may touch (fsdp_ckpt_paths.c) ---- */
+
+/* dir without its trailing slashes into buf ("ck/" and "ck" name one
+ * checkpoint; "ck/.tmp" would be inside it); EINVAL if too long or empty */
+lpx_status ck_norm_dir(const char *op, const char *dir, char *buf, size_t len);
+/* A name lpx_fsdp_save writes into a checkpoint directory: index.json,
+ * index.json.tmp, rank-RRRRR-of-WWWWW.safetensors and its temporaries
+ * (".tmp.XXXXXX"); with world > 0, a rank file must be of that world. */
+bool ck_own_name(const char *name, int world);
+/* Nothing is touched. ok when the save can commit to dir: dir absent (its
+ * parent a writable directory), an empty directory, or a whole lpx
+ * checkpoint (a valid index naming every file in it, each a regular file);
+ * <dir>.tmp and <dir>.old absent or holding only names a save writes.
+ * A symbolic link is refused at each of the three paths. */
+lpx_status ck_check_target(const char *op, const char *dir);
+/* Removes a directory a save made (or a checkpoint ck_check_target
+ * accepted): only the entries ck_own_name accepts (unlinkat: a link is
+ * removed, never followed), then the directory; a missing one is fine,
+ * a foreign entry an error that removes nothing. */
+lpx_status ck_remove_own_dir(const char *op, const char *dir);
+/* flock(LOCK_SH or LOCK_EX) of an open directory, waiting up to
+ * timeout_ms: 1 taken, 0 timed out, -1 the file system has no locks (then
+ * nothing is held and the caller goes on unlocked, as before locks). */
+int ck_flock_wait(int fd, int how, int timeout_ms);
+/* how long a save waits for readers of the directory it replaces, and a
+ * reader for a save's commit */
+#define CK_SAVE_WAIT_MS 60000
+#define CK_READ_WAIT_MS 60000
+
+/* Every rank of the mesh read the index with checksum sum (a save that
+ * committed between two ranks' reads would mix two checkpoints): mine,
+ * or EIO naming dir where they differ; a comm failure as is. Collective. */
+lpx_status ck_agree_index(const ck_mesh *m, const char *op, const char *dir, lpx_status mine, uint64_t sum);
 
 typedef struct ck_open {
     lpx_safetensors **f;   /* per saved rank, opened on first use */

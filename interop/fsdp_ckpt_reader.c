@@ -133,6 +133,6 @@ void lpx_fsdp_ckpt_close(lpx_fsdp_ckpt *c)
     lpx_free(c->files);
     lpx_free(c->verified);
     lpx_free(c->user);
-    cJSON_Delete(c->ix.root);
+    ck_index_free(&c->ix);   /* and its lock on the directory */
     lpx_free(c);
 }

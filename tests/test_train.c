@@ -63,7 +63,7 @@ static void test_bad_options(void)
     CHECK(system(save_args) == 0);
     snprintf(save_args, sizeof save_args, "train --steps 1 --save '%s/mine'", outdir);
     int src = run(save_args, out, sizeof out);
-    CHECKF(src == 2 && strstr(out, "it exists and is not an lpx train checkpoint") && count_lines(out) == 1,
+    CHECKF(src == 2 && strstr(out, "exists and is not an lpx checkpoint (it holds 'keep.txt'") && count_lines(out) == 1,
            "--save onto another directory: %d %s", src, out);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run(cases[i][0], out, sizeof out);
@@ -682,7 +682,7 @@ static void test_resume_refusals(void)
              "--save '%s/user'", corpus, outdir, outdir);
     rc = run(args, out, sizeof out);
     /* refused before step 1 (it was refused only at the end of the run) */
-    CHECKF(rc == 2 && strstr(out, "it exists and is not an lpx train checkpoint (it holds other files)") &&
+    CHECKF(rc == 2 && strstr(out, "exists and is not an lpx checkpoint (it holds 'notes.txt'") &&
            count_lines(out) == 1, "--save over user files: %d %s", rc, out);
     snprintf(cmd, sizeof cmd, "test -f '%s/user/notes.txt'", outdir);
     CHECK(system(cmd) == 0);

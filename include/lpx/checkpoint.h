@@ -39,12 +39,26 @@
 LPX_BEGIN_DECLS
 
 /** Saves engine f (after lpx_fsdp_shard, no group unsharded) to directory
- *  `dir`, replacing a previous checkpoint there atomically (a directory
- *  that is neither empty nor an lpx checkpoint is refused). Collective.
- *  Errors: LPX_EINVAL (NULL, not sharded, a group unsharded, dir not a
- *  checkpoint), LPX_EIO (naming the file and errno), LPX_ECOMM,
- *  LPX_ENOMEM; every rank returns an error if one rank failed. */
+ *  `dir` ("ck/" and "ck" are one), replacing a previous checkpoint there
+ *  atomically. It replaces only what lpx_fsdp_save_check accepts (a
+ *  directory whose index names every file in it), works in "<dir>.tmp",
+ *  removes only files it writes and never follows a symbolic link.
+ *  Readers of the previous checkpoint (lpx_fsdp_load, an open
+ *  lpx_fsdp_ckpt) are waited for, up to 60 s, before it is replaced.
+ *  Collective. Errors: LPX_EINVAL (NULL, not sharded, a group unsharded,
+ *  dir refused by lpx_fsdp_save_check), LPX_EIO (naming the file and
+ *  errno; another save into dir running; readers past the wait),
+ *  LPX_ECOMM, LPX_ENOMEM; every rank returns an error if one rank failed. */
 LPX_API lpx_status lpx_fsdp_save(lpx_fsdp *f, const char *dir);
+
+/** Checks, touching nothing, that lpx_fsdp_save may write `dir`: its
+ *  parent a writable directory; dir absent, empty or a whole lpx
+ *  checkpoint (a valid index that names every file in it, each a regular
+ *  file), not a symbolic link; "<dir>.tmp" and "<dir>.old" absent or
+ *  holding only files a save writes. Call it before a long run so a bad
+ *  output path fails first, not last. Errors: LPX_EINVAL naming the path
+ *  and the file that is not the save's, LPX_EIO. */
+LPX_API lpx_status lpx_fsdp_save_check(const char *dir);
 
 /** Loads the checkpoint in `dir` into engine f (after lpx_fsdp_shard, with
  *  the same groups and parameters as the saved one; any world size):
@@ -53,7 +67,10 @@ LPX_API lpx_status lpx_fsdp_save(lpx_fsdp *f, const char *dir);
  *  parameter missing or of another shape, dtype or kind: the message names
  *  it), LPX_EIO (a missing file, one of another size), LPX_ENOTIMPL (a kind
  *  tensor without a master or all-gather hooks whose shards changed),
- *  LPX_ECOMM, LPX_ENOMEM. On
+ *  LPX_ECOMM, LPX_ENOMEM; LPX_EIO when a save is committing to dir for
+ *  over 60 s, or when the ranks read two different checkpoints (a save
+ *  committed between their reads: nothing is loaded from a mix). The
+ *  directory is share-locked while it is read, so a save waits. On
  *  error the engine's state is unspecified (reload or rebuild it). */
 LPX_API lpx_status lpx_fsdp_load(lpx_fsdp *f, const char *dir);
 

@@ -72,24 +72,25 @@ static bool is_v2_dir(const char *path)
     return ok && manifest;
 }
 
-static bool is_empty_dir(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d) return false;
-    struct dirent *de;
-    bool empty = true;
-    while (empty && (de = readdir(d))) empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
-    closedir(d);
-    return empty;
-}
-
 lpx_status tr_ckpt_check_target(const char *dir)
 {
+    /* a directory of the gathered format is replaced through DIR.v3
+     * (tr_ckpt_save): that path must be free for a save, DIR is exchanged */
     struct stat sb;
-    if (stat(dir, &sb) != 0) return LPX_OK;   /* made at the first save */
-    if (!S_ISDIR(sb.st_mode) || !(is_empty_dir(dir) || has_file(dir, INDEX) || is_v2_dir(dir)))
-        return lpx_error(LPX_EINVAL, "--save '%s': it exists and is not an lpx train checkpoint (%s); a save replaces "
-                         "the directory, so choose another", dir, S_ISDIR(sb.st_mode) ? "it holds other files" : "a file");
+    if (lstat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && is_v2_dir(dir)) {
+        char v3[1300];
+        snprintf(v3, sizeof v3, "%s.v3", dir);
+        return lpx_fsdp_save_check(v3);
+    }
+    /* everything else as the library's save sees it: absent, empty or a
+     * whole checkpoint; never a link; the parent writable */
+    lpx_status st = lpx_fsdp_save_check(dir);
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", lpx_last_error());
+        const char *m = strncmp(msg, "lpx_fsdp_save_check: ", 21) ? msg : msg + 21;
+        return lpx_error(st, "--save %s", m);
+    }
     return LPX_OK;
 }
 
@@ -283,6 +284,8 @@ void tr_ckpt_free(tr_ckpt *ck)
 {
     free(ck->hist);
     ck->hist = NULL;
+    lpx_fsdp_ckpt_close(ck->hold);
+    ck->hold = NULL;
 }
 
 /* The run record (either format): the step, the configuration, the
@@ -412,6 +415,8 @@ lpx_status tr_ckpt_open(const char *dir, tr_ckpt *ck)
         ck->has_recipe_state = cJSON_IsTrue(rs);
         ck->sharded = true;
         ck->saved_world = lpx_fsdp_ckpt_world(c);
+        ck->hold = c;   /* open (and so share-locked) until the ranks have loaded it */
+        c = NULL;
     } else if (has_file(dir, MANIFEST)) {
         TRY(tr_ckpt_v2_open(dir, ck, &root));
     } else {
@@ -580,6 +585,19 @@ out:
 
 /* Per rank, after setup: the engine's state (every rank reads the rows of
  * its shards), then the float8-delayed slots. */
+lpx_status tr_ckpt_loaded(tr_rank *R, const tr_ckpt *ck)
+{
+    lpx_status st = lpx_comm_barrier(R->comm);
+    if (st == LPX_OK && R->rank == 0 && ck->hold) {
+        /* ck is the caller's (lpx_cmd_train's) own object, shared as
+         * const with the ranks; after the barrier no rank reads hold */
+        tr_ckpt *own = (tr_ckpt *)ck;
+        lpx_fsdp_ckpt_close(own->hold);
+        own->hold = NULL;
+    }
+    return st;
+}
+
 lpx_status tr_ckpt_load_rank(tr_rank *R, const tr_ckpt *ck)
 {
     if (!ck->sharded) return tr_ckpt_v2_load_rank(R, ck);

@@ -413,6 +413,20 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
         return bad("--recipe f32 is the all-f32 reference: leave out --act bf16%s%s", "", "");
     if (!cuda && !strcmp(o->comm, "nccl"))
         return bad("--comm nccl gathers GPU memory: it needs --device cuda%s%s", "", "");
+    /* "ck/" names the directory "ck": without the slash, its siblings
+     * ("ck.tmp") are not made inside it */
+    static char dirs[4][4096];
+    const char **paths[4] = {&o->save_dir, &o->resume_dir, &o->save_hf, &o->out_dir};
+    for (int k = 0; k < 4; k++) {
+        const char *d = *paths[k];
+        size_t n = d ? strlen(d) : 0;
+        if (!n || d[n - 1] != '/') continue;
+        while (n > 1 && d[n - 1] == '/') n--;
+        if (n >= sizeof dirs[k]) return bad("path '%s' is too long%s", d, "");
+        memcpy(dirs[k], d, n);
+        dirs[k][n] = 0;
+        *paths[k] = dirs[k];
+    }
     /* --resume: checked once the manifest filled in the options not given */
     if (!o->resume_dir && (rc = tr_check_opts(o))) return rc;
     if (o->save_hf && o->recipe == TR_NF4_QLORA)

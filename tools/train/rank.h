@@ -186,6 +186,11 @@ typedef struct tr_ckpt {
     int saved_world;          /* sharded: the ranks that saved it */
     char data_path[1024];
     uint64_t data_fnv, data_bytes;
+    /* sharded: the checkpoint kept open from tr_ckpt_open until every
+     * rank has loaded it (tr_ckpt_loaded): its shared lock makes a save
+     * into the same directory wait, so the record read here and the
+     * weights the ranks load are one checkpoint */
+    struct lpx_fsdp_ckpt *hold;
 } tr_ckpt;
 
 /* Opens checkpoint DIR: a sharded one (index.json: the library checks
@@ -209,6 +214,9 @@ lpx_status tr_ckpt_check_model(const tr_ckpt *ck, const tr_geom *g, const tr_opt
  * gathered format: adapters and AdamW state) and the float8-delayed
  * histories. */
 lpx_status tr_ckpt_load_rank(tr_rank *R, const tr_ckpt *ck);
+/* Every rank, after tr_ckpt_load_rank: a barrier, then rank 0 lets the
+ * checkpoint go (ck->hold closed), so a later --save may replace it. */
+lpx_status tr_ckpt_loaded(tr_rank *R, const tr_ckpt *ck);
 
 /* ---- ckpt_v2.c: the gathered format (read only) ---- */
 /* DIR/manifest.json checked (its checksum, format, version, files); its

@@ -367,7 +367,10 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     TRY(tr_model_setup(R));
     TRY(tr_adamw_setup(R));
     /* --resume: the optimizer and recipe state (the weights came as init) */
-    if (sh->ck) TRY(tr_ckpt_load_rank(R, sh->ck));
+    if (sh->ck) {
+        TRY(tr_ckpt_load_rank(R, sh->ck));
+        TRY(tr_ckpt_loaded(R, sh->ck));
+    }
     if (sh->hf_import) TRY(tr_hf_import(R, sh->hf_import));
     if (R->recipe == TR_F8_TENSORWISE) TRY(tr_precompute_scales(R));
     if (sh->val_start) {
