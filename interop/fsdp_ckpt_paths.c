@@ -140,7 +140,9 @@ lpx_status ck_check_target(const char *op, const char *dir)
             /* a whole checkpoint: a valid index that names every file */
             ck_index ix;
             char why[600] = "";
-            if (ck_read_index(op, dir, &ix)) snprintf(why, sizeof why, "%s", lpx_last_error());
+            lpx_status rst = ck_read_index(op, dir, &ix);
+            if (rst == LPX_ENOMEM) return rst;
+            if (rst) snprintf(why, sizeof why, "%s", lpx_last_error());
             else if ((st = scan_dir(op, dir, ix.world, bad, sizeof bad, &n))) {
                 ck_index_free(&ix);
                 return st;

@@ -525,6 +525,12 @@ static const char *ckpt_dir(void)
     return ckpt_path;
 }
 static lpx_status call_save(fsdp_state *s) { return lpx_fsdp_save(s->f, ckpt_dir()); }
+/* the check of a target that holds a checkpoint (its index is read) */
+static lpx_status call_save_check(fsdp_state *s)
+{
+    lpx_status st = lpx_fsdp_save(s->f, ckpt_dir());
+    return st ? st : lpx_fsdp_save_check(ckpt_dir());
+}
 static lpx_status call_load(fsdp_state *s)
 {
     lpx_status st = lpx_fsdp_save(s->f, ckpt_dir());
@@ -636,6 +642,7 @@ PLAN_CASE(c_fsdp_pre_group, ST_SHARDED, call_pre_group, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_pre_all, ST_SHARDED, call_pre_all, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_save, ST_SHARDED, call_save, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_load, ST_SHARDED, call_load, .max_unsharded = 2)
+PLAN_CASE(c_fsdp_save_check, ST_SHARDED, call_save_check, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_save_ex, ST_SHARDED, call_save_ex, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_load_ex, ST_SHARDED, call_load_ex, .max_unsharded = 2)
 PLAN_CASE(c_fsdp_reader, ST_SHARDED, call_reader, .max_unsharded = 2)
@@ -835,6 +842,7 @@ const oom_case oom_cases_dist[] = {
     {"lpx_fsdp_precompute_scales", "2 ranks", c_fsdp_pre_all, 0},
     {"lpx_fsdp_save", "2 ranks, dense/nf4/float8_weight", c_fsdp_save, 0},
     {"lpx_fsdp_load", "2 ranks, after a save", c_fsdp_load, 0},
+    {"lpx_fsdp_save_check", "a directory holding a checkpoint", c_fsdp_save_check, 0},
     {"lpx_fsdp_save_ex", "2 ranks, a user object and extras", c_fsdp_save_ex, 0},
     {"lpx_fsdp_load_ex", "2 ranks, verified and sizes only", c_fsdp_load_ex, 0},
     {"lpx_fsdp_ckpt_open", "every parameter, the user object, another rank's extra", c_fsdp_reader, 0},
