@@ -12,7 +12,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "fsdp_ckpt_internal.h"
 
@@ -182,10 +184,24 @@ static lpx_status pwrite_all(const char *path, int fd, const void *buf, size_t n
 }
 
 /* Rank 0: the temporary file, its header, its full size. */
-static lpx_status start_file(const char *tmp, const ex_plan *x)
+/* The temporary next to path (a fresh name: never a file someone else
+ * has there), its header written and its size set; its name into tmp. */
+static lpx_status start_file(const char *path, char *tmp, size_t tmp_len, const ex_plan *x)
 {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return lpx_error(LPX_EIO, "export %s: open: %s", tmp, strerror(errno));
+    if (snprintf(tmp, tmp_len, "%s.tmp-export.XXXXXX", path) >= (int)tmp_len) {
+        tmp[0] = 0;
+        return lpx_error(LPX_EINVAL, "lpx_fsdp_export: path is too long");
+    }
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        tmp[0] = 0;
+        return lpx_error(LPX_EIO, "export %s: cannot create a temporary file next to it: %s", path, strerror(e));
+    }
+    if (fchmod(fd, 0644)) {
+        close(fd);
+        return lpx_error(LPX_EIO, "export %s: fchmod: %s", tmp, strerror(errno));
+    }
     unsigned char len[8];
     for (int k = 0; k < 8; k++) len[k] = (unsigned char)(x->header_len >> (8 * k));
     lpx_status st = pwrite_all(tmp, fd, len, 8, 0);
@@ -273,22 +289,25 @@ lpx_status lpx_fsdp_export(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_f
     ex_plan x;
     memset(&x, 0, sizeof x);
     if (!mine) mine = make_plan(op, f, dtype, name, ctx, nmeta, meta, &x);
-    char tmp[CK_PATH];
-    snprintf(tmp, sizeof tmp, "%s.tmp-export", path ? path : "");
+    /* the file written: a link's target, never a FIFO or a device
+     * (lpx_output_path); the temporary beside it, its name from the lead */
+    char real[CK_PATH] = "", tmp[CK_PATH] = "";
     /* replica 0 of a 2-D mesh writes; its shard rank 0 leads */
     bool writer = cm.replica_rank == 0, lead = writer && cm.rank == 0;
-    if (!mine && lead) mine = start_file(tmp, &x);
+    if (!mine && lead) mine = lpx_output_path(op, path, real, sizeof real);
+    if (!mine && lead) mine = start_file(real, tmp, sizeof tmp, &x);
     if ((st = ck_agree_all(&cm, op, mine))) goto out;
+    if ((st = lpx_comm_broadcast_buf(cm.shard, tmp, sizeof tmp, 0))) goto out;
     if (writer) mine = write_rows(tmp, &x, dtype);
     if ((st = ck_agree_all(&cm, op, mine))) goto out;
     if (lead) {
         char dir[CK_PATH];
-        snprintf(dir, sizeof dir, "%s", path);
+        snprintf(dir, sizeof dir, "%s", real);
         char *s = strrchr(dir, '/');
         if (!s) snprintf(dir, sizeof dir, ".");
         else if (s == dir) dir[1] = 0;
         else *s = 0;
-        if (rename(tmp, path)) mine = lpx_error(LPX_EIO, "export %s: rename from %s: %s", path, tmp, strerror(errno));
+        if (rename(tmp, real)) mine = lpx_error(LPX_EIO, "export %s: rename from %s: %s", real, tmp, strerror(errno));
         int dfd = mine ? -1 : open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd >= 0) {
             (void)fsync(dfd);
@@ -297,7 +316,7 @@ lpx_status lpx_fsdp_export(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_f
     }
     st = ck_agree_all(&cm, op, mine);
 out:
-    if (st && lead && path) unlink(tmp);
+    if (st && lead && tmp[0]) unlink(tmp);
     plan_free(&x);
     return st;
 }

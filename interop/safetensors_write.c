@@ -3,6 +3,7 @@
  * named "name::kind::inner") into one file, written to a temporary name,
  * synced and renamed, so a crash leaves the old file or the new one. */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,12 +181,21 @@ lpx_status lpx_safetensors_save(const char *path, int n, const char *const *name
     return lpx__st_save_hashed(path, n, names, tensors, nmeta, meta, false, NULL, NULL);
 }
 
-lpx_status lpx__st_save_hashed(const char *path, int n, const char *const *names, lpx_tensor *const *tensors,
+lpx_status lpx__st_save_hashed(const char *named, int n, const char *const *names, lpx_tensor *const *tensors,
                                int nmeta, const lpx_safetensors_kv *meta, bool in_place, uint64_t *bytes, uint64_t *fnv)
 {
     wr_hash hash = {1469598103934665603ull, 0, {0}, 0}, *hp = bytes || fnv ? &hash : NULL;
     lpx_status st = lpx_ensure_init();
     if (st) return st;
+    /* the file actually written: a link's target; a FIFO, device or
+     * directory refused before anything is made (lpx_output_path). In
+     * place: a file inside a checkpoint's own temporary directory. */
+    char resolved[PATH_MAX];
+    const char *path = named;
+    if (named && !in_place) {
+        if ((st = lpx_output_path("lpx_safetensors_save", named, resolved, sizeof resolved))) return st;
+        path = resolved;
+    }
     if (!path || n < 0 || (n && (!names || !tensors)) || nmeta < 0 || (nmeta && !meta))
         return lpx_error(LPX_EINVAL, "lpx_safetensors_save: NULL path/names/tensors/meta or negative count");
     for (int i = 0; i < n; i++) {

@@ -35,8 +35,24 @@ typedef struct lpx_safetensors_kv {
     const char *value;
 } lpx_safetensors_kv;
 
+/** Where lpx writes a whole file the caller names (lpx_safetensors_save,
+ *  lpx_fsdp_export and the lpx command's outputs use it), decided before
+ *  anything is written: `path` absent (its folder must exist and be
+ *  writable), a regular file (replaced atomically), or a symbolic link,
+ *  followed to its end (the target is replaced atomically in the target's
+ *  own folder, and the link stays a link; a dangling link creates its
+ *  target). Refused, touching nothing: a directory, a FIFO, a device, a
+ *  socket, a missing or unwritable folder, a loop of links. The path to
+ *  write goes to `out` (`len` bytes). `op` names the caller in messages
+ *  (e.g. "lpx eval --logits"). Errors: LPX_EINVAL (not a file, a loop of
+ *  links) and LPX_EIO (the folder missing or unwritable), naming op, path
+ *  and why; LPX_ERANGE (a path longer than len). */
+LPX_API lpx_status lpx_output_path(const char *op, const char *path, char *out, size_t len);
+
 /** Writes `n` tensors under `names` to `path` atomically: a temporary file
- *  in the same directory, written in full, fsync'ed, renamed over `path`,
+ *  in the same directory, written in full, fsync'ed, renamed over `path`
+ *  (a path lpx_output_path accepts: a link's target is replaced, a FIFO,
+ *  device or directory refused before anything is written),
  *  then the directory fsync'ed; a crash or error at any point leaves either
  *  the previous file or none, never a partial one (the temporary file is
  *  removed on error). Dense tensors must be on the CPU (non-contiguous ones

@@ -25,6 +25,7 @@ typedef struct ev_ctx {
     int n;
     const char *logits_path, *grads_path;
     double loss;
+    char msg[1024];   /* the rank's own error (without the comm runner's "rank 0:" wrapping) */
 } ev_ctx;
 
 static void usage(FILE *f)
@@ -100,6 +101,7 @@ static lpx_status ev_rank(lpx_comm *comm, void *arg)
         TRY(save_grads(R, E->grads_path));
     }
 out:
+    if (st) snprintf(E->msg, sizeof E->msg, "%s", lpx_last_error());
     if (R) {
         tr_fwd_clear(&f, E->g->layers);
         if (set_up) {
@@ -185,6 +187,19 @@ int lpx_cmd_eval(int argc, char **argv)
         fprintf(stderr, "lpx eval: give --init DIR (a Hugging Face Llama model) and --tokens FILE\n");
         return 2;
     }
+    /* every output path checked before the model is read: a FIFO, a
+     * device, a missing folder fail now, not after the run, and --logits
+     * is not written when --grads cannot be */
+    char out_a[4096], out_b[4096];
+    if ((logits && lpx_output_path("--logits", logits, out_a, sizeof out_a) != LPX_OK) ||
+        (grads && lpx_output_path("--grads", grads, out_b, sizeof out_b) != LPX_OK)) {
+        fprintf(stderr, "lpx eval: %s\n", lpx_last_error());
+        return 2;
+    }
+    if (logits && grads && !strcmp(out_a, out_b)) {
+        fprintf(stderr, "lpx eval: --logits and --grads name one file ('%s'); give two\n", out_a);
+        return 2;
+    }
     tr_opts o;
     bool help;
     char *targv[1] = {(char *)"train"};
@@ -217,7 +232,11 @@ int lpx_cmd_eval(int argc, char **argv)
         goto done;
     }
     ev_ctx E = {.o = &o, .g = &g, .w = w, .ids = ids, .n = n, .logits_path = logits, .grads_path = grads};
-    if (lpx_comm_run("local", 1, 0, ev_rank, &E, NULL) != LPX_OK) goto fail;
+    if (lpx_comm_run("local", 1, 0, ev_rank, &E, NULL) != LPX_OK) {
+        fprintf(stderr, "lpx eval: %s\n", E.msg[0] ? E.msg : lpx_last_error());
+        rc = 1;
+        goto done;
+    }
     printf("lpx eval: %s, %d tokens, recipe %s: mean next-token loss %.6f\n", dir, n, tr_recipe_name(o.recipe), E.loss);
     if (logits) printf("  wrote %s (logits [%d, %d] f32)\n", logits, n, g.vocab);
     if (grads) printf("  wrote %s (the loss's gradient of %d parameters, f32)\n", grads, g.nparams);

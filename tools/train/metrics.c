@@ -1,5 +1,6 @@
-/* metrics.csv and loss.svg. Both are written to DIR/.NAME.tmp.PID, flushed,
- * fsync'd and renamed over DIR/NAME: readers see a complete file or none.
+/* metrics.csv and loss.svg. Both are written to a fresh temporary beside
+ * DIR/NAME (outfile.c: a link's target is replaced, a FIFO refused),
+ * flushed, fsync'd and renamed over it: readers see a complete file or none.
  * The CSV ends with a "# complete" line as a second guard for tools that
  * copy files without renaming. */
 #include <errno.h>
@@ -9,36 +10,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "metrics.h"
-
-static lpx_status open_tmp(const char *dir, const char *name, char *tmp, size_t tlen, char *final, size_t flen,
-                           FILE **f)
-{
-    snprintf(final, flen, "%s/%s", dir, name);
-    snprintf(tmp, tlen, "%s/.%s.tmp.%ld", dir, name, (long)getpid());
-    *f = fopen(tmp, "w");
-    if (!*f) return lpx_error(LPX_EIO, "cannot write '%s': %s", tmp, strerror(errno));
-    return LPX_OK;
-}
-
-static lpx_status commit(FILE *f, const char *tmp, const char *final)
-{
-    int bad = ferror(f) != 0;
-    bad |= fflush(f) != 0;
-    bad |= fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, final) != 0) {
-        unlink(tmp);
-        return lpx_error(LPX_EIO, "cannot write '%s': %s", final, strerror(errno));
-    }
-    return LPX_OK;
-}
+#include "outfile.h"
 
 static lpx_status write_csv(const char *dir, const tr_result *res, int nres)
 {
-    char tmp[1200], final[1200];
-    FILE *f;
-    lpx_status st = open_tmp(dir, "metrics.csv", tmp, sizeof tmp, final, sizeof final, &f);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    tr_outfile o;
+    lpx_status st = tr_outfile_open("--out", path, &o);
     if (st != LPX_OK) return st;
+    FILE *f = o.f;
     fprintf(f, "recipe,step,train_loss,val_loss,tokens_per_s,compute_ms,comm_ms\n");
     for (int r = 0; r < nres; r++) {
         const tr_result *R = &res[r];
@@ -50,7 +31,7 @@ static lpx_status write_csv(const char *dir, const tr_result *res, int nres)
         }
     }
     fprintf(f, "# complete\n");
-    return commit(f, tmp, final);
+    return tr_outfile_commit(&o);
 }
 
 /* A hand-written SVG: one polyline per recipe (a moving average over 5
@@ -77,10 +58,12 @@ static lpx_status write_svg(const char *dir, const tr_result *res, int nres)
     }
     lo = floor(lo * 2) / 2;
     hi = ceil(hi * 2) / 2;
-    char tmp[1200], final[1200];
-    FILE *f;
-    lpx_status st = open_tmp(dir, "loss.svg", tmp, sizeof tmp, final, sizeof final, &f);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/loss.svg", dir);
+    tr_outfile o;
+    lpx_status st = tr_outfile_open("--out", path, &o);
     if (st != LPX_OK) return st;
+    FILE *f = o.f;
     double pw = W - L - Rm, ph = H - T - B;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
                "font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
@@ -121,7 +104,7 @@ static lpx_status write_svg(const char *dir, const tr_result *res, int nres)
                 res[r].val_loss);
     }
     fprintf(f, "</svg>\n");
-    return commit(f, tmp, final);
+    return tr_outfile_commit(&o);
 }
 
 lpx_status tr_write_metrics(const char *dir, const tr_result *res, int nres)

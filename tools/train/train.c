@@ -24,6 +24,7 @@
  * the step and the rank ("step 7, rank 0: all_gather #41 ...: rank 2
  * aborted: ..."). Checkpoints (--save, --resume): ckpt.c. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 #include <unistd.h>
 #include "rank.h"
 #include "metrics.h"
+#include "outfile.h"
 #include "mem.h"
 #include "hf.h"
 #include "../lpx/commands.h"
@@ -615,23 +617,23 @@ out:
  * Written atomically. */
 static lpx_status save_ckpt(const char *dir, const tr_geom *g, float *const *w)
 {
-    char path[1200], tmp[1300];
+    char path[1200];
     snprintf(path, sizeof path, "%s/model.bin", dir);
-    snprintf(tmp, sizeof tmp, "%s/.model.bin.tmp.%ld", dir, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return lpx_error(LPX_EIO, "cannot write '%s'", tmp);
+    tr_outfile o;
+    lpx_status st = tr_outfile_open("--out", path, &o);
+    if (st != LPX_OK) return st;
+    FILE *f = o.f;
     uint32_t h[10] = {CKPT_MAGIC, (uint32_t)g->vocab, (uint32_t)g->dim, (uint32_t)g->layers, (uint32_t)g->heads,
                       (uint32_t)g->seq, (uint32_t)g->nparams, (uint32_t)g->kv_heads, (uint32_t)g->hidden, g->tied};
     bool ok = fwrite(h, sizeof h, 1, f) == 1;
     for (int p = 0; p < g->nparams && ok; p++)
         ok = fwrite(w[p], sizeof(float), (size_t)(g->p[p].rows * g->p[p].cols), f) ==
              (size_t)(g->p[p].rows * g->p[p].cols);
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return lpx_error(LPX_EIO, "cannot write '%s'", path);
+    if (!ok) {
+        tr_outfile_abort(&o);   /* model.bin stays what it was */
+        return lpx_error(LPX_EIO, "cannot write '%s': %s", path, strerror(errno));
     }
-    return LPX_OK;
+    return tr_outfile_commit(&o);
 }
 
 static lpx_status load_ckpt(const char *path, const tr_geom *g, float **w)
@@ -918,13 +920,13 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
         if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
         return 2;
     }
-    struct stat hst;
-    if (o.save_hf && stat(o.save_hf, &hst) == 0 && !S_ISDIR(hst.st_mode)) {
-        if (lead) fprintf(stderr, "lpx train: --save-hf '%s' is a file; it names the directory to write\n", o.save_hf);
-        return 2;
-    }
-    if (stat(o.out_dir, &hst) == 0 && !S_ISDIR(hst.st_mode)) {
-        if (lead) fprintf(stderr, "lpx train: --out '%s' is a file; it names the directory to write\n", o.out_dir);
+    /* --out and --save-hf: directories (or absent, with a writable parent)
+     * whose files may be written: a FIFO or a device there is refused now */
+    static const char *const out_files[] = {"metrics.csv", "loss.svg", "model.bin"};
+    static const char *const hf_files[] = {"config.json", "model.safetensors"};
+    if (tr_check_out_dir("--out", o.out_dir, out_files, 3) != LPX_OK ||
+        (o.save_hf && tr_check_out_dir("--save-hf", o.save_hf, hf_files, 2) != LPX_OK)) {
+        if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
         return 2;
     }
     /* --init DIR: a Hugging Face model directory sets the model */
