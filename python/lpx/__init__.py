@@ -7,7 +7,11 @@ plugins with it), a meson build directory next to the source tree
 (build*/liblpx.so), then the system loader (ldconfig / LD_LIBRARY_PATH).
 
 Tensors are refcounted handles: a Tensor owns one lpx reference and releases
-it when garbage-collected. Errors raise LpxError(status, message) with
+it when garbage-collected or closed. numpy views, DLPack capsules and torch
+tensors of it hold their own, so they stay valid after close(); a closed
+handle (Tensor, safe_open, Float8Linear) raises LpxValueError when used.
+load_file / safe_open copy tensors out of the file (docs/INTEROP.md,
+"Lifetimes"). Errors raise LpxError(status, message) with
 lpx_last_error().
 
 DLPack: Tensor.__dlpack__ makes a versioned capsule ("dltensor_versioned",
