@@ -28,18 +28,56 @@ static lpx_plugin **loaded;
 static int nloaded, caploaded;
 static lpx_plugin *failed;   /* records of failed loads whose init ran (load_lock) */
 
+/* One entry per path (a retried failure replaces its entry, which moves to
+ * the end: the list stays bounded by the distinct paths tried). The
+ * strings are valid for the process (plugin.h), so a reason that is
+ * replaced is kept in `old`, once per distinct text: a path failing the
+ * same way on every retry adds nothing. */
 typedef struct skipped_entry {
     char *path;
-    char *reason;
+    char *reason;   /* the newest */
+    char **old;     /* earlier distinct reasons, still lent out */
+    int nold;
 } skipped_entry;
 static skipped_entry *skipped;
 static int nskipped, capskipped;
 
 /* ---- lists ---------------------------------------------------------- */
 
+/* Makes `reason` the newest reason of entry `e`; false when out of memory
+ * (the entry unchanged). list_lock held. */
+static bool set_reason(skipped_entry *e, const char *reason)
+{
+    if (!strcmp(e->reason, reason)) return true;
+    for (int i = 0; i < e->nold; i++)
+        if (!strcmp(e->old[i], reason)) {   /* an earlier text again: swap it back in */
+            char *t = e->old[i];
+            e->old[i] = e->reason;
+            e->reason = t;
+            return true;
+        }
+    char *r = lpx_strdup(reason);
+    char **v = r ? lpx_realloc(e->old, (size_t)(e->nold + 1) * sizeof *v) : NULL;
+    if (!v) { lpx_free(r); return false; }
+    e->old = v;
+    e->old[e->nold++] = e->reason;
+    e->reason = r;
+    return true;
+}
+
 void lpx_plugin_add_skipped(const char *path, const char *reason)
 {
     pthread_mutex_lock(&list_lock);
+    for (int i = 0; i < nskipped; i++) {
+        if (strcmp(skipped[i].path, path)) continue;
+        skipped_entry e = skipped[i];
+        if (set_reason(&e, reason)) {   /* newest failure last, as a new entry would be */
+            memmove(&skipped[i], &skipped[i + 1], (size_t)(nskipped - i - 1) * sizeof *skipped);
+            skipped[nskipped - 1] = e;
+        }
+        pthread_mutex_unlock(&list_lock);
+        return;
+    }
     if (nskipped == capskipped) {
         int cap = capskipped ? 2 * capskipped : 8;
         skipped_entry *v = lpx_realloc(skipped, (size_t)cap * sizeof *v);
@@ -49,8 +87,7 @@ void lpx_plugin_add_skipped(const char *path, const char *reason)
     }
     char *p = lpx_strdup(path), *r = lpx_strdup(reason);
     if (p && r) {
-        skipped[nskipped].path = p;
-        skipped[nskipped].reason = r;
+        skipped[nskipped] = (skipped_entry){.path = p, .reason = r};
         nskipped++;
     } else {
         lpx_free(p);

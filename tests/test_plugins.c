@@ -192,6 +192,44 @@ static void test_bad_paths(void)
     check_unchanged(&s);
 }
 
+/* Retrying a failed load keeps one skipped entry per path, with the
+ * newest reason, last (issue 33: every retry used to add an entry). */
+static void test_retry_keeps_one_skip_entry(void)
+{
+    const char *bad = "/nonexistent/lpx-retry.so";
+    CHECK_ERR(lpx_plugin_load(bad, NULL), LPX_EPLUGIN);
+    int n = lpx_plugin_skipped_count();
+    const char *first = lpx_plugin_skipped_reason(n - 1);
+    for (int i = 0; i < 100; i++) CHECK_ERR(lpx_plugin_load(bad, NULL), LPX_EPLUGIN);
+    CHECKF(lpx_plugin_skipped_count() == n, "100 retries of one bad path: %d skipped entries, not %d",
+           lpx_plugin_skipped_count(), n);
+    int mine = 0;
+    for (int i = 0; i < lpx_plugin_skipped_count(); i++) mine += !strcmp(lpx_plugin_skipped_path(i), bad);
+    CHECKF(mine == 1, "%d entries for %s", mine, bad);
+    CHECK(!strcmp(lpx_plugin_skipped_path(n - 1), bad));
+    CHECK(lpx_plugin_skipped_reason(n - 1) == first);   /* the same reason: the same string */
+    /* another path fails in between: the retried one moves back to the end,
+     * and a new reason for it replaces the old (which stays valid) */
+    CHECK_ERR(lpx_plugin_load("/nonexistent/lpx-other.so", NULL), LPX_EPLUGIN);
+    char tmp[] = "/tmp/lpx-test-retry-XXXXXX";
+    int fd = mkstemp(tmp);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    CHECK(write(fd, "junk", 4) == 4);
+    close(fd);
+    CHECK_ERR(lpx_plugin_load(tmp, NULL), LPX_EPLUGIN);
+    int m = lpx_plugin_skipped_count();
+    for (int i = 0; i < 10; i++) CHECK_ERR(lpx_plugin_load(tmp, NULL), LPX_EPLUGIN);
+    CHECK(lpx_plugin_skipped_count() == m);
+    const char *junk = lpx_plugin_skipped_reason(m - 1);
+    unlink(tmp);
+    CHECK_ERR(lpx_plugin_load(tmp, NULL), LPX_EPLUGIN);   /* now gone: "cannot open" */
+    CHECK(lpx_plugin_skipped_count() == m);
+    CHECK(!strcmp(lpx_plugin_skipped_path(m - 1), tmp));
+    CHECKF(strstr(lpx_plugin_skipped_reason(m - 1), "cannot open") != NULL, "%s", lpx_plugin_skipped_reason(m - 1));
+    CHECKF(strstr(junk, "not an ELF") != NULL, "the replaced reason is no longer valid: %s", junk);
+}
+
 /* ---- plugins that load ---------------------------------------------- */
 
 static void test_good_plugin_loads_once(void)
@@ -460,6 +498,7 @@ int main(void)
     RUN(test_init_fails_half_way);
     RUN(test_probe_declines);
     RUN(test_bad_paths);
+    RUN(test_retry_keeps_one_skip_entry);
     RUN(test_junk_in_plugin_path);
     RUN(test_good_plugin_loads_once);
     RUN(test_duplicate_name);

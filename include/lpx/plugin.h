@@ -152,7 +152,9 @@ LPX_API void lpx_plugin_registered(const lpx_plugin *p, int *dtypes, int *ops, i
                                    int *kernels, int *fallbacks, int *backends);
 
 /** Plugins that failed to load or declined (by lpx_plugin_load or the
- *  LPX_PLUGIN_PATH scan), in order. Strings are valid for the process. */
+ *  LPX_PLUGIN_PATH scan), oldest failure first, one entry per path: a
+ *  path that fails again moves to the end with its newest reason (retries
+ *  do not grow the list). Strings are valid for the process. */
 LPX_API int lpx_plugin_skipped_count(void);
 /** Path of skipped entry i, or NULL. */
 LPX_API const char *lpx_plugin_skipped_path(int i);

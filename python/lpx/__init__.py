@@ -7,7 +7,11 @@ plugins with it), a meson build directory next to the source tree
 (build*/liblpx.so), then the system loader (ldconfig / LD_LIBRARY_PATH).
 
 Tensors are refcounted handles: a Tensor owns one lpx reference and releases
-it when garbage-collected. Errors raise LpxError(status, message) with
+it when garbage-collected or closed. numpy views, DLPack capsules and torch
+tensors of it hold their own, so they stay valid after close(); a closed
+handle (Tensor, safe_open, Float8Linear) raises LpxValueError when used.
+load_file / safe_open copy tensors out of the file (docs/INTEROP.md,
+"Lifetimes"). Errors raise LpxError(status, message) with
 lpx_last_error().
 
 DLPack: Tensor.__dlpack__ makes a versioned capsule ("dltensor_versioned",
@@ -381,14 +385,23 @@ _NP = {"f32": "<f4", "f16": "<f2", "u8": "|u1", "i8": "|i1", "i32": "<i4", "i64"
 
 
 class Tensor:
-    """An owned reference to an lpx_tensor. Released by __del__ (or close())."""
+    """An owned reference to an lpx_tensor. Released by __del__ (or close()).
 
-    __slots__ = ("_h", "_keep", "__weakref__")
+    Memory the binding hands out stays valid after close(): numpy() views,
+    DLPack capsules and lpx.torch tensors each hold their own lpx
+    reference, and an array numpy made from the tensor itself
+    (np.asarray(t), through __array_interface__) keeps the reference this
+    handle held until the last such array is gone. close() ends the
+    handle: any later use of it raises LpxValueError."""
+
+    __slots__ = ("_hp", "_closed", "_exported", "_keep", "__weakref__")
 
     def __init__(self, handle, keep=None):
         if not handle:
             raise ValueError("NULL lpx tensor")
-        self._h = C.c_void_p(handle) if isinstance(handle, int) else handle
+        self._hp = C.c_void_p(handle) if isinstance(handle, int) else handle
+        self._closed = False
+        self._exported = False   # numpy arrays may have this object as their base
         self._keep = keep  # Python objects that own memory the tensor borrows
 
     @classmethod
@@ -401,19 +414,40 @@ class Tensor:
     def handle(self):
         return self._live().value
 
+    @property
+    def _h(self):
+        """The lpx handle, or LpxValueError once closed (every use of the
+        handle goes through here, so a closed tensor never reaches C)."""
+        return self._live()
+
     def _live(self):
-        if self._h is None or not self._h.value:
-            raise LpxValueError(_EINVAL, "the tensor is closed")
-        return self._h
+        if self._closed or self._hp is None or not self._hp.value:
+            raise LpxValueError(_EINVAL, "lpx.Tensor is closed: close() ended this handle (numpy views and "
+                                         "DLPack capsules taken before it stay valid)")
+        return self._hp
+
+    @property
+    def closed(self):
+        return self._closed
 
     def close(self):
-        if self._h is not None and self._h.value and _lib is not None:
-            _lib.lpx_tensor_release(self._h)
-        self._h = None
+        """Ends this handle and drops its lpx reference, unless numpy arrays
+        made from it through __array_interface__ may still exist (they have
+        this object as their base): then the reference goes with the object,
+        when the last of them is gone."""
+        self._closed = True
+        if not self._exported:
+            self._release()
+
+    def _release(self):
+        if self._hp is not None and self._hp.value and _lib is not None:
+            _lib.lpx_tensor_release(self._hp)
+        self._hp = None
 
     def __del__(self):
         try:
-            self.close()
+            self._closed = True
+            self._release()
         except Exception:
             pass
 
@@ -477,6 +511,8 @@ class Tensor:
         return _op(load_library().lpx_contiguous, self._h)
 
     def __repr__(self):
+        if self._closed:
+            return "lpx.Tensor(closed)"
         k = f", kind={self.kind}" if self.kind else ""
         return f"lpx.Tensor(shape={self.shape}, dtype={self.dtype}{k})"
 
@@ -492,16 +528,39 @@ class Tensor:
         if typestr is None:
             raise LpxError(-7, f"dtype {self.dtype} has no numpy equivalent")
         item = np.dtype(typestr).itemsize
+        # an array made from this may outlive close(): see close()
+        self._exported = True
         return {"version": 3, "shape": self.shape, "typestr": typestr,
                 "data": (_lib.lpx_tensor_data(self._h) or 0, self.readonly),
                 "strides": tuple(s * item for s in self.strides)}
 
-    def numpy(self):
-        """A zero-copy numpy view (keeps this tensor alive). bf16 and the
-        fp8 formats come back as ml_dtypes' bfloat16 / float8_e4m3fn /
-        float8_e5m2 when ml_dtypes is installed (else raw void bytes)."""
+    def __array__(self, dtype=None, copy=None):
+        # numpy (< 2) turns an error of __array_interface__ into "no
+        # interface" and asks here next: a closed tensor must not become a
+        # 0-d object array
         import numpy as np
-        a = np.asarray(self)
+        self.__array_interface__  # noqa: B018 (raises the reason: closed, a kind, on a device)
+        a = self._array()
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            if copy is False:
+                raise ValueError(f"lpx.Tensor of {self.dtype} as {np.dtype(dtype)} needs a copy")
+            return a.astype(dtype)
+        return a.copy() if copy else a
+
+    def _array(self):
+        """A zero-copy numpy array of this tensor whose base holds its own
+        lpx reference (a private handle), so that close() frees nothing it
+        reads."""
+        import numpy as np
+        return np.asarray(Tensor._borrowed(self._h.value, self._keep))
+
+    def numpy(self):
+        """A zero-copy numpy view. It holds its own reference to the lpx
+        tensor: valid after this handle's close(), the memory is freed with
+        the last view. bf16 and the fp8 formats come back as ml_dtypes'
+        bfloat16 / float8_e4m3fn / float8_e5m2 when ml_dtypes is installed
+        (else raw void bytes)."""
+        a = self._array()
         ml = {"bf16": "bfloat16", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}.get(self.dtype)
         if ml:
             try:
@@ -745,7 +804,7 @@ def from_numpy(a, copy=False, dtype=None):
     out = C.c_void_p()
     _check(lib.lpx_tensor_new(_dtype(names[a.dtype]), a.ndim, shape, _Device(1, 0), C.byref(out)))
     t = Tensor(out)
-    np.copyto(np.asarray(t), np.ascontiguousarray(a), casting="no")
+    np.copyto(t._array(), np.ascontiguousarray(a), casting="no")
     return t
 
 
@@ -1171,7 +1230,7 @@ class Float8Linear:
         b = self.bias if bias is None else _t(bias)
         out, p = C.c_void_p(), C.c_void_p()
         rep = _LinearReport()
-        _check(_lib.lpx_float8_linear_forward(C.byref(self.recipe._c), C.byref(self._state), x._h, w._h, _h(b),
+        _check(_lib.lpx_float8_linear_forward(C.byref(self.recipe._c), C.byref(self._live()), x._h, w._h, _h(b),
                                               C.byref(out), C.byref(p) if keep else None, C.byref(rep)))
         ctx = Float8LinearCtx(p, b is not None) if keep else None
         self.last_report = _report_dict(rep, ("fprop",))
@@ -1193,8 +1252,14 @@ class Float8Linear:
         ctx, self._ctx = self._ctx, None
         return ctx.backward(grad_out)
 
+    def _live(self):
+        if self._state is None:
+            raise LpxValueError(_EINVAL, "Float8Linear is closed: close() freed its scaling state")
+        return self._state
+
     def _states(self):
-        return [(n, getattr(self._state, n)) for n in ("input", "weight", "grad_output")]
+        st = self._live()
+        return [(n, getattr(st, n)) for n in ("input", "weight", "grad_output")]
 
     def state_bytes(self):
         """{'input'|'weight'|'grad_output': bytes} of the delayed-scaling
@@ -1383,43 +1448,69 @@ def save_file(tensors, path, metadata=None):
 
 
 class safe_open:
-    """An open safetensors file (memory-mapped): keys(), get_tensor(name,
-    quantize=None), kind_of(name), metadata(). Tensors read from it are
-    zero-copy where aligned and outlive the handle. A context manager."""
+    """An open safetensors file: keys(), get_tensor(name, quantize=None,
+    copy=True), kind_of(name), metadata(). lpx maps the file (a private
+    mapping) and get_tensor copies each tensor into memory of its own, so
+    the tensors outlive the handle and do not depend on the file: rewriting
+    or truncating it afterwards changes nothing they hold. copy=False skips
+    the copy (zero-copy where the data is aligned): such a tensor shares the
+    file's pages, sees later writes to the file, and reading it after the
+    file is truncated kills the process (SIGBUS). A context manager; after
+    close() every method raises LpxValueError."""
 
     def __init__(self, path):
         lib = load_library()
         self._f = C.c_void_p()
+        self._path = os.fsdecode(path)
         _check(lib.lpx_safetensors_open(os.fsencode(path), C.byref(self._f)))
 
+    def _live(self):
+        if not self._f or not self._f.value:
+            raise LpxValueError(_EINVAL, f"safe_open('{self._path}') is closed")
+        return self._f
+
     def keys(self):
-        return [_lib.lpx_safetensors_name(self._f, i).decode() for i in range(_lib.lpx_safetensors_count(self._f))]
+        f = self._live()
+        return [_lib.lpx_safetensors_name(f, i).decode() for i in range(_lib.lpx_safetensors_count(f))]
 
     def kind_of(self, name):
-        k = _lib.lpx_safetensors_kind_of(self._f, name.encode())
+        k = _lib.lpx_safetensors_kind_of(self._live(), name.encode())
         if k is None:
             raise KeyError(name)
         return k.decode() or None
 
-    def get_tensor(self, name, quantize=None):
-        """Entry `name`; quantize='nf4' / 'float8' / a plugin kind reads a
-        dense entry quantized on load."""
+    def get_tensor(self, name, quantize=None, copy=True):
+        """Entry `name`, in memory of its own (copy=False: possibly a view
+        of the file's pages, see the class); quantize='nf4' / 'float8' / a
+        plugin kind reads a dense entry quantized on load (a new tensor
+        either way)."""
+        f = self._live()
         out = C.c_void_p()
         if quantize is None:
-            _check(_lib.lpx_safetensors_get(self._f, name.encode(), C.byref(out)))
+            _check(_lib.lpx_safetensors_get(f, name.encode(), C.byref(out)))
         else:
             k = C.c_void_p()
             _check(_lib.lpx_kind_find(str(quantize).encode(), C.byref(k)))
-            _check(_lib.lpx_safetensors_get_quantized(self._f, name.encode(), k, C.byref(out)))
-        return Tensor(out)
+            _check(_lib.lpx_safetensors_get_quantized(f, name.encode(), k, C.byref(out)))
+        t = Tensor(out)
+        # a dense entry quantized on load is new memory already; an entry
+        # read as stored may be the mapping's pages
+        if copy and (quantize is None or self.kind_of(name) == str(quantize)):
+            t = _owned(t)
+        return t
 
     def metadata(self):
+        f = self._live()
         out = {}
-        for i in range(_lib.lpx_safetensors_metadata_count(self._f)):
+        for i in range(_lib.lpx_safetensors_metadata_count(f)):
             v = C.c_char_p()
-            k = _lib.lpx_safetensors_metadata_at(self._f, i, C.byref(v))
+            k = _lib.lpx_safetensors_metadata_at(f, i, C.byref(v))
             out[k.decode()] = v.value.decode()
         return out
+
+    @property
+    def closed(self):
+        return not self._f or not self._f.value
 
     def close(self):
         if self._f and self._f.value and _lib is not None:
@@ -1427,6 +1518,7 @@ class safe_open:
         self._f = C.c_void_p()
 
     def __enter__(self):
+        self._live()
         return self
 
     def __exit__(self, *exc):
@@ -1439,11 +1531,24 @@ class safe_open:
             pass
 
 
-def load_file(path):
+def _owned(t):
+    """t copied into memory of its own (lpx_clone; a kind tensor whose kind
+    does not clone is rebuilt from copies of its inner tensors)."""
+    try:
+        return clone(t)
+    except LpxError:
+        if not t.kind:
+            raise
+    return kind_unflatten(t.kind, t.dtype, t.shape, [clone(x) for x in t.inner().values()], t.meta())
+
+
+def load_file(path, copy=True):
     """{name: Tensor} of every entry of a safetensors file (kind tensors
-    rebuilt: nf4, float8, plugin kinds when their plugin is loaded)."""
+    rebuilt: nf4, float8, plugin kinds when their plugin is loaded), each
+    in memory of its own: independent of the file once loaded (copy=False:
+    views of the file's pages where aligned, see safe_open)."""
     with safe_open(path) as f:
-        return {k: f.get_tensor(k) for k in f.keys()}
+        return {k: f.get_tensor(k, copy=copy) for k in f.keys()}
 
 
 def load_plugin(path):

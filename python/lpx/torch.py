@@ -52,7 +52,9 @@ def to_lpx(t: torch.Tensor) -> "_lpx.Tensor":
 
 
 def to_torch(t: "_lpx.Tensor") -> torch.Tensor:
-    """A torch tensor over lpx tensor t's memory (DLPack, no copy)."""
+    """A torch tensor over lpx tensor t's memory (DLPack, no copy). It holds
+    its own lpx reference: valid after t.close(), the memory is freed with
+    the last torch view."""
     return torch.from_dlpack(t)
 
 

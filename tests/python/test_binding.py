@@ -569,4 +569,172 @@ def test_operators_indexing_len():
         pass
 
 
+
+# ---- memory the binding hands out, and handles after close (issue 33) ----------
+
+_PYDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+
+
+def _child(code):
+    """Runs `code` in a fresh interpreter (numpy and lpx imported), so that a
+    crash (SIGSEGV, SIGBUS) fails the case instead of killing the runner;
+    asserts exit 0 and returns its stdout."""
+    import subprocess
+    import textwrap
+    src = f"import gc, os, sys\nsys.path.insert(0, {_PYDIR!r})\nimport numpy as np\nimport lpx\n"
+    r = subprocess.run([sys.executable, "-c", src + textwrap.dedent(code)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, (f"child exited {r.returncode}"
+                               f"{' (signal ' + str(-r.returncode) + ')' if r.returncode < 0 else ''}: "
+                               f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    return r.stdout
+
+
+# 64 MiB: above malloc's largest mmap threshold, so freed memory is unmapped
+# and a read of it crashes rather than reading stale bytes
+_BIG = 16 << 20
+
+
+@case
+def test_views_outlive_close():
+    """numpy(), np.asarray, an index view, a DLPack capsule and inner()
+    taken before close() keep the memory: reading them after close() (the
+    handle gone, collected) sees the values; the segfault of issue 33."""
+    cases = {
+        "numpy()": "a = t.numpy()",
+        "np.asarray": "a = np.asarray(t)",
+        "index view": "a = t[1:].numpy()[-1:]",
+        "DLPack capsule": "cap = t.__dlpack__(); t.close(); a = lpx.from_dlpack(cap).numpy()",
+        "bf16 numpy()": "t = lpx.cast(t, 'bf16'); a = t.numpy()",
+    }
+    for what, take in cases.items():
+        out = _child(f"""
+            t = lpx.from_numpy(np.full({_BIG}, 3.0, np.float32), copy=True)
+            {take}
+            t.close()
+            del t
+            gc.collect()
+            junk = [np.ones({_BIG}, np.float32) * 7 for _ in range(2)]  # reuse what was freed
+            print(float((a.view(np.uint8) if a.dtype.kind == "V" else a).ravel()[-1]))
+        """)
+        assert out.split()[-1] in ("3.0", "64.0"), f"{what}: {out}"   # bf16 3.0: high byte 0x40
+    out = _child(f"""
+        q = lpx.nf4_quantize(np.ones(({_BIG // 1024}, 1024), np.float32))
+        codes = q.inner()["codes"].numpy()
+        want = codes[-1]
+        q.close()
+        del q
+        gc.collect()
+        print(codes[-1] == want)
+    """)
+    assert out.split()[-1] == "True", out
+
+
+@case
+def test_use_after_close_raises():
+    """Every object with close() (Tensor, safe_open, Float8Linear and its
+    context) raises LpxValueError naming what is closed, never reaching C
+    with a dead handle (run in a child: the old code crashed here)."""
+    out = _child("""
+        import tempfile
+        bad = []
+        def refused(what, fn, word):
+            sys.stdout.flush()
+            try:
+                fn()
+                bad.append(f"{what} worked on a closed object")
+            except lpx.LpxValueError as e:
+                if word not in str(e):
+                    bad.append(f"{what}: {e}")
+            except Exception as e:
+                bad.append(f"{what}: {type(e).__name__}: {e}")
+        t = lpx.from_numpy(np.ones((4, 4), np.float32), copy=True)
+        q = lpx.nf4_quantize(np.ones((4, 64), np.float32))
+        t.close(); t.close()   # closing twice is fine
+        q.close()
+        for what, fn in {"shape": lambda: t.shape, "strides": lambda: t.strides, "numel": lambda: t.numel,
+                         "dtype": lambda: t.dtype, "device": lambda: t.device, "kind": lambda: t.kind,
+                         "readonly": lambda: t.readonly, "refcount": t.refcount, "inner": q.inner,
+                         "meta": q.meta, "contiguous": t.contiguous, "handle": lambda: t.handle,
+                         "numpy": t.numpy, "np.asarray": lambda: np.asarray(t), "np.array": lambda: np.array(t),
+                         "index": lambda: t[0], "len": lambda: len(t), "dlpack": t.__dlpack__,
+                         "dlpack_device": t.__dlpack_device__, "t + 1": lambda: t + 1, "t * t": lambda: t * t,
+                         "-t": lambda: -t, "add": lambda: lpx.add(t, np.ones((4, 4), np.float32)),
+                         "matmul": lambda: lpx.matmul(t, t), "cast": lambda: lpx.cast(t, "f16"),
+                         "clone": lambda: lpx.clone(t), "nf4_dequantize": lambda: lpx.nf4_dequantize(q),
+                         "nf4_info": lambda: lpx.nf4_info(q), "save_file": lambda: lpx.save_file({"t": t}, "x")
+                         }.items():
+            refused(what, fn, "lpx.Tensor is closed")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.safetensors")
+            lpx.save_file({"w": np.ones(4, np.float32)}, path, metadata={"k": "v"})
+            f = lpx.safe_open(path)
+            f.close(); f.close()
+            for what, fn in {"keys": f.keys, "kind_of": lambda: f.kind_of("w"), "get": lambda: f.get_tensor("w"),
+                             "metadata": f.metadata, "with": lambda: f.__enter__()}.items():
+                refused("safe_open " + what, fn, "m.safetensors') is closed")
+        w = np.ones((16, 16), np.float32)
+        layer = lpx.Float8Linear(w)
+        _, ctx = layer.forward_ctx(np.ones((16, 16), np.float32))
+        ctx.close()
+        refused("ctx.backward", lambda: ctx.backward(np.ones((16, 16), np.float32)), "freed")
+        layer.close(); layer.close()
+        for what, fn in {"forward": lambda: layer(np.ones((16, 16), np.float32)),
+                         "state_bytes": layer.state_bytes}.items():
+            refused("Float8Linear " + what, fn, "Float8Linear is closed")
+        if not (getattr(t, "closed", False) and repr(t) == "lpx.Tensor(closed)"):
+            bad.append("t.closed / repr")
+        assert not bad, bad
+        print("done")
+    """)
+    assert out.split()[-1] == "done", out
+
+
+@case
+def test_loaded_tensors_independent_of_the_file():
+    """load_file / safe_open.get_tensor copy out of the mapping: rewriting
+    the file in place, then truncating it, changes nothing a loaded tensor
+    holds (the old zero-copy tensors changed, then died of SIGBUS)."""
+    out = _child(f"""
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.safetensors")
+            w = np.arange({_BIG // 16}, dtype=np.float32)
+            lpx.save_file({{"w": w, "q": lpx.nf4_quantize(np.ones((64, 64), np.float32) * 2),
+                           "ids": np.arange(10, dtype=np.int64)}}, path)
+            back = lpx.load_file(path)
+            with lpx.safe_open(path) as f:
+                one = f.get_tensor("w")
+                q8 = f.get_tensor("w", quantize="float8")
+            size = os.path.getsize(path)
+            with open(path, "r+b") as fh:   # rewritten in place: the same inode, new bytes
+                fh.seek(size // 2)
+                fh.write(bytes([255]) * (size - size // 2))
+            assert (back["w"].numpy() == w).all() and (one.numpy() == w).all(), "a loaded tensor changed"
+            os.truncate(path, 0)
+            assert (back["w"].numpy() == w).all() and (one.numpy() == w).all()
+            assert (back["ids"].numpy() == np.arange(10)).all()
+            assert (lpx.nf4_dequantize(back["q"]).numpy() == 2).all()
+            assert q8.kind == "float8" and abs(lpx.float8_dequantize(q8).numpy()[-1] - w[-1]) <= w[-1] / 8
+            print("same")
+    """)
+    assert out.split()[-1] == "same", out
+
+
+@case(extra=("torch",))
+def test_torch_tensor_outlives_close():
+    """lpx.torch.to_torch(t) holds its own lpx reference (DLPack): valid
+    after t.close()."""
+    needs("torch")
+    out = _child(f"""
+        import lpx.torch as lt
+        t = lpx.from_numpy(np.full({_BIG}, 3.0, np.float32), copy=True)
+        x = lt.to_torch(t)
+        t.close()
+        del t
+        gc.collect()
+        print(float(x[-1]))
+    """)
+    assert out.split()[-1] == "3.0", out
+
 finish()
