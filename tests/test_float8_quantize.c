@@ -1,3 +1,4 @@
+#include <float.h>
 /* The float8 tests, fused quantize (exact scales and codes, statistics,
  * saturation, NaN), the scale formula and delayed scaling. */
 #include "float8_util.h"
@@ -619,6 +620,59 @@ static void test_delayed_quantize(void)
     lpx_float8_delayed_free(d);
 }
 
+/* A finite fp8 code dequantizes to a finite value (issue 33): with a
+ * power-of-two scale, amax 3.4e38 gets scale 2^-120 (448 / 3.4e38 floored),
+ * 3.4e38 * 2^-120 = 255.8 rounds to the code 256, and 256 * 2^120 = 2^128
+ * overflowed f32 to inf. Dequantization now clamps a finite code's value
+ * to the output dtype's largest finite value: FLT_MAX in f32, 0x7F7F
+ * (3.3895e38) in bf16; tensorwise, rowwise, blockwise, a given (delayed)
+ * scale, both fp8 formats. */
+static void test_pow2_dequant_finite(void)
+{
+    float xs[4] = {3.4e38f, 1.0f, -3.4e38f, 2.0f};
+    int64_t shape[2] = {2, 2}, dim = 1;
+    lpx_tensor *x = NULL;
+    CHECK_OK(lpx_tensor_from_blob(xs, LPX_F32, 2, shape, NULL, lpx_cpu(), NULL, NULL, &x));
+    const lpx_dtype fmts[2] = {LPX_F8E4M3FN, LPX_F8E5M2};
+    for (int f = 0; f < 2; f++)
+        for (int mode = 0; mode < 3; mode++) {   /* tensorwise, rowwise, blockwise [1, 2] */
+            lpx_tensor *q = NULL, *sc = NULL, *si = NULL, *y = NULL, *yb = NULL;
+            if (mode < 2) {
+                CHECK_OK(lpx_fp8_quantize(x, NULL, fmts[f], mode == 1 ? &dim : NULL, true, 0.0, true, &q, &sc, &si, NULL));
+            } else {
+                CHECK_OK(lpx_fp8_quantize_block(x, fmts[f], 1, 2, true, true, &q, &sc, &si, NULL));
+            }
+            if (!q) continue;
+            /* the scale of 3.4e38's group: 2^-120 (e4m3fn), 2^-113 (e5m2) */
+            CHECKF(item(si, 0) == ldexp(1.0, f == 0 ? 120 : 113), "fmt %d mode %d: scale_inv %g", f, mode, item(si, 0));
+            if (mode < 2) {
+                CHECK_OK(lpx_fp8_dequantize(q, si, LPX_F32, &y));
+                CHECK_OK(lpx_fp8_dequantize(q, si, LPX_BF16, &yb));
+            } else {
+                CHECK_OK(lpx_fp8_dequantize_block(q, si, 1, 2, LPX_F32, &y));
+                CHECK_OK(lpx_fp8_dequantize_block(q, si, 1, 2, LPX_BF16, &yb));
+            }
+            if (!y || !yb) continue;
+            const float *yv = lpx_tensor_data(y);
+            const uint16_t *bv = lpx_tensor_data(yb);
+            CHECKF(yv[0] == FLT_MAX && yv[2] == -FLT_MAX, "fmt %d mode %d: %g, %g", f, mode, yv[0], yv[2]);
+            CHECKF(bv[0] == 0x7F7F && bv[2] == 0xFF7F, "fmt %d mode %d bf16: %04x %04x", f, mode, bv[0], bv[2]);
+            lpx_tensor *rel[] = {q, sc, si, y, yb};
+            for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
+        }
+    /* a given scale (the delayed recipe's, from its amax history): the same */
+    lpx_tensor *am = NULL, *s = NULL, *si = NULL, *q = NULL, *y = NULL;
+    float a1 = 3.4e38f;
+    int64_t one = 1;
+    CHECK_OK(lpx_tensor_from_blob(&a1, LPX_F32, 1, &one, NULL, lpx_cpu(), NULL, NULL, &am));
+    CHECK_OK(lpx_fp8_scale_from_amax(am, LPX_F8E4M3FN, true, 0.0, &s, &si));
+    CHECK_OK(lpx_fp8_quantize(x, s, LPX_F8E4M3FN, NULL, true, 0.0, true, &q, NULL, NULL, NULL));
+    if (q) CHECK_OK(lpx_fp8_dequantize(q, si, LPX_F32, &y));
+    if (y) CHECKF(((const float *)lpx_tensor_data(y))[0] == FLT_MAX, "delayed: %g", ((const float *)lpx_tensor_data(y))[0]);
+    lpx_tensor *rel[] = {am, s, si, q, y, x};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) lpx_tensor_release(rel[i]);
+}
+
 int main(void)
 {
     RUN(test_kind);
@@ -634,6 +688,7 @@ int main(void)
     RUN(test_delayed_history);
     RUN(test_delayed_save_load);
     RUN(test_delayed_quantize);
+    RUN(test_pow2_dequant_finite);
     RUN(test_no_live_tensors);
     return CHECK_DONE();
 }

@@ -118,8 +118,8 @@ static void test_cli(void)
     CHECKF(rc == 0 && strstr(out, "h100.json") && strstr(out, "ring: (N-1)/N bytes") && strstr(out, "one block"),
            "table: %d %s", rc, out);
     static const char *const refused[][2] = {
-        {"plan --gpus 0", "expected a positive integer for --gpus"},
-        {"plan --net intra=x", "--net: a positive number for intra"},
+        {"plan --gpus 0", "--gpus '0': expected an integer in 1..1048576"},
+        {"plan --net intra=x", "--net intra=x: expected GB/s in 0.001..100000"},
         {"plan --chip nosuch", "cannot open it"},
         {"plan --recipe nf4-qlora", "--recipe: bf16, float8-tensorwise or float8-rowwise"},
         {"plan --frobnicate", "unknown option"},
@@ -178,6 +178,159 @@ static void test_chip_file_from_benchmark(void)
     CHECK(system(cmd) == 0);
 }
 
+
+/* A NaN or infinite time is refused before the simulation starts: the
+ * event loop would never reach its end on one (issue 33: a denormal
+ * bandwidth made every collective inf, then NaN, and lpx plan spun). */
+static void test_schedule_refuses_nonfinite(void)
+{
+    pl_group g[2] = {{10, 20, 1, 1, 1}, {10, 20, INFINITY, 1, 1}};
+    pl_sched_opts o = {0, 0, 0};
+    pl_sched s;
+    CHECK(pl_schedule(g, 2, &o, &s) == LPX_ERANGE);
+    CHECKF(strstr(lpx_last_error(), "group 1") != NULL, "%s", lpx_last_error());
+    g[1].ag_fwd = NAN;
+    CHECK(pl_schedule(g, 2, &o, &s) == LPX_ERANGE);
+    g[1].ag_fwd = 1;
+    o.tail = -1;
+    CHECK(pl_schedule(g, 2, &o, &s) == LPX_ERANGE);
+    o.tail = 0;
+    CHECK(pl_schedule(g, 2, &o, &s) == LPX_OK && near(s.step, 62));
+}
+
+/* Every rate and size option of lpx plan and lpx mem has a sane range,
+ * refused in one line naming the option (exit 2): a denormal network rate
+ * (which spun forever), NaN, out-of-range sizes, a seq x batch whose
+ * memory estimate would overflow int64 (printed as a negative memory per
+ * GPU before), more NCCL CTAs than the chip has SMs. */
+static void test_ranges(void)
+{
+    if (!getenv("LPX_TEST_LPX_EXE")) SKIP_CASE("LPX_TEST_LPX_EXE is not set");
+    static char out[65536];
+    static const char *const refused[][2] = {
+        {"plan --net intra=4e-320", "lpx plan: --net intra=4e-320: expected GB/s in 0.001..100000"},
+        {"plan --net inter=1e6", "lpx plan: --net inter=1e6: expected GB/s in 0.001..100000"},
+        {"plan --net latency=nan", "lpx plan: --net latency=nan: expected us in 0.001..1e+06"},
+        {"plan --net latency=inf", "lpx plan: --net latency=inf: expected us in 0.001..1e+06"},
+        {"plan --net intra=", "lpx plan: --net intra=: expected GB/s"},
+        {"plan --seq 16777217", "lpx plan: --seq '16777217': expected an integer in 1..16777216"},
+        {"plan --batch 1048577", "lpx plan: --batch '1048577': expected an integer in 1..1048576"},
+        {"plan --gpus 99999999999999999999", "lpx plan: --gpus '99999999999999999999': expected an integer"},
+        {"plan --gpus-per-node 1025", "lpx plan: --gpus-per-node '1025': expected an integer in 1..1024"},
+        {"plan --max-ctas 133", "lpx plan: --max-ctas 133: more than the chip's 132 SMs"},
+        {"plan --seq 16777216 --batch 1048576",
+         "lpx plan: the memory estimate overflows (about 7.89e+19 bytes per rank: seq 16777216 x batch 1048576"},
+        {"mem --model llama3-405b --seq 16777216 --batch 1048576",
+         "lpx mem: the memory estimate overflows (about 1.16e+21 bytes per rank"},
+        {"mem --seq 16777217", "lpx mem: --seq '16777217': expected an integer in 1..16777216"},
+        {"mem --lora-rank 65537", "lpx mem: --lora-rank '65537': expected an integer in 1..65536"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        int rc = run(refused[i][0], out, sizeof out);
+        const char *nl = strchr(out, '\n');
+        CHECKF(rc == 2 && strstr(out, refused[i][1]) && nl && !nl[1], "%s: exit %d, want one line '%s': %s",
+               refused[i][0], rc, refused[i][1], out);
+    }
+    /* the largest accepted sizes still give a finite plan */
+    int rc = run("plan --seq 16777216 --batch 1 --gpus 1048576 --gpus-per-node 1024 --max-ctas 132 --json", out,
+                 sizeof out);
+    CHECKF(rc == 0 && strstr(out, "\"memory_per_gpu_bytes\": ") && !strstr(out, "nan") && !strstr(out, "inf"),
+           "largest sizes: %d %s", rc, out);
+}
+
+/* The memory estimate is linear in the layers (it summed every group's
+ * wire bytes over every parameter: 30000 layers took a minute, the
+ * allowed 100000 about eleven): 100000 layers answer in seconds, and its
+ * numbers for 30000 are what the per-group sums gave. */
+static void test_many_layers(void)
+{
+    if (!getenv("LPX_TEST_LPX_EXE")) SKIP_CASE("LPX_TEST_LPX_EXE is not set");
+    static char out[65536];
+    int rc = run("plan --layers 30000 --json", out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "\"memory_per_gpu_bytes\": 15106733654016,"), "30000 layers: %d %s", rc, out);
+    /* `timeout 20 lpx ...`: run() puts the executable first */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "--version >/dev/null; timeout 20 '%s' plan --layers 100000 --json",
+             getenv("LPX_TEST_LPX_EXE"));
+    rc = run(cmd, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "\"layers\": 100000"), "plan, 100000 layers within 20 s: %d %.300s", rc, out);
+    snprintf(cmd, sizeof cmd, "--version >/dev/null; timeout 20 '%s' mem --model llama3-8b --layers 100000 --ranks 8",
+             getenv("LPX_TEST_LPX_EXE"));
+    rc = run(cmd, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "layers 100000"), "mem, 100000 layers within 20 s: %d %.300s", rc, out);
+}
+
+/* writes a chip file into dir with bf16/peak/fp8/extra fields; its path */
+static void chip_file(const char *dir, const char *name, const char *fields, char *path, size_t n)
+{
+    snprintf(path, n, "%s/%s.json", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fprintf(f, "{\"name\": \"%s\", %s}\n", name, fields);
+    fclose(f);
+}
+
+#define NUM(k, v) "\"" k "\": {\"value\": " v ", \"source\": \"test\"}"
+#define GOOD_REST NUM("memory_gib", "80") ", " NUM("copy_gbs", "3350")
+
+/* A chip file whose achieved rate is above its peak (the MFU was printed
+ * as 82,521,568%), or with a non-finite, non-positive or fractional
+ * number, is refused naming the file and the field; with published peaks
+ * no MFU is over 100% (fp8 GEMMs count against the fp8 peak: a
+ * compute-bound 405B step printed 169.5% before). */
+static void test_chip_checks_and_mfu(void)
+{
+    if (!getenv("LPX_TEST_LPX_EXE")) SKIP_CASE("LPX_TEST_LPX_EXE is not set");
+    char dir[] = "/tmp/lpx-plan-chip-XXXXXX", path[256], cmd[512];
+    CHECK(mkdtemp(dir) != NULL);
+    static char out[65536];
+    static const char *const bad[][3] = {
+        {"over", NUM("sms", "132") ", " NUM("bf16_tflops", "989") ", " NUM("fp8_tflops", "1000") ", "
+         NUM("bf16_peak_tflops", "0.0012") ", " GOOD_REST, "\"bf16_tflops\" 989 exceeds \"bf16_peak_tflops\" 0.0012"},
+        {"fp8over", NUM("sms", "132") ", " NUM("bf16_tflops", "900") ", " NUM("fp8_tflops", "2000") ", "
+         NUM("bf16_peak_tflops", "989.4") ", " GOOD_REST, "\"fp8_tflops\" 2000 exceeds the fp8 peak 1978.8"},
+        {"attnover", NUM("sms", "132") ", " NUM("bf16_tflops", "900") ", " NUM("fp8_tflops", "1000") ", "
+         NUM("attention_tflops", "990") ", " NUM("bf16_peak_tflops", "989.4") ", " GOOD_REST,
+         "\"attention_tflops\" 990 exceeds \"bf16_peak_tflops\" 989.4"},
+        {"inf", NUM("sms", "132") ", " NUM("bf16_tflops", "1e999") ", " NUM("fp8_tflops", "1000") ", "
+         NUM("bf16_peak_tflops", "989.4") ", " GOOD_REST, "\"bf16_tflops\" inf: expected a number in 0.001..1e+06"},
+        {"neg", NUM("sms", "132") ", " NUM("bf16_tflops", "900") ", " NUM("fp8_tflops", "1000") ", "
+         NUM("bf16_peak_tflops", "989.4") ", " NUM("memory_gib", "80") ", " NUM("copy_gbs", "-3"),
+         "\"copy_gbs\" -3: expected a number in 0.001..1e+07"},
+        {"frac", NUM("sms", "132.5") ", " NUM("bf16_tflops", "900") ", " NUM("fp8_tflops", "1000") ", "
+         NUM("bf16_peak_tflops", "989.4") ", " GOOD_REST, "\"sms\" 132.5: expected a whole number in 1..100000"},
+        {"missing", NUM("sms", "132") ", " NUM("fp8_tflops", "1000") ", " NUM("bf16_peak_tflops", "989.4") ", "
+         GOOD_REST, "\"bf16_tflops\" must be {\"value\": a number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        chip_file(dir, bad[i][0], bad[i][1], path, sizeof path);
+        snprintf(cmd, sizeof cmd, "plan --chip '%s'", path);
+        int rc = run(cmd, out, sizeof out);
+        const char *nl = strchr(out, '\n');
+        CHECKF(rc == 2 && strstr(out, path) && strstr(out, bad[i][2]) && nl && !nl[1], "%s: exit %d, want '%s': %s",
+               bad[i][0], rc, bad[i][2], out);
+    }
+    /* the rates at their peaks: accepted */
+    chip_file(dir, "at", NUM("sms", "132") ", " NUM("bf16_tflops", "989.4") ", " NUM("fp8_tflops", "1978.8") ", "
+              NUM("bf16_peak_tflops", "989.4") ", " GOOD_REST, path, sizeof path);
+    snprintf(cmd, sizeof cmd, "plan --chip '%s' --json", path);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+    /* compute-bound: bf16 at 95.66% of the peak, the fp8 steps at 86.28%,
+     * 86.91% of the peaks they run at (169.5% of the bf16 peak before) */
+    int rc = run("plan --model llama3-405b --gpus 8 --batch 32 --seq 4096 --ac none --json", out, sizeof out);
+    static const double want[5] = {0.9566, 0.8628, 0.8691, 0.8691, 0.8691};
+    const char *k = out;
+    for (int i = 0; i < 5; i++) {
+        k = k ? strstr(k, "\"mfu\": ") : NULL;
+        double m = k ? strtod(k + 7, NULL) : -1;
+        CHECKF(rc == 0 && fabs(m - want[i]) < 1e-9, "step %d: MFU %g, want %g", i, m, want[i]);
+        if (k) k += 7;
+    }
+}
+
 int main(void)
 {
     RUN(test_ring_and_tree);
@@ -186,5 +339,9 @@ int main(void)
     RUN(test_sm_share);
     RUN(test_cli);
     RUN(test_chip_file_from_benchmark);
+    RUN(test_schedule_refuses_nonfinite);
+    RUN(test_ranges);
+    RUN(test_many_layers);
+    RUN(test_chip_checks_and_mfu);
     return CHECK_DONE();
 }

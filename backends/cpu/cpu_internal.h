@@ -115,6 +115,14 @@ lpx_status cpu_new(const lpx_call *c, lpx_dtype dtype, int ndim, const int64_t *
 
 /* The exact f32 value of each fp8 code (core/dtype_internal.h's tables):
  * the decode of the fp8 kernels (float8.c, float8_mm.c). */
+/* The largest finite value a dequantization may write to dtype d (its max,
+ * at most FLT_MAX: the product is an f32); lpx_f8_dequant_sat. */
+static inline float cpu_f8_out_max(lpx_dtype d)
+{
+    const lpx_dtype_traits *t = lpx_dtype_get(d);
+    return t && t->max < 3.40282346638528859812e+38 ? (float)t->max : 3.40282346638528859812e+38f;
+}
+
 static inline const float *cpu_f8_decode_table(lpx_dtype d)
 {
     return d == LPX_F8E4M3FN ? lpx__f8e4m3fn_table.f : lpx__f8e5m2_table.f;

@@ -522,10 +522,12 @@ static lpx_status k_fp8_dequantize(lpx_call *c)
     const float *tab = cpu_f8_decode_table(q->dtype);
     float s1 = 0.0f;
     if (si->numel == 1) cpu_load_f32(&vs, 0, 1, &s1);
+    /* a finite code dequantizes to a finite value of dt (lpx_f8_dequant_sat) */
+    float omax = cpu_f8_out_max(dt);
     if (vq.contiguous && dt == LPX_F32 && si->numel == 1) {
         const uint8_t *src = (const uint8_t *)vq.base;
         float *dst = lpx_tensor_data(y);
-        for (int64_t i = 0; i < q->numel; i++) dst[i] = tab[src[i]] * s1;
+        for (int64_t i = 0; i < q->numel; i++) dst[i] = lpx_f8_dequant_sat(tab[src[i]], s1, tab[src[i]] * s1, omax);
         cpu_ret(c, y);
         return LPX_OK;
     }
@@ -534,10 +536,10 @@ static lpx_status k_fp8_dequantize(lpx_call *c)
         int64_t n = q->numel - p < CPU_CHUNK ? q->numel - p : CPU_CHUNK;
         cpu_load_f32(&vq, p, n, buf);
         if (si->numel == 1) {
-            for (int64_t i = 0; i < n; i++) buf[i] *= s1;
+            for (int64_t i = 0; i < n; i++) buf[i] = lpx_f8_dequant_sat(buf[i], s1, buf[i] * s1, omax);
         } else {
             cpu_load_f32(&vs, p, n, sb);
-            for (int64_t i = 0; i < n; i++) buf[i] *= sb[i];
+            for (int64_t i = 0; i < n; i++) buf[i] = lpx_f8_dequant_sat(buf[i], sb[i], buf[i] * sb[i], omax);
         }
         cpu_store_f32(&vy, p, n, buf, 0);
     }

@@ -161,10 +161,14 @@ static lpx_status k_fp8_dequantize_block(lpx_call *c)
     cpu_view_of(&vq, q);
     cpu_view_of(&vy, y);
     const float *s = lpx_tensor_data(sif);
+    float omax = cpu_f8_out_max(dt);
     for (int64_t r = 0; r < g.rows; r++) {
         cpu_load_f32(&vq, r * g.cols, g.cols, row);
         const float *sr = s + (r / g.block_rows) * g.grid_cols;
-        for (int64_t k = 0; k < g.cols; k++) row[k] *= sr[k / g.block_cols];
+        for (int64_t k = 0; k < g.cols; k++) {
+            float sk = sr[k / g.block_cols];
+            row[k] = lpx_f8_dequant_sat(row[k], sk, row[k] * sk, omax);   /* finite code: finite value */
+        }
         cpu_store_f32(&vy, r * g.cols, g.cols, row, 0);
     }
     cpu_ret(c, y);

@@ -177,6 +177,21 @@ __device__ __forceinline__ float f8_mul(float x, float s)
     return x * s;
 }
 
+/* A dequantized value: f8_mul(x, s), a finite code's clamped to +-omax
+ * (the output dtype's largest finite value, at most FLT_MAX), as the CPU
+ * does (lpx_f8_dequant_sat, core/numerics/float8.h). */
+__device__ __forceinline__ float f8_deq(float x, float s, float omax)
+{
+    return lpx_f8_dequant_sat(x, s, f8_mul(x, s), omax);
+}
+
+/* omax of f8_deq for output dtype dt (host) */
+inline float f8_out_max(lpx_dtype dt)
+{
+    const lpx_dtype_traits *t = lpx_dtype_get(dt);
+    return t && t->max < 3.40282346638528859812e+38 ? (float)t->max : 3.40282346638528859812e+38f;
+}
+
 /* ---- per-device workspace ------------------------------------------ */
 
 /* Counters of one quantize call; zero between calls (the last block of

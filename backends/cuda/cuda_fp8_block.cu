@@ -216,6 +216,7 @@ struct DqbArgs {
     int64_t C, br, bc, gc, n;
     bool e5;
     lpx_dtype dt;
+    float omax;               /* f8_deq: the largest finite value of dt */
     void *y;
 };
 
@@ -227,7 +228,7 @@ __global__ void k_dqblock(DqbArgs a)
         uint8_t code = a.q[cu_offset(a.qg, i)];
         float v = a.e5 ? lpx_f8e5m2_to_f32(code) : lpx_f8e4m3fn_to_f32(code);
         float si = src_ld(a.s, (r / a.br) * a.gc + k / a.bc);
-        cu_enc(a.dt, (char *)a.y + i * cu_esize(a.dt), f8_mul(v, si), 0);
+        cu_enc(a.dt, (char *)a.y + i * cu_esize(a.dt), f8_deq(v, si, a.omax), 0);
     }
 }
 
@@ -263,6 +264,7 @@ lpx_status k_fp8_dequantize_block(lpx_call *c)
     a.C = g.cols, a.br = g.block_rows, a.bc = g.block_cols, a.gc = g.grid_cols, a.n = g.rows * g.cols;
     a.e5 = lpx_tensor_dtype(q) == LPX_F8E5M2;
     a.dt = dt;
+    a.omax = f8_out_max(dt);
     a.y = lpx_tensor_data(y);
     if (a.n > 0) {
         int64_t blocks = (a.n + 255) / 256;

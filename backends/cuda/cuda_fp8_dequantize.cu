@@ -22,6 +22,7 @@ struct DeqArgs {
     int qcontig;
     int64_t n, nvec;          /* elements; 16-byte output vectors written vectorized */
     lpx_dtype qdt, dt;
+    float omax;               /* f8_deq: the largest finite value of dt */
     /* scale_inv: by value (smode 0), numel-1 device tensor (1), or
      * broadcast to q's shape (2) */
     int smode;
@@ -88,7 +89,7 @@ template <int OUT> __global__ void __launch_bounds__(256) k_deq(DeqArgs a)
                 if (v >= a.nvec) break;
                 float o[CPV];
 #pragma unroll
-                for (int k = 0; k < CPV; k++) o[k] = f8_mul(tab[(w[j][k >> 2] >> (8 * (k & 3))) & 0xFFu], s);
+                for (int k = 0; k < CPV; k++) o[k] = f8_deq(tab[(w[j][k >> 2] >> (8 * (k & 3))) & 0xFFu], s, a.omax);
                 if (OUT == 0) {
                     reinterpret_cast<float4 *>(a.y)[v] = make_float4(o[0], o[1], o[2], o[3 % CPV]);
                 } else {
@@ -104,11 +105,11 @@ template <int OUT> __global__ void __launch_bounds__(256) k_deq(DeqArgs a)
                 }
             }
         }
-        for (int64_t i = a.nvec * CPV + tid; i < a.n; i += stride) deq_store1<OUT>(a, i, f8_mul(tab[a.q[i]], s));
+        for (int64_t i = a.nvec * CPV + tid; i < a.n; i += stride) deq_store1<OUT>(a, i, f8_deq(tab[a.q[i]], s, a.omax));
     } else {
         for (int64_t i = tid; i < a.n; i += stride) {
             uint8_t code = a.q[a.qcontig ? i : cu_offset(a.qg, i)];
-            deq_store1<3>(a, i, f8_mul(tab[code], deq_scale(a, i)));
+            deq_store1<3>(a, i, f8_deq(tab[code], deq_scale(a, i), a.omax));
         }
     }
 }
@@ -150,6 +151,7 @@ lpx_status k_fp8_dequantize(lpx_call *c)
     a.n = lpx_tensor_numel(q);
     a.qdt = lpx_tensor_dtype(q);
     a.dt = dt;
+    a.omax = f8_out_max(dt);
     a.y = lpx_tensor_data(y);
     if (si_host) {
         double v = 0;

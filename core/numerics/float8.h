@@ -83,4 +83,19 @@ static inline LPX_HD uint8_t lpx_f32_to_f8e5m2(float x, int saturate)
                                          LPX_F8E5M2_NAN, saturate);
 }
 
+/* The dequantization of code value x (decoded) by scale s, whose product
+ * (rounded, as the caller computes it) is y, written to a dtype whose
+ * largest finite value is omax (<= FLT_MAX): a finite code with a finite
+ * scale gives a finite value, y clamped to +-omax; a NaN or inf operand
+ * passes through (y). A power-of-two scale floors fp8_max / amax, and
+ * amax * scale may round up to the next fp8 code: for amax near omax its
+ * dequantization (one ulp of the format above amax) would overflow to inf
+ * (3.4e38 -> 256 * 2^120 = 2^128 in f32); docs/NUMERICS.md. */
+static LPX_HD inline float lpx_f8_dequant_sat(float x, float s, float y, float omax)
+{
+    const float fmax = 3.40282346638528859812e+38f;
+    if (!(x <= fmax && x >= -fmax) || !(s <= fmax && s >= -fmax)) return y;
+    return y > omax ? omax : y < -omax ? -omax : y;
+}
+
 #endif

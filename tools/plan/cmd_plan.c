@@ -1,4 +1,5 @@
 /* `lpx plan`: one training step predicted (docs/PLAN.md, plan.h). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,21 +35,31 @@ static int bad(const char *what, const char *v)
     return 2;
 }
 
+/* --net intra=GB/s,inter=GB/s,latency=us: each finite and in a sane range
+ * (1 MB/s..100 TB/s, 1 ns..1 s), so that no time of the step is inf or
+ * NaN (a denormal passes "> 0" and made the schedule loop on NaN) */
 static int parse_net(const char *v, pl_net *net)
 {
     char buf[256];
+    if (strlen(v) >= sizeof buf) return bad("--net: too long:", v);
     snprintf(buf, sizeof buf, "%s", v);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         char *eq = strchr(tok, '=');
         if (!eq) return bad("--net expects intra=GB/s,inter=GB/s,latency=us, got", v);
         *eq = 0;
+        bool lat = !strcmp(tok, "latency");
+        if (!lat && strcmp(tok, "intra") && strcmp(tok, "inter"))
+            return bad("--net: unknown key (intra, inter, latency):", tok);
+        double lo = 1e-3, hi = lat ? 1e6 : 1e5;
         char *end;
         double x = strtod(eq + 1, &end);
-        if (*end || !(x > 0 && x < 1e7)) return bad("--net: a positive number for", tok);
+        if (*end || end == eq + 1 || !isfinite(x) || x < lo || x > hi) {
+            fprintf(stderr, "lpx plan: --net %s=%s: expected %s in %g..%g\n", tok, eq + 1, lat ? "us" : "GB/s", lo, hi);
+            return 2;
+        }
         if (!strcmp(tok, "intra")) net->intra_bw = x * 1e9;
         else if (!strcmp(tok, "inter")) net->inter_bw = x * 1e9;
-        else if (!strcmp(tok, "latency")) net->latency = x * 1e-6;
-        else return bad("--net: unknown key (intra, inter, latency):", tok);
+        else net->latency = x * 1e-6;
     }
     return 0;
 }
@@ -118,8 +129,15 @@ int lpx_cmd_plan(int argc, char **argv)
             if (strcmp(v, "f32") && strcmp(v, "bf16")) return bad("--reduce expects f32 or bf16, got", v);
             reduce_f32 = !strcmp(v, "f32");
         } else {
+            /* sane ranges: 2^20 GPUs, 1024 per node, 2^20 sequences of 2^24
+             * tokens, NCCL's CTAs at most 1024 (and the chip's SMs, below) */
+            long hi = !strcmp(o, "--gpus") || !strcmp(o, "--batch") ? 1048576 : !strcmp(o, "--seq") ? 16777216 : 1024;
+            errno = 0;
             long x = strtol(v, &end, 10);
-            if (*end || end == v || x < 1 || x > 10000000) return bad("expected a positive integer for", o);
+            if (errno || *end || end == v || x < 1 || x > hi) {
+                fprintf(stderr, "lpx plan: %s '%s': expected an integer in 1..%ld\n", o, v, hi);
+                return 2;
+            }
             if (!strcmp(o, "--batch")) batch = x;
             else if (!strcmp(o, "--seq")) seq = x;
             else if (!strcmp(o, "--gpus")) gpus = x;
@@ -134,8 +152,21 @@ int lpx_cmd_plan(int argc, char **argv)
     const char *data = getenv("LPX_PLAN_DATA") ? getenv("LPX_PLAN_DATA") : LPX_PLAN_DATA;
     pl_chip chip;
     if (pl_chip_load(chip_name, data, &chip)) return 2;
+    if (ctas > chip.sms) {
+        fprintf(stderr, "lpx plan: --max-ctas %ld: more than the chip's %d SMs (%s)\n", ctas, chip.sms, chip.source);
+        return 2;
+    }
     tr_geom g;
-    if (tr_geom_init(&g, &a, (int)seq, false) != LPX_OK) return bad("out of memory", NULL);
+    if (tr_geom_init(&g, &a, (int)seq, false) != LPX_OK) {
+        fprintf(stderr, "lpx plan: %s\n", lpx_last_error());
+        tr_geom_free(&g);
+        return 1;
+    }
+    if (tr_mem_estimate_check(&g, (int)gpus, 8, (int)batch, 2, "lpx plan") != LPX_OK) {
+        fprintf(stderr, "%s\n", lpx_last_error());
+        tr_geom_free(&g);
+        return 2;
+    }
     double share = (double)ctas / chip.sms;
     pl_step_opts base = {.gpus = (int)gpus, .batch = (int)batch, .ac = ac, .reduce_f32 = reduce_f32, .sm_share = share};
     /* bf16; float8 compute with bf16 all-gather; fp8 all-gather with one
@@ -147,13 +178,17 @@ int lpx_cmd_plan(int argc, char **argv)
     v[2].amax = PL_AMAX_PER_PARAM;
     v[3].amax = PL_AMAX_COMBINED;
     pl_step st[5];
-    for (int k = 0; k < 4; k++) pl_step_predict(&g, &chip, &net, &v[k], &st[k]);
     pl_step_opts mine = base;
     if (recipe != TR_BF16) {
         mine.fp8_compute = mine.fp8_all_gather = true;
         mine.amax = recipe == TR_F8_TENSORWISE ? PL_AMAX_COMBINED : PL_AMAX_NONE;   /* rowwise: its own rows' scales */
     }
-    pl_step_predict(&g, &chip, &net, &mine, &st[4]);
+    for (int k = 0; k < 5; k++)
+        if (pl_step_predict(&g, &chip, &net, k < 4 ? &v[k] : &mine, &st[k]) != LPX_OK) {
+            fprintf(stderr, "lpx plan: %s\n", lpx_last_error());
+            tr_geom_free(&g);
+            return 2;
+        }
     tr_mem_est me;
     tr_mem_estimate_geom(&g, (tr_recipe)recipe, (int)gpus, 8, (int)batch, 1, false, 2, ac, &me);
     double mem = (double)(me.params + me.grads + me.optimizer + me.unsharded + me.activations);

@@ -26,6 +26,7 @@
  * The embedding and the LM head stay bf16 (what torchao and lpx leave in
  * high precision); the head's GEMM is 2 T D V forward, 4 T D V backward,
  * its loss 10 bytes per logit each way. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "plan.h"
@@ -97,12 +98,24 @@ int pl_step_predict(const tr_geom *g, const pl_chip *c, const pl_net *net, const
     out->amax_tail = o->fp8_all_gather && o->amax == PL_AMAX_COMBINED
                          ? pl_coll_time(PL_ALL_REDUCE, 4.0 * TR_LIN_PER_BLOCK * L, N, net) : 0;
     pl_sched_opts so = {o->sm_share, out->optimizer, out->amax_tail};
-    pl_schedule(grp, n, &so, &out->s);
+    int rc = pl_schedule(grp, n, &so, &out->s);
     free(grp);
+    if (rc != LPX_OK) return rc;
 
-    /* the model's FLOPs (no recomputation): 6 T per weight, attention 3x its forward */
+    /* the model's FLOPs (no recomputation): 6 T per weight, attention 3x
+     * its forward. MFU: the time those FLOPs take at the chip's peaks (the
+     * block GEMMs at the fp8 peak when they run in fp8, the rest at the
+     * bf16 peak) over the step; at most 1 while no rate exceeds its peak
+     * (chip.c refuses such a file): the step computes at least as long */
     out->model_flops = 6 * T * (L * W + V * D) + 3 * af * L;
+    double gemm_peak = o->fp8_compute ? c->fp8_peak : c->bf16_peak;
+    double at_peak = 6 * T * L * W / gemm_peak + (6 * T * V * D + 3 * af * L) / c->bf16_peak;
     out->tokens_per_gpu_s = T / out->s.step;
-    out->mfu = out->model_flops / (out->s.step * c->bf16_peak);
+    out->mfu = at_peak / out->s.step;
+    if (!isfinite(out->s.step) || !(out->s.step > 0) || !isfinite(out->mfu))
+        return lpx_error(LPX_ERANGE, "plan: the step time is %g s: a rate or size out of range", out->s.step);
+    if (out->mfu > 1 + 1e-9)
+        return lpx_error(LPX_EINTERNAL, "plan: MFU %.4g%% is over 100%% (a rate above its peak in %s)",
+                         100 * out->mfu, c->source);
     return LPX_OK;
 }

@@ -71,7 +71,9 @@ typedef struct pl_sched {
  * order on the comm stream. While a collective runs, compute proceeds at
  * (1 - sm_share) of its speed. The optimizer (tail) starts when every
  * backward and reduce-scatter is done; tail_comm follows it. */
-void pl_schedule(const pl_group *g, int n, const pl_sched_opts *o, pl_sched *out);
+int pl_schedule(const pl_group *g, int n, const pl_sched_opts *o, pl_sched *out);
+/* Errors (message in lpx_last_error()): LPX_ERANGE when a time is negative
+ * or not finite (nothing simulated), LPX_ENOMEM. */
 
 /* ---- chip.c ---- */
 /* The rates of one chip: achieved rates where a benchmark measured them,
@@ -81,15 +83,19 @@ typedef struct pl_chip {
     double bf16_flops, fp8_flops;  /* dense GEMM FLOP/s */
     double attn_flops;             /* fused attention, bf16 (0: the bf16 GEMM rate) */
     double hbm_bw;                 /* bytes/s of a copy (elementwise ops, casts, the optimizer) */
-    double bf16_peak;              /* FLOP/s the MFU is over */
+    double bf16_peak;              /* FLOP/s the MFU is over (every FLOP but the fp8 GEMMs') */
+    double fp8_peak;               /* FLOP/s the MFU of fp8 GEMMs is over (default 2x bf16_peak) */
     int sms;
     double memory;                 /* bytes */
 } pl_chip;
 /* Reads a chip file (JSON: {"name", "sms", "memory_gib", "bf16_tflops",
- * "fp8_tflops", "attention_tflops", "copy_gbs", "bf16_peak_tflops", each
- * number {"value": x, "source": "..."}}); `h100`/`h200` name the
- * committed published-figures files (data/chips/). 0, or 2 after one
- * line on stderr. */
+ * "fp8_tflops", "attention_tflops", "copy_gbs", "bf16_peak_tflops",
+ * "fp8_peak_tflops", each number {"value": x, "source": "..."}});
+ * `h100`/`h200` name the committed published-figures files (data/chips/).
+ * Every number finite and in its range (sms a whole number), the achieved
+ * rates at most their peaks (bf16 and attention <= bf16_peak, fp8 <=
+ * fp8_peak, which defaults to twice bf16_peak). 0, or 2 after one line on
+ * stderr naming the file and the field. */
 int pl_chip_load(const char *name_or_path, const char *data_dir, pl_chip *out);
 
 /* ---- cost.c ---- */
@@ -117,7 +123,8 @@ typedef struct pl_step {
 
 /* One training step of model g (FSDP over o->gpus, one group per block,
  * "emb" and "root" as lpx train wraps them) on chip c over network net.
- * Errors: LPX_ENOMEM. */
+ * Errors: LPX_ENOMEM; LPX_ERANGE for a step time that is not finite;
+ * LPX_EINTERNAL for an MFU over 100% (a bug: chip.c keeps rates <= peaks). */
 int pl_step_predict(const struct tr_geom *g, const pl_chip *c, const pl_net *net, const pl_step_opts *o,
                     pl_step *out);
 

@@ -5,9 +5,11 @@
  * Time advances from event to event; while a collective runs, compute
  * proceeds at (1 - sm_share) of its speed (NCCL's kernels hold that share
  * of the SMs), which is how an uncapped NCCL slows fp8 GEMMs. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "plan.h"
+#include "../train/train.h"
 
 enum { T_FWD, T_BWD };
 typedef struct task {
@@ -20,16 +22,32 @@ typedef struct coll {
     int g;
 } coll;
 
-void pl_schedule(const pl_group *g, int n, const pl_sched_opts *o, pl_sched *out)
+static bool time_ok(double x) { return isfinite(x) && x >= 0; }
+
+int pl_schedule(const pl_group *g, int n, const pl_sched_opts *o, pl_sched *out)
 {
     memset(out, 0, sizeof *out);
-    if (n <= 0) return;
+    if (n <= 0) return LPX_OK;
+    /* a NaN or infinite time never completes: the loop below would not end */
+    if (!time_ok(o->tail) || !time_ok(o->tail_comm) || !isfinite(o->sm_share))
+        return lpx_error(LPX_ERANGE, "plan: schedule: optimizer %g s, its all-reduce %g s, SM share %g: not finite "
+                         "and >= 0", o->tail, o->tail_comm, o->sm_share);
+    for (int i = 0; i < n; i++)
+        if (!time_ok(g[i].fwd) || !time_ok(g[i].bwd) || !time_ok(g[i].ag_fwd) || !time_ok(g[i].ag_bwd) ||
+            !time_ok(g[i].rs))
+            return lpx_error(LPX_ERANGE, "plan: schedule: group %d: forward %g s, backward %g s, all-gathers %g, %g s, "
+                             "reduce-scatter %g s: not finite and >= 0", i, g[i].fwd, g[i].bwd, g[i].ag_fwd,
+                             g[i].ag_bwd, g[i].rs);
+    int rc = LPX_OK;
     double share = o->sm_share < 0 ? 0 : o->sm_share > 0.9 ? 0.9 : o->sm_share;
     /* done times of every collective (-1: not done), issue queue */
     double *ag_f = calloc((size_t)n, sizeof *ag_f), *ag_b = calloc((size_t)n, sizeof *ag_b),
            *rs = calloc((size_t)n, sizeof *rs);
     coll *q = calloc((size_t)(3 * n + 1), sizeof *q);
-    if (!ag_f || !ag_b || !rs || !q) goto out;
+    if (!ag_f || !ag_b || !rs || !q) {
+        rc = lpx_error(LPX_ENOMEM, "plan: schedule: out of memory for %d groups", n);
+        goto out;
+    }
     for (int i = 0; i < n; i++) ag_f[i] = ag_b[i] = rs[i] = -1;
     int qn = 0, qh = 0;   /* queue length, head */
     double t = 0, comm_left = 0, comp_left = 0;
@@ -101,4 +119,5 @@ out:
     free(ag_b);
     free(rs);
     free(q);
+    return rc;
 }

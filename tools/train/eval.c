@@ -10,11 +10,14 @@
  * parameter under its Hugging Face name (f32). One rank, the recipe's
  * numerics (default f32: the reference). */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "rank.h"
 #include "hf.h"
+#include "mem.h"
 #include "../lpx/commands.h"
 
 typedef struct ev_ctx {
@@ -146,6 +149,25 @@ static lpx_status read_tokens(const char *path, int vocab, int32_t **out, int *n
     return st;
 }
 
+/* The weights read (f32) and lpx mem's estimate of the one rank fit this
+ * machine's memory; else one line with both sizes, false. */
+static bool fits_memory(const tr_opts *o, const tr_geom *g)
+{
+    tr_mem_est e;
+    tr_mem_estimate_geom(g, o->recipe, 1, o->lora_rank, 1, 1, false, tr_act_dtype(o, o->recipe) == LPX_F32 ? 4 : 2,
+                         false, &e);
+    double rank = (double)e.params + (double)e.grads + (double)e.optimizer + (double)e.unsharded +
+                  (double)e.activations + (double)e.transient;
+    double need = rank + 4.0 * (double)tr_geom_numel(g);
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+    double have = pages > 0 && psize > 0 ? (double)pages * (double)psize : INFINITY;
+    if (need <= have) return true;
+    fprintf(stderr, "lpx eval: the model (%lld params, vocab %d, dim %d, ffn %d) needs about %.1f GiB here (its f32 "
+            "weights and lpx mem's %.1f GiB for the rank); this machine has %.1f GiB\n", (long long)tr_geom_numel(g),
+            g->vocab, g->dim, g->hidden, need / 1073741824.0, rank / 1073741824.0, have / 1073741824.0);
+    return false;
+}
+
 int lpx_cmd_eval(int argc, char **argv)
 {
     const char *dir = NULL, *tokens = NULL, *logits = NULL, *grads = NULL;
@@ -222,11 +244,32 @@ int lpx_cmd_eval(int argc, char **argv)
         return 2;
     }
     o.seq = n;
-    if (tr_geom_init(&g, &o.m, n, false) != LPX_OK) goto fail;
+    if (tr_geom_init(&g, &o.m, n, false) != LPX_OK) {
+        fprintf(stderr, "lpx eval: %s\n", lpx_last_error());   /* a model too big to size: refused like an option */
+        goto done;
+    }
+    /* a model too big for this machine (a vocabulary of 2^31-1, an
+     * intermediate size of 2^30) is refused before anything is allocated,
+     * with the size it needs: an int64 overflow of the estimate, else the
+     * weights read (f32) plus lpx mem's estimate of the one rank */
+    if (tr_mem_estimate_check(&g, 1, o.lora_rank, 1, tr_act_dtype(&o, o.recipe) == LPX_F32 ? 4 : 2, "lpx eval") !=
+        LPX_OK) {
+        fprintf(stderr, "%s\n", lpx_last_error());
+        goto done;
+    }
+    if (!fits_memory(&o, &g)) goto done;
     w = calloc((size_t)g.nparams, sizeof *w);
-    if (!w) goto fail;
+    if (!w) {
+        lpx_error(LPX_ENOMEM, "out of memory for %d parameter tensors", g.nparams);
+        goto fail;
+    }
     for (int p = 0; p < g.nparams; p++)
-        if (!(w[p] = malloc(sizeof(float) * (size_t)(g.p[p].rows * g.p[p].cols)))) goto fail;
+        if (!(w[p] = malloc(sizeof(float) * (size_t)(g.p[p].rows * g.p[p].cols)))) {
+            lpx_error(LPX_ENOMEM, "out of memory for %s [%lld, %lld] (%.2f GiB of f32)", g.p[p].name,
+                      (long long)g.p[p].rows, (long long)g.p[p].cols,
+                      4.0 * (double)g.p[p].rows * (double)g.p[p].cols / 1073741824.0);
+            goto fail;
+        }
     if (tr_hf_load(dir, &g, w) != LPX_OK) {
         fprintf(stderr, "lpx eval: %s\n", lpx_last_error());
         goto done;
@@ -243,7 +286,8 @@ int lpx_cmd_eval(int argc, char **argv)
     rc = 0;
     goto done;
 fail:
-    fprintf(stderr, "lpx eval: %s\n", lpx_last_error());
+    /* every path here has set its message; an empty one is a bug, named so */
+    fprintf(stderr, "lpx eval: %s\n", lpx_last_error()[0] ? lpx_last_error() : "failed without a message (a bug)");
     rc = 1;
 done:
     for (int p = 0; w && p < g.nparams; p++) free(w[p]);

@@ -16,6 +16,7 @@
  *   activations the tensors one micro-batch's forward keeps for backward
  * --offload moves master params and optimizer state to host memory: they
  * are then listed apart from the device total. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,24 +33,29 @@ static int64_t nf4_bytes(const tr_param *P)
     return nb;
 }
 
-/* bytes of group grp's params after the engine's all-gather (what
+/* bytes of parameter P after the engine's all-gather (what
  * lpx_fsdp_stats counts as unsharded: the wire form) */
-static int64_t gwire(const tr_geom *g, tr_recipe recipe, int lora_rank, int grp)
+static int64_t pwire(const tr_param *P, tr_recipe recipe, int lora_rank)
 {
+    int64_t n = P->rows * P->cols;
+    if (recipe == TR_NF4_QLORA)
+        return P->kind == TR_P_LIN ? nf4_bytes(P) + 4 * (int64_t)lora_rank * (P->rows + P->cols) : 4 * n;
+    if (P->kind == TR_P_LIN && recipe == TR_F8_TENSORWISE) return n;                  /* fp8 */
+    if (P->kind == TR_P_LIN && recipe == TR_F8_ROWWISE) return n + 8 * P->rows;       /* fp8 + row scales */
+    if (P->kind == TR_P_LIN && recipe == TR_F8_BLOCKWISE)                             /* fp8 + block scales */
+        return n + 8 * ceil_div(P->rows, LPX_FLOAT8_BLOCK_SIZE) * ceil_div(P->cols, LPX_FLOAT8_BLOCK_SIZE);
+    if (recipe == TR_F32) return 4 * n;                                               /* f32 */
+    return 2 * n;                                                                     /* bf16 */
+}
+
+/* bytes of group grp's params after the all-gather: from the table wire
+ * (every group's, summed in one pass), or summed here when it is NULL */
+static int64_t gwire(const tr_geom *g, const int64_t *wire, tr_recipe recipe, int lora_rank, int grp)
+{
+    if (wire) return wire[grp];
     int64_t b = 0;
-    for (int p = 0; p < g->nparams; p++) {
-        const tr_param *P = &g->p[p];
-        if (P->group != grp) continue;
-        int64_t n = P->rows * P->cols;
-        if (recipe == TR_NF4_QLORA)
-            b += P->kind == TR_P_LIN ? nf4_bytes(P) + 4 * (int64_t)lora_rank * (P->rows + P->cols) : 4 * n;
-        else if (P->kind == TR_P_LIN && recipe == TR_F8_TENSORWISE) b += n;               /* fp8 */
-        else if (P->kind == TR_P_LIN && recipe == TR_F8_ROWWISE) b += n + 8 * P->rows;    /* fp8 + row scales */
-        else if (P->kind == TR_P_LIN && recipe == TR_F8_BLOCKWISE)                       /* fp8 + block scales */
-            b += n + 8 * ceil_div(P->rows, LPX_FLOAT8_BLOCK_SIZE) * ceil_div(P->cols, LPX_FLOAT8_BLOCK_SIZE);
-        else if (recipe == TR_F32) b += 4 * n;                                            /* f32 */
-        else b += 2 * n;                                                                  /* bf16 */
-    }
+    for (int p = 0; p < g->nparams; p++)
+        if (g->p[p].group == grp) b += pwire(&g->p[p], recipe, lora_rank);
     return b;
 }
 
@@ -80,15 +86,22 @@ void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lor
     if (C > bt) C = bt;
     e->transient = 2 * C * V * A + (recipe != TR_NF4_QLORA ? V * D * (A == 4 ? 4 : A + 4) : 0);
     /* unsharded: the engine holds at most two groups (the one computed and
-     * the prefetched next one; a tied head: the embedding beside the root) */
+     * the prefetched next one; a tied head: the embedding beside the root).
+     * Every group's wire bytes in one pass over the parameters (linear in
+     * the layers); without memory for that table, group by group */
+    int64_t *wire = calloc((size_t)g->ngroups, sizeof *wire);
+    if (wire)
+        for (int p = 0; p < g->nparams; p++) wire[g->p[p].group] += pwire(&g->p[p], recipe, lora_rank);
     for (int grp = 0; grp < g->ngroups; grp++) {
-        int64_t u = gwire(g, recipe, lora_rank, grp) + (grp + 1 < g->ngroups ? gwire(g, recipe, lora_rank, grp + 1) : 0);
+        int64_t u = gwire(g, wire, recipe, lora_rank, grp) +
+                    (grp + 1 < g->ngroups ? gwire(g, wire, recipe, lora_rank, grp + 1) : 0);
         e->unsharded = u > e->unsharded ? u : e->unsharded;
     }
     if (g->tied && g->ngroups > 1) {
-        int64_t u = gwire(g, recipe, lora_rank, 0) + gwire(g, recipe, lora_rank, g->ngroups - 1);
+        int64_t u = gwire(g, wire, recipe, lora_rank, 0) + gwire(g, wire, recipe, lora_rank, g->ngroups - 1);
         e->unsharded = u > e->unsharded ? u : e->unsharded;
     }
+    free(wire);
     if (recipe == TR_NF4_QLORA) {
         for (int p = 0; p < g->nparams; p++) {
             const tr_param *P = &g->p[p];
@@ -134,6 +147,26 @@ void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lor
     /* grad shards + the full f32 grads being accumulated: every group's
      * while a rank runs several micro-batches, else one group's at a time */
     e->grads = e->params + (nloc > 1 ? full_all : max_full);
+}
+
+lpx_status tr_mem_estimate_check(const tr_geom *g, int world, int lora_rank, int b, int act_bytes, const char *who)
+{
+    /* every term of the estimate, in doubles, bounded from above: the
+     * activations without checkpointing, the loss chunk at its largest,
+     * params, grads (shards and full), optimizer state and two groups'
+     * wire bytes at most 24 bytes per element plus the adapters */
+    double bt = (double)b * g->seq, D = g->dim, F = g->hidden, KV = (double)g->kv_heads * g->head_dim;
+    double A = act_bytes, V = g->vocab, n = (double)tr_geom_numel(g);
+    double act = (A * bt * (6 * D + 2 * KV + 3 * F) + 4 * (2 * bt + (double)b * g->heads * g->seq)) * g->layers +
+                 A * 3 * bt * D + 4 * bt;
+    double chunk = 2 * fmax(64.0, fmin(bt, 1073741824.0 / (V * A))) * V * A + 8 * V * D;
+    double rest = 24 * n + 8 * (double)lora_rank * (double)g->nparams * (2 * D + F) * 2;
+    double total = act + chunk + rest;
+    (void)world;
+    if (!(total <= 4611686018427387904.0))   /* 2^62 */
+        return lpx_error(LPX_ERANGE, "%s: the memory estimate overflows (about %.3g bytes per rank: seq %d x batch %d "
+                         "over %d layers of dim %d)", who, total, g->seq, b, g->layers, g->dim);
+    return LPX_OK;
 }
 
 static void usage(FILE *f)
@@ -232,8 +265,14 @@ int lpx_cmd_mem(int argc, char **argv)
                 p = *end ? end + 1 : end;
             }
         } else {
+            /* sane ranges: a LoRA rank below 2^16, 2^20 sequences of 2^24 tokens */
+            long hi = !strcmp(o, "--lora-rank") ? 65536 : !strcmp(o, "--batch") ? 1048576 : 16777216;
+            errno = 0;
             long x = strtol(v, &end, 10);
-            if (*end || end == v || x < 1 || x > 100000000) return bad("expected a positive integer for", o);
+            if (errno || *end || end == v || x < 1 || x > hi) {
+                fprintf(stderr, "lpx mem: %s '%s': expected an integer in 1..%ld\n", o, v, hi);
+                return 2;
+            }
             if (!strcmp(o, "--lora-rank")) lora = x;
             else if (!strcmp(o, "--batch")) batch = x;
             else if (!strcmp(o, "--seq")) seq = x;
@@ -268,7 +307,13 @@ int lpx_cmd_mem(int argc, char **argv)
     tr_geom g;
     if (tr_geom_init(&g, &a, (int)seq, wrap_linear) != LPX_OK) {
         fprintf(stderr, "lpx mem: %s\n", lpx_last_error());
+        tr_geom_free(&g);
         return 1;
+    }
+    if (tr_mem_estimate_check(&g, 1, (int)lora, (int)batch, act_bytes, "lpx mem") != LPX_OK) {
+        fprintf(stderr, "%s\n", lpx_last_error());
+        tr_geom_free(&g);
+        return 2;
     }
     printf("model: dim %d, layers %d, heads %d (kv %d), ffn %d, vocab %d%s, seq %ld: %lld params\n", a.dim, a.layers,
            a.heads, a.kv_heads, a.ffn, a.vocab, a.tied ? ", tied head" : "", seq, (long long)tr_geom_numel(&g));

@@ -17,4 +17,10 @@ typedef struct tr_mem_est {
 void tr_mem_estimate_geom(const tr_geom *g, tr_recipe recipe, int world, int lora_rank, int b, int nloc,
                           bool wrap_linear, int act_bytes, bool ac, tr_mem_est *out);
 
+/* LPX_ERANGE (message in lpx_last_error(), naming `who`) when the estimate
+ * of tr_mem_estimate_geom with these arguments would not fit its int64
+ * byte counts (over 2^62 bytes: a huge --seq x --batch, say); else
+ * LPX_OK. Callers that take sizes from the command line check this first. */
+lpx_status tr_mem_estimate_check(const tr_geom *g, int world, int lora_rank, int b, int act_bytes, const char *who);
+
 #endif

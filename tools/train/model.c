@@ -48,6 +48,16 @@ lpx_status tr_geom_init(tr_geom *g, const tr_arch *a, int seq, bool wrap_linear)
     g->head_dim = a->dim / a->heads;
     g->tied = a->tied;
     g->seq = seq;
+    /* every size lpx derives from the model (elements, bytes, the memory
+     * estimate) is an int64: refuse a model whose parameter count is past
+     * 2^50 (a config.json's vocab_size of 2^31-1 with a hidden_size of 2^30)
+     * before anything is allocated */
+    double hd = a->heads > 0 ? (double)(a->dim / a->heads) : 0, kvd = (double)a->kv_heads * hd;
+    double numel = (double)a->vocab * a->dim * (a->tied ? 1 : 2) + a->dim +
+                   (double)a->layers * (2.0 * a->dim + 2.0 * a->dim * a->dim + 2.0 * a->dim * kvd + 3.0 * a->dim * a->ffn);
+    if (!(numel <= 1125899906842624.0))
+        return lpx_error(LPX_ERANGE, "model: %.3g parameters (vocab %d, dim %d, ffn %d, %d layers): more than the 2^50 "
+                         "lpx sizes in int64 bytes", numel, a->vocab, a->dim, a->ffn, a->layers);
     g->p = calloc((size_t)a->layers * 9 + 3, sizeof *g->p);
     if (!g->p) return lpx_error(LPX_ENOMEM, "model: out of memory for %d layers' parameters", a->layers);
     int64_t D = a->dim, KV = (int64_t)a->kv_heads * g->head_dim;
