@@ -11,6 +11,7 @@
  * Out: config.json (4.x keys, which 5.x reads too) and model.safetensors
  * with the f32 weights under the same names. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -524,6 +525,55 @@ lpx_status tr_hf_import(tr_rank *R, const char *dir)
     return st;
 }
 
+/* a model file of DIR that is a regular file (lstat: a symbolic link is
+ * not followed, nor removed) */
+static bool regular_at(const char *dir, const char *file, char *path, size_t n)
+{
+    struct stat sb;
+    snprintf(path, n, "%s/%s", dir, file);
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* After the new model.safetensors and config.json are in place: an earlier
+ * sharded model's index and the shards it names go, else a reader that
+ * takes the index (lpx did) would load the old weights. Only those model
+ * files, only regular ones; tokenizer files, a README, anything else of
+ * the folder stay. Shards first, the index last: a run cut short leaves an
+ * index beside model.safetensors, which loaders (lpx, transformers) pass
+ * over for the single file. */
+static lpx_status remove_stale(const char *dir)
+{
+    char index[1200], path[1400];
+    if (!regular_at(dir, "model.safetensors.index.json", index, sizeof index)) return LPX_OK;
+    cJSON *root = NULL;
+    if (tr_json_read(index, &root) == LPX_OK) {   /* unreadable: the index alone goes */
+        const cJSON *e, *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+        if (!cJSON_IsObject(map)) map = NULL;
+        cJSON_ArrayForEach(e, map) {
+            const char *f = cJSON_IsString(e) ? e->valuestring : "";
+            size_t n = strlen(f);
+            /* a shard's name: in this folder, *.safetensors, not the new file */
+            bool shard = n > 12 && !strcmp(f + n - 12, ".safetensors") && !strchr(f, '/') &&
+                         strcmp(f, "model.safetensors");
+            if (shard && regular_at(dir, f, path, sizeof path) && unlink(path) != 0 && errno != ENOENT) {
+                lpx_status st = lpx_error(LPX_EIO, "--save-hf: cannot remove the earlier model's shard '%s': %s", path,
+                                          strerror(errno));
+                cJSON_Delete(root);
+                return st;
+            }
+        }
+        cJSON_Delete(root);
+    }
+    if (unlink(index) != 0 && errno != ENOENT)
+        return lpx_error(LPX_EIO, "--save-hf: cannot remove the earlier model's index '%s': %s", index, strerror(errno));
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {   /* the removals durable too (best effort: the model is whole either way) */
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return LPX_OK;
+}
+
 lpx_status tr_hf_write_config(const char *dir, const tr_geom *g)
 {
     lpx_status st = LPX_OK;
@@ -541,6 +591,7 @@ lpx_status tr_hf_write_config(const char *dir, const tr_geom *g)
         unlink(tmp);
         FAIL(LPX_EIO, "--save-hf: cannot write '%s': %s", path, strerror(errno));
     }
+    TRY(remove_stale(dir));
 out:
     cJSON_free(text);
     cJSON_Delete(cfg);
