@@ -307,9 +307,12 @@ static lpx_status check_unique(const char *dir, const hf_files *h)
     qsort(all, n, sizeof *all, cmp_tensor);
     lpx_status st = LPX_OK;
     for (size_t i = 1; i < n && !st; i++)
-        if (!strcmp(all[i - 1].name, all[i].name))
+        if (!strcmp(all[i - 1].name, all[i].name)) {
+            const char *a = h->name[all[i - 1].file], *b = h->name[all[i].file], *x = a;
+            if (strcmp(a, b) > 0) a = b, b = x;   /* the files in name order, whatever the map's */
             st = lpx_error(LPX_EINVAL, "--init '%s': tensor '%s' is in both %s and %s; refused rather than read from "
-                           "either", dir, all[i].name, h->name[all[i - 1].file], h->name[all[i].file]);
+                           "either", dir, all[i].name, a, b);
+        }
     for (size_t i = 0; i < n && !st && h->map; i++) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(h->map, all[i].name);
         if (!e)
