@@ -678,7 +678,9 @@ lpx_status lpx_safetensors_open(const char *path, lpx_safetensors **out)
     if (!out) return lpx_error(LPX_EINVAL, "lpx_safetensors_open: out is NULL");
     *out = NULL;
     if (!path) return lpx_error(LPX_EINVAL, "lpx_safetensors_open: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO's open would wait for a writer; this way the
+     * fstat below refuses it (mmap ignores the flag) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return lpx_error(LPX_EIO, "safetensors %s: open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb)) {
@@ -688,7 +690,7 @@ lpx_status lpx_safetensors_open(const char *path, lpx_safetensors **out)
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return lpx_error(LPX_EIO, "safetensors %s: not a regular file", path);
+        return lpx_error(LPX_EIO, "safetensors %s: not a regular file (a FIFO, socket, device or directory)", path);
     }
     size_t len = (size_t)sb.st_size;
     if (len < 8) {

@@ -64,7 +64,7 @@ lpx_status tr_ckpt_v2_open(const char *dir, tr_ckpt *ck, cJSON **out_root)
     *out_root = NULL;
     snprintf(path, sizeof path, "%s/%s", dir, MANIFEST);
     size_t n = 0;
-    st = tr_read_file(path, 64u << 20, &text, &n);
+    st = tr_read_regular(path, 64u << 20, &text, &n);
     if (st) FAIL(LPX_EIO, "--resume '%s': cannot read %s", dir, MANIFEST);
     /* the manifest's own checksum first: every value in it is trusted
      * only after that (and then validated like the command line) */

@@ -9,9 +9,11 @@
  * row): every rank count sees the same data, so --ranks 1 and --ranks N
  * compute the same losses. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "train.h"
 
 static bool ends_with(const char *s, const char *suffix)
@@ -20,14 +22,10 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-lpx_status tr_read_file(const char *path, size_t max, char **out, size_t *len)
+/* the rest of stream f (at most max bytes) into a new NUL-terminated buffer;
+ * closes f */
+static lpx_status read_stream(FILE *f, const char *path, size_t max, char **out, size_t *len)
 {
-    *out = NULL;
-    *len = 0;
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return lpx_error(LPX_EINVAL, "'%s' is a directory", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return lpx_error(errno == ENOENT ? LPX_ENOTFOUND : LPX_EIO, "cannot open '%s': %s", path, strerror(errno));
     /* grown as it reads: pipes and files alike, no size asked up front */
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap + 1);
@@ -59,6 +57,46 @@ lpx_status tr_read_file(const char *path, size_t max, char **out, size_t *len)
     *out = buf;
     *len = n;
     return LPX_OK;
+}
+
+lpx_status tr_read_file(const char *path, size_t max, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return lpx_error(LPX_EINVAL, "'%s' is a directory", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return lpx_error(errno == ENOENT ? LPX_ENOTFOUND : LPX_EIO, "cannot open '%s': %s", path, strerror(errno));
+    return read_stream(f, path, max, out, len);
+}
+
+lpx_status tr_read_regular(const char *path, size_t max, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    /* O_NONBLOCK: opening a FIFO for reading waits for a writer; this way
+     * the open returns and fstat says what the path is */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return lpx_error(errno == ENOENT ? LPX_ENOTFOUND : LPX_EIO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return lpx_error(LPX_EIO, "cannot stat '%s': %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        if (S_ISDIR(sb.st_mode)) return lpx_error(LPX_EINVAL, "'%s' is a directory", path);
+        return lpx_error(LPX_EINVAL, "'%s' is not a regular file (a FIFO, socket or device)", path);
+    }
+    FILE *f = NULL;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl == -1 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == -1 || !(f = fdopen(fd, "rb"))) {
+        int e = errno;
+        close(fd);
+        return lpx_error(LPX_EIO, "cannot open '%s': %s", path, strerror(e));
+    }
+    return read_stream(f, path, max, out, len);
 }
 
 lpx_status tr_token_ids(const unsigned char *b, size_t n, int width, int vocab, const char *what, uint32_t *out)

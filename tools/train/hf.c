@@ -11,6 +11,7 @@
  * Out: config.json (4.x keys, which 5.x reads too) and model.safetensors
  * with the f32 weights under the same names. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,27 +38,103 @@ void tr_hf_name(const tr_param *P, char *buf, size_t n)
     }
 }
 
-/* a text file of at most 64 MiB (config.json, the shard index) */
-static lpx_status read_text(const char *path, char **out)
+/* Every field is read as transformers reads it or refused in one line: an
+ * absent (or null) optional field takes LlamaConfig's default, a present
+ * one of the wrong type or range is an error, never a silent default. */
+
+/* what a JSON value is, for a message */
+static void describe(const cJSON *j, char *buf, size_t n)
 {
-    size_t len;
-    return tr_read_file(path, 64u << 20, out, &len);
+    if (cJSON_IsNumber(j)) snprintf(buf, n, "%.17g", j->valuedouble);
+    else if (cJSON_IsString(j)) snprintf(buf, n, "the string \"%.40s\"", j->valuestring);
+    else snprintf(buf, n, "%s", cJSON_IsBool(j) ? "a boolean" : cJSON_IsArray(j) ? "an array" : "an object");
 }
 
-static bool get_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int *out)
-{
-    int64_t x;
-    if (!tr_json_int(o, key, lo, hi, &x)) return false;
-    *out = (int)x;
-    return true;
-}
-
-static bool get_num(const cJSON *o, const char *key, double *out)
+/* KEY of o: absent or null leaves *out and sets *found false; else an
+ * integer in [lo, hi] (not 64.5, not past int: reading one into an int
+ * would be undefined) */
+static lpx_status opt_int(const char *path, const cJSON *o, const char *key, int64_t lo, int64_t hi, int *out,
+                          bool *found)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(j)) return false;
+    int64_t x;
+    *found = j && !cJSON_IsNull(j);
+    if (!*found) return LPX_OK;
+    if (!tr_json_int(o, key, lo, hi, &x)) {
+        char v[80];
+        describe(j, v, sizeof v);
+        return lpx_error(LPX_EINVAL, "%s: \"%s\" is %s; it must be an integer in [%lld, %lld]", path, key, v,
+                         (long long)lo, (long long)hi);
+    }
+    *out = (int)x;
+    return LPX_OK;
+}
+
+static lpx_status need_int(const char *path, const cJSON *o, const char *key, int64_t lo, int *out)
+{
+    bool found;
+    lpx_status st = opt_int(path, o, key, lo, INT32_MAX, out, &found);
+    if (!st && !found) st = lpx_error(LPX_EINVAL, "%s has no \"%s\"; a Llama config needs it", path, key);
+    return st;
+}
+
+/* KEY of o: absent or null leaves *out; else a finite number */
+static lpx_status opt_num(const char *path, const cJSON *o, const char *key, double *out, bool *found)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    *found = j && !cJSON_IsNull(j);
+    if (!*found) return LPX_OK;
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble)) {
+        char v[80];
+        describe(j, v, sizeof v);
+        return lpx_error(LPX_EINVAL, "%s: \"%s\" is %s; it must be a finite number", path, key, v);
+    }
     *out = j->valuedouble;
-    return true;
+    return LPX_OK;
+}
+
+/* KEY of o: absent or null leaves *out; else true or false */
+static lpx_status opt_bool(const char *path, const cJSON *o, const char *key, bool *out)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!j || cJSON_IsNull(j)) return LPX_OK;
+    if (!cJSON_IsBool(j)) {
+        char v[80];
+        describe(j, v, sizeof v);
+        return lpx_error(LPX_EINVAL, "%s: \"%s\" is %s; it must be true or false", path, key, v);
+    }
+    *out = cJSON_IsTrue(j);
+    return LPX_OK;
+}
+
+/* KEY of o: absent or null is NULL; else an object (else refused) */
+static lpx_status opt_object(const char *path, const cJSON *o, const char *key, const cJSON **out)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = NULL;
+    if (!j || cJSON_IsNull(j)) return LPX_OK;
+    if (!cJSON_IsObject(j)) {
+        char v[80];
+        describe(j, v, sizeof v);
+        return lpx_error(LPX_EINVAL, "%s: \"%s\" is %s; it must be an object (or null)", path, key, v);
+    }
+    *out = j;
+    return LPX_OK;
+}
+
+/* KEY of o: absent or null is NULL; else a string (else refused) */
+static lpx_status opt_str(const char *path, const cJSON *o, const char *key, const char **out)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = NULL;
+    if (!j || cJSON_IsNull(j)) return LPX_OK;
+    if (!cJSON_IsString(j)) {
+        char v[80];
+        describe(j, v, sizeof v);
+        return lpx_error(LPX_EINVAL, "%s: \"%s\" is %s; it must be a string", path, key, v);
+    }
+    *out = j->valuestring;
+    return LPX_OK;
 }
 
 static bool is_llama(const cJSON *root, char *what, size_t n)
@@ -76,23 +153,37 @@ static bool is_llama(const cJSON *root, char *what, size_t n)
  * 5.x (rope_parameters holding both) */
 static lpx_status read_rope(const char *path, const cJSON *root, tr_arch *a)
 {
-    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
-    const cJSON *rs = cJSON_IsObject(rp) ? rp : cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    lpx_status st;
+    const cJSON *rp, *rs;
+    bool found;
+    if ((st = opt_object(path, root, "rope_parameters", &rp)) || (st = opt_object(path, root, "rope_scaling", &rs)))
+        return st;
+    if (rp) rs = rp;
     a->rope_theta = 10000.0;   /* LlamaConfig's default */
-    if (!get_num(root, "rope_theta", &a->rope_theta) && cJSON_IsObject(rp)) get_num(rp, "rope_theta", &a->rope_theta);
+    if ((st = opt_num(path, root, "rope_theta", &a->rope_theta, &found))) return st;
+    if (!found && rp && (st = opt_num(path, rp, "rope_theta", &a->rope_theta, &found))) return st;
     a->rope_factor = 0;
-    if (!cJSON_IsObject(rs)) return LPX_OK;
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-    if (!cJSON_IsString(type)) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
-    const char *t = cJSON_IsString(type) ? type->valuestring : "default";
+    if (!rs) return LPX_OK;
+    const char *t = NULL;
+    if ((st = opt_str(path, rs, "rope_type", &t))) return st;
+    if (!t && (st = opt_str(path, rs, "type", &t))) return st;
+    if (!t) t = "default";
     if (!strcmp(t, "default")) return LPX_OK;
     if (strcmp(t, "llama3"))
         return lpx_error(LPX_EINVAL, "%s: rope type '%s' is not supported (default and llama3 are)", path, t);
-    if (!get_num(rs, "factor", &a->rope_factor) || !get_num(rs, "low_freq_factor", &a->rope_low) ||
-        !get_num(rs, "high_freq_factor", &a->rope_high) ||
-        !get_int(rs, "original_max_position_embeddings", 1, INT32_MAX, &a->rope_orig))
+    bool f1, f2, f3, f4;
+    if ((st = opt_num(path, rs, "factor", &a->rope_factor, &f1)) ||
+        (st = opt_num(path, rs, "low_freq_factor", &a->rope_low, &f2)) ||
+        (st = opt_num(path, rs, "high_freq_factor", &a->rope_high, &f3)) ||
+        (st = opt_int(path, rs, "original_max_position_embeddings", 1, INT32_MAX, &a->rope_orig, &f4)))
+        return st;
+    if (!f1 || !f2 || !f3 || !f4)
         return lpx_error(LPX_EINVAL, "%s: llama3 rope scaling needs factor, low_freq_factor, high_freq_factor and "
                          "original_max_position_embeddings", path);
+    /* 0 would read as "no scaling" below: refused here, the rest of the
+     * range by tr_arch_check */
+    if (!(a->rope_factor > 0))
+        return lpx_error(LPX_EINVAL, "%s: llama3 rope scaling \"factor\" is %g; it must be >= 1", path, a->rope_factor);
     return LPX_OK;
 }
 
@@ -100,41 +191,45 @@ lpx_status tr_hf_config(const char *dir, tr_arch *a)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = NULL;
-    lpx_status st = read_text(path, &text);
+    cJSON *root = NULL;
+    memset(a, 0, sizeof *a);
+    lpx_status st = tr_json_read(path, &root);
     if (st) {
         if (st == LPX_ENOTFOUND)
             return lpx_error(LPX_ENOTFOUND, "--init '%s' has no config.json: not a Hugging Face model directory", dir);
         return st;
     }
-    cJSON *root = cJSON_Parse(text);
-    free(text);
     char what[128];
-    memset(a, 0, sizeof *a);
-    if (!cJSON_IsObject(root)) FAIL(LPX_EINVAL, "%s is not a JSON object", path);
+    bool found;
     if (!is_llama(root, what, sizeof what))
         FAIL(LPX_EINVAL, "%s describes %s model; lpx reads Llama checkpoints (LlamaForCausalLM)", path, what);
-    if (!get_int(root, "hidden_size", 1, INT32_MAX, &a->dim) || !get_int(root, "num_hidden_layers", 1, INT32_MAX, &a->layers) ||
-        !get_int(root, "num_attention_heads", 1, INT32_MAX, &a->heads) ||
-        !get_int(root, "intermediate_size", 1, INT32_MAX, &a->ffn) || !get_int(root, "vocab_size", 2, INT32_MAX, &a->vocab))
-        FAIL(LPX_EINVAL, "%s: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size and vocab_size must "
-             "be positive integers", path);
-    if (!get_int(root, "num_key_value_heads", 1, INT32_MAX, &a->kv_heads)) a->kv_heads = a->heads;
+    TRY(need_int(path, root, "hidden_size", 1, &a->dim));
+    TRY(need_int(path, root, "num_hidden_layers", 1, &a->layers));
+    TRY(need_int(path, root, "num_attention_heads", 1, &a->heads));
+    TRY(need_int(path, root, "intermediate_size", 1, &a->ffn));
+    TRY(need_int(path, root, "vocab_size", 2, &a->vocab));
+    a->kv_heads = a->heads;   /* LlamaConfig: None is num_attention_heads */
+    TRY(opt_int(path, root, "num_key_value_heads", 1, INT32_MAX, &a->kv_heads, &found));
+    int maxpos;   /* not used (lpx trains at --seq), but read as transformers would */
+    TRY(opt_int(path, root, "max_position_embeddings", 1, INT32_MAX, &maxpos, &found));
     a->norm_eps = 1e-6;        /* LlamaConfig's default */
-    get_num(root, "rms_norm_eps", &a->norm_eps);
-    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
-    a->tied = cJSON_IsTrue(tie);
-    int hd;
-    if (get_int(root, "head_dim", 1, INT32_MAX, &hd) && hd * a->heads != a->dim)
+    TRY(opt_num(path, root, "rms_norm_eps", &a->norm_eps, &found));
+    TRY(opt_bool(path, root, "tie_word_embeddings", &a->tied));
+    int hd = 0;
+    TRY(opt_int(path, root, "head_dim", 1, INT32_MAX, &hd, &found));
+    /* in 64 bits: head_dim * num_attention_heads may pass INT_MAX */
+    if (found && (int64_t)hd * a->heads != a->dim)
         FAIL(LPX_EINVAL, "%s: head_dim %d is not hidden_size / num_attention_heads (%d); lpx's Llama needs it to be", path,
              hd, a->dim / a->heads);
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
-    if (cJSON_IsString(act) && strcmp(act->valuestring, "silu"))
-        FAIL(LPX_EINVAL, "%s: hidden_act '%s': Llama's MLP is SwiGLU (silu)", path, act->valuestring);
+    const char *act;
+    TRY(opt_str(path, root, "hidden_act", &act));
+    if (act && strcmp(act, "silu")) FAIL(LPX_EINVAL, "%s: hidden_act '%s': Llama's MLP is SwiGLU (silu)", path, act);
     static const char *const biases[] = {"attention_bias", "mlp_bias"};
-    for (int i = 0; i < 2; i++)
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, biases[i])))
-            FAIL(LPX_EINVAL, "%s: %s is true; lpx's Llama has no biases", path, biases[i]);
+    for (int i = 0; i < 2; i++) {
+        bool on = false;
+        TRY(opt_bool(path, root, biases[i], &on));
+        if (on) FAIL(LPX_EINVAL, "%s: %s is true; lpx's Llama has no biases", path, biases[i]);
+    }
     TRY(read_rope(path, root, a));
 out:
     cJSON_Delete(root);
@@ -177,7 +272,7 @@ static lpx_status open_one(const char *dir, const char *file, hf_files *h, int *
     snprintf(path, sizeof path, "%s/%s", dir, file);
     if (access(path, R_OK) != 0)
         return lpx_error(LPX_ENOTFOUND, "--init '%s': %s is missing (%s)", dir, file,
-                         h->map ? "a shard model.safetensors.index.json names" : "no weights");
+                         h->index ? "a shard model.safetensors.index.json names" : "no weights");
     lpx_status st = lpx_safetensors_open(path, &h->f[h->n]);
     if (st) return st;
     snprintf(h->name[h->n], 256, "%s", file);
@@ -185,35 +280,92 @@ static lpx_status open_one(const char *dir, const char *file, hf_files *h, int *
     return LPX_OK;
 }
 
+typedef struct hf_tensor {
+    const char *name;
+    int file;
+} hf_tensor;
+
+static int cmp_tensor(const void *a, const void *b)
+{
+    const hf_tensor *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->file > y->file) - (x->file < y->file);
+}
+
+/* Every tensor in exactly one file, and where the index says it is: eval
+ * reads a tensor through the weight_map, train's ranks from the first
+ * file that holds it, so two copies (or a map that disagrees with the
+ * shards) would give two different models. */
+static lpx_status check_unique(const char *dir, const hf_files *h)
+{
+    size_t n = 0, k = 0;
+    for (int i = 0; i < h->n; i++) n += (size_t)lpx_safetensors_count(h->f[i]);
+    hf_tensor *all = malloc(sizeof *all * (n ? n : 1));
+    if (!all) return lpx_error(LPX_ENOMEM, "--init '%s': out of memory", dir);
+    for (int i = 0; i < h->n; i++)
+        for (int j = 0; j < lpx_safetensors_count(h->f[i]); j++) all[k++] = (hf_tensor){lpx_safetensors_name(h->f[i], j), i};
+    qsort(all, n, sizeof *all, cmp_tensor);
+    lpx_status st = LPX_OK;
+    for (size_t i = 1; i < n && !st; i++)
+        if (!strcmp(all[i - 1].name, all[i].name)) {
+            const char *a = h->name[all[i - 1].file], *b = h->name[all[i].file], *x = a;
+            if (strcmp(a, b) > 0) a = b, b = x;   /* the files in name order, whatever the map's */
+            st = lpx_error(LPX_EINVAL, "--init '%s': tensor '%s' is in both %s and %s; refused rather than read from "
+                           "either", dir, all[i].name, a, b);
+        }
+    for (size_t i = 0; i < n && !st && h->map; i++) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(h->map, all[i].name);
+        if (!e)
+            st = lpx_error(LPX_EINVAL, "--init '%s': %s holds '%s', which model.safetensors.index.json's weight_map does "
+                           "not list", dir, h->name[all[i].file], all[i].name);
+        else if (strcmp(e->valuestring, h->name[all[i].file]))
+            st = lpx_error(LPX_EINVAL, "--init '%s': tensor '%s' is in %s, but model.safetensors.index.json's weight_map "
+                           "puts it in %s", dir, all[i].name, h->name[all[i].file], e->valuestring);
+    }
+    free(all);
+    if (st || !h->map) return st;
+    /* and every name the map lists is where it says */
+    const cJSON *e;
+    cJSON_ArrayForEach(e, h->map) {
+        for (int i = 0; i < h->n; i++)
+            if (!strcmp(h->name[i], e->valuestring) && !lpx_safetensors_kind_of(h->f[i], e->string))
+                return lpx_error(LPX_EINVAL, "--init '%s': model.safetensors.index.json's weight_map puts '%s' in %s, "
+                                 "which does not hold it", dir, e->string, e->valuestring);
+    }
+    return LPX_OK;
+}
+
 static lpx_status files_open(const char *dir, hf_files *h)
 {
     memset(h, 0, sizeof *h);
-    char path[1200], *text = NULL;
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    char path[1200], single[1200];
     int at;
-    if (access(path, F_OK) != 0) return open_one(dir, "model.safetensors", h, &at);
-    lpx_status st = read_text(path, &text);
-    if (st) return st;
-    h->index = cJSON_Parse(text);
-    free(text);
-    h->map = cJSON_GetObjectItemCaseSensitive(h->index, "weight_map");
-    if (!cJSON_IsObject(h->map)) {
-        files_close(h);
-        return lpx_error(LPX_EINVAL, "%s has no weight_map object", path);
+    lpx_status st;
+    /* transformers' order: model.safetensors when there is one, else the
+     * index (a --save-hf over a sharded model leaves no index, but a save
+     * cut short between the two would) */
+    snprintf(single, sizeof single, "%s/model.safetensors", dir);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (access(single, F_OK) == 0 || access(path, F_OK) != 0) {
+        if ((st = open_one(dir, "model.safetensors", h, &at))) files_close(h);
+        return st;
     }
+    TRY(tr_json_read(path, &h->index));
+    cJSON *map = cJSON_GetObjectItemCaseSensitive(h->index, "weight_map");
+    if (!cJSON_IsObject(map)) FAIL(LPX_EINVAL, "%s has no weight_map object", path);
     /* every shard it names must be there (and valid) before anything is read */
     const cJSON *e;
-    cJSON_ArrayForEach(e, h->map) {
-        if (!cJSON_IsString(e)) {
-            files_close(h);
-            return lpx_error(LPX_EINVAL, "%s: weight_map entry '%s' is not a file name", path, e->string);
-        }
-        if ((st = open_one(dir, e->valuestring, h, &at))) {
-            files_close(h);
-            return st;
-        }
+    cJSON_ArrayForEach(e, map) {
+        if (!cJSON_IsString(e)) FAIL(LPX_EINVAL, "%s: weight_map entry '%s' is not a file name", path, e->string);
+        TRY(open_one(dir, e->valuestring, h, &at));
     }
+    if (h->n == 0) FAIL(LPX_EINVAL, "%s: weight_map is empty", path);
+    h->map = map;
+    TRY(check_unique(dir, h));
     return LPX_OK;
+out:
+    files_close(h);
+    return st;
 }
 
 /* the file holding `name`, or NULL */
@@ -376,6 +528,55 @@ lpx_status tr_hf_import(tr_rank *R, const char *dir)
     return st;
 }
 
+/* a model file of DIR that is a regular file (lstat: a symbolic link is
+ * not followed, nor removed) */
+static bool regular_at(const char *dir, const char *file, char *path, size_t n)
+{
+    struct stat sb;
+    snprintf(path, n, "%s/%s", dir, file);
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* After the new model.safetensors and config.json are in place: an earlier
+ * sharded model's index and the shards it names go, else a reader that
+ * takes the index (lpx did) would load the old weights. Only those model
+ * files, only regular ones; tokenizer files, a README, anything else of
+ * the folder stay. Shards first, the index last: a run cut short leaves an
+ * index beside model.safetensors, which loaders (lpx, transformers) pass
+ * over for the single file. */
+static lpx_status remove_stale(const char *dir)
+{
+    char index[1200], path[1400];
+    if (!regular_at(dir, "model.safetensors.index.json", index, sizeof index)) return LPX_OK;
+    cJSON *root = NULL;
+    if (tr_json_read(index, &root) == LPX_OK) {   /* unreadable: the index alone goes */
+        const cJSON *e, *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+        if (!cJSON_IsObject(map)) map = NULL;
+        cJSON_ArrayForEach(e, map) {
+            const char *f = cJSON_IsString(e) ? e->valuestring : "";
+            size_t n = strlen(f);
+            /* a shard's name: in this folder, *.safetensors, not the new file */
+            bool shard = n > 12 && !strcmp(f + n - 12, ".safetensors") && !strchr(f, '/') &&
+                         strcmp(f, "model.safetensors");
+            if (shard && regular_at(dir, f, path, sizeof path) && unlink(path) != 0 && errno != ENOENT) {
+                lpx_status st = lpx_error(LPX_EIO, "--save-hf: cannot remove the earlier model's shard '%s': %s", path,
+                                          strerror(errno));
+                cJSON_Delete(root);
+                return st;
+            }
+        }
+        cJSON_Delete(root);
+    }
+    if (unlink(index) != 0 && errno != ENOENT)
+        return lpx_error(LPX_EIO, "--save-hf: cannot remove the earlier model's index '%s': %s", index, strerror(errno));
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {   /* the removals durable too (best effort: the model is whole either way) */
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return LPX_OK;
+}
+
 lpx_status tr_hf_write_config(const char *dir, const tr_geom *g)
 {
     lpx_status st = LPX_OK;
@@ -393,6 +594,7 @@ lpx_status tr_hf_write_config(const char *dir, const tr_geom *g)
         unlink(tmp);
         FAIL(LPX_EIO, "--save-hf: cannot write '%s': %s", path, strerror(errno));
     }
+    TRY(remove_stale(dir));
 out:
     cJSON_free(text);
     cJSON_Delete(cfg);

@@ -20,8 +20,10 @@ lpx_status tr_hf_config(const char *dir, tr_arch *a);
 lpx_status tr_hf_load(const char *dir, const tr_geom *g, float **w);
 /* --save-hf: DIR created (mkdir -p) before the run; every rank writes its
  * rows of DIR/model.safetensors (f32, transformers' names) with
- * lpx_fsdp_export, no gather; then config.json, atomically, last: its
- * presence means the weights are complete. */
+ * lpx_fsdp_export, no gather; then config.json, atomically: its presence
+ * means the weights are complete; then (tr_hf_write_config) an earlier
+ * sharded model's index and the shards it names are removed, regular files
+ * only, nothing else of DIR. */
 lpx_status tr_hf_make_dir(const char *dir);
 struct tr_rank;
 lpx_status tr_hf_export(struct tr_rank *R, const char *dir);

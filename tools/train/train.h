@@ -196,6 +196,10 @@ lpx_status tr_corpus_load(const char *path, int vocab, const char *dtype, tr_cor
  * LPX_EINVAL (a directory, or larger than max), LPX_EIO, LPX_ENOMEM; the
  * message names the path. */
 lpx_status tr_read_file(const char *path, size_t max, char **out, size_t *len);
+/* tr_read_file for a file that must be a regular one (config.json, an
+ * index, a manifest): a FIFO, socket or device is refused (LPX_EINVAL,
+ * "'PATH' is not a regular file") without blocking on it. */
+lpx_status tr_read_regular(const char *path, size_t max, char **out, size_t *len);
 /* n little-endian token ids of `width` bytes (1, 2, 4) at b into out, each
  * below vocab; else LPX_ERANGE "WHAT: token id ID at position P is past the
  * vocabulary (V)". */
@@ -221,6 +225,12 @@ struct cJSON;
 bool tr_json_int(const struct cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *out);
 /* the string under key, or NULL */
 const char *tr_json_str(const struct cJSON *o, const char *key);
+/* The JSON object in the regular file PATH (at most 64 MiB), as Python's
+ * json.load would read it or refused: a byte-order mark, a NUL byte, data
+ * after the value, a non-object, a key repeated in one object (Python
+ * keeps the last, cJSON the first) are LPX_EINVAL naming PATH. The caller
+ * frees *out (cJSON_Delete). */
+lpx_status tr_json_read(const char *path, struct cJSON **out);
 /* v as 16 lowercase hex digits into buf (17 bytes); returns buf */
 char *tr_hex64(uint64_t v, char *buf);
 

@@ -1,0 +1,353 @@
+/* Hugging Face model folders read and written by the `lpx` command (issue
+ * 33, "nothing lost"): `--save-hf` over an earlier sharded model leaves
+ * exactly the new model (and every file that is not a model file); a
+ * tensor in two shards, or where the index does not put it, is refused; a
+ * weight_map value that is not a string is refused (a use after free
+ * before); a FIFO as config.json, the index or a shard is refused, not
+ * waited on; config.json is read as transformers reads it or refused in one
+ * line. Runs the built executable on copies of tests/data/llama_tiny/. */
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "check.h"
+#include "run_util.h"
+#include "lpx/lpx.h"
+
+static char fixture[512], outdir[256], corpus[512];
+
+static bool exists(const char *path) { return access(path, F_OK) == 0; }
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
+    if (b) b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* s with its first `from` replaced by `to` (a new string; s itself when
+ * from is not in it, which the CHECK reports) */
+static char *replaced(const char *s, const char *from, const char *to)
+{
+    const char *p = strstr(s, from);
+    CHECKF(p != NULL, "'%s' is not in the fixture's text", from);
+    if (!p) return strdup(s);
+    size_t a = (size_t)(p - s), nf = strlen(from), nt = strlen(to), n = strlen(s);
+    char *r = malloc(n - nf + nt + 1);
+    memcpy(r, s, a);
+    memcpy(r + a, to, nt);
+    memcpy(r + a + nt, p + nf, n - a - nf + 1);
+    return r;
+}
+
+/* `lpx ARGS` under a 60 s limit: a command that would wait forever (a
+ * FIFO opened for reading) fails the test with 124 instead of hanging it */
+static int run_limited(const char *args, char *buf, size_t len)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "timeout 60 '%s' %s 2>&1", exe, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(buf, 1, len - 1, p);
+    buf[n] = 0;
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static double loss_of(const char *out)
+{
+    const char *s = strstr(out, "mean next-token loss ");
+    return s ? atof(s + strlen("mean next-token loss ")) : NAN;
+}
+
+/* a copy of the fixture in DIR (its config.json replaced when cfg is given) */
+static void copy_fixture(const char *dir, const char *cfg)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, fixture, dir);
+    CHECK(system(cmd) == 0);
+    if (cfg) {
+        snprintf(cmd, sizeof cmd, "%s/config.json", dir);
+        spit(cmd, cfg);
+    }
+}
+
+/* lpx eval of DIR on the fixture's tokens: its exit code, output in out */
+static int eval_dir(const char *dir, char *out, size_t n)
+{
+    char args[2048];
+    snprintf(args, sizeof args, "eval --init '%s' --tokens '%s/tokens.bin'", dir, fixture);
+    return run_limited(args, out, n);
+}
+
+/* u16 token ids below 128 from the corpus bytes */
+static void write_ids(const char *path)
+{
+    char *text = slurp(corpus);
+    FILE *f = fopen(path, "wb");
+    for (size_t i = 0; text && f && text[i] && i < 20000; i++) {
+        uint16_t id = (uint16_t)((unsigned char)text[i] % 128);
+        fwrite(&id, 2, 1, f);
+    }
+    if (f) fclose(f);
+    free(text);
+}
+
+/* the loss lpx eval gives for DIR's model.safetensors and config.json
+ * alone (copied into a clean folder): what DIR should load */
+static double clean_loss(const char *dir)
+{
+    char clean[700], cmd[4096], out[8192];
+    snprintf(clean, sizeof clean, "%s/clean", outdir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s' && cp '%s/model.safetensors' '%s/config.json' '%s/'", clean,
+             clean, dir, dir, clean);
+    CHECK(system(cmd) == 0);
+    int rc = eval_dir(clean, out, sizeof out);
+    CHECKF(rc == 0, "eval of the clean copy: %d %s", rc, out);
+    return loss_of(out);
+}
+
+/* --save-hf twice into the folder of a sharded model (first trained for 2
+ * steps, then for 4): after each save the folder loads as the new model,
+ * the old index and its shards are gone, the tokenizer file and README
+ * stay, and a shard that is a symbolic link is neither followed nor
+ * removed. Before the fix the stale index won: every load gave the
+ * original model. */
+static void test_save_hf_over_sharded(void)
+{
+    char dir[600], ids[600], args[4096], path[900], target[900];
+    static char out[65536];
+    snprintf(dir, sizeof dir, "%s/over", outdir);
+    snprintf(ids, sizeof ids, "%s/ids.bin", outdir);
+    write_ids(ids);
+    copy_fixture(dir, NULL);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    spit(path, "{\"model\": {}}\n");
+    snprintf(path, sizeof path, "%s/README.md", dir);
+    spit(path, "a model card\n");
+    /* shard 2: a symbolic link to a copy outside the folder */
+    snprintf(target, sizeof target, "%s/shard2-elsewhere.safetensors", outdir);
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    CHECK(rename(path, target) == 0 && symlink(target, path) == 0);
+    int rc = eval_dir(dir, out, sizeof out);
+    CHECKF(rc == 0, "eval of the copy: %d %s", rc, out);
+    double orig = loss_of(out);
+    for (int steps = 2; steps <= 4; steps += 2) {
+        snprintf(args, sizeof args, "train --init '%s' --recipe f32 --ranks 1 --micro 1 --batch 2 --steps %d --seq 16 "
+                 "--lr 0.01 --eval 1 --sample 0 --data '%s' --save-hf '%s' --out '%s/ft%d'", fixture, steps, ids, dir,
+                 outdir, steps);
+        rc = run_limited(args, out, sizeof out);
+        CHECKF(rc == 0, "train --steps %d exited %d: %s", steps, rc, out);
+        rc = eval_dir(dir, out, sizeof out);
+        double got = loss_of(out), want = clean_loss(dir);
+        CHECKF(rc == 0 && got == want && got != orig, "after save %d: the folder loads loss %.7f, the new model %.7f, "
+               "the original %.7f (%s)", steps, got, want, orig, out);
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        CHECKF(!exists(path), "the stale index is still there after save %d", steps);
+        snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+        CHECKF(!exists(path), "the stale shard 1 is still there after save %d", steps);
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+        CHECKF(lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode), "the symbolic link shard was removed");
+        CHECKF(exists(target), "the link's target was removed");
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        CHECK(exists(path));
+        snprintf(path, sizeof path, "%s/README.md", dir);
+        CHECK(exists(path));
+    }
+}
+
+/* DIR's index with `from` replaced by `to` */
+static void edit_index(const char *dir, const char *from, const char *to)
+{
+    char path[900];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    char *t = slurp(path), *e = t ? replaced(t, from, to) : NULL;
+    if (e) spit(path, e);
+    free(t);
+    free(e);
+}
+
+/* eval and train --init both refuse DIR in one line holding `want`, exit 2 */
+static void both_refuse(const char *dir, const char *want)
+{
+    char args[4096], out[8192];
+    int rc = eval_dir(dir, out, sizeof out);
+    CHECKF(rc == 2 && strstr(out, want) && count_lines(out) == 1, "eval of %s: exit %d, want '%s': %s", dir, rc, want,
+           out);
+    snprintf(args, sizeof args, "train --init '%s' --steps 1 --seq 16 --out '%s/never'", dir, outdir);
+    rc = run_limited(args, out, sizeof out);
+    CHECKF(rc == 2 && strstr(out, want) && count_lines(out) == 1, "train of %s: exit %d, want '%s': %s", dir, rc, want,
+           out);
+}
+
+/* lm_head.weight in shard 2 and (other values) in a third shard the index
+ * points at: eval read the third, train --init the second. Refused, naming
+ * the tensor and both files; so is an index that puts a tensor in a shard
+ * that does not hold it. */
+static void test_tensor_in_two_shards(void)
+{
+    char dir[600], path[900];
+    snprintf(dir, sizeof dir, "%s/dup", outdir);
+    copy_fixture(dir, NULL);
+    lpx_tensor *t = NULL;
+    int64_t shape[2] = {128, 64};
+    CHECK_OK(lpx_zeros(2, shape, LPX_F32, lpx_cpu(), &t));
+    const char *name = "lm_head.weight";
+    snprintf(path, sizeof path, "%s/model-00003-of-00003.safetensors", dir);
+    CHECK_OK(lpx_safetensors_save(path, 1, &name, &t, 0, NULL));
+    lpx_tensor_release(t);
+    edit_index(dir, "\"lm_head.weight\": \"model-00002-of-00002.safetensors\"",
+               "\"lm_head.weight\": \"model-00003-of-00003.safetensors\"");
+    both_refuse(dir, "tensor 'lm_head.weight' is in both model-00002-of-00002.safetensors and "
+                     "model-00003-of-00003.safetensors");
+    /* the index puts model.norm.weight in shard 1; it is in shard 2 */
+    copy_fixture(dir, NULL);
+    edit_index(dir, "\"model.norm.weight\": \"model-00002-of-00002.safetensors\"",
+               "\"model.norm.weight\": \"model-00001-of-00002.safetensors\"");
+    both_refuse(dir, "tensor 'model.norm.weight' is in model-00002-of-00002.safetensors, but "
+                     "model.safetensors.index.json's weight_map puts it in model-00001-of-00002.safetensors");
+}
+
+/* a weight_map value that is a number: the message used the entry after
+ * freeing the index (ASan: heap-use-after-free); now one line naming it */
+static void test_weight_map_not_string(void)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/notstr", outdir);
+    copy_fixture(dir, NULL);
+    edit_index(dir, "\"model.norm.weight\": \"model-00002-of-00002.safetensors\"", "\"model.norm.weight\": 7");
+    both_refuse(dir, "weight_map entry 'model.norm.weight' is not a file name");
+    copy_fixture(dir, NULL);
+    edit_index(dir, "\"weight_map\": {", "\"weight_map\": [], \"x\": {");
+    both_refuse(dir, "has no weight_map object");
+}
+
+/* a FIFO in place of config.json, the index, a shard or model.safetensors:
+ * refused at once (before, open() waited for a writer forever) */
+static void test_fifo_refused(void)
+{
+    static const char *const files[] = {"config.json", "model.safetensors.index.json",
+                                        "model-00001-of-00002.safetensors", "model.safetensors"};
+    char dir[600], path[900];
+    snprintf(dir, sizeof dir, "%s/fifo", outdir);
+    for (int i = 0; i < 4; i++) {
+        copy_fixture(dir, NULL);
+        if (i == 3) {   /* the single-file layout: no index */
+            snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+            unlink(path);
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+        CHECK(mkfifo(path, 0644) == 0);
+        char want[1000];
+        snprintf(want, sizeof want, i < 2 ? "'%s' is not a regular file" : "safetensors %s: not a regular file", path);
+        both_refuse(dir, want);
+    }
+}
+
+/* config.json as transformers reads it, or refused in one line */
+static void test_config_refusals(void)
+{
+    char cfg_path[700], dir[600];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", fixture);
+    char *cfg = slurp(cfg_path);
+    if (!cfg) {
+        CHECK(cfg != NULL);
+        return;
+    }
+    static const char *const cases[][3] = {
+        /* past int: was ignored (head_dim) or undefined (head_dim * heads) */
+        {"\"head_dim\": 16", "\"head_dim\": 4294967312", "\"head_dim\" is 4294967312; it must be an integer in [1, 2147483647]"},
+        {"\"head_dim\": 16", "\"head_dim\": 1073741824", "head_dim 1073741824 is not hidden_size / num_attention_heads"},
+        {"\"head_dim\": 16", "\"head_dim\": 16.5", "\"head_dim\" is 16.5; it must be an integer"},
+        {"\"hidden_size\": 64", "\"hidden_size\": 64.5", "\"hidden_size\" is 64.5; it must be an integer"},
+        {"\"hidden_size\": 64", "\"hidden_size\": 1e300", "\"hidden_size\" is 1.0000000000000001e+300"},
+        /* was silently num_attention_heads */
+        {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3e10", "\"num_key_value_heads\" is 30000000000"},
+        {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": \"2\"", "\"num_key_value_heads\" is the string \"2\""},
+        {"\"max_position_embeddings\": 512", "\"max_position_embeddings\": 2147483648",
+         "\"max_position_embeddings\" is 2147483648"},
+        {"\"vocab_size\": 128", "\"vocab_size\": 128, \"vocab_size\": 256", "has the key \"vocab_size\" twice"},
+        {"\"rope_type\": \"llama3\"", "\"rope_type\": \"llama3\", \"factor\": 2",
+         "has the key \"factor\" twice"},
+        /* factor 0 was read as "no scaling" */
+        {"\"factor\": 8.0", "\"factor\": 0", "llama3 rope scaling \"factor\" is 0; it must be >= 1"},
+        {"\"factor\": 8.0", "\"factor\": -2", "factor\" is -2; it must be >= 1"},
+        {"\"factor\": 8.0", "\"factor\": \"8\"", "\"factor\" is the string \"8\"; it must be a finite number"},
+        {"\"factor\": 8.0", "\"factor\": 1e999", "\"factor\" is inf; it must be a finite number"},
+        /* a numeric rope_type was passed over for "default" */
+        {"\"rope_type\": \"llama3\"", "\"rope_type\": 3", "\"rope_type\" is 3; it must be a string"},
+        {"\"rope_type\": \"llama3\"", "\"rope_type\": \"dynamic\"", "rope type 'dynamic' is not supported"},
+        {"\"rope_parameters\": {", "\"rope_scaling\": 5, \"rope_parameters\": {", "\"rope_scaling\" is 5; it must be an object"},
+        {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": \"no\"", "\"tie_word_embeddings\" is the string"},
+        {"\"mlp_bias\": false", "\"mlp_bias\": 0", "\"mlp_bias\" is 0; it must be true or false"},
+        {"\"hidden_act\": \"silu\"", "\"hidden_act\": 1", "\"hidden_act\" is 1; it must be a string"},
+        {"{", "\xEF\xBB\xBF{", "starts with a UTF-8 byte-order mark"},
+        {"\"vocab_size\": 128\n}", "\"vocab_size\": 128\n}\n}", "has data after its JSON value"},
+    };
+    snprintf(dir, sizeof dir, "%s/cfg", outdir);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *c = replaced(cfg, cases[i][0], cases[i][1]);
+        copy_fixture(dir, c);
+        char out[8192];
+        int rc = eval_dir(dir, out, sizeof out);
+        CHECKF(rc == 2 && strstr(out, cases[i][2]) && count_lines(out) == 1, "case %zu (%s): exit %d, want '%s': %s", i,
+               cases[i][1], rc, cases[i][2], out);
+        free(c);
+    }
+    /* lpx train reads the same reader: one case through it */
+    char *c = replaced(cfg, "\"factor\": 8.0", "\"factor\": 0");
+    copy_fixture(dir, c);
+    free(c);
+    both_refuse(dir, "\"factor\" is 0");
+    /* null is an absent field (LlamaConfig's default), as in Python */
+    c = replaced(cfg, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": null, \"kv\": 2");
+    copy_fixture(dir, c);
+    free(c);
+    char out[8192];
+    int rc = eval_dir(dir, out, sizeof out);
+    /* the default (4 kv heads) does not fit the fixture's GQA weights */
+    CHECKF(rc == 2 && strstr(out, "k_proj.weight is bf16 [32, 64]; config.json says [64, 64]"), "null kv: %d %s", rc,
+           out);
+    free(cfg);
+}
+
+int main(void)
+{
+    exe = getenv("LPX_TEST_LPX_EXE");
+    const char *fx = getenv("LPX_TEST_LLAMA_FIXTURE"), *cp = getenv("LPX_TEST_CORPUS");
+    if (!exe || !fx || !cp) {
+        printf("LPX_TEST_LPX_EXE / LPX_TEST_LLAMA_FIXTURE / LPX_TEST_CORPUS not set: skipping\n");
+        return 77;
+    }
+    snprintf(fixture, sizeof fixture, "%s", fx);
+    snprintf(corpus, sizeof corpus, "%s", cp);
+    snprintf(outdir, sizeof outdir, "/tmp/lpx-test-hf.%ld", (long)getpid());
+    mkdir(outdir, 0777);
+    RUN(test_config_refusals);
+    RUN(test_weight_map_not_string);
+    RUN(test_tensor_in_two_shards);
+    RUN(test_fifo_refused);
+    RUN(test_save_hf_over_sharded);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", outdir);
+    if (!getenv("LPX_TEST_KEEP") && system(cmd) != 0) printf("note: could not remove %s\n", outdir);
+    return CHECK_DONE();
+}
