@@ -106,6 +106,8 @@ static const struct {
     {"lpx_mesh_comm", NOALLOC}, {"lpx_mesh_size", NOALLOC}, {"lpx_mesh_rank", NOALLOC},
     {"lpx_mesh_refcount", NOALLOC}, {"lpx_dtensor_kind", NOALLOC}, {"lpx_dtensor_is", NOALLOC},
     {"lpx_dtensor_local", NOALLOC}, {"lpx_dtensor_mesh", NOALLOC},
+    /* safetensors.h */
+    {"lpx_output_path", "stats and reads links into stack buffers, never allocates"},
     /* fsdp.h */
     {"lpx_fsdp_free", FREES}, {"lpx_fsdp_ckpt_close", FREES}, {"lpx_fsdp_ckpt_world", NOALLOC},
     {"lpx_fsdp_ckpt_user", NOALLOC}, {"lpx_fsdp_ckpt_param_count", NOALLOC}, {"lpx_fsdp_group_count", NOALLOC}, {"lpx_fsdp_group_at", NOALLOC},

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "hf.h"
+#include "outfile.h"
 #include "rank.h"
 #include "lpx/checkpoint.h"
 
@@ -580,20 +581,20 @@ static lpx_status remove_stale(const char *dir)
 lpx_status tr_hf_write_config(const char *dir, const tr_geom *g)
 {
     lpx_status st = LPX_OK;
-    char *text = NULL, path[1200], tmp[1300];
+    char *text = NULL, path[1200];
     cJSON *cfg = config_of(g);
     text = cfg ? cJSON_Print(cfg) : NULL;
     if (!text) FAIL(LPX_ENOMEM, "--save-hf: out of memory");
     snprintf(path, sizeof path, "%s/config.json", dir);
-    snprintf(tmp, sizeof tmp, "%s/.config.json.tmp.%ld", dir, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok = f && fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
-    ok = f && fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
+    /* a fresh temporary beside it, renamed (a link's target replaced, a
+     * FIFO refused: outfile.c) */
+    tr_outfile o;
+    TRY(tr_outfile_open("--save-hf", path, &o));
+    if (fputs(text, o.f) < 0 || fputc('\n', o.f) == EOF) {
+        tr_outfile_abort(&o);
         FAIL(LPX_EIO, "--save-hf: cannot write '%s': %s", path, strerror(errno));
     }
+    TRY(tr_outfile_commit(&o));
     TRY(remove_stale(dir));
 out:
     cJSON_free(text);
