@@ -23,7 +23,10 @@ LPX_BEGIN_DECLS
 #define LPX_MAX_META 256     /* bytes of kind metadata */
 
 /* Device types; values match DLPack's DLDeviceType. */
-enum { LPX_DEVICE_CPU = 1, LPX_DEVICE_CUDA = 2 };
+/* LPX_DEVICE_SIM: the simulated device of lpx-simdev.so (host memory that
+ * only its backend may touch; docs/ARCHITECTURE.md, "A backend plugin,
+ * worked through"): device paths run in CI without a GPU. */
+enum { LPX_DEVICE_CPU = 1, LPX_DEVICE_CUDA = 2, LPX_DEVICE_SIM = 3 };
 
 typedef struct lpx_device {
     int32_t type;   /* LPX_DEVICE_* */

@@ -48,15 +48,24 @@ static void *plugin_fn(const char *plugin, const char *sym)
     return lpx_plugin_symbol(p, sym);
 }
 
+/* the comm backend whose collectives move a device type's memory: NCCL
+ * for CUDA, lpx-simdev.so's "sim" for the simulated device (until comms
+ * say what memory they move: issue "one op spec", part 2) */
+static const char *device_comm(int32_t type)
+{
+    return type == LPX_DEVICE_CUDA ? "nccl" : type == LPX_DEVICE_SIM ? "sim" : NULL;
+}
+
 static lpx_status check_comm(const lpx_fsdp *f, lpx_comm *c, const char *which)
 {
     const char *op = "lpx_fsdp_new";
     lpx_device d = f->cfg.compute_device;
-    const char *be = lpx_comm_backend_name(c);
-    if (!be || strcmp(be, "nccl"))
-        return lpx_error(LPX_EDEVICE, "%s: compute_device cuda:%d runs the collectives on device memory, so the %s "
-                         "comm must be an NCCL comm on that device (lpx-nccl.so); it is a '%s' comm", op,
-                         (int)d.index, which, be ? be : "(unnamed)");
+    const char *be = lpx_comm_backend_name(c), *want = device_comm(d.type);
+    if (!be || !want || strcmp(be, want))
+        return lpx_error(LPX_EDEVICE, "%s: compute_device %d:%d runs the collectives on device memory, so the %s "
+                         "comm must be a '%s' comm on that device; it is a '%s' comm", op, (int)d.type,
+                         (int)d.index, which, want ? want : "(none for this device type)", be ? be : "(unnamed)");
+    if (d.type != LPX_DEVICE_CUDA) return LPX_OK;
     void *sym = plugin_fn("nccl", "lpx_nccl_comm_device");
     if (sym) {
         nccl_comm_device_fn dev_of;
@@ -73,21 +82,22 @@ lpx_status fsdp_offload_init(lpx_fsdp *f)
 {
     const char *op = "lpx_fsdp_new";
     lpx_device d = f->cfg.compute_device;
-    if (d.type != LPX_DEVICE_CUDA)
-        return lpx_error(LPX_EDEVICE, "%s: compute_device type %d: offload supports CUDA devices only (or the CPU)",
-                         op, (int)d.type);
-    if (d.index < 0) return lpx_error(LPX_EDEVICE, "%s: compute_device cuda:%d is not a device", op, (int)d.index);
+    if (!device_comm(d.type))
+        return lpx_error(LPX_EDEVICE, "%s: compute_device type %d: offload supports CUDA and simulated devices only "
+                         "(or the CPU)", op, (int)d.type);
+    if (d.index < 0) return lpx_error(LPX_EDEVICE, "%s: compute_device %d:%d is not a device", op, (int)d.type,
+                                      (int)d.index);
     if (f->cfg.fp8_grad_reduce)
-        return lpx_error(LPX_EINVAL, "%s: fp8_grad_reduce is not available with compute_device cuda:%d: the grads "
-                         "are reduce-scattered by NCCL, which does not reduce fp8 (reduce them in bf16 or f32)", op,
-                         (int)d.index);
+        return lpx_error(LPX_EINVAL, "%s: fp8_grad_reduce is not available with compute_device %d:%d: the grads "
+                         "are reduce-scattered by NCCL (or a comm with its rules), which does not reduce fp8 (reduce "
+                         "them in bf16 or f32)", op, (int)d.type, (int)d.index);
     lpx_status st = check_comm(f, f->comm, "shard");
     if (!st && f->rep) st = check_comm(f, f->rep, "replicate");
     if (st) return st;
     f->dev_be = lpx_backend_for(d.type);
     if (!f->dev_be || !f->dev_be->copy)
-        return lpx_error(LPX_EDEVICE, "%s: compute_device cuda:%d has no backend (load lpx-cuda.so first)", op,
-                         (int)d.index);
+        return lpx_error(LPX_EDEVICE, "%s: compute_device %d:%d has no backend (load its plugin, lpx-cuda.so or "
+                         "lpx-simdev.so, first)", op, (int)d.type, (int)d.index);
     void *a = plugin_fn("cuda", LPX_CUDA_SYM_HOST_ALLOC), *fr = plugin_fn("cuda", LPX_CUDA_SYM_HOST_FREE);
     if (a && fr) {
         memcpy(&f->host_alloc, &a, sizeof a);
