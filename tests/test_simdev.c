@@ -283,7 +283,7 @@ static lpx_status resident_rank(lpx_comm *comm, void *arg)
                   (unsigned long long)s.calls[LPX_COLL_ALL_GATHER], (unsigned long long)s.h2d_copies,
                   (unsigned long long)s.d2h_copies);
         for (int i = 0; i < 3; i++) {
-            lpx_tensor *like = i == 2 ? lpx_float8_weight_master(lpx_fsdp_param_full(rg, i)) : lpx_fsdp_param_full(rg, i);
+            lpx_tensor *like = lpx_fsdp_param_dtensor(rg, i);   /* the global shape */
             lpx_tensor *gr = rand_normal(lpx_tensor_ndim(like), lpx_tensor_shape(like),
                                          100 + 10 * (uint64_t)step + (uint64_t)i, 0.1, i == 1 ? LPX_BF16 : LPX_F32);
             lpx_tensor *gd = up(gr, r);

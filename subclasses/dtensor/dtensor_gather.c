@@ -56,14 +56,20 @@ lpx_status dt_pre_gather(const char *op, const lpx_tensor *shard, void *ctx, lpx
         }
     }
     desc->ninputs = *n;
+    /* the inputs live where the shard computes: on the host, or all on one
+     * device (the device-resident engine packs them device to device);
+     * where they may be packed from is the caller's to check (dt_pack:
+     * the host) */
+    lpx_device where = *n > 0 && inputs[0] ? lpx_tensor_device(inputs[0]) : lpx_cpu();
     for (int i = 0; i < *n; i++) {
         lpx_tensor *t = inputs[i];
-        if (!t || lpx_tensor_kind(t) || !lpx_tensor_is_contiguous(t) || lpx_tensor_ndim(t) < 1 ||
-            lpx_tensor_device(t).type != LPX_DEVICE_CPU) {
+        lpx_device d = t ? lpx_tensor_device(t) : where;
+        if (!t || lpx_tensor_kind(t) || !lpx_tensor_is_contiguous(t) || lpx_tensor_ndim(t) < 1 || d.type != where.type ||
+            d.index != where.index) {
             for (int j = 0; j < *n; j++) lpx_tensor_release(inputs[j]);
             *n = 0;
-            return lpx_error(LPX_EINVAL, "%s: all-gather input %d of a %s shard is not a dense contiguous CPU "
-                             "tensor with a dim 0", op, i, k ? lpx_kind_name(k) : "dense");
+            return lpx_error(LPX_EINVAL, "%s: all-gather input %d of a %s shard is not a dense contiguous tensor with "
+                             "a dim 0 on the device of input 0", op, i, k ? lpx_kind_name(k) : "dense");
         }
         desc->ndim[i] = lpx_tensor_ndim(t);
         desc->dtype[i] = lpx_tensor_dtype(t);
@@ -194,6 +200,18 @@ lpx_status dt_gather_dim0(const char *op, lpx_comm *comm, const lpx_tensor *shar
     lpx_fsdp_hook_ctx hctx = {sizeof hctx, comm, 0, lpx_cpu()};
     lpx_status st = dt_pre_gather(op, shard, &hctx, inputs, &n, meta, &meta_size, &mine);
     if (st) return dt_abort(comm, st);
+    for (int i = 0; i < n; i++)
+        if (lpx_tensor_device(inputs[i]).type != LPX_DEVICE_CPU) {
+            /* this path packs on the host (the sharding engine has the
+             * device-resident one) */
+            st = dt_abort(comm, lpx_error(LPX_EDEVICE, "%s: the %s shard's all-gather input %d is on device %d:%d; "
+                                          "redistribute moves host shards (move the local tensor to the CPU first)",
+                                          op, lpx_tensor_kind(shard) ? lpx_kind_name(lpx_tensor_kind(shard)) : "dense",
+                                          i, (int)lpx_tensor_device(inputs[i]).type,
+                                          (int)lpx_tensor_device(inputs[i]).index));
+            for (int j = 0; j < n; j++) lpx_tensor_release(inputs[j]);
+            return st;
+        }
     descs = lpx_malloc((size_t)world * sizeof *descs);
     if (!descs) {
         st = dt_abort(comm, lpx_error(LPX_ENOMEM, "%s: cannot allocate %d wire descriptors", op, world));

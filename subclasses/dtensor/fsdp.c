@@ -401,8 +401,17 @@ static lpx_status pack_group(lpx_fsdp_group *g, unsigned char *send, lpx_tensor 
         if (!st && memcmp(&d, &p->descs[f->rank], sizeof d))
             st = lpx_error(LPX_EINVAL, "%s(%s): param '%s' now puts a different input list on the wire than at "
                            "lpx_fsdp_shard (its shard changed shape or format)", op, g->name, p->name);
-        if (!st && f->resident) st = fsdp_pack_dev(f, &d, inputs + (size_t)i * LPX_MAX_AG_INPUTS, send + p->off);
-        else if (!st) dt_pack(&d, inputs + (size_t)i * LPX_MAX_AG_INPUTS, send + p->off);
+        if (!st && f->resident) {
+            st = fsdp_pack_dev(f, &d, inputs + (size_t)i * LPX_MAX_AG_INPUTS, send + p->off);
+        } else if (!st) {
+            /* a host engine packs with memcpy: its kinds' wire inputs must
+             * be host memory */
+            for (int k = 0; k < nin[i] && !st; k++)
+                if (lpx_tensor_device(inputs[(size_t)i * LPX_MAX_AG_INPUTS + k]).type != LPX_DEVICE_CPU)
+                    st = lpx_error(LPX_EDEVICE, "%s(%s): param '%s': its kind put wire input %d on a device, but this "
+                                   "engine keeps its shards on the host", op, g->name, p->name, k);
+            if (!st) dt_pack(&d, inputs + (size_t)i * LPX_MAX_AG_INPUTS, send + p->off);
+        }
         if (st) st = dt_abort(f->comm, dt_prefix(st, "%s(%s): param '%s'", op, g->name, p->name));
     }
     f->st.amax_allreduces += h.amax_allreduces;

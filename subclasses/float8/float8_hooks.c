@@ -56,9 +56,9 @@ lpx_status f8_pre_all_gather(const lpx_tensor *shard, void *ctx, lpx_tensor **in
     if (m->granularity == LPX_FLOAT8_TENSORWISE) {
         double s, si;
         lpx_status st;
-        if (lpx_tensor_device(srcs[1]).type != LPX_DEVICE_CPU)
-            return lpx_error(LPX_ENOTIMPL, "%s: the tensorwise scale lives on a device; only CPU scales are read here",
-                             what);
+        /* the replicated scale rides in the metadata: read where it lives
+         * (a resident float8_weight keeps it on the device; lpx_item
+         * copies the one value through the device's backend) */
         if ((st = lpx_item(srcs[1], 0, &s)) || (st = lpx_item(srcs[2], 0, &si))) return st;
         am.scale = (float)s;
         am.scale_inv = (float)si;

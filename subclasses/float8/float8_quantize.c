@@ -130,17 +130,48 @@ lpx_status lpx_fp8_scale_from_amax(lpx_tensor *amax, lpx_dtype fp8, bool pow2, d
 
 /* ---- quantize ------------------------------------------------------- */
 
+/* t itself (retained) on the host, or its copy there: the statistics and
+ * scales a device cast leaves on its device are read through the
+ * backend's copy, once, not skipped (a delayed state fed NaN never moves) */
+static lpx_status on_host(lpx_tensor *t, lpx_tensor **out)
+{
+    if (lpx_tensor_device(t).type == LPX_DEVICE_CPU) {
+        lpx_tensor_retain(t);
+        *out = t;
+        return LPX_OK;
+    }
+    return lpx_tensor_to(t, lpx_cpu(), out);
+}
+
+/* the first n values of a small f32 tensor (NaN where unreadable) */
+static void read_values(lpx_tensor *t, double *v, int n)
+{
+    for (int i = 0; i < n; i++) v[i] = NAN;
+    lpx_tensor *h = NULL;
+    if (on_host(t, &h)) {
+        lpx_clear_error();
+        return;
+    }
+    for (int i = 0; i < n && i < lpx_tensor_numel(h); i++) lpx_item(h, i, &v[i]);
+    lpx_tensor_release(h);
+}
+
 /* Reads min and max of a (small) f32 scale tensor. */
-static void scale_range(const lpx_tensor *s, double *lo, double *hi)
+static void scale_range(lpx_tensor *s, double *lo, double *hi)
 {
     *lo = *hi = NAN;
-    if (lpx_tensor_device(s).type != LPX_DEVICE_CPU) return;
-    for (int64_t i = 0; i < lpx_tensor_numel(s); i++) {
+    lpx_tensor *h = NULL;
+    if (on_host(s, &h)) {
+        lpx_clear_error();
+        return;
+    }
+    for (int64_t i = 0; i < lpx_tensor_numel(h); i++) {
         double v;
-        if (lpx_item(s, i, &v)) return;
+        if (lpx_item(h, i, &v)) break;
         if (i == 0 || v < *lo) *lo = v;
         if (i == 0 || v > *hi) *hi = v;
     }
+    lpx_tensor_release(h);
 }
 
 lpx_status f8_quantize(const char *op, lpx_tensor *x, const lpx_float8_quant_opts *opts, lpx_tensor **out,
@@ -190,9 +221,8 @@ static lpx_status block_quantize(const char *op, lpx_tensor *x, const lpx_float8
         st = f8_make(q, s, si, lpx_tensor_dtype(x), &m, out);
     }
     if (!st && stats) {
-        double v[4] = {NAN, NAN, NAN, NAN};
-        if (lpx_tensor_device(tstats).type == LPX_DEVICE_CPU)
-            for (int i = 0; i < 4; i++) lpx_item(tstats, i, &v[i]);
+        double v[4];
+        read_values(tstats, v, 4);
         stats->amax = v[0];
         stats->underflow = v[1];
         stats->saturation = v[2];
@@ -295,8 +325,7 @@ lpx_status f8_quantize2(const char *op, lpx_tensor *x, const lpx_float8_quant_op
     lpx_tensor_release(s_t);
     lpx_tensor_release(si_t);
     double v[4] = {NAN, NAN, NAN, NAN};
-    if (!st && (stats || o.delayed) && lpx_tensor_device(tstats).type == LPX_DEVICE_CPU)
-        for (int i = 0; i < 4; i++) lpx_item(tstats, i, &v[i]);
+    if (!st && (stats || o.delayed)) read_values(tstats, v, 4);
     if (!st && stats) {
         stats->amax = v[0];
         stats->underflow = v[1];
