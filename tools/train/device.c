@@ -1,4 +1,6 @@
-/* Where a rank computes: the CPU, or its GPU (--device cuda).
+/* Where a rank computes: the CPU, or its GPU (--device cuda), or the
+ * simulated device that stands for a GPU in CI (--device sim,
+ * lpx-simdev.so: the same device paths, the CPU's arithmetic).
  *
  * The model code never asks: it calls lpx ops on tensors, and the ops run
  * where their inputs live. What the trainer makes itself goes through
@@ -27,11 +29,18 @@
 typedef int (*nccl_comm_device_fn)(const lpx_comm *comm);
 #define NCCL_SYM_COMM_DEVICE "lpx_nccl_comm_device"
 
-bool tr_on_gpu(const tr_rank *R) { return R->dev.type == LPX_DEVICE_CUDA; }
+bool tr_on_gpu(const tr_rank *R) { return R->dev.type != LPX_DEVICE_CPU; }
 
 lpx_status tr_device_setup(tr_rank *R)
 {
     R->dev = lpx_cpu();
+    if (!strcmp(R->o->device, "sim")) {
+        /* the simulated device stands for a GPU (lpx-simdev.so): comm
+         * "sim" puts rank r on sim:r, as NCCL puts it on cuda:r */
+        R->dev.type = LPX_DEVICE_SIM;
+        R->dev.index = R->rank;
+        return LPX_OK;
+    }
     if (strcmp(R->o->device, "cuda")) return LPX_OK;
     /* the comm's GPU: device r for rank r of a one-process world, the
      * local rank under mpirun (lpx-nccl decides; this only asks) */
@@ -118,6 +127,10 @@ lpx_status tr_all_gather_host(tr_rank *R, const void *send, void *recv, size_t n
 lpx_status tr_device_sync(tr_rank *R)
 {
     if (!tr_on_gpu(R)) return LPX_OK;
+    if (R->dev.type != LPX_DEVICE_CUDA) {
+        const lpx_backend_i *be = lpx_backend_for(R->dev.type);
+        return be && be->sync ? be->sync(be->self, R->dev) : LPX_OK;
+    }
     lpx_cuda_sync_fn sync = NULL;
     void *sym = lpx_tool_plugin_fn("cuda", LPX_CUDA_SYM_SYNC);
     memcpy(&sync, &sym, sizeof sym);
@@ -126,7 +139,7 @@ lpx_status tr_device_sync(tr_rank *R)
 
 int64_t tr_device_peak(tr_rank *R, bool reset)
 {
-    if (!tr_on_gpu(R)) return -1;
+    if (R->dev.type != LPX_DEVICE_CUDA) return -1;
     lpx_cuda_mem_stats_fn stats = NULL;
     lpx_cuda_mem_reset_peak_fn rst = NULL;
     void *s1 = lpx_tool_plugin_fn("cuda", LPX_CUDA_SYM_MEM_STATS);

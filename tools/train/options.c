@@ -229,7 +229,9 @@ lpx_dtype tr_act_dtype(const tr_opts *o, tr_recipe r)
 {
     if (r == TR_F32) return LPX_F32;
     if (o->act_given) return o->act;
-    return !strcmp(o->device, "cuda") ? LPX_BF16 : LPX_F32;
+    /* a device (a GPU, or the simulated one that stands for it in CI)
+     * keeps activations in bf16 */
+    return strcmp(o->device, "cpu") ? LPX_BF16 : LPX_F32;
 }
 
 const char *tr_split_opt(const char *arg, char *buf, size_t n, const char **inline_v)
@@ -328,12 +330,13 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
             o->given |= TR_GIVEN_RANKS;
         }
         else if (!strcmp(a, "--comm")) {
-            if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
-                return bad("unknown comm backend '%s' (%s)", v, "local, mpi, nccl");
+            if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl") && strcmp(v, "sim"))
+                return bad("unknown comm backend '%s' (%s)", v, "local, mpi, nccl, sim");
             snprintf(o->comm, sizeof o->comm, "%s", v);
             o->comm_given = true;
         } else if (!strcmp(a, "--device")) {
-            if (strcmp(v, "cpu") && strcmp(v, "cuda")) return bad("unknown device '%s' (%s)", v, "cpu, cuda");
+            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "sim"))
+                return bad("unknown device '%s' (%s)", v, "cpu, cuda, sim");
             snprintf(o->device, sizeof o->device, "%s", v);
         } else if (!strcmp(a, "--loss-chunk")) {
             rc = parse_int(a, v, 1, 1 << 30, &o->loss_chunk);
@@ -402,13 +405,20 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
     }
     if (rc) return rc;
     tr_arch_finish(&o->m, o->given);
-    bool cuda = !strcmp(o->device, "cuda");
+    bool cuda = !strcmp(o->device, "cuda"), sim = !strcmp(o->device, "sim");
     if (cuda && !o->comm_given) snprintf(o->comm, sizeof o->comm, "nccl");
-    if (o->offload && !cuda)
-        return bad("--offload keeps the shards in host memory while a GPU computes: it needs --device cuda%s%s", "", "");
+    if (sim && !o->comm_given) snprintf(o->comm, sizeof o->comm, "sim");
+    if (o->offload && !cuda && !sim)
+        return bad("--offload keeps the shards in host memory while a GPU computes: it needs --device cuda (or "
+                   "sim)%s%s", "", "");
     if (cuda && strcmp(o->comm, "nccl"))
         return bad("--device cuda runs its collectives over NCCL: --comm nccl (the default with --device cuda; "
                    "under mpirun too), not --comm %s%s", o->comm, "");
+    if (sim && strcmp(o->comm, "sim"))
+        return bad("--device sim runs its collectives on the simulated devices: --comm sim (the default with "
+                   "--device sim), not --comm %s%s", o->comm, "");
+    if (!sim && !strcmp(o->comm, "sim"))
+        return bad("--comm sim gathers simulated device memory: it needs --device sim%s%s", "", "");
     if (o->recipe == TR_F32 && o->act_given && o->act == LPX_BF16)
         return bad("--recipe f32 is the all-f32 reference: leave out --act bf16%s%s", "", "");
     if (!cuda && !strcmp(o->comm, "nccl"))

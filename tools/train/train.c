@@ -834,6 +834,34 @@ static int check_cuda(const tr_opts *o)
     return 0;
 }
 
+/* --device sim: lpx-simdev.so (from LPX_PLUGIN_PATH or next to this
+ * executable), a device per rank, and what the device path does not do
+ * yet (as on a GPU); 0, or 2 after one line */
+static int check_sim(const tr_opts *o)
+{
+    if (!lpx_backend_for(LPX_DEVICE_SIM) && !lpx_tool_load_shipped("backends/simdev", "lpx-simdev.so")) {
+        fprintf(stderr, "lpx train: --device sim: lpx-simdev.so is not loaded (%s)\n", lpx_last_error());
+        return 2;
+    }
+    if (o->ranks > 8) {
+        fprintf(stderr, "lpx train: --device sim --ranks %d: there are 8 simulated devices (one rank per device)\n",
+                o->ranks);
+        return 2;
+    }
+    if (tr_recipe_is_mx(o->recipe)) {
+        fprintf(stderr, "lpx train: --device sim --recipe %s: the MX formats run on the CPU and on CUDA "
+                        "(lpx-mx-cuda.so), not on the simulated device\n", tr_recipe_name(o->recipe));
+        return 2;
+    }
+    if (o->save_dir || o->resume_dir || o->save_hf || o->init_path) {
+        fprintf(stderr, "lpx train: --device sim: %s is not available on a device yet (as on a GPU: the checkpoint and "
+                        "import code reads host shards)\n",
+                o->save_dir ? "--save" : o->resume_dir ? "--resume" : o->save_hf ? "--save-hf" : "--init");
+        return 2;
+    }
+    return 0;
+}
+
 static int train_run(tr_opts *op, const tr_ckpt *ck)
 {
     tr_opts o = *op;
@@ -841,8 +869,8 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     /* refuse what this build cannot do with one line and exit 2. A comm
      * backend's plugin (lpx-mpi.so) comes through LPX_PLUGIN_PATH or from
      * next to this executable, as lpx-mx.so does. */
-    if (!strcmp(o.device, "cuda")) {
-        int rc = check_cuda(&o);
+    if (!strcmp(o.device, "cuda") || !strcmp(o.device, "sim")) {
+        int rc = !strcmp(o.device, "cuda") ? check_cuda(&o) : check_sim(&o);
         if (rc) return rc;
     }
     const lpx_comm_backend_i *be = NULL;
