@@ -130,6 +130,7 @@ static lpx_status fill_dltensor(const char *op, lpx_tensor *t, DLTensor *dl, exp
     lpx_device dev = lpx_tensor_device(t);
     if (dev.type == LPX_DEVICE_CPU) dl->device.device_type = kDLCPU;
     else if (dev.type == LPX_DEVICE_CUDA) dl->device.device_type = kDLCUDA;
+    else if (dev.type == LPX_DEVICE_SIM) dl->device.device_type = kDLExtDev;   /* DLPack's test extension device */
     else return lpx_error(LPX_EDEVICE, "%s: device type %d has no DLPack device", op, (int)dev.type);
     dl->device.device_id = dev.index;
     const lpx_dtype_traits *tr = lpx_dtype_get(lpx_tensor_dtype(t));
@@ -246,12 +247,14 @@ static lpx_status import_dl(const char *op, const DLTensor *dl, lpx_deleter del,
     switch (dl->device.device_type) {
     case kDLCPU: case kDLCUDAHost: dev.type = LPX_DEVICE_CPU; dev.index = 0; break;
     case kDLCUDA: case kDLCUDAManaged: dev.type = LPX_DEVICE_CUDA; break;
+    case kDLExtDev: dev.type = LPX_DEVICE_SIM; break;   /* lpx-simdev.so's simulated device */
     default:
         return lpx_error(LPX_EDEVICE, "%s: DLPack device type %d has no lpx device", op, (int)dl->device.device_type);
     }
     if (!lpx_backend_for(dev.type))
         return lpx_error(LPX_EDEVICE, "%s: DLPack device %s:%d has no lpx backend in this process (load the "
-                         "CUDA backend plugin)", op, dev.type == LPX_DEVICE_CUDA ? "kDLCUDA" : "?", (int)dl->device.device_id);
+                         "CUDA backend plugin, or lpx-simdev.so for kDLExtDev)", op, dev.type == LPX_DEVICE_CUDA ? "kDLCUDA" : "kDLExtDev",
+                         (int)dl->device.device_id);
     bool empty = false;
     for (int i = 0; i < dl->ndim; i++) empty |= dl->shape[i] == 0;
     if (!dl->data && !empty) return lpx_error(LPX_EINVAL, "%s: data is NULL", op);

@@ -185,6 +185,24 @@ static void test_ops_equal_cpu(void)
     for (int i = 0; i < 4; i++) lpx_tensor_release(rel[i]);
 }
 
+/* DLPack: a device tensor leaves as kDLExtDev (DLPack's extension device)
+ * sharing its memory, and comes back as a sim:0 tensor over it */
+static void test_dlpack_device_tensor(void)
+{
+    int64_t s[2] = {4, 6};
+    lpx_tensor *h = rand_normal(2, s, 11, 1.0, LPX_F32), *d = up(h, 0), *back = NULL;
+    DLManagedTensorVersioned *m = NULL;
+    CHECK_OK(lpx_to_dlpack(d, &m));
+    CHECK(m && m->dl_tensor.device.device_type == kDLExtDev && m->dl_tensor.device.device_id == 0);
+    CHECK(m && m->dl_tensor.data == lpx_tensor_data(d));
+    if (m) CHECK_OK(lpx_from_dlpack(m, &back));
+    CHECK(on_sim(back, 0) && lpx_tensor_data(back) == lpx_tensor_data(d));
+    CHECK(back && same_on_host(h, back));
+    lpx_tensor_release(back);
+    lpx_tensor_release(d);
+    lpx_tensor_release(h);
+}
+
 /* ---- comm "sim": NCCL's rules ---------------------------------------- */
 
 static lpx_status host_buffer_rank(lpx_comm *comm, void *arg)
@@ -337,6 +355,59 @@ static void resident(int world)
     for (int r = 0; r < world; r++) lpx_comm_destroy(c.ref[r]);
 }
 
+/* params on the host and on the device in one engine, a host grad handed
+ * to a resident engine, a param on another rank's device: refused by name */
+static lpx_status mixed_rank(lpx_comm *comm, void *arg)
+{
+    (void)arg;
+    int r = lpx_comm_rank(comm);
+    const int64_t s[2] = {8, 4};
+    lpx_tensor *h = rand_normal(2, s, 5, 1.0, LPX_F32), *d = up(h, r), *other = up(h, (r + 1) % 2);
+    lpx_fsdp_config cfg = {.struct_size = sizeof cfg, .compute_device = lpx_sim_device(r)};
+    lpx_fsdp *f = NULL;
+    lpx_fsdp_group *g = NULL;
+    RCHECK_OK(r, new_engine(comm, &cfg, &f));
+    if (f) {
+        RCHECK_OK(r, lpx_fsdp_group_add(f, "g", &g));
+        RCHECK_OK(r, lpx_fsdp_param_add(g, "on_dev", d, 0, NULL));
+        RCHECK_OK(r, lpx_fsdp_param_add(g, "on_host", h, 0, NULL));
+        lpx_status st = lpx_fsdp_shard(f);
+        RCHECK(r, st == LPX_EDEVICE && strstr(lpx_last_error(), "all on the device, or all on the host"));
+        lpx_fsdp_free(f);
+        f = NULL;
+    }
+    RCHECK_OK(r, new_engine(comm, &cfg, &f));
+    if (f) {
+        RCHECK_OK(r, lpx_fsdp_group_add(f, "g", &g));
+        RCHECK_OK(r, lpx_fsdp_param_add(g, "elsewhere", other, 0, NULL));
+        lpx_status st = lpx_fsdp_shard(f);
+        RCHECK(r, st == LPX_EDEVICE && strstr(lpx_last_error(), "lives on device"));
+        lpx_fsdp_free(f);
+        f = NULL;
+    }
+    RCHECK_OK(r, new_engine(comm, &cfg, &f));
+    if (f) {
+        RCHECK_OK(r, lpx_fsdp_group_add(f, "g", &g));
+        RCHECK_OK(r, lpx_fsdp_param_add(g, "w", d, 0, NULL));
+        RCHECK_OK(r, lpx_fsdp_shard(f));
+        RCHECK(r, lpx_fsdp_set_grad(g, 0, h) == LPX_EDEVICE);   /* a host grad */
+        lpx_fsdp_free(f);
+    }
+    lpx_tensor_release(h);
+    lpx_tensor_release(d);
+    lpx_tensor_release(other);
+    return LPX_OK;
+}
+
+static void test_mixed_devices_refused(void)
+{
+    memset(results, 0, sizeof results);
+    lpx_status sts[2];
+    lpx_status st = lpx_comm_run("sim", 2, 20000, mixed_rank, NULL, sts);
+    CHECKF(st == LPX_OK, "mixed: %s", lpx_last_error());
+    for (int r = 0; r < 2; r++) CHECKF(results[r].fails == 0, "rank %d: %s", r, results[r].msg);
+}
+
 static void test_resident_engine_one_rank(void) { resident(1); }
 static void test_resident_engine_two_ranks(void) { resident(2); }
 
@@ -390,7 +461,9 @@ int main(void)
     memcpy(&get_stats, &sym, sizeof sym);
     RUN(test_host_read_faults);
     RUN(test_ops_equal_cpu);
+    RUN(test_dlpack_device_tensor);
     RUN(test_comm_refuses_host_buffers);
+    RUN(test_mixed_devices_refused);
     RUN(test_resident_engine_one_rank);
     RUN(test_resident_engine_two_ranks);
     RUN(test_delayed_scaling_on_device);
