@@ -97,6 +97,14 @@ static inline lpx_status run(lpx_call *c, const lpx_op_row *row)
     c->key = key;
     c->kernel_data = e->data;
     c->nrets = 0;
+    /* dense dispatch of an op with a spec family: its contract, checked
+     * once here for every backend; the kernel reads the result by name */
+    lpx__op_args_any args;
+    if (row->spec && key <= LPX_KEY_BACKEND_LAST) {
+        lpx_status st = row->spec(c, &args);
+        if (LPX_UNLIKELY(st)) return st;
+        c->op_args = &args;
+    }
     if (LPX_UNLIKELY(atomic_load_explicit(&lpx__trace_on, memory_order_relaxed)))
         return lpx__trace_invoke(c, e->fn, fallback);
     return e->fn(c);
@@ -157,6 +165,7 @@ lpx_status lpx_dispatch(lpx_call *c)
     if (LPX_UNLIKELY(mixed) && !row->cross_device) return mixed_devices(c, row);
     c->keys = keys;
     st = run(c, row);
+    c->op_args = NULL;   /* it pointed into run's frame */
     if (LPX_UNLIKELY(st)) lpx_call_release_rets(c);
     return st;
 }
@@ -174,11 +183,13 @@ lpx_status lpx_redispatch(lpx_call *c)
         return lpx_error(LPX_ENOTIMPL, "%s: redispatch below key '%s' finds no key left", row->schema.name,
                          lpx_key_name(key));
     }
+    const void *op_args = c->op_args;
     lpx_status st = run(c, row);
     if (st) lpx_call_release_rets(c);
     c->key = key;
     c->kernel_data = data;
     c->keys = keys;
+    c->op_args = op_args;
     return st;
 }
 
@@ -190,4 +201,29 @@ void lpx_call_release_rets(lpx_call *c)
         c->rets[i].tag = LPX_TAG_NONE;
     }
     c->nrets = 0;
+}
+
+size_t lpx_op_spec_size(lpx_op op)
+{
+    if (lpx_ensure_init() || op < 0 || op >= atomic_load_explicit(&lpx__nops, memory_order_acquire)) return 0;
+    const lpx_op_row *row = lpx__op_row(op);
+    return row->spec ? row->spec_size : 0;
+}
+
+lpx_status lpx_op_spec_run(lpx_call *c, void *args, size_t size)
+{
+    if (!c || !args) return lpx_error(LPX_EINVAL, "lpx_op_spec_run: %s is NULL", c ? "args" : "call");
+    lpx_status st = lpx_ensure_init();
+    if (st) return st;
+    if (c->op < 0 || c->op >= atomic_load_explicit(&lpx__nops, memory_order_acquire))
+        return lpx_error(LPX_EINVAL, "lpx_op_spec_run: unknown op id %d", (int)c->op);
+    const lpx_op_row *row = lpx__op_row(c->op);
+    if (!row->spec) return lpx_error(LPX_EINVAL, "lpx_op_spec_run: op '%s' has no spec family", row->schema.name);
+    if (size < row->spec_size)
+        return lpx_error(LPX_EINVAL, "lpx_op_spec_run: %s's arguments need %u bytes, got %zu", row->schema.name,
+                         row->spec_size, size);
+    if (c->nargs != row->schema.nargs || !c->args) return bad_args(c, row);
+    if ((st = row->spec(c, args))) return st;
+    c->op_args = args;
+    return LPX_OK;
 }

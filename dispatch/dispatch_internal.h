@@ -32,6 +32,28 @@ typedef struct lpx_kernel_entry {
     struct lpx_kernel_entry *retired_next;  /* kept alive after unregister */
 } lpx_kernel_entry;
 
+/* A spec family's meta function (dispatch/spec.c): checks the call's
+ * arguments against the op's contract and fills the family's struct
+ * (include/lpx/op_args.h). c->key names the backend in messages. */
+typedef lpx_status (*lpx__spec_fn)(const lpx_call *c, void *args);
+
+#define LPX_SPEC_FAMILIES(X) X(binary) X(softmax) X(softmax_backward) X(matmul)
+#define LPX__SPEC_DECL(f) lpx_status lpx__spec_##f(const lpx_call *c, void *args);
+LPX_SPEC_FAMILIES(LPX__SPEC_DECL)
+#undef LPX__SPEC_DECL
+#define lpx__spec_none NULL
+#define lpx__spec_size_none 0
+#define LPX__SPEC_SIZE(f) enum { lpx__spec_size_##f = sizeof(lpx_##f##_args) };
+LPX_SPEC_FAMILIES(LPX__SPEC_SIZE)
+#undef LPX__SPEC_SIZE
+
+/* Room for any family's struct: the dispatcher's stack slot. */
+typedef union lpx__op_args_any {
+#define LPX__SPEC_MEMBER(f) lpx_##f##_args f;
+    LPX_SPEC_FAMILIES(LPX__SPEC_MEMBER)
+#undef LPX__SPEC_MEMBER
+} lpx__op_args_any;
+
 typedef struct lpx_op_row {
     _Atomic(lpx_kernel_entry *) k[LPX_NUM_KEYS];
     lpx_schema schema;
@@ -40,6 +62,8 @@ typedef struct lpx_op_row {
     bool cross_device;                /* its tensors may live on different devices
                                        * (copy_: moving bytes between them is its job) */
     uint32_t host_args;               /* bit i: argument i is Tensor(host) */
+    lpx__spec_fn spec;                /* the spec family's meta function, or NULL */
+    uint32_t spec_size;               /* its struct's size */
     struct lpx_op_row *retired_next;  /* dead rows stay allocated */
 } lpx_op_row;
 

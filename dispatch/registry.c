@@ -145,16 +145,21 @@ lpx_status lpx__op_unregister(lpx_op op)
 
 lpx_status lpx_ops_init_builtins(void)
 {
-    static const char *const schemas[] = {
-#define LPX_OP(name, schema) schema,
+    /* each row: its schema, and its spec family's meta function and
+     * struct size (NULL, 0 for `none`) */
+    static const struct { const char *schema; lpx__spec_fn spec; uint32_t size; } rows[] = {
+#define LPX_OP(name, spec, schema) {schema, lpx__spec_##spec, lpx__spec_size_##spec},
 #include "lpx/ops.def"
 #undef LPX_OP
     };
-    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         lpx_op id;
-        lpx_status st = lpx_op_register(schemas[i], &id);
+        lpx_status st = lpx_op_register(rows[i].schema, &id);
         if (st) return st;
         LPX_ASSERT(id == (lpx_op)i);
+        lpx_op_row *row = lpx__op_row(id);
+        row->spec = rows[i].spec;
+        row->spec_size = rows[i].size;
     }
     return LPX_OK;
 }

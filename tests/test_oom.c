@@ -85,6 +85,7 @@ static const struct {
     /* dispatch.h */
     {"lpx_call_release_rets", FREES}, {"lpx_op_name", NOALLOC}, {"lpx_op_schema", NOALLOC},
     {"lpx_op_count", NOALLOC}, {"lpx_op_nargs", NOALLOC}, {"lpx_op_nrets", NOALLOC},
+    {"lpx_op_spec_run", NOALLOC}, {"lpx_op_spec_size", NOALLOC},
     {"lpx_kernel_exists", NOALLOC}, {"lpx_key_name", NOALLOC}, {"lpx_device_key", NOALLOC},
     {"lpx_backend_for", NOALLOC}, {"lpx_backend_count", NOALLOC}, {"lpx_backend_at", NOALLOC},
     /* kind.h */

@@ -27,13 +27,6 @@
 typedef enum bop { B_ADD, B_SUB, B_MUL, B_DIV, B_RELU_BW, B_SILU_BW, B_GELU_BW, B_SWIGLU } bop;
 typedef enum uop { U_NEG, U_ABS, U_SQRT, U_EXP, U_RELU, U_SILU, U_GELU, U_ADDS, U_MULS } uop;
 
-/* argument names of the binary ops, for messages */
-static const char *const bop_arg[][2] = {
-    [B_ADD] = {"a", "b"}, [B_SUB] = {"a", "b"}, [B_MUL] = {"a", "b"}, [B_DIV] = {"a", "b"},
-    [B_RELU_BW] = {"grad", "x"}, [B_SILU_BW] = {"grad", "x"}, [B_GELU_BW] = {"grad", "x"},
-    [B_SWIGLU] = {"gate", "up"},
-};
-
 /* ---- scalar math (f32): core/numerics/activations.h, shared with CUDA -- */
 
 /* One loop per op (the switch sits outside the loops, so each loop is a
@@ -165,15 +158,20 @@ static void bin_run(bop op, const cpu_view *va, const cpu_view *vb, const cpu_vi
     }
 }
 
-static lpx_status binary_slow(lpx_call *c, bop op, lpx_tensor *a, lpx_tensor *b, lpx_tensor *out)
+/* The generic path: broadcasting, any byte-sized dtype and layout. */
+static lpx_status binary_slow(lpx_call *c, bop op, const lpx_binary_args *g)
 {
+    lpx_tensor *a = g->a, *b = g->b, *out = g->out;
+    int nd = g->ndim;
+    const int64_t *shape = g->shape;
     lpx_status st;
-    if ((st = cpu_check_dense(c, bop_arg[op][0], a)) || (st = cpu_check_dense(c, bop_arg[op][1], b))) return st;
-    int nd;
-    int64_t shape[LPX_MAX_DIMS];
-    if ((st = lpx_meta_broadcast(cpu_op_name(c), a, b, &nd, shape))) return st;
     lpx_tensor *res, *ca = NULL, *cb = NULL;
-    if ((st = result(c, out, a->dtype, nd, shape, &res))) return st;
+    if (out) {
+        lpx_tensor_retain(out);
+        res = out;
+    } else if ((st = cpu_new(c, g->dtype, nd, shape, &res))) {
+        return st;
+    }
     if ((st = unalias(c, out, a, &ca)) || (st = unalias(c, out, b, &cb))) {
         lpx_tensor_release(ca);
         lpx_tensor_release(res);
@@ -191,8 +189,8 @@ static lpx_status binary_slow(lpx_call *c, bop op, lpx_tensor *a, lpx_tensor *b,
 }
 
 /* The fast-path test for a (, b) and the result tensor r (out, or a when
- * the result will be new): all dense CPU f32 (LPX_F32 is 0, so one OR of
- * the dtypes), one shape, all contiguous, in one pass over the dims. */
+ * the result will be new): all CPU f32 (LPX_F32 is 0, so one OR of the
+ * dtypes), one shape, all contiguous, in one pass over the dims. */
 _Static_assert(LPX_F32 == 0, "the fast-path dtype test ORs dtypes against LPX_F32 == 0");
 static ALWAYS_INLINE bool fast3(const lpx_tensor *a, const lpx_tensor *b, const lpx_tensor *r)
 {
@@ -211,10 +209,10 @@ static ALWAYS_INLINE bool fast3(const lpx_tensor *a, const lpx_tensor *b, const 
 
 /* Everything but "out given and fast": a new result on the fast path, or
  * the generic path. Kept out of line so the hot case stays a small leaf. */
-static __attribute__((noinline)) lpx_status binary_rest(lpx_call *c, bop op, lpx_tensor *a, lpx_tensor *b,
-                                                        lpx_tensor *o)
+static __attribute__((noinline)) lpx_status binary_rest(lpx_call *c, bop op, const lpx_binary_args *g)
 {
-    if (!o && fast3(a, b, a)) {
+    lpx_tensor *a = g->a, *b = g->b;
+    if (!g->out && fast3(a, b, a)) {
         lpx_tensor *r;
         lpx_status st = cpu_new(c, LPX_F32, a->ndim, a->shape, &r);
         if (st) return st;
@@ -222,15 +220,16 @@ static __attribute__((noinline)) lpx_status binary_rest(lpx_call *c, bop op, lpx
         cpu_ret(c, r);
         return LPX_OK;
     }
-    return binary_slow(c, op, a, b, o);
+    return binary_slow(c, op, g);
 }
 
-/* oi: index of the `out` argument, or -1 for ops without one. */
-static ALWAYS_INLINE lpx_status binary(lpx_call *c, bop op, int oi)
+/* The contract (dense operands, broadcasting, the result's shape and
+ * dtype, a valid `out`) is the dispatcher's: spec family `binary`. */
+static ALWAYS_INLINE lpx_status binary(lpx_call *c, bop op)
 {
-    lpx_tensor *a = c->args[0].u.t, *b = c->args[1].u.t;
-    lpx_tensor *o = oi >= 0 ? cpu_tensor_arg(c, oi) : NULL;
-    if (o && LPX_LIKELY(fast3(a, b, o) && !o->storage->readonly)) {
+    const lpx_binary_args *g = lpx_op_args_of(c);
+    lpx_tensor *a = g->a, *b = g->b, *o = g->out;
+    if (o && LPX_LIKELY(fast3(a, b, o))) {
         int64_t n = a->numel;
         const float *pa = f32_data(a), *pb = f32_data(b);
         float *po = f32_data(o);
@@ -242,17 +241,17 @@ static ALWAYS_INLINE lpx_status binary(lpx_call *c, bop op, int oi)
             return LPX_OK;
         }
     }
-    return binary_rest(c, op, a, b, o);
+    return binary_rest(c, op, g);
 }
 
-static lpx_status k_add(lpx_call *c) { return binary(c, B_ADD, 2); }
-static lpx_status k_sub(lpx_call *c) { return binary(c, B_SUB, 2); }
-static lpx_status k_mul(lpx_call *c) { return binary(c, B_MUL, 2); }
-static lpx_status k_div(lpx_call *c) { return binary(c, B_DIV, 2); }
-static lpx_status k_relu_backward(lpx_call *c) { return binary(c, B_RELU_BW, -1); }
-static lpx_status k_silu_backward(lpx_call *c) { return binary(c, B_SILU_BW, -1); }
-static lpx_status k_gelu_backward(lpx_call *c) { return binary(c, B_GELU_BW, -1); }
-static lpx_status k_swiglu(lpx_call *c) { return binary(c, B_SWIGLU, 2); }
+static lpx_status k_add(lpx_call *c) { return binary(c, B_ADD); }
+static lpx_status k_sub(lpx_call *c) { return binary(c, B_SUB); }
+static lpx_status k_mul(lpx_call *c) { return binary(c, B_MUL); }
+static lpx_status k_div(lpx_call *c) { return binary(c, B_DIV); }
+static lpx_status k_relu_backward(lpx_call *c) { return binary(c, B_RELU_BW); }
+static lpx_status k_silu_backward(lpx_call *c) { return binary(c, B_SILU_BW); }
+static lpx_status k_gelu_backward(lpx_call *c) { return binary(c, B_GELU_BW); }
+static lpx_status k_swiglu(lpx_call *c) { return binary(c, B_SWIGLU); }
 
 /* ---- swiglu_backward ---------------------------------------------------
  * Three inputs of one shape (lpx_meta_swiglu_backward), two new

@@ -320,12 +320,10 @@ static lpx_status run_into(lpx_call *c, gemm_job *j, lpx_tensor *user_out, lpx_d
  * laid out for BLAS. */
 static lpx_status k_matmul(lpx_call *c)
 {
-    lpx_tensor *a = cpu_tensor_arg(c, 0), *b = cpu_tensor_arg(c, 1), *out = cpu_tensor_arg(c, 2);
-    lpx_status st;
-    lpx_gemm_geom g;
-    if ((st = cpu_check_float(c, "a", a)) || (st = cpu_check_float(c, "b", b)) ||
-        (out && (st = cpu_check_dense(c, "out", out))) || (st = lpx_meta_matmul(cpu_op_name(c), a, b, out, &g)))
-        return st;
+    /* matmul's whole contract is the dispatcher's (spec family `matmul`) */
+    const lpx_matmul_args *m = lpx_op_args_of(c);
+    lpx_tensor *a = m->a, *b = m->b, *out = m->out;
+    const lpx_gemm_geom g = m->g;
     gemm_job j = {.batch = g.batch, .M = g.M, .K = g.K, .N = g.N, .alpha = 1.0f, .beta = 0.0f, .addend = NULL};
     if (b->ndim == 2) {
         gmat_rows(&j.a, a);

@@ -256,23 +256,17 @@ done:
 
 /* ---- softmax ------------------------------------------------------------ */
 
-/* Geometry of the lines along `dim`: L elements each, count lines. */
-static lpx_status lines_of(const lpx_call *c, const lpx_tensor *t, int64_t dim_arg, int *dim, int64_t *L,
-                           int64_t *count)
-{
-    return lpx_meta_lines(cpu_op_name(c), t, dim_arg, dim, L, count);   /* shared with CUDA */
-}
-
 static int64_t stride_along(const lpx_tensor *t, int dim) { return t->ndim ? t->strides[dim] : 1; }
 
+/* The contract (x floating-point, the dim and its lines) is the
+ * dispatcher's (spec family `softmax`, op_args.h). */
 static lpx_status k_softmax(lpx_call *c)
 {
-    lpx_tensor *x = cpu_tensor_arg(c, 0);
+    const lpx_softmax_args *a = lpx_op_args_of(c);
+    lpx_tensor *x = a->x;
+    int dim = a->dim;
+    int64_t L = a->len, count = a->count;
     lpx_status st;
-    if ((st = cpu_check_float(c, "x", x))) return st;
-    int dim;
-    int64_t L, count;
-    if ((st = lines_of(c, x, c->args[1].u.i, &dim, &L, &count))) return st;
     lpx_tensor *y;
     if ((st = cpu_new(c, x->dtype, x->ndim, x->shape, &y))) return st;
     float *buf = alloc_f32(c, L);
@@ -301,16 +295,15 @@ static lpx_status k_softmax(lpx_call *c)
     return LPX_OK;
 }
 
-/* dx_i = y_i * (g_i - sum_j g_j y_j) along dim */
+/* dx_i = y_i * (g_i - sum_j g_j y_j) along dim (contract: spec family
+ * `softmax_backward`) */
 static lpx_status k_softmax_backward(lpx_call *c)
 {
-    lpx_tensor *g = cpu_tensor_arg(c, 0), *y = cpu_tensor_arg(c, 1);
+    const lpx_softmax_backward_args *a = lpx_op_args_of(c);
+    lpx_tensor *g = a->grad, *y = a->y;
+    int dim = a->dim;
+    int64_t L = a->len, count = a->count;
     lpx_status st;
-    if ((st = cpu_check_float(c, "grad", g)) || (st = cpu_check_float(c, "y", y))) return st;
-    if ((st = same_shape(c, "grad", g, "y", y))) return st;
-    int dim;
-    int64_t L, count;
-    if ((st = lines_of(c, y, c->args[2].u.i, &dim, &L, &count))) return st;
     lpx_tensor *gx;
     if ((st = cpu_new(c, g->dtype, g->ndim, g->shape, &gx))) return st;
     float *gb = alloc_f32(c, L), *yb = alloc_f32(c, L);

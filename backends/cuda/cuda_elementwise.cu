@@ -29,11 +29,6 @@
 enum { B_ADD, B_SUB, B_MUL, B_DIV, B_RELU_BW, B_SILU_BW, B_GELU_BW, B_SWIGLU };
 enum { U_NEG, U_ABS, U_SQRT, U_EXP, U_RELU, U_SILU, U_GELU, U_ADDS, U_MULS };
 
-/* argument names of the binary ops, for messages */
-static const char *const bop_arg[][2] = {
-    {"a", "b"}, {"a", "b"}, {"a", "b"}, {"a", "b"}, {"grad", "x"}, {"grad", "x"}, {"grad", "x"}, {"gate", "up"},
-};
-
 /* ---- scalar math (f32): core/numerics/activations.h, shared with the CPU */
 
 template <int OP> __device__ __forceinline__ float bin_f(float a, float b)
@@ -329,21 +324,24 @@ static lpx_status unalias(const lpx_call *c, const lpx_tensor *out, const lpx_te
 
 /* ---- kernels (boxed) -------------------------------------------------- */
 
-/* oi: index of the `out` argument, or -1 for ops without one. */
-static lpx_status binary(lpx_call *c, int op, int oi)
+/* The contract (dense operands on one device, broadcasting, the result's
+ * shape and dtype, a valid `out`) is the dispatcher's: spec family
+ * `binary` (op_args.h). */
+static lpx_status binary(lpx_call *c, int op)
 {
+    const lpx_binary_args *g = (const lpx_binary_args *)lpx_op_args_of(c);
     const char *opn = cu_op(c);
-    lpx_tensor *a = cu_arg_tensor(c, 0), *b = cu_arg_tensor(c, 1);
-    lpx_tensor *o = oi >= 0 ? cu_arg_tensor(c, oi) : NULL;
+    lpx_tensor *a = g->a, *b = g->b, *o = g->out;
     lpx_status st;
-    if ((st = cu_check_dense(c, bop_arg[op][0], a)) || (st = cu_check_dense(c, bop_arg[op][1], b)) ||
-        (st = cu_check_same_device(c, bop_arg[op][0], a, bop_arg[op][1], b)))
-        return st;
-    int nd = 0;
-    int64_t shape[LPX_MAX_DIMS] = {0};
-    if ((st = lpx_meta_broadcast(opn, a, b, &nd, shape))) return st;
+    int nd = g->ndim;
+    const int64_t *shape = g->shape;
     lpx_tensor *res, *ca = NULL, *cb = NULL;
-    if ((st = result(c, bop_arg[op][0], a, o, nd, shape, &res))) return st;
+    if (o) {
+        lpx_tensor_retain(o);
+        res = o;
+    } else if ((st = cu_new(c, g->dtype, nd, shape, lpx_tensor_device(a), &res))) {
+        return st;
+    }
     if ((st = cu_use(opn, lpx_tensor_device(a))) || (st = unalias(c, o, a, &ca)) || (st = unalias(c, o, b, &cb))) {
         lpx_tensor_release(ca);
         lpx_tensor_release(res);
@@ -374,14 +372,14 @@ static lpx_status binary(lpx_call *c, int op, int oi)
     return LPX_OK;
 }
 
-static lpx_status k_add(lpx_call *c) { return binary(c, B_ADD, 2); }
-static lpx_status k_sub(lpx_call *c) { return binary(c, B_SUB, 2); }
-static lpx_status k_mul(lpx_call *c) { return binary(c, B_MUL, 2); }
-static lpx_status k_div(lpx_call *c) { return binary(c, B_DIV, 2); }
-static lpx_status k_relu_backward(lpx_call *c) { return binary(c, B_RELU_BW, -1); }
-static lpx_status k_silu_backward(lpx_call *c) { return binary(c, B_SILU_BW, -1); }
-static lpx_status k_gelu_backward(lpx_call *c) { return binary(c, B_GELU_BW, -1); }
-static lpx_status k_swiglu(lpx_call *c) { return binary(c, B_SWIGLU, 2); }
+static lpx_status k_add(lpx_call *c) { return binary(c, B_ADD); }
+static lpx_status k_sub(lpx_call *c) { return binary(c, B_SUB); }
+static lpx_status k_mul(lpx_call *c) { return binary(c, B_MUL); }
+static lpx_status k_div(lpx_call *c) { return binary(c, B_DIV); }
+static lpx_status k_relu_backward(lpx_call *c) { return binary(c, B_RELU_BW); }
+static lpx_status k_silu_backward(lpx_call *c) { return binary(c, B_SILU_BW); }
+static lpx_status k_gelu_backward(lpx_call *c) { return binary(c, B_GELU_BW); }
+static lpx_status k_swiglu(lpx_call *c) { return binary(c, B_SWIGLU); }
 
 /* swiglu_backward: the contract is lpx_meta_swiglu_backward's (shared with
  * the CPU); what is lpx-cuda's own is that every tensor is a dense CUDA

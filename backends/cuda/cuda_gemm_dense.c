@@ -126,14 +126,13 @@ static lpx_status gm_zero_k(gm_problem *p, gm_scratch *s, const char *op)
 
 static lpx_status k_matmul(lpx_call *c)
 {
-    lpx_tensor *a = cu_arg_tensor(c, 0), *b = cu_arg_tensor(c, 1), *out = cu_arg_tensor(c, 2);
+    /* matmul's whole contract is the dispatcher's (spec family `matmul`,
+     * op_args.h): the tensors are dense, on one device, of float dtypes */
+    const lpx_matmul_args *m = (const lpx_matmul_args *)lpx_op_args_of(c);
+    lpx_tensor *a = m->a, *b = m->b, *out = m->out;
     const char *op = cu_op(c);
     lpx_status st;
-    lpx_gemm_geom g;
-    if ((st = cu_check_float(c, "a", a)) || (st = cu_gemm_check_float_same(c, "a", a, "b", b)) ||
-        (out && ((st = cu_check_dense(c, "out", out)) || (st = cu_check_same_device(c, "a", a, "out", out)))) ||
-        (st = lpx_meta_matmul(op, a, b, out, &g)))
-        return st;
+    const lpx_gemm_geom g = m->g;
     int and_ = lpx_tensor_ndim(a);
     int64_t K = g.K, N = g.N, M = g.M, batch = g.batch, Ba = g.a_batch, Bb = g.b_batch;
     int ond = g.out_ndim;

@@ -689,20 +689,16 @@ softmax_bwd(nn_lines g, nn_lines y, nn_lines gx, int64_t count, int64_t L)
     }
 }
 
-/* dim normalised like the CPU (a scalar takes 0 and -1); L and line count. */
-static lpx_status nn_dim(const lpx_call *c, const lpx_tensor *t, int64_t dim_arg, int *dim, int64_t *L, int64_t *count)
-{
-    return lpx_meta_lines(cu_op(c), t, dim_arg, dim, L, count);   /* shared with the CPU */
-}
-
+/* The contract (floating-point tensors of one shape, the dim and its
+ * lines) is the dispatcher's: spec families `softmax` and
+ * `softmax_backward` (op_args.h). */
 static lpx_status k_softmax(lpx_call *c)
 {
-    lpx_tensor *x = cu_arg_tensor(c, 0);
+    const lpx_softmax_args *a = (const lpx_softmax_args *)lpx_op_args_of(c);
+    lpx_tensor *x = a->x;
+    int dim = a->dim;
+    int64_t L = a->len, count = a->count;
     lpx_status st;
-    if ((st = cu_check_float(c, "x", x))) return st;
-    int dim;
-    int64_t L, count;
-    if ((st = nn_dim(c, x, c->args[1].u.i, &dim, &L, &count))) return st;
     lpx_device dev = lpx_tensor_device(x);
     if ((st = cu_use(cu_op(c), dev))) return st;
     lpx_tensor *y;
@@ -721,13 +717,11 @@ static lpx_status k_softmax(lpx_call *c)
 
 static lpx_status k_softmax_backward(lpx_call *c)
 {
-    lpx_tensor *g = cu_arg_tensor(c, 0), *y = cu_arg_tensor(c, 1);
+    const lpx_softmax_backward_args *a = (const lpx_softmax_backward_args *)lpx_op_args_of(c);
+    lpx_tensor *g = a->grad, *y = a->y;
+    int dim = a->dim;
+    int64_t L = a->len, count = a->count;
     lpx_status st;
-    if ((st = cu_check_float(c, "grad", g)) || (st = cu_check_float(c, "y", y))) return st;
-    if ((st = nn_same_shape(c, "grad", g, "y", y))) return st;
-    int dim;
-    int64_t L, count;
-    if ((st = nn_dim(c, y, c->args[2].u.i, &dim, &L, &count))) return st;
     lpx_device dev = lpx_tensor_device(g);
     if ((st = cu_use(cu_op(c), dev))) return st;
     lpx_tensor *gx;

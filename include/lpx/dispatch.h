@@ -100,6 +100,8 @@ typedef struct lpx_call {
     const lpx_value *args;
     lpx_value rets[LPX_MAX_RETS];
     void *kernel_data;       /* the `data` given at kernel registration */
+    const void *op_args;     /* set by dispatch for a backend kernel of an op with a
+                              * spec family: its checked arguments (op_args.h) */
 } lpx_call;
 
 typedef lpx_status (*lpx_kernel_fn)(lpx_call *c);
@@ -108,14 +110,16 @@ typedef lpx_status (*lpx_kernel_fn)(lpx_call *c);
 static inline void lpx_call_init(lpx_call *c, lpx_op op, const lpx_value *args, int nargs)
 {
     c->op = op; c->key = 0; c->keys = 0; c->nargs = nargs; c->nrets = 0;
-    c->args = args; c->kernel_data = 0;
+    c->args = args; c->kernel_data = 0; c->op_args = 0;
 }
 
 /** Runs a call: key set = OR of the tensor arguments' keys (and of a device
  *  argument's backend key), kernel = table[op][highest key], else that
  *  key's fallback, else LPX_ENOTIMPL naming op and kind. Arguments are
- *  checked against the op's schema (count and tags: LPX_EINVAL). On
- *  failure no rets are held. */
+ *  checked against the op's schema (count and tags: LPX_EINVAL). When the
+ *  call reaches a backend key and the op has a spec family (ops.def,
+ *  op_args.h), the family's meta function runs first: the op's contract,
+ *  checked once for every backend. On failure no rets are held. */
 LPX_API lpx_status lpx_dispatch(lpx_call *c);
 
 /** From inside a kernel: runs the same call again with the current key and

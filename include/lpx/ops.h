@@ -17,12 +17,13 @@
 #include "status.h"
 #include "tensor.h"
 #include "dispatch.h"
+#include "op_args.h"
 
 LPX_BEGIN_DECLS
 
 /* Built-in op ids: LPX_OP_add, LPX_OP_matmul, ... (see ops.def). */
 enum {
-#define LPX_OP(name, schema) LPX_OP_##name,
+#define LPX_OP(name, spec, schema) LPX_OP_##name,
 #include "ops.def"
 #undef LPX_OP
     LPX_OP_BUILTIN_COUNT

@@ -1,0 +1,90 @@
+/* lpx — the checked arguments of an op, as its backend kernels read them.
+ *
+ * Every row of ops.def names an op's spec family, LPX_OP(name, spec,
+ * schema): `none` (the kernel still reads c->args itself) or a family
+ * below. For an op with a family, the dispatcher runs the family's meta
+ * function once, when the call reaches a backend key (dense dispatch:
+ * kinds run first and see the raw arguments; a kind that redispatches
+ * lands here too), and hands the kernel the result through
+ * lpx_op_args_of(c): the arguments by name, checked against the op's
+ * contract, and normalised (the output's shape and dtype, a resolved dim,
+ * line geometry, the GEMM's geometry). A kernel of such an op holds
+ * arithmetic only: every refusal of bad arguments, with its message, is
+ * the dispatcher's, the same for every backend (built-in or plugin).
+ *
+ * What every family checks first, for each tensor argument in schema
+ * order: a dense tensor (a kind tensor that reaches a backend is refused,
+ * naming the backend's key) of a byte-sized dtype; and where the family
+ * says "floating-point", a floating-point dtype. The one-device rule is
+ * the dispatcher's already (dispatch.h). What stays a backend's own: the
+ * dtypes it has code for beyond that, and checks that read data (an index
+ * out of range, a scale that is not finite).
+ *
+ * Output rules (the `dtype` / shape fields): as each family says. */
+#ifndef LPX_OP_ARGS_H
+#define LPX_OP_ARGS_H
+
+#include <stdint.h>
+#include "export.h"
+#include "tensor.h"
+#include "dispatch.h"
+#include "meta.h"
+
+LPX_BEGIN_DECLS
+
+/** family `binary`: add, sub, mul, div, swiglu (a, b, out?) and
+ *  relu_backward, silu_backward, gelu_backward (grad, x). a and b dense;
+ *  numpy broadcasting (lpx_meta_broadcast); the result has a's dtype and
+ *  the broadcast shape; `out`, when given, dense and as lpx_meta_out
+ *  says. */
+typedef struct lpx_binary_args {
+    lpx_tensor *a, *b;               /* the first and second operands (schema names in messages) */
+    lpx_tensor *out;                 /* the caller's out, or NULL (absent, or an op without one) */
+    lpx_dtype dtype;                 /* the result's dtype: a's */
+    int ndim;                        /* the broadcast shape */
+    int64_t shape[LPX_MAX_DIMS];
+} lpx_binary_args;
+
+/** family `softmax`: x floating-point; dim normalised against x (a
+ *  scalar takes 0 and -1); the result has x's shape and dtype. */
+typedef struct lpx_softmax_args {
+    lpx_tensor *x;
+    int dim;                         /* normalised */
+    int64_t len, count;              /* line length along dim, number of lines */
+} lpx_softmax_args;
+
+/** family `softmax_backward`: grad and y floating-point, one shape; dim
+ *  normalised against y; the result has grad's shape and dtype. */
+typedef struct lpx_softmax_backward_args {
+    lpx_tensor *grad, *y;
+    int dim;
+    int64_t len, count;
+} lpx_softmax_backward_args;
+
+/** family `matmul`: a and b floating-point, out (may be NULL) dense; the
+ *  shapes lpx_meta_matmul takes; the result has a's dtype and g's
+ *  out_shape. */
+typedef struct lpx_matmul_args {
+    lpx_tensor *a, *b, *out;
+    lpx_gemm_geom g;
+} lpx_matmul_args;
+
+/** The checked arguments of the running call (a kernel of an op with a
+ *  spec family casts them to its family's struct), or NULL for an op
+ *  without one, or outside dense dispatch. */
+static inline const void *lpx_op_args_of(const lpx_call *c) { return c->op_args; }
+
+/** Runs the meta function of c's op for a backend key (c->key) into
+ *  `args`, sized for the op's family (lpx_op_spec_size); fills
+ *  c->op_args. For callers that invoke a kernel by hand (the dispatch
+ *  benchmark, a backend adopting another's kernel outside dispatch).
+ *  Errors: those of the op's contract; LPX_EINVAL (an op without a
+ *  family, NULL). */
+LPX_API lpx_status lpx_op_spec_run(lpx_call *c, void *args, size_t size);
+
+/** The size of the argument struct of op's spec family (0: none). */
+LPX_API size_t lpx_op_spec_size(lpx_op op);
+
+LPX_END_DECLS
+
+#endif

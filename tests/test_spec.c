@@ -1,0 +1,231 @@
+/* The op spec (include/lpx/op_args.h, dispatch/spec.c): an op whose
+ * ops.def row names a spec family has its contract checked once, by the
+ * dispatcher, before any backend kernel runs.
+ *
+ * A backend registered through the public API (lpx_backend_register,
+ * lpx_kernel_register: what a plugin calls) with kernels that check
+ * nothing, one for every op with a spec family, is fed bad arguments:
+ * each call is refused by the dispatcher, with exactly the status and
+ * message the CPU gives for the same arguments (and that message is the
+ * one the CPU kernels wrote themselves before the spec; pinned here), and
+ * the kernel never runs. Good arguments reach the kernel with the
+ * checked, normalised arguments. */
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+
+#define NOCHK_DEVICE 40   /* a device type no built-in uses */
+
+static int reached;           /* kernel calls of the check-free backend */
+static const void *seen_args; /* the op_args its last call got */
+
+static void *nc_alloc(void *self, lpx_device dev, size_t nbytes)
+{
+    (void)self; (void)dev;
+    return calloc(1, nbytes ? nbytes : 1);
+}
+static void nc_free(void *self, lpx_device dev, void *p, size_t nbytes)
+{
+    (void)self; (void)dev; (void)nbytes;
+    free(p);
+}
+static lpx_status nc_copy(void *self, void *dst, lpx_device dd, const void *src, lpx_device sd, size_t n)
+{
+    (void)self; (void)dd; (void)sd;
+    memmove(dst, src, n);
+    return LPX_OK;
+}
+static lpx_status nc_sync(void *self, lpx_device dev) { (void)self; (void)dev; return LPX_OK; }
+
+/* arithmetic only, and here not even that: no argument is looked at */
+static lpx_status k_nocheck(lpx_call *c)
+{
+    reached++;
+    seen_args = lpx_op_args_of(c);
+    return lpx_error(LPX_EINTERNAL, "%s: the check-free kernel ran", lpx_op_name(c->op));
+}
+
+static int nc_key;
+
+static void setup(void)
+{
+    static const lpx_backend_i b = {
+        .struct_size = sizeof(lpx_backend_i), .name = "nochk", .device_type = NOCHK_DEVICE,
+        .alloc = nc_alloc, .free = nc_free, .copy = nc_copy, .sync = nc_sync, .self = NULL,
+    };
+    CHECK_OK(lpx_backend_register(&b, &nc_key));
+    int with_spec = 0;
+    for (lpx_op op = 0; op < lpx_op_count(); op++) {
+        if (!lpx_op_spec_size(op)) continue;
+        CHECK_OK(lpx_kernel_register(op, nc_key, k_nocheck, NULL));
+        with_spec++;
+    }
+    CHECK(with_spec >= 11);   /* binary (8), softmax, softmax_backward, matmul */
+}
+
+/* ---- argument sets, built on either device ------------------------- */
+
+typedef struct targ {
+    lpx_dtype dtype;
+    int ndim;
+    int64_t shape[4];
+} targ;
+
+#define T(dt, n, ...) {.kind = 'T', .t = {dt, n, {__VA_ARGS__}}}
+#define NONE {.kind = 'N'}
+#define I(v) {.kind = 'I', .i = v}
+
+typedef struct arg {
+    char kind;   /* 'T' tensor, 'N' absent, 'I' int */
+    targ t;
+    int64_t i;
+} arg;
+
+typedef struct bad_case {
+    const char *op;
+    int nargs;
+    arg args[4];
+    lpx_status want;
+    const char *msg;   /* the CPU kernels' message before the spec (exact) */
+} bad_case;
+
+static const bad_case bad[] = {
+    /* binary */
+    {"add", 3, {T(LPX_F32, 2, 2, 3), T(LPX_F32, 1, 4), NONE}, LPX_ESHAPE,
+     "add: shapes [2, 3] and [4] do not broadcast (dim 1: 3 vs 4)"},
+    {"mul", 3, {T(LPX_F32, 2, 2, 3), T(LPX_F32, 1, 3), T(LPX_F32, 2, 3, 2)}, LPX_ESHAPE,
+     "mul: out has shape [3, 2], the result needs [2, 3]"},
+    {"sub", 3, {T(LPX_F32, 2, 2, 3), T(LPX_F32, 2, 2, 3), T(LPX_F16, 2, 2, 3)}, LPX_EDTYPE,
+     "sub: out has dtype f16, the result is f32"},
+    {"div", 3, {T(LPX_BF16, 1, 3), T(LPX_F32, 2, 5, 2), NONE}, LPX_ESHAPE,
+     "div: shapes [3] and [5, 2] do not broadcast (dim 1: 3 vs 2)"},
+    {"relu_backward", 2, {T(LPX_F32, 1, 3), T(LPX_F32, 1, 2)}, LPX_ESHAPE,
+     "relu_backward: shapes [3] and [2] do not broadcast (dim 0: 3 vs 2)"},
+    {"swiglu", 3, {T(LPX_F32, 1, 4), T(LPX_F32, 1, 4), T(LPX_F32, 1, 3)}, LPX_ESHAPE,
+     "swiglu: out has shape [3], the result needs [4]"},
+    /* softmax */
+    {"softmax", 2, {T(LPX_I32, 2, 2, 3), I(0)}, LPX_EDTYPE,
+     "softmax: x has dtype i32; softmax takes floating-point tensors"},
+    {"softmax", 2, {T(LPX_F32, 2, 2, 3), I(2)}, LPX_ERANGE, "softmax: dim 2 out of range for 2 dims"},
+    {"softmax", 2, {T(LPX_F32, 2, 2, 3), I(-3)}, LPX_ERANGE, "softmax: dim -3 out of range for 2 dims"},
+    /* softmax_backward */
+    {"softmax_backward", 3, {T(LPX_F32, 2, 2, 3), T(LPX_I64, 2, 2, 3), I(1)}, LPX_EDTYPE,
+     "softmax_backward: y has dtype i64; softmax_backward takes floating-point tensors"},
+    {"softmax_backward", 3, {T(LPX_F32, 2, 2, 3), T(LPX_F32, 2, 3, 2), I(1)}, LPX_ESHAPE,
+     "softmax_backward: grad [2, 3] and y [3, 2] must have the same shape"},
+    {"softmax_backward", 3, {T(LPX_F32, 2, 2, 3), T(LPX_F32, 2, 2, 3), I(5)}, LPX_ERANGE,
+     "softmax_backward: dim 5 out of range for 2 dims"},
+    /* matmul */
+    {"matmul", 3, {T(LPX_F32, 2, 2, 3), T(LPX_F32, 2, 2, 3), NONE}, LPX_ESHAPE, NULL},
+    {"matmul", 3, {T(LPX_I32, 2, 2, 3), T(LPX_F32, 2, 3, 2), NONE}, LPX_EDTYPE,
+     "matmul: a has dtype i32; matmul takes floating-point tensors"},
+    {"matmul", 3, {T(LPX_F32, 2, 2, 3), T(LPX_U8, 2, 3, 2), NONE}, LPX_EDTYPE,
+     "matmul: b has dtype u8; matmul takes floating-point tensors"},
+    {"matmul", 3, {T(LPX_F32, 2, 2, 3), T(LPX_F32, 2, 3, 2), T(LPX_F32, 2, 2, 3)}, LPX_ESHAPE, NULL},
+};
+
+/* Builds args of case k on device dev into v (tensors into ts). */
+static void build(const bad_case *k, lpx_device dev, lpx_value *v, lpx_tensor **ts)
+{
+    for (int i = 0; i < k->nargs; i++) {
+        const arg *a = &k->args[i];
+        ts[i] = NULL;
+        if (a->kind == 'T') {
+            CHECK_OK(lpx_tensor_new(a->t.dtype, a->t.ndim, a->t.shape, dev, &ts[i]));
+            v[i] = lpx_v_tensor(ts[i]);
+        } else if (a->kind == 'I') {
+            v[i] = lpx_v_i64(a->i);
+        } else {
+            v[i] = lpx_v_none();
+        }
+    }
+}
+
+static lpx_status run_case(const bad_case *k, lpx_device dev, char *msg, size_t len)
+{
+    lpx_op op;
+    CHECK_OK(lpx_op_find(k->op, &op));
+    lpx_value v[4];
+    lpx_tensor *ts[4];
+    build(k, dev, v, ts);
+    lpx_call c;
+    lpx_call_init(&c, op, v, k->nargs);
+    lpx_status st = lpx_dispatch(&c);
+    snprintf(msg, len, "%s", st ? lpx_last_error() : "");
+    if (!st) lpx_call_release_rets(&c);
+    for (int i = 0; i < k->nargs; i++) lpx_tensor_release(ts[i]);
+    return st;
+}
+
+static void test_refused_by_dispatcher(void)
+{
+    lpx_device nc = {NOCHK_DEVICE, 0};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const bad_case *k = &bad[i];
+        char cpu_msg[1024], nc_msg[1024];
+        lpx_status cpu_st = run_case(k, lpx_cpu(), cpu_msg, sizeof cpu_msg);
+        int before = reached;
+        lpx_status nc_st = run_case(k, nc, nc_msg, sizeof nc_msg);
+        CHECKF(cpu_st == k->want, "case %zu (%s): cpu status %d, want %d (%s)", i, k->op, cpu_st, k->want, cpu_msg);
+        CHECKF(nc_st == cpu_st, "case %zu (%s): check-free backend status %d, cpu %d (%s)", i, k->op, nc_st, cpu_st,
+               nc_msg);
+        CHECKF(reached == before, "case %zu (%s): the check-free kernel ran on bad arguments", i, k->op);
+        CHECKF(!strcmp(cpu_msg, nc_msg), "case %zu (%s): messages differ:\n  cpu:    %s\n  nochk:  %s", i, k->op,
+               cpu_msg, nc_msg);
+        if (k->msg) CHECKF(!strcmp(cpu_msg, k->msg), "case %zu (%s): message '%s', want '%s'", i, k->op, cpu_msg, k->msg);
+    }
+}
+
+/* Good arguments reach the kernel with the normalised ones. */
+static void test_good_args_reach_kernel(void)
+{
+    lpx_device nc = {NOCHK_DEVICE, 0};
+    lpx_tensor *x = NULL, *y = NULL, *o = NULL;
+    CHECK_OK(lpx_tensor_new(LPX_F32, 3, (const int64_t[]){4, 1, 3}, nc, &x));
+    CHECK_OK(lpx_tensor_new(LPX_BF16, 2, (const int64_t[]){5, 1}, nc, &y));
+    CHECK_OK(lpx_tensor_new(LPX_F32, 3, (const int64_t[]){4, 5, 3}, nc, &o));
+    int before = reached;
+    lpx_tensor *r = NULL;
+    CHECK_ERR(lpx_add(x, y, &r), LPX_EINTERNAL);
+    CHECK(reached == before + 1 && seen_args);
+    CHECK(strstr(lpx_last_error(), "add: the check-free kernel ran") != NULL);
+    /* the dispatcher's frame is gone: only what was copied out is checked */
+    lpx_op add;
+    CHECK_OK(lpx_op_find("add", &add));
+    lpx_value v[3] = {lpx_v_tensor(x), lpx_v_tensor(y), lpx_v_tensor(o)};
+    lpx_call c;
+    lpx_call_init(&c, add, v, 3);
+    c.key = nc_key;
+    lpx_binary_args ba;
+    CHECK(lpx_op_spec_size(add) == sizeof ba);
+    CHECK_OK(lpx_op_spec_run(&c, &ba, sizeof ba));
+    CHECK(c.op_args == &ba && ba.a == x && ba.b == y && ba.out == o && ba.dtype == LPX_F32);
+    CHECK(ba.ndim == 3 && ba.shape[0] == 4 && ba.shape[1] == 5 && ba.shape[2] == 3);
+    CHECK_ERR(lpx_op_spec_run(&c, &ba, 8), LPX_EINVAL);
+
+    lpx_op sm;
+    CHECK_OK(lpx_op_find("softmax", &sm));
+    lpx_value sv[2] = {lpx_v_tensor(o), lpx_v_i64(-2)};
+    lpx_call_init(&c, sm, sv, 2);
+    c.key = nc_key;
+    lpx_softmax_args sa;
+    CHECK_OK(lpx_op_spec_run(&c, &sa, sizeof sa));
+    CHECK(sa.x == o && sa.dim == 1 && sa.len == 5 && sa.count == 12);
+
+    /* an op without a family: no spec, the kernel reads c->args */
+    lpx_op neg;
+    CHECK_OK(lpx_op_find("neg", &neg));
+    CHECK(lpx_op_spec_size(neg) == 0);
+    lpx_tensor_release(x);
+    lpx_tensor_release(y);
+    lpx_tensor_release(o);
+}
+
+int main(void)
+{
+    CHECK_OK(lpx_init());
+    setup();
+    RUN(test_refused_by_dispatcher);
+    RUN(test_good_args_reach_kernel);
+    return CHECK_DONE();
+}
