@@ -1,5 +1,6 @@
 /* The hot path: key set -> highest key -> table[op][key] -> kernel.
  * No hashing, no locks, no allocation. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include "dispatch_internal.h"
@@ -83,6 +84,43 @@ static lpx_status not_implemented(const lpx_call *c, const lpx_op_row *row, int 
     (void)c;
 }
 
+/* Dense dispatch of an op with a spec family: its contract, checked once
+ * here for every backend. The kernel gets a copy of the call in an
+ * lpx_op_frame, the checked arguments right after it (lpx_op_args_of: a
+ * fixed offset from c, no pointer to follow); the caller's lpx_call keeps
+ * its 1.x size, and gets the kernel's rets back. */
+static inline lpx_status run_spec(lpx_call *c, const lpx_op_row *row, lpx_kernel_fn fn, bool fallback)
+{
+    lpx_op_frame f;
+    f.call.op = c->op;
+    f.call.key = c->key;
+    f.call.keys = c->keys;
+    f.call.nargs = c->nargs;
+    f.call.nrets = 0;
+    f.call.args = c->args;
+    f.call.kernel_data = c->kernel_data;
+    lpx_status st = row->spec(&f.call, &f.args);
+    if (LPX_UNLIKELY(st)) return st;
+    if (LPX_UNLIKELY(atomic_load_explicit(&lpx__trace_on, memory_order_relaxed)))
+        st = lpx__trace_invoke(&f.call, fn, fallback);
+    else
+        st = fn(&f.call);
+    /* the rets back. Word by word, as kernels write them (lpx_v_tensor:
+     * the tag word, then the pointer): one 16-byte load over two 8-byte
+     * stores just made cannot be store-forwarded and stalls the call. */
+    int n = f.call.nrets;
+    c->nrets = n;
+    for (int i = 0; i < n && i < LPX_MAX_RETS; i++) {
+        uint64_t w[2];
+        memcpy(&w[0], (const char *)&f.call.rets[i], 8);
+        __asm__ volatile("" ::: "memory");   /* keeps the two words two loads */
+        memcpy(&w[1], (const char *)&f.call.rets[i] + 8, 8);
+        memcpy((char *)&c->rets[i], &w[0], 8);
+        memcpy((char *)&c->rets[i] + 8, &w[1], 8);
+    }
+    return st;
+}
+
 /* Runs the kernel for the highest key of c->keys. */
 static inline lpx_status run(lpx_call *c, const lpx_op_row *row)
 {
@@ -97,14 +135,7 @@ static inline lpx_status run(lpx_call *c, const lpx_op_row *row)
     c->key = key;
     c->kernel_data = e->data;
     c->nrets = 0;
-    /* dense dispatch of an op with a spec family: its contract, checked
-     * once here for every backend; the kernel reads the result by name */
-    lpx__op_args_any args;
-    if (row->spec && key <= LPX_KEY_BACKEND_LAST) {
-        lpx_status st = row->spec(c, &args);
-        if (LPX_UNLIKELY(st)) return st;
-        c->op_args = &args;
-    }
+    if (row->spec && key <= LPX_KEY_BACKEND_LAST) return run_spec(c, row, e->fn, fallback);
     if (LPX_UNLIKELY(atomic_load_explicit(&lpx__trace_on, memory_order_relaxed)))
         return lpx__trace_invoke(c, e->fn, fallback);
     return e->fn(c);
@@ -165,7 +196,6 @@ lpx_status lpx_dispatch(lpx_call *c)
     if (LPX_UNLIKELY(mixed) && !row->cross_device) return mixed_devices(c, row);
     c->keys = keys;
     st = run(c, row);
-    c->op_args = NULL;   /* it pointed into run's frame */
     if (LPX_UNLIKELY(st)) lpx_call_release_rets(c);
     return st;
 }
@@ -183,13 +213,11 @@ lpx_status lpx_redispatch(lpx_call *c)
         return lpx_error(LPX_ENOTIMPL, "%s: redispatch below key '%s' finds no key left", row->schema.name,
                          lpx_key_name(key));
     }
-    const void *op_args = c->op_args;
     lpx_status st = run(c, row);
     if (st) lpx_call_release_rets(c);
     c->key = key;
     c->kernel_data = data;
     c->keys = keys;
-    c->op_args = op_args;
     return st;
 }
 
@@ -210,20 +238,20 @@ size_t lpx_op_spec_size(lpx_op op)
     return row->spec ? row->spec_size : 0;
 }
 
-lpx_status lpx_op_spec_run(lpx_call *c, void *args, size_t size)
+lpx_status lpx_op_spec_run(lpx_op_frame *f, size_t size)
 {
-    if (!c || !args) return lpx_error(LPX_EINVAL, "lpx_op_spec_run: %s is NULL", c ? "args" : "call");
+    if (!f) return lpx_error(LPX_EINVAL, "lpx_op_spec_run: frame is NULL");
     lpx_status st = lpx_ensure_init();
     if (st) return st;
+    lpx_call *c = &f->call;
     if (c->op < 0 || c->op >= atomic_load_explicit(&lpx__nops, memory_order_acquire))
         return lpx_error(LPX_EINVAL, "lpx_op_spec_run: unknown op id %d", (int)c->op);
     const lpx_op_row *row = lpx__op_row(c->op);
     if (!row->spec) return lpx_error(LPX_EINVAL, "lpx_op_spec_run: op '%s' has no spec family", row->schema.name);
-    if (size < row->spec_size)
-        return lpx_error(LPX_EINVAL, "lpx_op_spec_run: %s's arguments need %u bytes, got %zu", row->schema.name,
-                         row->spec_size, size);
+    size_t need = offsetof(lpx_op_frame, args) + row->spec_size;
+    if (size < need)
+        return lpx_error(LPX_EINVAL, "lpx_op_spec_run: %s's frame needs %zu bytes, got %zu", row->schema.name, need,
+                         size);
     if (c->nargs != row->schema.nargs || !c->args) return bad_args(c, row);
-    if ((st = row->spec(c, args))) return st;
-    c->op_args = args;
-    return LPX_OK;
+    return row->spec(c, &f->args);
 }

@@ -43,16 +43,11 @@ LPX_SPEC_FAMILIES(LPX__SPEC_DECL)
 #undef LPX__SPEC_DECL
 #define lpx__spec_none NULL
 #define lpx__spec_size_none 0
-#define LPX__SPEC_SIZE(f) enum { lpx__spec_size_##f = sizeof(lpx_##f##_args) };
+#define LPX__SPEC_SIZE(f) enum { lpx__spec_size_##f = sizeof(lpx_##f##_args) }; \
+    _Static_assert(sizeof(lpx_op_args_any) >= sizeof(lpx_##f##_args), "lpx_op_args_any lacks family " #f);
 LPX_SPEC_FAMILIES(LPX__SPEC_SIZE)
 #undef LPX__SPEC_SIZE
 
-/* Room for any family's struct: the dispatcher's stack slot. */
-typedef union lpx__op_args_any {
-#define LPX__SPEC_MEMBER(f) lpx_##f##_args f;
-    LPX_SPEC_FAMILIES(LPX__SPEC_MEMBER)
-#undef LPX__SPEC_MEMBER
-} lpx__op_args_any;
 
 typedef struct lpx_op_row {
     _Atomic(lpx_kernel_entry *) k[LPX_NUM_KEYS];

@@ -10,6 +10,9 @@
  * one the CPU kernels wrote themselves before the spec; pinned here), and
  * the kernel never runs. Good arguments reach the kernel with the
  * checked, normalised arguments. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
@@ -193,29 +196,125 @@ static void test_good_args_reach_kernel(void)
     lpx_op add;
     CHECK_OK(lpx_op_find("add", &add));
     lpx_value v[3] = {lpx_v_tensor(x), lpx_v_tensor(y), lpx_v_tensor(o)};
-    lpx_call c;
-    lpx_call_init(&c, add, v, 3);
-    c.key = nc_key;
-    lpx_binary_args ba;
-    CHECK(lpx_op_spec_size(add) == sizeof ba);
-    CHECK_OK(lpx_op_spec_run(&c, &ba, sizeof ba));
-    CHECK(c.op_args == &ba && ba.a == x && ba.b == y && ba.out == o && ba.dtype == LPX_F32);
-    CHECK(ba.ndim == 3 && ba.shape[0] == 4 && ba.shape[1] == 5 && ba.shape[2] == 3);
-    CHECK_ERR(lpx_op_spec_run(&c, &ba, 8), LPX_EINVAL);
+    lpx_op_frame f;
+    lpx_call_init(&f.call, add, v, 3);
+    f.call.key = nc_key;
+    const lpx_binary_args *ba = &f.args.binary;
+    CHECK(lpx_op_spec_size(add) == sizeof *ba);
+    CHECK_OK(lpx_op_spec_run(&f, sizeof f));
+    CHECK(lpx_op_args_of(&f.call) == (const void *)ba);
+    CHECK(ba->a == x && ba->b == y && ba->out == o && ba->dtype == LPX_F32);
+    CHECK(ba->ndim == 3 && ba->shape[0] == 4 && ba->shape[1] == 5 && ba->shape[2] == 3);
+    CHECK_ERR(lpx_op_spec_run(&f, sizeof f.call + 8), LPX_EINVAL);
 
     lpx_op sm;
     CHECK_OK(lpx_op_find("softmax", &sm));
     lpx_value sv[2] = {lpx_v_tensor(o), lpx_v_i64(-2)};
-    lpx_call_init(&c, sm, sv, 2);
-    c.key = nc_key;
-    lpx_softmax_args sa;
-    CHECK_OK(lpx_op_spec_run(&c, &sa, sizeof sa));
-    CHECK(sa.x == o && sa.dim == 1 && sa.len == 5 && sa.count == 12);
+    lpx_call_init(&f.call, sm, sv, 2);
+    f.call.key = nc_key;
+    const lpx_softmax_args *sa = &f.args.softmax;
+    CHECK_OK(lpx_op_spec_run(&f, sizeof f));
+    CHECK(sa->x == o && sa->dim == 1 && sa->len == 5 && sa->count == 12);
 
     /* an op without a family: no spec, the kernel reads c->args */
     lpx_op neg;
     CHECK_OK(lpx_op_find("neg", &neg));
     CHECK(lpx_op_spec_size(neg) == 0);
+    lpx_tensor_release(x);
+    lpx_tensor_release(y);
+    lpx_tensor_release(o);
+}
+
+/* ---- plugin ABI: lpx_call keeps its 1.x layout ----------------------
+ * A plugin built against the 1.x header (before the op spec) puts this
+ * struct, copied from that header, on its stack and hands it to
+ * lpx_dispatch. The checked arguments of an op with a spec family live in
+ * the dispatcher's own frame: nothing is written past the struct's end
+ * (guard bytes right behind it), and the call still works: rets come back
+ * into the plugin's struct. */
+typedef struct old_lpx_call {   /* include/lpx/dispatch.h at plugin ABI 1.0 */
+    lpx_op op;
+    int key;
+    uint64_t keys;
+    int nargs;
+    int nrets;
+    const lpx_value *args;
+    lpx_value rets[4];
+    void *kernel_data;
+} old_lpx_call;
+_Static_assert(sizeof(old_lpx_call) == sizeof(lpx_call), "lpx_call changed size: plugin ABI 1 broken");
+
+#define GUARD_BYTES 64
+typedef struct guarded_call {
+    old_lpx_call c;
+    unsigned char guard[GUARD_BYTES];
+} guarded_call;
+
+static bool guard_intact(const guarded_call *g)
+{
+    for (int i = 0; i < GUARD_BYTES; i++)
+        if (g->guard[i] != 0xA5) return false;
+    return true;
+}
+
+static lpx_status old_dispatch(guarded_call *g, lpx_op op, const lpx_value *args, int nargs)
+{
+    memset(g, 0xA5, sizeof *g);
+    g->c.op = op; g->c.key = 0; g->c.keys = 0; g->c.nargs = nargs; g->c.nrets = 0;
+    g->c.args = args; g->c.kernel_data = NULL;
+    return lpx_dispatch((lpx_call *)&g->c);
+}
+
+static void test_old_call_layout_not_overrun(void)
+{
+    CHECK(offsetof(lpx_call, kernel_data) == offsetof(old_lpx_call, kernel_data));
+    CHECK(offsetof(lpx_call, rets) == offsetof(old_lpx_call, rets));
+    lpx_device cpu = {LPX_DEVICE_CPU, 0};
+    lpx_tensor *x, *y, *o;
+    CHECK_OK(lpx_tensor_new(LPX_F32, 2, (const int64_t[]){3, 4}, cpu, &x));
+    CHECK_OK(lpx_tensor_new(LPX_F32, 2, (const int64_t[]){3, 4}, cpu, &y));
+    CHECK_OK(lpx_tensor_new(LPX_F32, 2, (const int64_t[]){3, 4}, cpu, &o));
+    float *px = lpx_tensor_data(x), *py = lpx_tensor_data(y), *po = lpx_tensor_data(o);
+    for (int i = 0; i < 12; i++) px[i] = (float)i, py[i] = 10.0f * (float)i;
+    lpx_op add, sm, neg;
+    CHECK_OK(lpx_op_find("add", &add));
+    CHECK_OK(lpx_op_find("softmax", &sm));
+    CHECK_OK(lpx_op_find("neg", &neg));
+    CHECK(lpx_op_spec_size(add) && lpx_op_spec_size(sm) && !lpx_op_spec_size(neg));
+    guarded_call g;
+
+    /* add with out: a spec family, the CPU kernel's fast path */
+    lpx_value av[3] = {lpx_v_tensor(x), lpx_v_tensor(y), lpx_v_tensor(o)};
+    CHECK_OK(old_dispatch(&g, add, av, 3));
+    CHECK(guard_intact(&g));
+    CHECK(g.c.nrets == 1 && g.c.rets[0].tag == LPX_TAG_TENSOR && g.c.rets[0].u.t == o);
+    CHECK(g.c.key == LPX_KEY_CPU);
+    CHECK(po[5] == 55.0f);
+    lpx_call_release_rets((lpx_call *)&g.c);
+
+    /* add without out: a new result */
+    lpx_value nv[3] = {lpx_v_tensor(x), lpx_v_tensor(y), lpx_v_none()};
+    CHECK_OK(old_dispatch(&g, add, nv, 3));
+    CHECK(guard_intact(&g));
+    CHECK(g.c.nrets == 1 && g.c.rets[0].u.t && g.c.rets[0].u.t != o);
+    if (g.c.nrets == 1) CHECK(((const float *)lpx_tensor_data(g.c.rets[0].u.t))[11] == 121.0f);
+    lpx_call_release_rets((lpx_call *)&g.c);
+
+    /* softmax (another family), and a refusal by the family's meta */
+    lpx_value sv[2] = {lpx_v_tensor(x), lpx_v_i64(-1)};
+    CHECK_OK(old_dispatch(&g, sm, sv, 2));
+    CHECK(guard_intact(&g) && g.c.nrets == 1);
+    lpx_call_release_rets((lpx_call *)&g.c);
+    lpx_value bv[2] = {lpx_v_tensor(x), lpx_v_i64(7)};
+    CHECK(old_dispatch(&g, sm, bv, 2) != LPX_OK);
+    CHECK(guard_intact(&g) && g.c.nrets == 0);
+
+    /* an op without a family: the call goes to the kernel as it is */
+    lpx_value gv[2] = {lpx_v_tensor(x), lpx_v_none()};
+    CHECK_OK(old_dispatch(&g, neg, gv, lpx_op_nargs(neg)));
+    CHECK(guard_intact(&g) && g.c.nrets == 1);
+    lpx_call_release_rets((lpx_call *)&g.c);
+
     lpx_tensor_release(x);
     lpx_tensor_release(y);
     lpx_tensor_release(o);
@@ -227,5 +326,6 @@ int main(void)
     setup();
     RUN(test_refused_by_dispatcher);
     RUN(test_good_args_reach_kernel);
+    RUN(test_old_call_layout_not_overrun);
     return CHECK_DONE();
 }

@@ -100,9 +100,15 @@ typedef struct lpx_call {
     const lpx_value *args;
     lpx_value rets[LPX_MAX_RETS];
     void *kernel_data;       /* the `data` given at kernel registration */
-    const void *op_args;     /* set by dispatch for a backend kernel of an op with a
-                              * spec family: its checked arguments (op_args.h) */
 } lpx_call;
+
+/* Plugins compiled against any 1.x header build this struct on their
+ * stack and hand it to lpx_dispatch: its size and layout are the ABI.
+ * An op's checked arguments (op_args.h) travel beside it, in the
+ * dispatcher's lpx_op_frame, never in it. */
+#if !defined(__cplusplus)
+_Static_assert(sizeof(void *) != 8 || sizeof(lpx_call) == 104, "lpx_call is plugin ABI 1: 104 bytes on LP64");
+#endif
 
 typedef lpx_status (*lpx_kernel_fn)(lpx_call *c);
 
@@ -110,7 +116,7 @@ typedef lpx_status (*lpx_kernel_fn)(lpx_call *c);
 static inline void lpx_call_init(lpx_call *c, lpx_op op, const lpx_value *args, int nargs)
 {
     c->op = op; c->key = 0; c->keys = 0; c->nargs = nargs; c->nrets = 0;
-    c->args = args; c->kernel_data = 0; c->op_args = 0;
+    c->args = args; c->kernel_data = 0;
 }
 
 /** Runs a call: key set = OR of the tensor arguments' keys (and of a device

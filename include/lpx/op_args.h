@@ -24,6 +24,7 @@
 #ifndef LPX_OP_ARGS_H
 #define LPX_OP_ARGS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "export.h"
 #include "tensor.h"
@@ -69,18 +70,45 @@ typedef struct lpx_matmul_args {
     lpx_gemm_geom g;
 } lpx_matmul_args;
 
-/** The checked arguments of the running call (a kernel of an op with a
- *  spec family casts them to its family's struct), or NULL for an op
- *  without one, or outside dense dispatch. */
-static inline const void *lpx_op_args_of(const lpx_call *c) { return c->op_args; }
+/** Room for any family's struct. Grows (plugin ABI minor) when a family
+ *  is added; nothing outside an lpx_op_frame is laid out around it. */
+typedef union lpx_op_args_any {
+    lpx_binary_args binary;
+    lpx_softmax_args softmax;
+    lpx_softmax_backward_args softmax_backward;
+    lpx_matmul_args matmul;
+} lpx_op_args_any;
 
-/** Runs the meta function of c's op for a backend key (c->key) into
- *  `args`, sized for the op's family (lpx_op_spec_size); fills
- *  c->op_args. For callers that invoke a kernel by hand (the dispatch
- *  benchmark, a backend adopting another's kernel outside dispatch).
- *  Errors: those of the op's contract; LPX_EINVAL (an op without a
- *  family, NULL). */
-LPX_API lpx_status lpx_op_spec_run(lpx_call *c, void *args, size_t size);
+/** What a backend kernel of an op with a spec family is handed: the
+ *  dispatcher copies the call (its `c`) into a frame of its own, runs the
+ *  family's meta function into `args` right behind it, and copies the
+ *  kernel's rets back to the caller's lpx_call afterwards. lpx_call itself
+ *  keeps its plugin-ABI-1 size (104 bytes on LP64): a plugin built against an older
+ *  header that puts one on its stack is never written past. */
+typedef struct lpx_op_frame {
+    lpx_call call;                   /* first: the kernel's c is &frame.call */
+    lpx_op_args_any args;
+} lpx_op_frame;
+
+/** The checked arguments of the running call: a kernel of an op with a
+ *  spec family casts them to its family's struct. Valid only for such a
+ *  kernel's own `c`, as dispatch (or a by-hand caller through
+ *  lpx_op_spec_run) hands it: `c` is then the start of an lpx_op_frame and
+ *  the arguments sit at a fixed offset behind it. Not for an op without a
+ *  family, nor for a kind's kernel (those read c->args). */
+static inline const void *lpx_op_args_of(const lpx_call *c)
+{
+    return (const char *)c + offsetof(lpx_op_frame, args);
+}
+
+/** For callers that invoke a kernel of an op with a family by hand (the
+ *  dispatch benchmark, a backend adopting another's kernel outside
+ *  dispatch): with f->call filled (lpx_call_init, then key = the backend
+ *  key that names it in messages), runs the op's meta function into
+ *  f->args; then call the kernel with &f->call. `size`: sizeof *f.
+ *  Errors: those of the op's contract; LPX_EINVAL (an op without a family,
+ *  NULL, a frame too small for the family). */
+LPX_API lpx_status lpx_op_spec_run(lpx_op_frame *f, size_t size);
 
 /** The size of the argument struct of op's spec family (0: none). */
 LPX_API size_t lpx_op_spec_size(lpx_op op);

@@ -92,7 +92,7 @@ typedef struct bench_ctx {
     void *data;
     lpx_value args[3];
     lpx_status err;
-    const void *op_args;          /* direct case: add's checked arguments (op_args.h) */
+    lpx_op_frame *frame;          /* direct case: add's checked arguments behind the call (op_args.h) */
 } bench_ctx;
 
 static int batch_direct(void *p, int64_t n)
@@ -102,15 +102,14 @@ static int batch_direct(void *p, int64_t n)
         /* what run() in dispatch.c sets up, minus the lookup and add's
          * meta function (its result, computed once, is the same every
          * call): the kernel's arithmetic alone */
-        lpx_call c;
-        lpx_call_init(&c, LPX_OP_add, x->args, 3);
-        c.key = LPX_KEY_CPU;
-        c.keys = UINT64_C(1) << LPX_KEY_CPU;
-        c.kernel_data = x->data;
-        c.op_args = x->op_args;
-        lpx_status st = x->fn(&c);
+        lpx_call *c = &x->frame->call;
+        lpx_call_init(c, LPX_OP_add, x->args, 3);
+        c->key = LPX_KEY_CPU;
+        c->keys = UINT64_C(1) << LPX_KEY_CPU;
+        c->kernel_data = x->data;
+        lpx_status st = x->fn(c);
         if (st) return x->err = st, 1;
-        lpx_call_release_rets(&c);
+        lpx_call_release_rets(c);
     }
     return 0;
 }
@@ -397,13 +396,12 @@ int lpx_bench_dispatch(int argc, char **argv)
     bench_ctx ctx = {a, b, out, NULL, NULL, {lpx_v_tensor(a), lpx_v_tensor(b), lpx_v_tensor(out)}, LPX_OK, NULL};
     double direct = NAN;
     ctx.fn = lpx__kernel_peek(LPX_OP_add, LPX_KEY_CPU, &ctx.data);
-    lpx_binary_args add_args;
+    lpx_op_frame add_frame;
     if (ctx.fn) {
-        lpx_call pc;
-        lpx_call_init(&pc, LPX_OP_add, ctx.args, 3);
-        pc.key = LPX_KEY_CPU;
-        if (lpx_op_spec_run(&pc, &add_args, sizeof add_args)) ctx.fn = NULL;
-        ctx.op_args = &add_args;
+        lpx_call_init(&add_frame.call, LPX_OP_add, ctx.args, 3);
+        add_frame.call.key = LPX_KEY_CPU;
+        if (lpx_op_spec_run(&add_frame, sizeof add_frame)) ctx.fn = NULL;
+        ctx.frame = &add_frame;
     }
     if (!ctx.fn) {
         lpx_bench_row row = {"lpx direct kernel call", NAN, "ns", NAN, NULL, tr.aten_cpu, "ATen at::cpu::add_out",
