@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "dispatch_internal.h"
+#include "api_util.h"
 
 static const char *const tag_names[] = {
     "none", "Tensor", "Tensor[]", "int", "float", "bool", "dtype", "str", "ptr", "int[]", "device",
@@ -92,14 +93,19 @@ static lpx_status not_implemented(const lpx_call *c, const lpx_op_row *row, int 
 static inline lpx_status run_spec(lpx_call *c, const lpx_op_row *row, lpx_kernel_fn fn, bool fallback)
 {
     lpx_op_frame f;
-    f.call.op = c->op;
-    f.call.key = c->key;
+    lpx_op op = c->op;
+    int key = c->key;
+    __asm__("" : "+r"(op), "+r"(key));   /* two scalar stores, as the kernel reads them */
+    f.call.op = op;
+    f.call.key = key;
     f.call.keys = c->keys;
     f.call.nargs = c->nargs;
     f.call.nrets = 0;
     f.call.args = c->args;
     f.call.kernel_data = c->kernel_data;
-    lpx_status st = row->spec(&f.call, &f.args);
+    /* the hot family's common case inline (no call); the rest by pointer */
+    lpx_status st = row->spec == lpx__spec_binary ? lpx__spec_binary_fast(c, &f.args)
+                                                  : row->spec(&f.call, &f.args);
     if (LPX_UNLIKELY(st)) return st;
     if (LPX_UNLIKELY(atomic_load_explicit(&lpx__trace_on, memory_order_relaxed)))
         st = lpx__trace_invoke(&f.call, fn, fallback);
@@ -111,18 +117,32 @@ static inline lpx_status run_spec(lpx_call *c, const lpx_op_row *row, lpx_kernel
     int n = f.call.nrets;
     c->nrets = n;
     for (int i = 0; i < n && i < LPX_MAX_RETS; i++) {
-        uint64_t w[2];
-        memcpy(&w[0], (const char *)&f.call.rets[i], 8);
-        __asm__ volatile("" ::: "memory");   /* keeps the two words two loads */
-        memcpy(&w[1], (const char *)&f.call.rets[i] + 8, 8);
-        memcpy((char *)&c->rets[i], &w[0], 8);
-        memcpy((char *)&c->rets[i] + 8, &w[1], 8);
+        uint64_t w0, w1;
+        memcpy(&w0, (const char *)&f.call.rets[i], 8);
+        memcpy(&w1, (const char *)&f.call.rets[i] + 8, 8);
+        __asm__("" : "+r"(w0), "+r"(w1));   /* two general-register loads, not one vector */
+        memcpy((char *)&c->rets[i], &w0, 8);
+        memcpy((char *)&c->rets[i] + 8, &w1, 8);
     }
     return st;
 }
 
-/* Runs the kernel for the highest key of c->keys. */
-static inline lpx_status run(lpx_call *c, const lpx_op_row *row)
+/* The same for a call that is already the head of an lpx_op_frame (the
+ * library's own typed API, dispatch/api_util.h): the arguments go
+ * straight behind it and the kernel runs on c itself. */
+static inline lpx_status run_spec_in_frame(lpx_op_frame *f, const lpx_op_row *row, lpx_kernel_fn fn, bool fallback)
+{
+    lpx_call *c = &f->call;
+    lpx_status st = row->spec == lpx__spec_binary ? lpx__spec_binary_fast(c, &f->args) : row->spec(c, &f->args);
+    if (LPX_UNLIKELY(st)) return st;
+    if (LPX_UNLIKELY(atomic_load_explicit(&lpx__trace_on, memory_order_relaxed)))
+        return lpx__trace_invoke(c, fn, fallback);
+    return fn(c);
+}
+
+/* Runs the kernel for the highest key of c->keys. f: c's frame, when the
+ * caller knows c heads one (else NULL: a call of any origin). */
+static inline lpx_status run(lpx_call *c, const lpx_op_row *row, lpx_op_frame *f)
 {
     int key = 63 - __builtin_clzll(c->keys);
     lpx_kernel_entry *e = atomic_load_explicit(&row->k[key], memory_order_acquire);
@@ -135,13 +155,14 @@ static inline lpx_status run(lpx_call *c, const lpx_op_row *row)
     c->key = key;
     c->kernel_data = e->data;
     c->nrets = 0;
-    if (row->spec && key <= LPX_KEY_BACKEND_LAST) return run_spec(c, row, e->fn, fallback);
+    if (row->spec && key <= LPX_KEY_BACKEND_LAST)
+        return f ? run_spec_in_frame(f, row, e->fn, fallback) : run_spec(c, row, e->fn, fallback);
     if (LPX_UNLIKELY(atomic_load_explicit(&lpx__trace_on, memory_order_relaxed)))
         return lpx__trace_invoke(c, e->fn, fallback);
     return e->fn(c);
 }
 
-lpx_status lpx_dispatch(lpx_call *c)
+static inline __attribute__((always_inline)) lpx_status dispatch(lpx_call *c, lpx_op_frame *f)
 {
     if (LPX_UNLIKELY(!c)) return lpx_error(LPX_EINVAL, "lpx_dispatch: call is NULL");
     lpx_status st = lpx_ensure_init();
@@ -195,10 +216,14 @@ lpx_status lpx_dispatch(lpx_call *c)
     if (LPX_UNLIKELY(!ok || !keys)) return bad_args(c, row);
     if (LPX_UNLIKELY(mixed) && !row->cross_device) return mixed_devices(c, row);
     c->keys = keys;
-    st = run(c, row);
+    st = run(c, row, f);
     if (LPX_UNLIKELY(st)) lpx_call_release_rets(c);
     return st;
 }
+
+lpx_status lpx_dispatch(lpx_call *c) { return dispatch(c, NULL); }
+
+lpx_status lpx__dispatch_frame(lpx_op_frame *f) { return dispatch(&f->call, f); }
 
 lpx_status lpx_redispatch(lpx_call *c)
 {
@@ -213,7 +238,7 @@ lpx_status lpx_redispatch(lpx_call *c)
         return lpx_error(LPX_ENOTIMPL, "%s: redispatch below key '%s' finds no key left", row->schema.name,
                          lpx_key_name(key));
     }
-    lpx_status st = run(c, row);
+    lpx_status st = run(c, row, NULL);   /* c: any origin */
     if (st) lpx_call_release_rets(c);
     c->key = key;
     c->kernel_data = data;

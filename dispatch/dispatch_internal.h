@@ -49,6 +49,66 @@ LPX_SPEC_FAMILIES(LPX__SPEC_SIZE)
 #undef LPX__SPEC_SIZE
 
 
+/* lpx_binary_args.flat for filled args (shape, ndim, a, b, out). */
+static inline bool lpx__binary_flat(const lpx_binary_args *a)
+{
+    const lpx_tensor *t[3] = {a->a, a->b, a->out ? a->out : a->a};
+    for (int k = 0; k < 3; k++)
+        if (t[k]->ndim != a->ndim) return false;
+    int64_t s = 1;
+    for (int i = a->ndim - 1; i >= 0; i--) {
+        int64_t d = a->shape[i];
+        for (int k = 0; k < 3; k++)
+            if (t[k]->shape[i] != d || (d != 1 && t[k]->strides[i] != s)) return false;
+        s *= d;
+    }
+    return true;
+}
+
+/* The `binary` family's common case, inlined into the dispatcher: dense
+ * operands of a built-in dtype and one shape, `out` (if any) dense,
+ * writable, of that shape and a's dtype. Fills exactly what
+ * lpx__spec_binary fills for the same arguments; anything else (and every
+ * message) is lpx__spec_binary's. `c` supplies the arguments. */
+static inline __attribute__((always_inline)) lpx_status lpx__spec_binary_fast(const lpx_call *c, void *p)
+{
+    lpx_binary_args *a = p;
+    const lpx_value *v = c->args;
+    lpx_tensor *x = v[0].u.t, *y = v[1].u.t;
+    lpx_tensor *o = c->nargs > 2 && v[2].tag == LPX_TAG_TENSOR ? v[2].u.t : NULL;
+    int n = x->ndim;
+    lpx_dtype dt = x->dtype;
+    bool ok = !x->kind & !y->kind & ((unsigned)dt < LPX_DTYPE_BUILTIN_COUNT) &
+              ((unsigned)y->dtype < LPX_DTYPE_BUILTIN_COUNT) & (n == y->ndim);
+    if (o) ok &= !o->kind & (o->dtype == dt) & (o->ndim == n) && !o->storage->readonly;
+    if (LPX_LIKELY(ok)) {
+        const lpx_tensor *r = o ? o : y;   /* out's shape, or y's again */
+        bool flat = true;
+        int64_t s = 1;
+        for (int i = n - 1; i >= 0; i--) {
+            int64_t d = x->shape[i];
+            a->shape[i] = d;
+            ok &= (d == y->shape[i]) & (d == r->shape[i]);
+            flat &= (d == 1) | ((x->strides[i] == s) & (y->strides[i] == s) & (r->strides[i] == s));
+            s *= d;
+        }
+        if (LPX_LIKELY(ok)) {
+            /* one scalar store per field: the kernel loads them back at
+             * once, and a load out of the middle of a wider (vector)
+             * store is not forwarded on every core */
+            __asm__("" : "+r"(x), "+r"(y), "+r"(o));
+            a->a = x;
+            a->b = y;
+            a->out = o;
+            a->dtype = dt;
+            a->ndim = n;
+            a->flat = flat;
+            return LPX_OK;
+        }
+    }
+    return lpx__spec_binary(c, p);
+}
+
 typedef struct lpx_op_row {
     _Atomic(lpx_kernel_entry *) k[LPX_NUM_KEYS];
     lpx_schema schema;

@@ -90,12 +90,15 @@ lpx_status lpx__spec_binary(const lpx_call *c, void *p)
         }
     a->ndim = n;
     if (LPX_UNLIKELY(!same) && (st = lpx_meta_broadcast(op_name(c), x, y, &a->ndim, a->shape))) return st;
-    if (!o) return LPX_OK;
-    /* lpx_meta_out's contract, tested inline; its messages on failure */
-    bool ok = !o->kind && (unsigned)o->dtype < LPX_DTYPE_BUILTIN_COUNT && !o->storage->readonly &&
-              o->ndim == a->ndim && o->dtype == a->dtype;
-    for (int i = 0; ok && i < a->ndim; i++) ok = o->shape[i] == a->shape[i];
-    return LPX_LIKELY(ok) ? LPX_OK : out_slow(c, a);
+    if (o) {
+        /* lpx_meta_out's contract, tested inline; its messages on failure */
+        bool ok = !o->kind && (unsigned)o->dtype < LPX_DTYPE_BUILTIN_COUNT && !o->storage->readonly &&
+                  o->ndim == a->ndim && o->dtype == a->dtype;
+        for (int i = 0; ok && i < a->ndim; i++) ok = o->shape[i] == a->shape[i];
+        if (LPX_UNLIKELY(!ok) && (st = out_slow(c, a))) return st;
+    }
+    a->flat = lpx__binary_flat(a);
+    return LPX_OK;
 }
 
 /* ---- softmax, softmax_backward --------------------------------------- */

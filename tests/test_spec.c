@@ -205,6 +205,7 @@ static void test_good_args_reach_kernel(void)
     CHECK(lpx_op_args_of(&f.call) == (const void *)ba);
     CHECK(ba->a == x && ba->b == y && ba->out == o && ba->dtype == LPX_F32);
     CHECK(ba->ndim == 3 && ba->shape[0] == 4 && ba->shape[1] == 5 && ba->shape[2] == 3);
+    CHECK(!ba->flat);   /* broadcast: no single flat loop */
     CHECK_ERR(lpx_op_spec_run(&f, sizeof f.call + 8), LPX_EINVAL);
 
     lpx_op sm;
@@ -290,6 +291,13 @@ static void test_old_call_layout_not_overrun(void)
     CHECK(g.c.nrets == 1 && g.c.rets[0].tag == LPX_TAG_TENSOR && g.c.rets[0].u.t == o);
     CHECK(g.c.key == LPX_KEY_CPU);
     CHECK(po[5] == 55.0f);
+    /* the family's struct as the inline common case fills it, and as the
+     * out-of-line meta function does (same arguments, same result) */
+    lpx_op_frame ff;
+    lpx_call_init(&ff.call, add, av, 3);
+    ff.call.key = LPX_KEY_CPU;
+    CHECK_OK(lpx_op_spec_run(&ff, sizeof ff));
+    CHECK(ff.args.binary.flat && ff.args.binary.ndim == 2 && ff.args.binary.shape[1] == 4);
     lpx_call_release_rets((lpx_call *)&g.c);
 
     /* add without out: a new result */

@@ -24,6 +24,7 @@
 #ifndef LPX_OP_ARGS_H
 #define LPX_OP_ARGS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "export.h"
@@ -43,6 +44,9 @@ typedef struct lpx_binary_args {
     lpx_tensor *out;                 /* the caller's out, or NULL (absent, or an op without one) */
     lpx_dtype dtype;                 /* the result's dtype: a's */
     int ndim;                        /* the broadcast shape */
+    bool flat;                       /* a, b and out (when given) all have that shape
+                                      * and are contiguous (a size-1 dim's stride is
+                                      * free): one flat loop over a's numel elements */
     int64_t shape[LPX_MAX_DIMS];
 } lpx_binary_args;
 
