@@ -519,6 +519,45 @@ static void resume_exact(const char *recipe, const char *extra, bool delayed, bo
            wall_s() - t0);
 }
 
+/* A checkpoint saved after the first step (the earliest one: --stop-after
+ * takes 1..steps, so there is no step-0 checkpoint) resumes bit for bit:
+ * AdamW's step count 1 (its bias corrections 1 - beta^1), the float8
+ * delayed histories holding one amax each and the data position after
+ * one batch all come back. 4 steps straight = 1 + resume + 3, the exact
+ * losses of steps 2..4 and the final rank files equal. */
+static void test_resume_at_step_1(void)
+{
+    static char o1[65536], o2[65536], o3[65536];
+    static const char *const recipes[] = {"bf16", "float8-delayed"};
+    const char *common = "--ranks 2 --micro 2 --steps 4 --log-exact " TINY;
+    for (int k = 0; k < 2; k++) {
+        const char *r = recipes[k];
+        char args[4096], a[600], b[600];
+        snprintf(args, sizeof args, "train --recipe %s %s --data '%s' --out '%s/s1-%s' --save '%s/s1-%s-ck4'", r,
+                 common, corpus, outdir, r, outdir, r);
+        CHECKF(run(args, o1, sizeof o1) == 0, "%s straight: %s", r, o1);
+        snprintf(args, sizeof args, "train --recipe %s %s --stop-after 1 --data '%s' --out '%s/s1-%s' --save "
+                 "'%s/s1-%s-ck1'", r, common, corpus, outdir, r, outdir, r);
+        CHECKF(run(args, o2, sizeof o2) == 0, "%s step 1: %s", r, o2);
+        snprintf(args, sizeof args, "train --resume '%s/s1-%s-ck1' --log-exact --log-every 1 --out '%s/s1-%s' --save "
+                 "'%s/s1-%s-ckr'", outdir, r, outdir, r, outdir, r);
+        CHECKF(run(args, o3, sizeof o3) == 0 && strstr(o3, "at step 1"), "%s resumed at step 1: %s", r, o3);
+        int s1[8], s2[8], s3[8];
+        char h1[8][40], h2[8][40], h3[8][40];
+        int n1 = hex_losses(o1, r, s1, h1, 8), n2 = hex_losses(o2, r, s2, h2, 8), n3 = hex_losses(o3, r, s3, h3, 8);
+        CHECKF(n1 == 4 && n2 == 1 && n3 == 3, "%s: %d, %d, %d exact losses", r, n1, n2, n3);
+        if (n1 == 4 && n2 == 1) CHECKF(!strcmp(h1[0], h2[0]), "%s step 1: %s vs %s", r, h1[0], h2[0]);
+        for (int i = 0; n1 == 4 && i < n3 && i < 3; i++)
+            CHECKF(s3[i] == i + 2 && !strcmp(h1[i + 1], h3[i]), "%s step %d: straight %s, resumed %s", r, i + 2,
+                   h1[i + 1], h3[i]);
+        for (int q = 0; q < 2; q++) {
+            snprintf(a, sizeof a, "%s/s1-%s-ck4/rank-%05d-of-00002.safetensors", outdir, r, q);
+            snprintf(b, sizeof b, "%s/s1-%s-ckr/rank-%05d-of-00002.safetensors", outdir, r, q);
+            CHECKF(same_file(a, b), "%s: rank %d's final file differs after a resume at step 1", r, q);
+        }
+    }
+}
+
 /* float8-delayed is not rank-count invariant in the last bits (its first
  * casts use the initial scale 1), so its resume on 1 rank is checked to 1% */
 static void test_resume_float8_delayed(void) { resume_exact("float8-delayed", "", true, false); }
@@ -1055,6 +1094,7 @@ int main(int argc, char **argv)
         RUN(test_nf4_qlora);
         RUN(test_mem);
         RUN(test_resume_float8_delayed);
+        RUN(test_resume_at_step_1);
         RUN(test_resume_nf4_qlora);
         RUN(test_resume_cross_recipe);
         RUN(test_resume_refusals);
