@@ -954,6 +954,67 @@ static void test_mpi_checkpoints(void)
     }
 }
 
+/* lpx mem's numbers on a grouped-query model, worked by hand:
+ *   --dim 128 --layers 2 --heads 4 --kv-heads 1 --ffn 256 --vocab 256
+ *   --seq 64 --recipe bf16 --ranks 1,2 (bf16 activations, 1 sequence)
+ * D 128, head dim 32, KV = 1 x 32, F 256, V 256, bt = 64 rows.
+ * A block: norms 2 x 128, wq and wo 2 x 128^2 = 32768, wk and wv
+ *   2 x 32 x 128 = 8192, w1, w3, w2 3 x 256 x 128 = 98304: 139520.
+ * Model: 2 x 139520 + embedding 32768 + head 32768 + final norm 128
+ *   = 344704 params (4 kv heads would give 393856).
+ * 1 rank: params 4 x 344704 = 1378816 B (1.31 MiB); AdamW 8 x = 2757632
+ *   (2.63 MiB); grads: the master's 1378816 + the largest group's full
+ *   f32 grads (a block, 4 x 139520 = 558080) = 1936896 (1.85 MiB);
+ *   unsharded: two adjacent blocks in bf16, 2 x 2 x 139520 = 558080
+ *   (545.00 KiB); activations (bf16): per block 2 x 64 x (6 D + 2 KV +
+ *   3 F = 1600) + 4 x (2 x 64 + 4 heads x 64) = 206336, x 2 + the head's
+ *   2 x 3 x 64 x 128 + 4 x 64 = 49408: 462080 (451.25 KiB); loss chunk
+ *   (all 64 rows): 2 x 64 x 256 x 2 + the head's grad V D x (2 + 4)
+ *   = 65536 + 196608 = 262144 (256.00 KiB); device total 7355648
+ *   (7.01 MiB).
+ * 2 ranks (every row count even): params 689408 (673.25 KiB), grads
+ *   689408 + 558080 = 1247488 (1.19 MiB), AdamW 1378816 (1.31 MiB), the
+ *   rest unchanged: total 4598016 (4.39 MiB). */
+static void test_mem_gqa_numbers(void)
+{
+    static char out[8192];
+    int rc = run("mem --dim 128 --layers 2 --heads 4 --kv-heads 1 --ffn 256 --vocab 256 --seq 64 --recipe bf16 "
+                 "--ranks 1,2", out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "(kv 1)") && strstr(out, ": 344704 params"), "%d: %s", rc, out);
+    static const char *const rows[][3] = {
+        {"params", "1.31 MiB", "673.25 KiB"},     {"grads", "1.85 MiB", "1.19 MiB"},
+        {"optimizer", "2.63 MiB", "1.31 MiB"},    {"unsharded", "545.00 KiB", "545.00 KiB"},
+        {"activations", "451.25 KiB", "451.25 KiB"}, {"loss chunk", "256.00 KiB", "256.00 KiB"},
+        {"device total", "7.01 MiB", "4.39 MiB"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        char want[128];
+        snprintf(want, sizeof want, "\n  %-14s %12s %12s\n", rows[i][0], rows[i][1], rows[i][2]);
+        CHECKF(strstr(out, want) != NULL, "row '%s': want %s / %s in\n%s", rows[i][0], rows[i][1], rows[i][2], out);
+    }
+    /* --params N: the shape it picks has about N parameters (within 5%:
+     * dims step by 128 per layer), and the count printed is the shape's,
+     * recomputed here from the printed dims: vocab x dim x 2 + dim +
+     * layers x (2 dim + 2 dim^2 + 2 dim kv + 3 dim ffn), kv = kv heads x
+     * (dim / heads) */
+    static const double ns[] = {1e8, 1e9, 7e9};
+    for (int i = 0; i < 3; i++) {
+        char args[64];
+        snprintf(args, sizeof args, "mem --params %g", ns[i]);
+        rc = run(args, out, sizeof out);
+        int d = 0, l = 0, h = 0, kv = 0, f = 0, v = 0, sq = 0;
+        long long n = 0;
+        int got = sscanf(out, "model: dim %d, layers %d, heads %d (kv %d), ffn %d, vocab %d, seq %d: %lld params", &d, &l,
+                         &h, &kv, &f, &v, &sq, &n);
+        CHECKF(rc == 0 && got == 8, "--params %g: %d fields of %s", ns[i], got, out);
+        if (got != 8) continue;
+        double hd = (double)(d / h), want = (double)v * d * 2 + d + (double)l * (2.0 * d + 2.0 * d * d + 2.0 * d * kv * hd +
+                                                                                 3.0 * d * f);
+        CHECKF((double)n == want, "--params %g: %lld params printed, the shape has %.0f", ns[i], n, want);
+        CHECKF(fabs((double)n - ns[i]) <= 0.05 * ns[i], "--params %g picked %lld params", ns[i], n);
+    }
+}
+
 static void test_mem(void)
 {
     char out[4096];
@@ -1093,6 +1154,7 @@ int main(int argc, char **argv)
         RUN(test_mem_blockwise_shards);
         RUN(test_nf4_qlora);
         RUN(test_mem);
+        RUN(test_mem_gqa_numbers);
         RUN(test_resume_float8_delayed);
         RUN(test_resume_at_step_1);
         RUN(test_resume_nf4_qlora);
