@@ -163,11 +163,13 @@ void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, 
            "phase, %+.1f%%)\n", !strcmp(o->device, "cuda") ? "the GPU's memory is above" : "every rank's tensors",
            rss / MiB, est / MiB, at, rss > 0 ? 100.0 * (est - rss) / rss : 0.0);
     for (int i = 0; i < np; i++)
-        printf("  %-20s estimate %.1f MiB = %d ranks x %.1f MiB (lpx mem, loss chunk included) + %.1f MiB f32 model "
+        printf("  %-20s estimate %.1f MiB = %d ranks x %.1f MiB (lpx mem's per-rank total) + %.1f MiB f32 model "
                "copies + %.1f MiB corpus + %.1f MiB overhead\n", ph[i].label, ph[i].total / MiB, ph[i].ranks,
                ph[i].per_rank / MiB, ph[i].weights / MiB, ph[i].corpus / MiB, ph[i].overhead / MiB);
-    printf("  not in the categories above: the loss chunk's logits and head grad (in lpx mem's total), the initial\n"
-           "  weights, the corpus, and the modelled overhead: OpenBLAS's per-thread buffers, f32<->bf16 conversions\n"
-           "  of GEMM operands, the dispatcher's temporaries, the allocator's arenas and slack, the executable\n");
+    /* (no "loss " in these lines: tests read the progress lines' losses as "  LABEL ... loss X") */
+    printf("  not in the categories above: the LM head's chunk of logits, their grad and the head's grad (in lpx\n"
+           "  mem's per-rank total), the initial weights, the corpus, and the modelled overhead: OpenBLAS's\n"
+           "  per-thread buffers, f32<->bf16 conversions of GEMM operands, the dispatcher's temporaries, the\n"
+           "  allocator's arenas and slack, the executable\n");
 }
 
