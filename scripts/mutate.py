@@ -196,7 +196,7 @@ def main():
         dst = os.path.join(tree, f)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if not os.path.exists(dst) or open(dst, "rb").read() != open(os.path.join(root, f), "rb").read():
-            shutil.copy2(os.path.join(root, f), dst)
+            shutil.copy(os.path.join(root, f), dst)   # a new mtime: a kept build (--keep) rebuilds it
     # the test interpreter (.test-venv) is found by absolute path: share it
     venv = os.path.join(root, ".test-venv")
     if os.path.isdir(venv) and not os.path.exists(os.path.join(tree, ".test-venv")):
