@@ -251,6 +251,38 @@ static void test_block_stats(void)
         }
         lpx_tensor_release(q);
     }
+    /* Float8Linear "blockwise" reports the statistics of its casts, which
+     * round the scales down to powers of two (the preset: DeepSeek-V3's):
+     * the input x in 1 x 128 blocks as above, scales 0.448 -> 0.25 (still
+     * 9 underflows: 1e-6 x 0.25), 224 -> 128, 149.3 -> 128, 1: range
+     * 0.25..128; the weight w [128, 256] in 128 x 128 blocks, 0.25
+     * everywhere but w[3][7] = -5: amax 5, block scales 448/5 = 89.6 -> 64
+     * and 448/0.25 = 1792 -> 1024, no underflow, 32768 elements */
+    int64_t sw[2] = {128, 256};
+    double *wv = malloc(sizeof(double) * 128 * 256);
+    for (int i = 0; i < 128 * 256; i++) wv[i] = 0.25;
+    wv[3 * 256 + 7] = -5.0;
+    lpx_tensor *w = mk(LPX_F32, 2, sw, wv), *out = NULL;
+    free(wv);
+    lpx_float8_linear_recipe r;
+    CHECK_OK(lpx_float8_linear_recipe_preset("blockwise", &r));
+    lpx_float8_linear_state fs = {0};
+    CHECK_OK(lpx_float8_linear_state_init(&fs, &r));
+    lpx_float8_linear_report rep;
+    memset(&rep, 0, sizeof rep);
+    CHECK_OK(lpx_float8_linear_forward(&r, &fs, x, w, NULL, &out, NULL, &rep));
+    const lpx_float8_stats *a = &rep.fprop.a.stats, *b = &rep.fprop.b.stats;
+    CHECKF(rep.fprop.a.quantized && a->amax == 1000.0 && a->underflow == (double)(float)(9.0 / 383.0) &&
+           a->numel == 512 && a->scale == 0.25 && a->scale_max == 128.0,
+           "fprop input: amax %g underflow %.9g numel %lld scale %.9g..%.9g", a->amax, a->underflow,
+           (long long)a->numel, a->scale, a->scale_max);
+    CHECKF(rep.fprop.b.quantized && b->amax == 5.0 && b->underflow == 0.0 && b->saturation == 0.0 && b->numel == 32768 &&
+           b->scale == 64.0 && b->scale_max == 1024.0,
+           "fprop weight: amax %g underflow %g numel %lld scale %.9g..%.9g", b->amax, b->underflow, (long long)b->numel,
+           b->scale, b->scale_max);
+    lpx_float8_linear_state_destroy(&fs);
+    lpx_tensor_release(out);
+    lpx_tensor_release(w);
     lpx_tensor_release(x);
 }
 
