@@ -191,7 +191,8 @@ int lpx_cmd_plan(int argc, char **argv)
         }
     tr_mem_est me;
     tr_mem_estimate_geom(&g, (tr_recipe)recipe, (int)gpus, 8, (int)batch, 1, false, 2, ac, &me);
-    double mem = (double)(me.params + me.grads + me.optimizer + me.unsharded + me.activations);
+    /* lpx mem's device total: the loss's chunk (logits, their grad, the head's grad) included */
+    double mem = (double)(me.params + me.grads + me.optimizer + me.unsharded + me.activations + me.transient);
     static const char *const names[5] = {"bf16", "float8 compute, bf16 all-gather", "+ float8 all-gather, amax per param",
                                          "+ one combined amax all-reduce", NULL};
     char mine_label[64];

@@ -743,32 +743,33 @@ static bool inject_target_ok(const tr_opts *o, const tr_geom *g)
 static int train_run(tr_opts *op, const tr_ckpt *ck);
 
 /* A model too big for this machine is refused before anything is
- * allocated: the `lpx mem` estimate of every rank (the local ranks share
- * this machine's memory) plus the full f32 initial weights. */
-static bool fits_memory(const tr_opts *o, const tr_geom *g, bool lead)
+ * allocated: every phase the run goes through (nf4-qlora's bf16
+ * pre-training, the recipe, --compare's bf16 run), each the `lpx mem`
+ * estimate of every rank (the local ranks share this process), the f32
+ * model copies, the corpus and the modelled overhead (tr_mem_phases),
+ * against the memory available now (MemAvailable, the cgroup's room). */
+static bool fits_memory(const tr_opts *o, const tr_geom *g, bool lead, const tr_mem_run *mr)
 {
-    tr_mem_est e;
-    int world = tr_per_process(o, NULL, NULL) ? 1 : o->ranks;   /* ranks in this process (threads: local, nccl) */
-    tr_mem_estimate_geom(g, o->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
-                         o->wrap_linear, tr_act_dtype(o, o->recipe) == LPX_F32 ? 4 : 2, o->ac, &e);
-    /* host memory: on the CPU everything; on a GPU the shards, grad shards
-     * and AdamW state under --offload, nothing per rank otherwise (the GPU's
-     * own memory is lpx-cuda's to refuse: an allocation it cannot make
-     * fails with LPX_ENOMEM naming the op) */
-    bool gpu = !strcmp(o->device, "cuda");
-    double per_rank = !gpu ? (double)e.params + (double)e.grads + (double)e.optimizer + (double)e.unsharded +
-                             (double)e.activations
-                      : o->offload ? (double)e.params + (double)e.grads + (double)e.optimizer
-                                   : 0.0;
-    double need = per_rank * world + 4.0 * (double)tr_geom_numel(g) * (o->recipe == TR_NF4_QLORA ? 2 : 1);
-    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
-    double have = pages > 0 && psize > 0 ? (double)pages * (double)psize : INFINITY;
-    if (need <= have) return true;
-    if (lead)
-        fprintf(stderr, "lpx train: the model (%lld params) needs about %.1f GiB here (lpx mem: %.1f GiB per rank x %d "
-                "ranks, plus the initial weights); this machine has %.1f GiB\n", (long long)tr_geom_numel(g),
-                need / 1073741824.0, per_rank / 1073741824.0, world, have / 1073741824.0);
-    return false;
+    tr_mem_phase ph[3];
+    int n = tr_mem_phases(o, g, mr, ph);
+    tr_host_mem hm;
+    tr_host_mem_read(&hm);
+    for (int i = 0; i < n; i++) {
+        if (ph[i].total <= hm.avail) continue;
+        if (lead) {
+            char have[320], need[32], rank[32], wc[32], ov[32];
+            tr_host_mem_describe(&hm, have, sizeof have);
+            tr_mem_human(need, sizeof need, ph[i].total);
+            tr_mem_human(rank, sizeof rank, ph[i].per_rank);
+            tr_mem_human(wc, sizeof wc, ph[i].weights + ph[i].corpus);
+            tr_mem_human(ov, sizeof ov, ph[i].overhead);
+            fprintf(stderr, "lpx train: the model (%lld params) needs about %s here in its %s phase (lpx mem: %s per "
+                    "rank x %d ranks, plus %s of weights and corpus and %s of process overhead); this machine has %s\n",
+                    (long long)tr_geom_numel(g), need, ph[i].label, rank, ph[i].ranks, wc, ov, have);
+        }
+        return false;
+    }
+    return true;
 }
 
 int lpx_cmd_train(int argc, char **argv)
@@ -1005,7 +1006,10 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     memset(res, 0, sizeof res);
     if (!g) FAIL(LPX_ENOMEM, "out of memory");
     TRY(tr_geom_init(g, &o.m, o.seq, o.wrap_linear));
-    if (!fits_memory(&o, g, lead)) {
+    tr_mem_run mr = {.pretrain = o.recipe == TR_NF4_QLORA && !ck && !hf_init && !o.init_path,
+                     .compare = o.compare, .weight_copies = o.recipe == TR_NF4_QLORA && !ck && !hf_init ? 2 : 1,
+                     .corpus_bytes = (double)corpus.n * sizeof *corpus.tok};
+    if (!fits_memory(&o, g, lead, &mr)) {
         rc = 2;
         goto out;
     }
@@ -1109,7 +1113,7 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
         base_idx = main_idx;
     }
     if (!lead) goto out;    /* the other MPI ranks: rank 0 reports */
-    tr_print_summary(&o, g, res, nres, main_idx, base_idx);
+    tr_print_summary(&o, g, res, nres, main_idx, base_idx, &mr);
     tr_print_dispatch(&o);
     TRY(tr_write_metrics(o.out_dir, res, nres));
     printf("\nwrote %s/metrics.csv and %s/loss.svg\n", o.out_dir, o.out_dir);
