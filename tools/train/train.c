@@ -948,6 +948,12 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
             return 2;
         }
         if (tr_arch_check(&o.m, "lpx train")) return 2;
+        /* the tokenizer and the other files --save-hf copies: a different
+         * file of the user's there is refused now, not after the run */
+        if (o.save_hf && tr_hf_check_copy(o.init_path, o.save_hf, lead ? stderr : NULL) != LPX_OK) {
+            if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+            return 2;
+        }
     } else if (o.init_path && o.recipe != TR_NF4_QLORA) {
         if (lead) fprintf(stderr, "lpx train: --init '%s' is not a directory: a model.bin is a base for --recipe "
                           "nf4-qlora; other recipes start from a Hugging Face model directory\n", o.init_path);
@@ -1069,7 +1075,7 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     if (st != LPX_OK) goto out;
     nres++;
     if (o.save_hf && lead) {
-        TRY(tr_hf_write_config(o.save_hf, g));
+        TRY(tr_hf_write_config(o.save_hf, g, hf_init ? o.init_path : NULL));
         if (!o.quiet) printf("  wrote %s (Hugging Face: config.json, model.safetensors)\n", o.save_hf);
     }
     if (o.compare && o.recipe != TR_BF16) {
