@@ -330,6 +330,29 @@ static void test_config_refusals(void)
     free(cfg);
 }
 
+/* hf_logits.py's exit code on folder DIR against lpx eval's logits LG
+ * (eos: the generation config's eos_token_id to expect, or NULL); 77 when
+ * the test interpreter has no torch or transformers (*why says which) */
+static int transformers_check(const char *dir, const char *tokens, const char *lg, const char *eos, char *log, size_t n)
+{
+    char script[600], cmd[4096];
+    snprintf(script, sizeof script, "%s", fixture);
+    char *s = strstr(script, "/data/llama_tiny");
+    if (!s) {
+        snprintf(log, n, "cannot find tests/python/hf_logits.py from the fixture path %s", fixture);
+        return 77;
+    }
+    snprintf(s, sizeof script - (size_t)(s - script), "/python/hf_logits.py");
+    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' '%s' '%s' %s%s%s 2>&1", python, script, dir, tokens, lg, eos ? "'" : "",
+             eos ? eos : "", eos ? "'" : "");
+    FILE *p = popen(cmd, "r");
+    size_t k = p ? fread(log, 1, n - 1, p) : 0;
+    while (k && (log[k - 1] == '\n' || log[k - 1] == ' ')) k--;
+    log[k] = 0;
+    int st = p ? pclose(p) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 /* DIR's text parsed, or NULL (CHECKed) */
 static cJSON *json_of(const char *path)
 {
@@ -458,18 +481,10 @@ static void test_save_hf_round_trip(void)
     rc = run_limited(args, log, sizeof log);
     CHECKF(rc == 0, "lpx eval of the saved folder: %d %s", rc, log);
     if (rc) return;
-    char script[600], cmd[4096];
-    snprintf(script, sizeof script, "%s", fixture);
-    char *s = strstr(script, "/data/llama_tiny");
-    if (!s) SKIP_CASE("cannot find tests/python/hf_logits.py from the fixture path %s", fixture);
-    snprintf(s, sizeof script - (size_t)(s - script), "/python/hf_logits.py");
-    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' '%s/tokens.bin' '%s' '[2, 3]' 2>&1", python, script, out, fixture, lg);
-    FILE *p = popen(cmd, "r");
-    size_t n = p ? fread(log, 1, sizeof log - 1, p) : 0;
-    log[n] = 0;
-    int st = p ? pclose(p) : -1;
-    rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    if (rc == 77) SKIP_CASE("transformers round trip: %s has no %s", python, strstr(log, "No module") ? strstr(log, "No module") : log);
+    char tokens[700];
+    snprintf(tokens, sizeof tokens, "%s/tokens.bin", fixture);
+    rc = transformers_check(out, tokens, lg, "[2, 3]", log, sizeof log);
+    if (rc == 77) SKIP_CASE("transformers round trip: %s (%s)", log, python);
     CHECKF(rc == 0, "transformers on the saved folder (%s): exit %d: %s", python, rc, log);
     const char *line = strstr(log, "max |transformers");
     if (line) printf("  %.*s\n", (int)strcspn(line, "\n"), line);
@@ -527,6 +542,98 @@ static void test_save_hf_preset_max_position(void)
     cJSON_Delete(c);
 }
 
+/* A Llama whose sizes are no multiple of 32 (intermediate_size 200,
+ * hidden 48 with 3 heads of 16: transformers takes both) trains one bf16
+ * step, saves, and loads back in lpx eval under every recipe, with a
+ * finite loss; transformers gives lpx's logits. Before, --dim 48 and
+ * --ffn 200 (and `lpx eval` of such a config.json) were refused with "not a
+ * positive multiple of 32" for every recipe; no recipe needs it (MX pads
+ * the last block of 32 of a row, NF4 the last of 64, float8-blockwise its
+ * partial 128 blocks), so none refuses it. */
+static void test_sizes_not_multiples_of_32(void)
+{
+    char out[600], args[4096], ids[700];
+    static char log[65536];
+    snprintf(out, sizeof out, "%s/odd", outdir);
+    snprintf(ids, sizeof ids, "%s/odd-ids.bin", outdir);
+    write_ids(ids);
+    snprintf(args, sizeof args, "train --dim 48 --heads 3 --kv-heads 1 --ffn 200 --layers 2 --vocab 128 --recipe bf16 "
+             "--ranks 2 --micro 2 --batch 2 --steps 1 --seq 16 --eval 1 --sample 0 --data '%s' --save-hf '%s' "
+             "--out '%s/odd-run'", ids, out, outdir);
+    int rc = run_limited(args, log, sizeof log);
+    CHECKF(rc == 0, "train --dim 48 --ffn 200: %d %s", rc, log);
+    if (rc) return;
+    static const char *const recipes[] = {"f32", "bf16", "float8-tensorwise", "float8-rowwise", "float8-delayed",
+                                          "float8-blockwise", "nf4-qlora", "mxfp8", "mxfp4"};
+    for (size_t i = 0; i < sizeof recipes / sizeof *recipes; i++) {
+        snprintf(args, sizeof args, "eval --init '%s' --tokens '%s/tokens.bin' --recipe %s", out, fixture, recipes[i]);
+        rc = run_limited(args, log, sizeof log);
+        double l = loss_of(log);
+        CHECKF(rc == 0 && isfinite(l), "eval --recipe %s of intermediate_size 200: %d %s", recipes[i], rc, log);
+    }
+    char lg[700];
+    snprintf(lg, sizeof lg, "%s/odd-logits.safetensors", outdir);
+    snprintf(args, sizeof args, "eval --init '%s' --tokens '%s/tokens.bin' --logits '%s'", out, fixture, lg);
+    rc = run_limited(args, log, sizeof log);
+    CHECKF(rc == 0, "eval --logits: %d %s", rc, log);
+    char tokens[700];
+    snprintf(tokens, sizeof tokens, "%s/tokens.bin", fixture);
+    rc = transformers_check(out, tokens, lg, NULL, log, sizeof log);
+    if (rc == 77) SKIP_CASE("transformers check: %s (%s)", log, python);
+    CHECKF(rc == 0, "transformers on hidden 48 / intermediate 200 (%s): exit %d: %s", python, rc, log);
+}
+
+/* `lpx eval --recipe R` for every recipe `lpx train` has (nf4-qlora and
+ * the MX ones were refused): on the fixture, a finite loss within a bound
+ * of f32's that follows from each format, and (for the quantized ones) not
+ * f32's exactly, so the recipe really ran. Measured on the fixture
+ * (f32 5.400139): bf16 0 (the weights are bf16 already and the CPU
+ * computes in f32), float8 tensorwise 0.21 %, rowwise 0.34 %, delayed
+ * 0.05 %, blockwise 0.02 %, nf4-qlora 0.92 %, mxfp8 0.49 %, mxfp4 0.46 %.
+ * Bounds: bf16 1e-6 relative; e4m3 (float8, mxfp8) keeps 3 mantissa bits,
+ * a relative step of 2^-4 per value that averages over the 64 and 96
+ * products of each dot: 2 %, 4x to 100x the measured; NF4 (16 levels per
+ * block of 64) and mxfp4 (e2m1, one mantissa bit under a power-of-two
+ * block scale) are 4-bit: 5 %, 5x the measured. A recipe that did not
+ * quantize, or that broke the model (a loss off by its scale: tens of %),
+ * fails either way. */
+static void test_eval_every_recipe(void)
+{
+    static const struct { const char *r; double tol; bool exact; } cases[] = {
+        {"bf16", 1e-6, true},
+        {"float8-tensorwise", 0.02, false},
+        {"float8-rowwise", 0.02, false},
+        {"float8-delayed", 0.02, false},
+        {"float8-blockwise", 0.02, false},
+        {"nf4-qlora", 0.05, false},
+        {"mxfp8", 0.02, false},
+        {"mxfp4", 0.05, false},
+    };
+    char args[2048];
+    static char log[65536];
+    int rc = eval_dir(fixture, log, sizeof log);
+    double ref = loss_of(log);
+    CHECKF(rc == 0 && isfinite(ref), "eval f32: %d %s", rc, log);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(args, sizeof args, "eval --init '%s' --tokens '%s/tokens.bin' --recipe %s", fixture, fixture,
+                 cases[i].r);
+        rc = run_limited(args, log, sizeof log);
+        double l = loss_of(log), rel = fabs(l - ref) / ref;
+        CHECKF(rc == 0 && isfinite(l) && rel <= cases[i].tol, "eval --recipe %s: exit %d, loss %.6f, f32 %.6f "
+               "(%.2f %% off, bound %.2f %%): %s", cases[i].r, rc, l, ref, 100 * rel, 100 * cases[i].tol, log);
+        CHECKF(cases[i].exact || l != ref, "eval --recipe %s gave f32's loss exactly: nothing was quantized",
+               cases[i].r);
+        printf("  %-18s loss %.6f (f32 %.6f, %.3f %% off, bound %g %%)\n", cases[i].r, l, ref, 100 * rel,
+               100 * cases[i].tol);
+    }
+    /* nf4-qlora's base is frozen: no gradient to write */
+    snprintf(args, sizeof args, "eval --init '%s' --tokens '%s/tokens.bin' --recipe nf4-qlora --grads '%s/g.safetensors'",
+             fixture, fixture, outdir);
+    rc = run_limited(args, log, sizeof log);
+    CHECKF(rc == 2 && strstr(log, "--grads with --recipe nf4-qlora") && count_lines(log) == 1, "nf4 --grads: %d %s",
+           rc, log);
+}
+
 int main(void)
 {
     exe = getenv("LPX_TEST_LPX_EXE");
@@ -549,6 +656,8 @@ int main(void)
     RUN(test_save_hf_round_trip);
     RUN(test_save_hf_keeps_users_files);
     RUN(test_save_hf_preset_max_position);
+    RUN(test_sizes_not_multiples_of_32);
+    RUN(test_eval_every_recipe);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", outdir);
     if (!getenv("LPX_TEST_KEEP") && system(cmd) != 0) printf("note: could not remove %s\n", outdir);

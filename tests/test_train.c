@@ -24,7 +24,7 @@ static void test_bad_options(void)
     static const char *const cases[][2] = {
         {"train --recipe nosuch", "unknown recipe 'nosuch'"},
         {"train --ranks 0", "--ranks '0'"},
-        {"train --dim 48", "not a positive multiple of 32"},
+        {"train --dim 50", "--dim 50 is not divisible by --heads 4"},
         {"train --heads 4 --kv-heads 3", "--heads 4 is not a multiple of --kv-heads 3"},
         {"train --dim 96 --heads 32", "head dim 3"},
         {"train --model llama9", "unknown --model 'llama9'"},

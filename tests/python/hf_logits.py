@@ -32,8 +32,8 @@ err = float(np.abs(got - want).max()) / float(np.abs(want).max())
 print(f"transformers {transformers.__version__}: logits [{got.shape[0]}, {got.shape[1]}], "
       f"max |transformers - lpx| / max |logit| = {err:.2e}")
 ok = got.shape == want.shape and err <= 1e-5
-gen = transformers.GenerationConfig.from_pretrained(d)
 if len(sys.argv) > 4:
+    gen = transformers.GenerationConfig.from_pretrained(d)
     eos = json.loads(sys.argv[4])
     print(f"generation_config eos_token_id {gen.eos_token_id!r}, config max_position_embeddings "
           f"{model.config.max_position_embeddings}")
