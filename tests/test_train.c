@@ -24,7 +24,7 @@ static void test_bad_options(void)
     static const char *const cases[][2] = {
         {"train --recipe nosuch", "unknown recipe 'nosuch'"},
         {"train --ranks 0", "--ranks '0'"},
-        {"train --dim 48", "not a positive multiple of 32"},
+        {"train --dim 50", "--dim 50 is not divisible by --heads 4"},
         {"train --heads 4 --kv-heads 3", "--heads 4 is not a multiple of --kv-heads 3"},
         {"train --dim 96 --heads 32", "head dim 3"},
         {"train --model llama9", "unknown --model 'llama9'"},
@@ -101,25 +101,66 @@ static double val_of(const char *out, const char *label)
     return val;
 }
 
+/* The first loss of every preset from scratch is about ln(vocab): the
+ * weights start as transformers' LlamaForCausalLM does (normal 0.02 for
+ * the embedding, the linears and an untied head, ones for the norms), so
+ * the logits start near uniform. Each preset at a small width (dim 128,
+ * one block) on the byte corpus, one f32 step. Before: embedding std 0.1
+ * (the tied head of llama3.2-* too) and linears 1/sqrt(fan-in): 12.58 and
+ * 12.70 here (7-8 % over ln(128256) = 11.76; 33.3 at the full 1B width),
+ * tiny 6.42 (16 % over ln 256). Now within 5 % (measured 11.40 tied,
+ * 11.85 untied, tiny 5.62). And (issue 35, E) the byte corpus under a
+ * 128256-token vocabulary is said in one warning line. */
+static void test_first_loss_every_preset(void)
+{
+    static const char *const presets[] = {"llama3-8b", "llama3-70b", "llama3-405b", "llama3.2-1b", "llama3.2-3b", "tiny"};
+    static char out[65536];
+    char args[4096];
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        bool tiny = !strcmp(presets[i], "tiny");
+        snprintf(args, sizeof args, "train --model %s --dim 128 --heads 8 --kv-heads 4 --ffn 64 --layers 1 --recipe f32 "
+                 "--ranks 1 --micro 1 --batch 1 --steps 1 --seq 16 --eval 1 --sample 0 --data '%s' --out '%s/preset'",
+                 presets[i], corpus, outdir);
+        int rc = run(args, out, sizeof out);
+        double l[2];
+        int n = train_losses(out, "f32", l, 2);
+        double want = log(tiny ? 256.0 : 128256.0);
+        CHECKF(rc == 0 && n == 1 && fabs(l[0] - want) <= 0.05 * want, "--model %s: exit %d, first loss %.4f, ln(vocab) "
+               "%.4f: %s", presets[i], rc, n ? l[0] : NAN, want, out);
+        printf("  %-12s first loss %.4f, ln(vocab) %.4f\n", presets[i], n ? l[0] : NAN, want);
+        const char *w = strstr(out, "warning: corpus");
+        if (tiny) {
+            CHECKF(!w, "tiny (vocab 256) warned: %s", out);
+        } else {
+            CHECKF(w && strstr(w, "vocabulary is 128256: 128000 embedding rows never see a token") &&
+                   !strstr(w + 1, "warning: corpus"), "--model %s on bytes: no (or more than one) warning: %s",
+                   presets[i], out);
+        }
+    }
+}
+
 static void test_loss_goes_down_and_files(void)
 {
     static char out[65536];
     char args[4096];
-    snprintf(args, sizeof args, "train --recipe float8-tensorwise --ranks 2 --micro 2 --steps 30 --lr 1e-2 "
+    /* 60 steps: from the transformers-style init (issue 35) this model
+     * leaves the unigram plateau (~3.3) around step 30, where float8 and
+     * bf16 part by a few % for a step or two; by 60 they agree to 0.3 % */
+    snprintf(args, sizeof args, "train --recipe float8-tensorwise --ranks 2 --micro 2 --steps 60 --lr 1e-2 "
              TINY " --compare --data '%s' --out '%s/run'", corpus, outdir);
     int rc = run(args, out, sizeof out);
     CHECKF(rc == 0, "train exited %d: %s", rc, out);
-    double l[64];
-    int n = train_losses(out, "float8-tensorwise", l, 64);
-    CHECKF(n >= 30, "%d progress lines", n);
-    if (n >= 30) CHECKF(l[n - 1] < l[0] - 0.5, "loss %.3f -> %.3f", l[0], l[n - 1]);
+    double l[128];
+    int n = train_losses(out, "float8-tensorwise", l, 128);
+    CHECKF(n >= 60, "%d progress lines", n);
+    if (n >= 60) CHECKF(l[n - 1] < l[0] - 0.5, "loss %.3f -> %.3f", l[0], l[n - 1]);
     double v8 = val_of(out, "float8-tensorwise"), vb = val_of(out, "bf16");
     CHECKF(v8 > 0 && vb > 0 && fabs(v8 - vb) / vb < 0.05, "val float8 %.4f bf16 %.4f", v8, vb);
     CHECK(strstr(out, "amax all-reduces per step: 1") != NULL);
     CHECK(strstr(out, "no fallbacks") != NULL);
     CHECK(strstr(out, "sample (") != NULL);
 
-    /* metrics.csv: header, 30 rows per recipe, val on the last row, complete marker */
+    /* metrics.csv: header, 60 rows per recipe, val on the last row, complete marker */
     char path[512];
     snprintf(path, sizeof path, "%s/run/metrics.csv", outdir);
     FILE *f = fopen(path, "r");
@@ -140,7 +181,7 @@ static void test_loss_goes_down_and_files(void)
             }
         }
         fclose(f);
-        CHECK(rows == 60 && f8 == 30 && bf == 30 && complete);
+        CHECK(rows == 120 && f8 == 60 && bf == 60 && complete);
     }
     snprintf(path, sizeof path, "%s/run/loss.svg", outdir);
     f = fopen(path, "r");
@@ -370,7 +411,10 @@ static void test_nf4_qlora(void)
 {
     static char out[65536];
     char args[4096];
-    snprintf(args, sizeof args, "train --recipe nf4-qlora --ranks 2 --micro 2 --steps 12 --pretrain 20 --lr 1e-2 "
+    /* a base past the unigram plateau (~3.5, where the transformers-style
+     * init of issue 35 leaves 20 bf16 steps), so the adapters have more
+     * than noise to learn on two validation batches */
+    snprintf(args, sizeof args, "train --recipe nf4-qlora --ranks 2 --micro 2 --steps 12 --pretrain 40 --lr 1e-2 "
              TINY " --dim 64 --lora-rank 4 --data '%s' --out '%s/nf4'", corpus, outdir);
     int rc = run(args, out, sizeof out);
     CHECKF(rc == 0, "nf4 exited %d: %s", rc, out);
@@ -1292,6 +1336,7 @@ int main(int argc, char **argv)
         RUN(test_mpi_checkpoints);
     } else {
         RUN(test_bad_options);
+        RUN(test_first_loss_every_preset);
         RUN(test_loss_goes_down_and_files);
         RUN(test_engine_stats);
         RUN(test_ranks_same_losses);

@@ -596,9 +596,11 @@ static lpx_status init_params(const tr_geom *g, uint64_t seed, float **w)
             for (int64_t i = 0; i < n; i++) w[p][i] = 1.0f;
             continue;
         }
-        double std = P->kind == TR_P_TOK ? 0.1 : 1.0 / sqrt((double)P->cols);
-        /* output projections of the residual branches start smaller */
-        if (P->kind == TR_P_LIN && (P->lin == TR_L_O || P->lin == TR_L_W2)) std /= sqrt(2.0 * g->layers);
+        /* transformers' LlamaForCausalLM (_init_weights): normal(0,
+         * initializer_range 0.02) for the embedding, every linear and an
+         * untied head; ones for the norms. The logits then start near
+         * uniform at any width (first loss ~ ln(vocab)) */
+        const double std = 0.02;
         int64_t shape[1] = {n};
         TRY(lpx_randn(1, shape, seed * 1000003u + (uint64_t)p, LPX_F32, lpx_cpu(), &t));
         const float *r = lpx_tensor_data(t);
@@ -977,6 +979,12 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
             return 2;
         }
         if (tr_arch_check(&o.m, "lpx train")) return 2;
+        /* the tokenizer and the other files --save-hf copies: a different
+         * file of the user's there is refused now, not after the run */
+        if (o.save_hf && tr_hf_check_copy(o.init_path, o.save_hf, lead ? stderr : NULL) != LPX_OK) {
+            if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+            return 2;
+        }
     } else if (o.init_path && o.recipe != TR_NF4_QLORA) {
         if (lead) fprintf(stderr, "lpx train: --init '%s' is not a directory: a model.bin is a base for --recipe "
                           "nf4-qlora; other recipes start from a Hugging Face model directory\n", o.init_path);
@@ -1013,6 +1021,13 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
         rc = 2;
         goto out;
     }
+    /* a byte corpus under a tokenizer's vocabulary (--model llama3.2-1b
+     * without --data FILE.bin) trains 256 of its rows: said (once the run
+     * is known to fit), not refused */
+    if (corpus.bytes && o.m.vocab > 256 && lead)
+        fprintf(stderr, "lpx train: warning: corpus '%s' is text read as bytes (token ids 0..255) but the model's "
+                        "vocabulary is %d: %d embedding rows never see a token; give --data FILE.bin with the ids of "
+                        "the model's tokenizer\n", cpath, o.m.vocab, o.m.vocab - 256);
     if (!inject_target_ok(&o, g)) {
         if (lead) fprintf(stderr, "lpx train: --inject-nan: no parameter '%s' with a gradient (e.g. b0.wq%s, or loss)\n",
                           o.inject_nan_param, o.recipe == TR_NF4_QLORA ? ".lora_a" : "");
@@ -1101,7 +1116,7 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     if (st != LPX_OK) goto out;
     nres++;
     if (o.save_hf && lead) {
-        TRY(tr_hf_write_config(o.save_hf, g));
+        TRY(tr_hf_write_config(o.save_hf, g, hf_init ? o.init_path : NULL));
         if (!o.quiet) printf("  wrote %s (Hugging Face: config.json, model.safetensors)\n", o.save_hf);
     }
     if (o.compare && o.recipe != TR_BF16) {
