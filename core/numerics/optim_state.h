@@ -30,10 +30,12 @@
  * 1.0 and are sorted ascending. The values are those torch computes in f32
  * (torchao builds the lists with torch.linspace in f32 and multiplies by
  * the decade as an f32 scalar): linspace point k of N is
- *   k < N/2 ? 0.1f + step * k : 1.0f - step * (N - 1 - k),
+ *   k < N/2 ? fmaf(step, k, 0.1f) : fmaf(-step, N - 1 - k, 1.0f),
  *   step = (1.0f - 0.1f) / (N - 1),
  * the midpoint (b_k + b_{k+1}) / 2 and the value (float)10^(i-E+1) * mid,
- * every operation one f32 rounding. Layout: signed 8-bit: codes 0..126
+ * every operation one f32 rounding (the fused multiply-add one rounding:
+ * torch's kernel is FMA-contracted; tests/python/optim_vs_torchao.py
+ * checks all 544 values bit-equal to torchao's qmaps). Layout: signed 8-bit: codes 0..126
  * the negatives (most negative first; code 0 is -0.99296875, there is no
  * -1), 127 is 0, 128..254 the positives, 255 is 1.0; unsigned 8-bit: 0 is
  * 0, 1..254 the positives, 255 is 1.0; signed 4-bit: 0..6, 7 = 0, 8..14,
@@ -102,12 +104,16 @@ enum {
 /** Number of code bits of map `map` (8 or 4). */
 static inline LPX_HD int lpx_os_map_bits(int map) { return map <= LPX_OS_MAP8_UNSIGNED ? 8 : 4; }
 
-/** Point k of torch.linspace(0.1, 1, N) in f32 (torch's CPU kernel). */
+/** Point k of torch.linspace(0.1, 1, N) in f32 as torch's CPU kernel
+ *  computes it: start + step * k (first half) and end - step * (N-1-k)
+ *  each as ONE fused multiply-add (the kernel is built with FMA
+ *  contraction in the AVX2/AVX-512 builds x86-64 dispatches to, and on
+ *  aarch64), so fmaf, which is exact on the host and the device alike. */
 static inline LPX_HD float lpx_os_linspace_(int N, int k)
 {
     const float start = 0.1f, end = 1.0f;
     const float step = (end - start) / (float)(N - 1);
-    return k < N / 2 ? start + step * (float)k : end - step * (float)(N - 1 - k);
+    return k < N / 2 ? fmaf(step, (float)k, start) : fmaf(-step, (float)(N - 1 - k), end);
 }
 
 /** Positive entry p (0-based, ascending) of a dynamic map with E exponent
