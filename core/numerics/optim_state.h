@@ -20,7 +20,8 @@
  *          s = max(absmax, 1e-30) * 2^-15 per block of 256 (FP8-LM's fp16
  *          second moment with scaling); lpx's choice over torchao's e4m3 v
  *          and over bf16, docs/NUMERICS.md "Optimizer states".
- *          lpx_os_fp8_v_e4m3_* give torchao's e4m3 v for comparisons.
+ *          LPX_OS_STATE_FP8_E4M3V (lpx_os_adamwfp8_e4m3v_block) is
+ *          torchao's e4m3 v, for comparisons.
  *
  * Code maps. The dynamic map of E exponent bits (bitsandbytes' construction,
  * "8-Bit Approximations for Parallelism in Deep Learning"): decade
