@@ -77,7 +77,7 @@ demo: build
 # The last line is the total over all four: "N passed, N failed, N skipped".
 test: test-deps build build-asan build-tsan build-fuzz
 	@rc=0; \
-	OPENBLAS_NUM_THREADS=1 meson test -C $(BUILD) --print-errorlogs --num-processes 2 || rc=1; \
+	OPENBLAS_NUM_THREADS=1 meson test -C $(BUILD) --no-suite docs-slow --print-errorlogs --num-processes 2 || rc=1; \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  OPENBLAS_NUM_THREADS=1 meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes 2 --timeout-multiplier 3 || rc=1; \
 	TSAN_OPTIONS=halt_on_error=1 OPENBLAS_NUM_THREADS=1 meson test -C $(TSAN_BUILD) --no-rebuild \
