@@ -1,0 +1,23 @@
+#!/bin/sh
+# Runs ninja in a build directory after one line saying how much it has to
+# do, so that a long build is never silent:
+#
+#   scripts/ninja-progress.sh BUILD [TARGET...]
+#   lpx: building BUILD (N targets)        or   lpx: BUILD is up to date
+#
+# On a terminal ninja shows its own progress line ([k/N] ...); otherwise
+# (a log, CI) it runs with --quiet and prints only errors. The count comes
+# from a dry run (ninja -n), which costs a stat of each file.
+set -e
+build=${1:?usage: ninja-progress.sh BUILD [TARGET...]}
+shift
+n=$(ninja -C "$build" -n "$@" 2>/dev/null | sed -n 's/^\[[0-9]*\/\([0-9]*\)\].*/\1/p' | tail -1)
+if [ -n "$n" ]; then
+    echo "lpx: building $build ($n targets${1:+: $*})"
+else
+    echo "lpx: $build is up to date${1:+ ($*)}"
+fi
+if [ -t 1 ]; then
+    exec ninja -C "$build" "$@"
+fi
+exec ninja -C "$build" --quiet "$@"
