@@ -19,9 +19,10 @@ MESON_OPTS ?=
 LPX        := $(BUILD)/tools/lpx/lpx
 # `make test` (and so CI) compiles the GPU plugins whenever nvcc is there,
 # GPU or not: the CUDA code must compile. `make demo` and `make build`
-# leave it to -Dcuda=auto (meson.build: the toolkit and a GPU).
+# leave it to -Dcuda=auto (meson.build: the toolkit and a GPU). `make test
+# TEST_CUDA=auto` skips them.
 NVCC       := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-TEST_CUDA  := $(if $(NVCC),enabled,auto)
+TEST_CUDA  ?= $(if $(NVCC),enabled,auto)
 
 .PHONY: all deps test-deps build build-lpx build-test build-asan build-tsan build-fuzz build-gpu demo test test-gpu fuzz bench mutate \
 	bench-gpu bench-train-gpu install clean

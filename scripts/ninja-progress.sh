@@ -11,6 +11,12 @@
 set -e
 build=${1:?usage: ninja-progress.sh BUILD [TARGET...]}
 shift
+# meson's regeneration first (after a meson.build or option change): a dry
+# run would count only that step
+if ! out=$(ninja -C "$build" build.ninja 2>&1); then
+    printf '%s\n' "$out" | tail -30 >&2
+    exit 1
+fi
 n=$(ninja -C "$build" -n "$@" 2>/dev/null | sed -n 's/^\[[0-9]*\/\([0-9]*\)\].*/\1/p' | tail -1)
 if [ -n "$n" ]; then
     echo "lpx: building $build ($n targets${1:+: $*})"
