@@ -63,7 +63,7 @@ $(GPU_BUILD)/build.ninja:
 	@meson setup $(GPU_BUILD) -Dbuildtype=release -Dcuda=enabled $(MESON_OPTS) >/dev/null \
 	  || (tail -30 $(GPU_BUILD)/meson-logs/meson-log.txt; exit 1)
 
-# scripts/ninja-progress.sh: prints "lpx: building DIR (N targets)", then
+# scripts/ninja-progress.sh: prints "lpx: building DIR/ (N targets)", then
 # runs ninja (its progress line on a terminal, quiet otherwise)
 build: deps $(BUILD)/build.ninja
 	@scripts/cuda-stale.sh $(BUILD)

@@ -3,7 +3,7 @@
 # do, so that a long build is never silent:
 #
 #   scripts/ninja-progress.sh BUILD [TARGET...]
-#   lpx: building BUILD (N targets)        or   lpx: BUILD is up to date
+#   lpx: building [TARGET... in ]BUILD/ (N targets)   or   lpx: ... is up to date
 #
 # On a terminal ninja shows its own progress line ([k/N] ...); otherwise
 # (a log, CI) it runs with --quiet and prints only errors. The count comes
@@ -18,10 +18,12 @@ if ! out=$(ninja -C "$build" build.ninja 2>&1); then
     exit 1
 fi
 n=$(ninja -C "$build" -n "$@" 2>/dev/null | sed -n 's/^\[[0-9]*\/\([0-9]*\)\].*/\1/p' | tail -1)
+what="$build/"
+[ $# -gt 0 ] && what="$* in $build/"
 if [ -n "$n" ]; then
-    echo "lpx: building $build ($n targets${1:+: $*})"
+    echo "lpx: building $what ($n targets)"
 else
-    echo "lpx: $build is up to date${1:+ ($*)}"
+    echo "lpx: $what is up to date"
 fi
 if [ -t 1 ]; then
     exec ninja -C "$build" "$@"
