@@ -89,16 +89,23 @@ def comments(path, text):
             line = text.count("\n", 0, m.start()) + 1
             for k, part in enumerate(m.group(0).split("\n")):
                 yield line + k, part
-    else:  # '#' comments: Python, meson, Makefile, shell; Python docstrings too
+    elif path.endswith(".py"):  # comments and docstrings (tokenize: not a '#' in a string)
+        import io
+        import tokenize
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+                if tok.type == tokenize.COMMENT:
+                    yield tok.start[0], tok.string
+                elif tok.type == tokenize.STRING and re.match(r"[rRbBuU]?(\"\"\"|''')", tok.string):
+                    for k, part in enumerate(tok.string.split("\n")):
+                        yield tok.start[0] + k, part
+        except (tokenize.TokenError, SyntaxError):
+            pass
+    else:  # '#' comments: meson, Makefile, shell
         for k, l in enumerate(text.split("\n")):
             i = l.find("#")
             if i >= 0 and not l.lstrip().startswith("#!"):
                 yield k + 1, l[i:]
-        if path.endswith(".py"):
-            for m in re.finditer(r'"""(.*?)"""', text, re.S):
-                line = text.count("\n", 0, m.start()) + 1
-                for k, part in enumerate(m.group(1).split("\n")):
-                    yield line + k, part
 
 
 def candidates(text, tops, before=""):
@@ -115,7 +122,7 @@ def candidates(text, tops, before=""):
         first = t.split("/")[0]
         if ("/" in t and first in tops) or t.endswith(EXTS):
             if text[m.end():m.end() + 1] == "(" or t.startswith(("lpx.", "lpx_")) and t.count(".") > 1:
-                continue  # a call or a Python attribute (lpx.torch.foo.py? no)
+                continue  # a call, or a dotted Python name (lpx.torch.x.py)
             yield t
 
 
@@ -147,8 +154,46 @@ def resolves(tok, where_dir, section, files, dirs, root):
     return False
 
 
+def self_test():
+    """Plants stale paths in a scratch repository: each must be caught, and
+    nothing else."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as root:
+        def put(rel, text):
+            os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
+            with open(os.path.join(root, rel), "w") as f:
+                f.write(text)
+        put("core/tensor.c", "/* see core/alloc.c and comm/comm.c (the former core/old.c) */\n"
+                             "#include <stdio.h>\nint x; // stdio.h, core/gone.c\n")
+        put("core/alloc.c", "")
+        put("comm/comm.c", "/* lpx_internal.h: core/comm/comm.c */\n")
+        put("init/init.c", "")
+        put("docs/A.md", "# A\n`core/tensor.c`, [B](B.md), `core/numerics/*.h`\n## core/\n"
+                         "- (`init.c`) (`alloc.c`)\n## Other\n`init.c`, docs/GONE.md\n")
+        put("README.md", "`docs/A.md` `tools/x/<name>.c`\n")
+        put("Makefile", "# scripts/nope.sh\n")
+        got = sorted(m.split(": ", 1)[1].split(" ")[0] for m in scan(root))
+        want = sorted(["core/gone.c", "lpx_internal.h", "core/comm/comm.c", "init.c", "B.md",
+                       "core/numerics/*.h", "docs/GONE.md", "tools/x/<name>.c", "scripts/nope.sh"])
+        if got != want:
+            print(f"check-paths self-test: caught {got}, expected {want}")
+            return 1
+    print(f"check-paths self-test: all {len(want)} planted stale paths caught, nothing else")
+    return 0
+
+
 def main():
+    if sys.argv[1:2] == ["--self-test"]:
+        return self_test()
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
+    missing = scan(root)
+    for m in missing:
+        print(m)
+    print(f"check-paths: {len(missing)} path(s) named in the docs and source comments missing")
+    return 1 if missing else 0
+
+
+def scan(root):
     files, dirs = repo_files(root)
     tops = {d for d in dirs if "/" not in d}
     sources = sorted(f for f in files if not f.startswith("third_party/") and
@@ -185,10 +230,8 @@ def main():
                 if not resolves(tok, where_dir, section, files, dirs, root):
                     missing.append(f"{rel}:{line}: {tok}" + (f" (under the section {section}/)" if section else ""))
             prev = body
-    for m in missing:
-        print(m)
-    print(f"check-paths: {n} path(s) named in {len(docs)} docs and {len(sources)} sources, {len(missing)} missing")
-    return 1 if missing else 0
+    print(f"check-paths: {n} path(s) named in {len(docs)} docs and {len(sources)} sources")
+    return missing
 
 
 if __name__ == "__main__":

@@ -135,8 +135,60 @@ def masked(lines, opts):
     return lines
 
 
+def self_test():
+    """A scratch doc with a current block, a stale one, one whose volatile
+    text is ignored, a stale slow one and a wrong exit status: --check must
+    flag exactly the stale one (and the slow one with --slow), --update
+    must fix them, an unexpected exit status must fail and rc=N accept N
+    (the meson test docs_sync_self_test)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        lpx = os.path.join(tmp, "lpx-fake")
+        with open(lpx, "w") as f:
+            f.write('#!/bin/sh\nprintf "header\\ntotal %s\\n" "$2"\n[ "$1" = fail ] && exit 3\nexit 0\n')
+        os.chmod(lpx, 0o755)
+        doc = os.path.join(tmp, "doc.md")
+
+        def block(mark, body):
+            return f"<!-- lpx-doc{mark} -->\n```\n{body}\n```\n\n"
+        with open(doc, "w") as f:
+            f.write("# t\n\n" + block("", "$ lpx mem 5\nheader\ntotal 5")
+                    + block("", "$ lpx mem 6 | grep total\ntotal 7")
+                    + block(': "ignore=took [0-9]+ s"', "$ lpx t 1 | grep total; echo took 99 s\ntotal 1\ntook 12 s")
+                    + block(": slow", "$ lpx slow 8\nheader\ntotal 9"))
+
+        def run(*args):
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), *args, "--lpx", lpx, "--root", tmp, doc],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            return p.returncode, p.stdout
+        checks = []
+        rc, out = run("--check")
+        checks.append(("stale block caught", rc == 1 and "doc.md:10:" in out and out.count("differs") == 1))
+        rc, out = run("--check", "--slow")
+        checks.append(("slow block caught with --slow", rc == 1 and out.count("differs") == 2))
+        rc, out = run("--update", "--slow")
+        text = open(doc).read()
+        checks.append(("--update rewrites", rc == 0 and "total 6" in text and "total 9" not in text
+                       and "took 99 s" in text))
+        rc, out = run("--check", "--slow")
+        checks.append(("clean after --update", rc == 0 and "0 stale" in out))
+        with open(doc, "a") as f:
+            f.write(block("", "$ lpx fail 1\nheader\ntotal 1"))
+        rc, out = run("--check")
+        checks.append(("wrong exit status fails", rc != 0 and "exited 3" in out))
+        with open(doc, "w") as f:
+            f.write(block(": rc=3", "$ lpx fail 2\nheader\ntotal 2"))
+        rc, out = run("--check")
+        checks.append(("rc=N expects that status", rc == 0 and "1 block(s) checked, 0 stale" in out))
+    bad = [name for name, ok in checks if not ok]
+    for name, ok in checks:
+        print(("ok   " if ok else "FAIL ") + name)
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true")
     mode.add_argument("--update", action="store_true")
@@ -145,6 +197,7 @@ def main():
     ap.add_argument("--lpx", help="the lpx executable (default ROOT/build/tools/lpx/lpx)")
     ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     ap.add_argument("files", nargs="*")
+    ap.add_argument("--self-test", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     root = os.path.abspath(a.root)
     lpx = os.path.abspath(a.lpx or os.path.join(root, "build", "tools", "lpx", "lpx"))
