@@ -97,7 +97,9 @@ struct lpx_fsdp {
     int nblk, blk_next;
 };
 
-/* Adds the comm statistics accumulated since *before to the engine's. */
+/* The engine's comm statistics around a collective: fsdp_snap_begin records
+ * the comm counters in *s, fsdp_snap_end adds what accumulated since *s to
+ * the engine's. */
 typedef struct fsdp_snap {
     lpx_comm_stats s[2];
 } fsdp_snap;
