@@ -46,7 +46,7 @@ ALLOW = {
     "torch/distributed/_composable/fsdp/_fsdp_collectives.py", "torch/_tensor.py",
     "float8_training_tensor.py", "fsdp_utils.py", "fsdp.py", "float8_linear.py", "config.py",
     "float8_scaling_utils.py", "float8_tensor.py", "ir.py", "nf4tensor.py", "_fsdp_param.py",
-    "_fsdp_collectives.py", "distributed_utils.py", "float8_ops.py",
+    "_fsdp_collectives.py", "distributed_utils.py", "float8_ops.py", "quant_utils.py",
     # placeholders in usage lines
     "FILE.md", "INPUT.md", "OUTPUT.c",
     # the example plugin's file name in docs/PLUGINS.md (the reader's file)
