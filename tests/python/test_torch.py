@@ -708,6 +708,24 @@ def test_cuda_nf4_linear_from_cuda_layer_is_ordered():
 
 
 @case(extra=("torch",))
+def test_cuda_attention_finds_cudnn():
+    """issue 34 item 6: in a torch process cuDNN is reachable (torch's
+    wheel brings it: nvidia/cudnn/lib in site-packages), so lpx-cuda's
+    attention takes cuDNN's fused SDPA and names the file it loaded."""
+    torch, lt = _cuda_torch()
+    import ctypes
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)(
+        lpx._cuda_plugin_symbol("lpx_cuda_attention_path"))
+    buf = ctypes.create_string_buffer(4096)
+    fn(buf, len(buf))
+    words = buf.value.decode()
+    print(f"  attention (cuda): {words}")
+    if os.environ.get("LPX_CUDA_ATTENTION") == "reference":
+        raise Skip("LPX_CUDA_ATTENTION=reference is set")
+    assert "fused SDPA (/" in words, f"lpx-cuda did not load cuDNN in a torch process: {words}"
+
+
+@case(extra=("torch",))
 def test_cuda_layers_match_cpu():
     """On a GPU: the same layers on CUDA tensors (lpx-cuda through DLPack,
     ordered against torch's stream) agree with the CPU run."""
