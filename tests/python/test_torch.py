@@ -681,10 +681,11 @@ def test_cuda_nf4_linear_from_cuda_layer_is_ordered():
     with torch.no_grad():
         lin_c.weight.copy_(w)
     ref = lt.NF4Linear.from_linear(lin_c).dequantize()
-    lin_g = torch.nn.Linear(256, 128).cuda()  # other weights until the copy below lands
+    lin_g = copy.deepcopy(lin_c).cuda()       # the same bias; the weight zero until the copy below lands
     wg = w.cuda()
-    torch.cuda.synchronize()
     with torch.no_grad():
+        lin_g.weight.zero_()
+        torch.cuda.synchronize()
         _gpu_delay(torch)
         lin_g.weight.copy_(wg)                # queued on torch's stream, late
     n = lt.NF4Linear.from_linear(lin_g)
@@ -701,7 +702,7 @@ def test_cuda_nf4_linear_from_cuda_layer_is_ordered():
     got = other.dequantize().cpu()
     e = rel(got, ref)
     assert e < 1e-6, f"dequantize() read the codes before load_state_dict wrote them: relative error {e:.3g}"
-    # and the layer's output, as a check that the rebuilt weight is used
+    # and the layer's output over the loaded codes (and bias)
     x = torch.randn(8, 256)
     e = rel(other(x.cuda()).cpu(), lt.NF4Linear.from_linear(lin_c)(x))
     assert e < 1e-5, f"NF4Linear from a CUDA layer vs CPU: relative error {e:.3g}"
