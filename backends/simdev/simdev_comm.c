@@ -48,6 +48,7 @@ static lpx_status run(sim_rank *r, const lpx_comm_args *a)
 {
     lpx_status st = check_bufs(r, a);
     if (st) return st;
+    sim_flush(r->dev);   /* ordered on the device's stream: earlier ops' writes land first */
     sim_open(a->send, 0);
     sim_open(a->recv, 0);
     switch (a->kind) {
