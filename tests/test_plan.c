@@ -373,6 +373,23 @@ static void test_chip_checks_and_mfu(void)
     }
 }
 
+/* a plan that does not fit says so first and gives no speed (the issue's
+ * case: 687 GiB of 80 with a tokens/s and an MFU of 120% printed); --json
+ * marks it; one that fits prints its steps */
+static void test_no_speed_when_it_does_not_fit(void)
+{
+    static char out[1 << 16];
+    int rc = run("plan --model llama3-70b --gpus 128 --batch 4 --ac none", out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "DOES NOT FIT: ") && !strstr(out, "tok/s") && !strstr(out, "MFU"),
+           "a plan that does not fit: %d %s", rc, out);
+    rc = run("plan --model llama3-70b --gpus 128 --batch 4 --ac none --json", out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "\"fits\": false"), "--json: %d %s", rc, out);
+    rc = run("plan --model llama3-8b --gpus 8 --batch 1 --seq 4096 --ac full", out, sizeof out);
+    CHECKF(rc == 0 && !strstr(out, "DOES NOT FIT") && strstr(out, "tok/s/GPU"), "a plan that fits: %d %s", rc, out);
+    rc = run("plan --model llama3-8b --gpus 8 --batch 1 --seq 4096 --ac full --json", out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "\"fits\": true"), "--json that fits: %d %s", rc, out);
+}
+
 int main(void)
 {
     RUN(test_ring_and_tree);
@@ -386,5 +403,6 @@ int main(void)
     RUN(test_ranges);
     RUN(test_many_layers);
     RUN(test_chip_checks_and_mfu);
+    RUN(test_no_speed_when_it_does_not_fit);
     return CHECK_DONE();
 }
