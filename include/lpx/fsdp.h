@@ -57,7 +57,8 @@ typedef struct lpx_fsdp_config {
                                     reshard frees them] */
     bool fp8_grad_reduce;        /* reduce-scatter grads as fp8 with one shared global scale
                                     (FP8-LM / MS-AMP) [false] */
-    lpx_dtype fp8_grad_dtype;    /* format of fp8 grads [0 = LPX_F8E5M2] */
+    lpx_dtype fp8_grad_dtype;    /* format of fp8 grads [0 = LPX_F8E5M2]; read and validated by the
+                                    "fp8lm" codec only (LPX_EDTYPE there) */
     lpx_dtype param_dtype;       /* mixed precision (FSDP2 MixedPrecisionPolicy.param_dtype): dense
                                     f32 params are cast to this dtype (bf16/f16) before the
                                     all-gather, so the wire and the unsharded tensor use it while
@@ -72,9 +73,10 @@ typedef struct lpx_fsdp_config {
                                     device once, all-gathers there and rebuilds the params on the
                                     device (lpx_fsdp_param_full returns device tensors); grads are
                                     handed in on the device, reduce-scattered there and copied to
-                                    the host once per grad dtype. Needs lpx-cuda.so and the mesh's
-                                    comms on NCCL over that device (LPX_EDEVICE otherwise); not
-                                    with fp8_grad_reduce (NCCL does not reduce fp8: LPX_EINVAL).
+                                    the host once per grad dtype. Needs the device's backend and
+                                    mesh comms whose lpx_comm_caps.device is that device (NCCL
+                                    over it; LPX_EDEVICE otherwise); not with fp8_grad_reduce or
+                                    another non-pass-through grad_codec (LPX_EINVAL).
                                     Params handed to lpx_fsdp_param_add ON that device make the
                                     engine device-resident instead (docs/SHARDING.md): shards,
                                     grad shards and AdamW state stay on the device, AdamW runs
@@ -145,7 +147,9 @@ typedef struct lpx_fsdp_stats {
  *  over both. cfg may be NULL; cfg->struct_size may be that of an older
  *  lpx_fsdp_config (up to param_dtype): later fields take their defaults.
  *  Errors: LPX_EINVAL, LPX_EDTYPE, LPX_EDEVICE (a compute_device without
- *  a backend, or whose comms are not NCCL comms on it), LPX_ENOMEM. */
+ *  a backend, or whose comms do not move its memory: lpx_comm_caps),
+ *  LPX_ENOTFOUND (no such grad_codec), a codec's configure error,
+ *  LPX_ENOMEM. */
 LPX_API lpx_status lpx_fsdp_new(lpx_mesh *mesh, const lpx_fsdp_config *cfg, lpx_fsdp **out);
 /** Frees the engine, its groups, shards, unsharded tensors, grads and
  *  optimizer state; releases the mesh. NULL is ignored. */
@@ -237,20 +241,25 @@ LPX_API lpx_tensor *lpx_fsdp_param_dtensor(const lpx_fsdp_group *g, int i);
  *  optimizer), or NULL. */
 LPX_API lpx_tensor *lpx_fsdp_param_local(const lpx_fsdp_group *g, int i);
 
-/** Hands the full (unsharded-shape, dense f32/bf16/f16) gradient of
+/** Hands the full (unsharded-shape, dense; the dtypes the grad codec
+ *  takes: f32/bf16/f16 for the built-ins) gradient of
  *  parameter i to the engine (retained until the reduce-scatter). It must
  *  live on the engine's compute device (the CPU unless offloading).
  *  Errors: LPX_EINVAL (frozen param), LPX_EDTYPE (kind tensor or dtype),
  *  LPX_ESHAPE, LPX_EDEVICE (another device). */
 LPX_API lpx_status lpx_fsdp_set_grad(lpx_fsdp_group *g, int i, lpx_tensor *grad);
-/** Reduce-scatters the grads handed to g: grads of one dtype are packed
- *  into one buffer (each rank's block padded to its chunk) and reduced in
- *  ONE reduce-scatter (avg; with fp8_grad_reduce: one all-reduce(MAX) of
- *  the amax, fp8 encoding with the shared scale, 1/N folded into the
- *  unscale). Every trainable param must have a grad. Collective. */
+/** Reduce-scatters the grads handed to g through the engine's gradient
+ *  codec: grads of one codec bucket (plain: one dtype) are packed into
+ *  one buffer (each rank's block padded to its chunk) and reduced in ONE
+ *  reduce-scatter (plain: avg; fp8lm: one all-reduce(MAX) of the amax,
+ *  fp8 encoding with the shared scale, 1/N folded into the unscale).
+ *  Every trainable param must have a grad. Collective. Errors: LPX_EINVAL,
+ *  a codec's error (the comm is aborted), LPX_ECOMM, LPX_ETIMEOUT,
+ *  LPX_ENOMEM. */
 LPX_API lpx_status lpx_fsdp_reduce_scatter_grads(lpx_fsdp_group *g);
 /** The local grad shard of parameter i after the reduce-scatter
- *  (borrowed, f32 for fp8-reduced grads, else the grad's dtype), or NULL. */
+ *  (borrowed; the codec's lpx_grad_wire.out: f32 for fp8lm, the grad's
+ *  dtype for plain), or NULL. */
 LPX_API lpx_tensor *lpx_fsdp_param_grad(const lpx_fsdp_group *g, int i);
 
 /** AdamW hyper-parameters (decoupled weight decay, bias-corrected). */
@@ -369,7 +378,7 @@ enum {
 #define LPX_GRAD_CODEC_PLAIN "plain"
 #define LPX_GRAD_CODEC_FP8LM "fp8lm"
 
-/** A gradient codec. Every function gets the registry's copy of the
+/** A gradient codec. Every function gets a copy of the registered
  *  vtable as `self` (self->user is the registrant's) and the state its
  *  configure made (NULL without configure). Functions report failure with
  *  lpx_error; the engine prefixes the call and, for prepare/encode,
@@ -404,7 +413,8 @@ typedef struct lpx_grad_codec_i {
     void *user;                  /* the registrant's */
 } lpx_grad_codec_i;
 
-/** Registers a codec under its name (the vtable is copied). Engines made
+/** Registers a codec under its name (the vtable is copied; every
+ *  function then gets a copy of it as `self`). Engines made
  *  later find it by name; an engine keeps its own copy, so unregistering
  *  does not affect engines alive, but the functions must stay loaded while
  *  any such engine lives (a plugin unregisters before it is unloaded).
