@@ -17,67 +17,97 @@ FUZZ_SECONDS ?= 300
 GPU_BUILD  ?= build-gpu
 MESON_OPTS ?=
 LPX        := $(BUILD)/tools/lpx/lpx
+# `make test` (and so CI) compiles the GPU plugins whenever nvcc is there,
+# GPU or not: the CUDA code must compile. `make demo` and `make build`
+# leave it to -Dcuda=auto (meson.build: the toolkit and a GPU). `make test
+# TEST_CUDA=auto` skips them.
+NVCC       := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+TEST_CUDA  ?= $(if $(NVCC),enabled,auto)
 
-.PHONY: all deps test-deps build build-asan build-tsan build-fuzz build-gpu demo test test-gpu fuzz bench mutate \
+.PHONY: all deps test-deps build build-lpx build-test build-asan build-tsan build-fuzz build-gpu demo test test-gpu fuzz bench mutate \
 	bench-gpu bench-train-gpu install clean
 
 all: build
 
 deps:
+	@echo "lpx: installing deps (only what is missing)"
 	@scripts/ensure-deps.sh
 
 test-deps:
+	@echo "lpx: installing test deps (only what is missing)"
 	@scripts/ensure-deps.sh test
 
 $(BUILD)/build.ninja:
+	@echo "lpx: configuring $(BUILD)"
 	@meson setup $(BUILD) $(MESON_OPTS) >/dev/null || (cat $(BUILD)/meson-logs/meson-log.txt | tail -30; exit 1)
 
 # CUDA's runtime does not belong under sanitizers: the ASan, TSan and fuzz
 # builds leave the GPU plugins out (the GPU suite runs in build/ and build-gpu/).
 $(ASAN_BUILD)/build.ninja:
+	@echo "lpx: configuring $(ASAN_BUILD)"
 	@meson setup $(ASAN_BUILD) -Dbuildtype=debug -Db_sanitize=address,undefined \
 	  -Db_lundef=false -Dcuda=disabled -Dnccl=disabled $(MESON_OPTS) >/dev/null || (tail -30 $(ASAN_BUILD)/meson-logs/meson-log.txt; exit 1)
 
 $(TSAN_BUILD)/build.ninja:
+	@echo "lpx: configuring $(TSAN_BUILD)"
 	@meson setup $(TSAN_BUILD) -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false \
 	  -Dcuda=disabled -Dnccl=disabled $(MESON_OPTS) >/dev/null || (tail -30 $(TSAN_BUILD)/meson-logs/meson-log.txt; exit 1)
 
 $(FUZZ_BUILD)/build.ninja:
+	@echo "lpx: configuring $(FUZZ_BUILD)"
 	@CC=clang meson setup $(FUZZ_BUILD) -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
 	  -Dfuzz=true -Dcuda=disabled -Dnccl=disabled $(MESON_OPTS) >/dev/null || (tail -30 $(FUZZ_BUILD)/meson-logs/meson-log.txt; exit 1)
 
 $(GPU_BUILD)/build.ninja:
+	@echo "lpx: configuring $(GPU_BUILD)"
 	@meson setup $(GPU_BUILD) -Dbuildtype=release -Dcuda=enabled $(MESON_OPTS) >/dev/null \
 	  || (tail -30 $(GPU_BUILD)/meson-logs/meson-log.txt; exit 1)
 
+# scripts/ninja-progress.sh: prints "lpx: building DIR/ (N targets)", then
+# runs ninja (its progress line on a terminal, quiet otherwise)
 build: deps $(BUILD)/build.ninja
 	@scripts/cuda-stale.sh $(BUILD)
-	@ninja -C $(BUILD) --quiet
+	@scripts/ninja-progress.sh $(BUILD)
+
+# what `make demo` runs: the lpx command and liblpx, nothing else
+build-lpx: deps $(BUILD)/build.ninja
+	@scripts/cuda-stale.sh $(BUILD)
+	@scripts/ninja-progress.sh $(BUILD) tools/lpx/lpx
+
+# `make test`'s build/: the same directory, with the GPU plugins compiled
+# when nvcc is there (TEST_CUDA), also on a machine without a GPU
+build-test: test-deps $(BUILD)/build.ninja
+	@scripts/meson-option.sh $(BUILD) cuda $(TEST_CUDA)
+	@scripts/cuda-stale.sh $(BUILD)
+	@scripts/ninja-progress.sh $(BUILD)
 
 build-asan: deps $(ASAN_BUILD)/build.ninja
-	@ninja -C $(ASAN_BUILD) --quiet
+	@scripts/ninja-progress.sh $(ASAN_BUILD)
 
 build-tsan: deps $(TSAN_BUILD)/build.ninja
-	@ninja -C $(TSAN_BUILD) --quiet $(addprefix tests/test_,$(TSAN_TESTS))
+	@scripts/ninja-progress.sh $(TSAN_BUILD) $(addprefix tests/test_,$(TSAN_TESTS))
 
 build-fuzz: test-deps $(FUZZ_BUILD)/build.ninja
-	@ninja -C $(FUZZ_BUILD) --quiet tests/fuzz/lpx-mx-fuzz.so tests/fuzz/lpx-fuzz-plugin.so $(addprefix tests/fuzz/fuzz_,$(FUZZ_TARGETS))
+	@scripts/ninja-progress.sh $(FUZZ_BUILD) tests/fuzz/lpx-mx-fuzz.so tests/fuzz/lpx-fuzz-plugin.so $(addprefix tests/fuzz/fuzz_,$(FUZZ_TARGETS))
 
 build-gpu: deps $(GPU_BUILD)/build.ninja
 	@scripts/cuda-stale.sh $(GPU_BUILD)
-	@ninja -C $(GPU_BUILD) --quiet
+	@scripts/ninja-progress.sh $(GPU_BUILD)
 
 # The main job: float8-tensorwise training on 4 local ranks with fp8
-# all-gather, plus the bf16 baseline (tools/train/, docs/TRAIN.md).
-demo: build
+# all-gather, plus the bf16 baseline (tools/train/, docs/TRAIN.md). Builds
+# only the lpx command: no tests, benches or GPU plugins (docs/PERFORMANCE.md,
+# "Build time").
+demo: build-lpx
+	@echo "lpx: running demo ($(LPX) train --compare --out $(BUILD)/train-demo)"
 	@$(LPX) train --compare --out $(BUILD)/train-demo
 
 # The whole suite twice, a normal build and an ASan+UBSan build, plus the
 # concurrency tests under TSan, plus 5 s of each fuzz target (ASan+UBSan).
 # The last line is the total over all four: "N passed, N failed, N skipped".
-test: test-deps build build-asan build-tsan build-fuzz
+test: test-deps build-test build-asan build-tsan build-fuzz
 	@rc=0; \
-	OPENBLAS_NUM_THREADS=1 meson test -C $(BUILD) --print-errorlogs --num-processes 2 || rc=1; \
+	OPENBLAS_NUM_THREADS=1 meson test -C $(BUILD) --no-suite docs-slow --print-errorlogs --num-processes 2 || rc=1; \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  OPENBLAS_NUM_THREADS=1 meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes 2 --timeout-multiplier 3 || rc=1; \
 	TSAN_OPTIONS=halt_on_error=1 OPENBLAS_NUM_THREADS=1 meson test -C $(TSAN_BUILD) --no-rebuild \

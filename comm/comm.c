@@ -95,6 +95,54 @@ int lpx_comm_rank(const lpx_comm *comm) { return comm ? comm->rank : -1; }
 int lpx_comm_size(const lpx_comm *comm) { return comm ? comm->size : 0; }
 const char *lpx_comm_backend_name(const lpx_comm *comm) { return comm ? comm->vt.name : "?"; }
 
+lpx_status lpx_comm_caps_get(const lpx_comm *comm, lpx_comm_caps *out)
+{
+    const size_t v1 = offsetof(lpx_comm_caps, host_all_gather) + sizeof(bool);
+    if (!comm || !out || out->struct_size < v1)
+        return lpx_error(LPX_EINVAL, "lpx_comm_caps_get: %s", !comm || !out ? "NULL argument" : "struct_size too small");
+    lpx_comm_caps c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.device = lpx_cpu();
+    if (comm->vt.caps) {
+        lpx_status st = comm->vt.caps(comm->self, &c);
+        if (st) return st;
+        c.struct_size = sizeof c;
+    }
+    /* the host all-gather needs all three slots */
+    if (!comm->vt.all_gather_host || !comm->vt.wait_ticket || !comm->vt.sync_ticket) c.host_all_gather = false;
+    size_t n = out->struct_size < sizeof c ? out->struct_size : sizeof c;
+    c.struct_size = n;
+    memcpy(out, &c, n);
+    return LPX_OK;
+}
+
+static lpx_status no_slot(const lpx_comm *comm, const char *fn)
+{
+    if (!comm) return lpx_error(LPX_EINVAL, "%s: comm is NULL", fn);
+    return lpx_error(LPX_ENOTIMPL, "%s: comm backend '%s' has no host all-gather (lpx_comm_caps.host_all_gather)",
+                     fn, comm->vt.name);
+}
+
+lpx_status lpx_comm_all_gather_host(lpx_comm *comm, const void *send, void *recv, size_t nbytes, uint64_t *ticket)
+{
+    if (ticket) *ticket = 0;
+    if (!comm || !comm->vt.all_gather_host) return no_slot(comm, "lpx_comm_all_gather_host");
+    return comm->vt.all_gather_host(comm->self, comm, send, recv, nbytes, ticket);
+}
+
+lpx_status lpx_comm_wait_ticket(lpx_comm *comm, uint64_t ticket)
+{
+    if (!comm || !comm->vt.wait_ticket) return no_slot(comm, "lpx_comm_wait_ticket");
+    return comm->vt.wait_ticket(comm->self, comm, ticket);
+}
+
+lpx_status lpx_comm_sync_ticket(lpx_comm *comm, uint64_t ticket)
+{
+    if (!comm || !comm->vt.sync_ticket) return no_slot(comm, "lpx_comm_sync_ticket");
+    return comm->vt.sync_ticket(comm->self, comm, ticket);
+}
+
 lpx_status lpx_comm_set_timeout(lpx_comm *comm, int64_t timeout_ms)
 {
     if (!comm) return lpx_error(LPX_EINVAL, "lpx_comm_set_timeout: comm is NULL");

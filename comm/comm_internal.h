@@ -22,7 +22,7 @@ struct lpx_comm {
 };
 
 /* The reduction behind lpx_comm_reduce_buffers, without argument checks
- * (callers checked them). core/comm/comm_reduce.c */
+ * (callers checked them). comm/comm_reduce.c */
 void lpx__comm_reduce(void *dst, const void *const *srcs, int nsrcs, size_t count,
                       lpx_dtype dtype, lpx_reduce_op op);
 /* True for the dtypes reductions accept (f32, bf16, f16, f8e4m3fn, f8e5m2). */

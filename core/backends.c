@@ -4,6 +4,7 @@
  * (core/tensor.c) below dispatch; dispatch reads the key bits. Writers take
  * a mutex; readers load atomics published with release semantics. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include "journal.h"
@@ -19,6 +20,8 @@ lpx_status lpx_backend_register(const lpx_backend_i *b, int *key)
         return lpx_error(LPX_EINVAL, "lpx_backend_register: %s", !b ? "vtable is NULL" : "name, alloc, free and copy are required");
     if (b->device_type <= 0 || b->device_type >= 64)
         return lpx_error(LPX_EINVAL, "lpx_backend_register(%s): device type %d out of range 1..63", b->name, (int)b->device_type);
+    if (b->struct_size >= offsetof(lpx_backend_i, host_free) + sizeof b->host_free && !b->host_alloc != !b->host_free)
+        return lpx_error(LPX_EINVAL, "lpx_backend_register(%s): host_alloc and host_free come together", b->name);
     lpx_status st = lpx__journal_reserve("lpx_backend_register");
     if (st) return st;
     int k = 0;

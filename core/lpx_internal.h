@@ -94,7 +94,7 @@ extern atomic_bool lpx__trace_on;
  * through the unregister functions below. */
 typedef enum lpx_reg_what {
     LPX_REG_DTYPE, LPX_REG_OP, LPX_REG_KIND, LPX_REG_KERNEL, LPX_REG_FALLBACK, LPX_REG_BACKEND,
-    LPX_REG_COMM_BACKEND          /* a comm backend (core/comm/comm_registry.c) */
+    LPX_REG_COMM_BACKEND          /* a comm backend (comm/comm_registry.c) */
 } lpx_reg_what;
 lpx_status lpx__journal_reserve(const char *what);
 void lpx__journal_note(lpx_reg_what what, int a, int b, const void *p);

@@ -17,6 +17,15 @@ Two readings of the same rule:
    reach the composition root's lazy entry point (lpx_init, through
    lpx_ensure_init), since every public function starts there.
 
+3. Policy (issue 36). The sharding engine's files (ENGINE_FILES) move
+   bytes; what a dtype or a device means belongs to kinds, gradient codecs
+   (subclasses/dtensor/grad_codec.c), the engine's format file
+   (subclasses/dtensor/precision.c) and the backend and comm vtables. So
+   outside comments they name no dtype constant (the names of
+   include/lpx/dtype.h's enum), no device type but the CPU (LPX_DEVICE_*),
+   no backend (a string, identifier or header naming cuda, nccl, mpi,
+   simdev or sim).
+
     scripts/check-layers.py [BUILD_DIR]
     scripts/check-layers.py --self-test   planted edges must be caught
 """
@@ -187,6 +196,52 @@ def check_symbols(defined, wanted, errors):
     return edges
 
 
+# The sharding engine: its files name no dtype and no backend (3. above).
+ENGINE_FILES = ("subclasses/dtensor/fsdp*.c", "subclasses/dtensor/fsdp_internal.h")
+BACKEND_NAMES = ("cuda", "nccl", "mpi", "simdev", "sim")
+
+
+def dtype_constants():
+    """The dtype constants: the names of the enum after `typedef int32_t
+    lpx_dtype;` in include/lpx/dtype.h (not its counts)."""
+    text = read_source("include/lpx/dtype.h")
+    enum = re.search(r"typedef\s+int32_t\s+lpx_dtype;\s*enum\s*\{(.*?)\}", text, re.S)
+    names = re.findall(r"\b(LPX_[A-Z0-9_]+)\s*=", enum.group(1)) if enum else []
+    return [n for n in names if not n.startswith("LPX_DTYPE_")]
+
+
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def strip_comments(text):
+    """Comments become blanks (line numbers stay)."""
+    return COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def check_policy(errors, files=None, read=read_source, dtypes=None):
+    if files is None:
+        files = sorted(f for pat in ENGINE_FILES for f in glob.glob(os.path.join(ROOT, pat)))
+        files = [os.path.relpath(f, ROOT) for f in files]
+    dtypes = dtype_constants() if dtypes is None else dtypes
+    dt = re.compile(r"\b(" + "|".join(map(re.escape, dtypes)) + r")\b") if dtypes else None
+    dev = re.compile(r"\bLPX_DEVICE_(?!CPU\b)[A-Z0-9_]+\b")
+    names = "|".join(BACKEND_NAMES)
+    ident = re.compile(r"\b(?:lpx_(?:%s)_\w*|LPX_(?:%s)_\w*)" % (names, "|".join(n.upper() for n in BACKEND_NAMES)))
+    string = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+    word = re.compile(r"(?<![A-Za-z0-9_])(?:lpx-)?(?:%s)(?![A-Za-z0-9_])" % names, re.I)
+    for f in files:
+        for no, line in enumerate(strip_comments(read(f)).splitlines(), 1):
+            what = []
+            if dt:
+                what += ["dtype constant " + m for m in dt.findall(line)]
+            what += ["device type " + m for m in dev.findall(line)]
+            what += ["backend symbol " + m for m in ident.findall(line)]
+            for lit in string.findall(line):
+                what += ["backend name %s in %s" % (m, lit) for m in word.findall(lit)]
+            for w in what:
+                errors.append(f"policy: {f}:{no} (the sharding engine) names {w}")
+
+
 def self_test():
     """The check catches what it is for: planted edges of each class."""
     planted = {
@@ -205,10 +260,25 @@ def self_test():
               ("dispatch", "lpx_init", "dispatch_dispatch.c.o"),                 # the root entry: allowed
               ("dispatch", "lpx_malloc", "dispatch_dispatch.c.o")]               # down
     check_symbols(defined, wanted, errors)
+    # the engine naming dtypes and backends (comments may)
+    engine = {
+        "subclasses/dtensor/fsdp_planted.c":
+            "/* LPX_F8E5M2, \"nccl\", lpx_cuda_host_alloc: comments may */\n"
+            "static int a = LPX_F8E5M2;\n"                                  # a dtype constant
+            "static int b = LPX_DEVICE_SIM, c = LPX_DEVICE_CPU;\n"           # a device type (the CPU is fine)
+            "static const char *d = \"nccl\";\n"                           # a backend by name
+            "static void *e = lpx_cuda_host_alloc; // \"cuda\" here is fine\n"  # a backend's symbol
+            "static const char *g = \"simulated, local shard\";\n",         # fine: no backend word
+    }
+    check_policy(errors, list(engine), engine.get, dtypes=["LPX_F32", "LPX_F8E5M2"])
     want = ["core/tensor.c", "subclasses/dtensor/fsdp.c", "tools/lpx/main.c", "plugins/mx/mx_kind.c",
-            "uses lpx_dispatch", "uses lpx_float8_weight_is"]
+            "uses lpx_dispatch", "uses lpx_float8_weight_is", "fsdp_planted.c:2 (the sharding engine) names dtype",
+            "fsdp_planted.c:3 (the sharding engine) names device type LPX_DEVICE_SIM",
+            "fsdp_planted.c:4 (the sharding engine) names backend name nccl",
+            "fsdp_planted.c:5 (the sharding engine) names backend symbol lpx_cuda_host_alloc"]
     missing = [w for w in want if not any(w in e for e in errors)]
-    extra = [e for e in errors if "dispatch/dispatch.c" in e or "lpx_init" in e or "lpx_malloc" in e]
+    extra = [e for e in errors if "dispatch/dispatch.c" in e or "lpx_init" in e or "lpx_malloc" in e
+             or "fsdp_planted.c:1 " in e or "fsdp_planted.c:6 " in e or "LPX_DEVICE_CPU" in e]
     for e in errors:
         print("  planted:", e)
     if missing or extra or len(errors) != len(want):
@@ -223,15 +293,18 @@ def main():
         return self_test()
     errors = []
     check_includes(errors)
+    check_policy(errors)
     edges = None
     if len(sys.argv) > 1:
         defined, wanted = read_objects(sys.argv[1], errors)
         edges = check_symbols(defined, wanted, errors)
     for e in sorted(set(errors)):
         print(e)
-    what = "includes" + (f" and {edges} cross-component symbol references of liblpx" if edges is not None else "")
+    what = "includes, the engine's policy" + (f" and {edges} cross-component symbol references of liblpx"
+                                              if edges is not None else "")
     if errors:
-        print(f"check-layers: {len(set(errors))} dependencies point up or sideways ({what} read)")
+        print(f"check-layers: {len(set(errors))} dependencies point up or sideways or the engine names a "
+              f"dtype or backend ({what} read)")
         return 1
     print(f"check-layers: every dependency points down ({what} read)")
     return 0

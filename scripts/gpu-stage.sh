@@ -215,6 +215,23 @@ run_test() {  # name timeout exe VAR=value... -- args...
 }
 # this machine is for the GPU: a plugin that declines here is a failure
 export LPX_TEST_REQUIRE_GPU=1
+# cuDNN (attention's fused path): lpx-cuda finds it through the loader, then
+# LPX_CUDNN_PATH, then site-packages/nvidia/cudnn/lib beside a loaded library
+# (docs/GPU.md, "Attention"). The C programs here load no Python library, so
+# when only torch's wheel has cuDNN, name its folders (Python asked here, by
+# this script, never by lpx)
+if [ -z "${LPX_CUDNN_PATH:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
+    cudnn_dirs=$(python3 -c 'import os, site
+ps = site.getsitepackages() + [site.getusersitepackages()]
+print(":".join(d for d in (os.path.join(p, "nvidia", "cudnn", "lib") for p in ps) if os.path.isdir(d)))' \
+        2>/dev/null || true)
+    if [ -n "$cudnn_dirs" ]; then
+        export LPX_CUDNN_PATH=$cudnn_dirs
+        echo "LPX_CUDNN_PATH=$cudnn_dirs (cuDNN of Python's site-packages; none in the loader's path)"
+    fi
+fi
+# which cuDNN file attention runs on (or where lpx-cuda looked)
+LPX_PLUGIN_PATH="$D" "$D/lpx" info 2>&1 | grep '^attention' || echo "lpx info: no attention line"
 
 if [ "$mode" != bench-only ]; then
     echo "== GPU tests"

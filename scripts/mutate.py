@@ -14,7 +14,7 @@ the file. A mutation is CAUGHT when some test fails, SURVIVED when the
 suite passes. The report lists which tests caught each one; exit 1 if any
 mutation survived or did not apply.
 
-    scripts/mutate.py [--keep DIR] [--only NAME[,NAME...]] [--full] [--list]
+    scripts/mutate.py [--keep DIR] [--only NAME[,NAME...]] [--tests T[,T...]] [--full] [--list]
     make mutate
 
 It takes about a minute per mutation on 2 cores. docs/TESTING.md explains
@@ -98,6 +98,34 @@ MUTATIONS = [
      "if (isnan(v) || isnan(a)) a = NAN;\n            else if (v > a) a = v;",
      "if (v > a) a = v;",
      "a NaN amax in the delayed-scaling history is ignored instead of propagated"),
+    ("loss-chunk-ignored", "tools/train/model.c",
+     "int64_t c = R->o->loss_chunk;",
+     "int64_t c = 0;",
+     "--loss-chunk is parsed but the LM head and loss run in the automatic chunks"),
+    ("block-stats-underflow-of-all", "backends/cpu/float8_block.c",
+     "stv[1] = nonzero ? (float)((double)under / (double)nonzero) : 0.0f;",
+     "stv[1] = n > 0 ? (float)((double)under / n) : 0.0f;",
+     "the blockwise cast's underflow is a fraction of all elements, not of the nonzero ones"),
+    ("mem-guard-main-phase-only", "tools/train/mem.c",
+     "    if (r->pretrain) phase(o, g, r, TR_BF16, \"bf16-pretrain\", &out[n++]);",
+     "    if (0 && r->pretrain) phase(o, g, r, TR_BF16, \"bf16-pretrain\", &out[n++]);",
+     "the memory guard skips nf4-qlora's bf16 pre-training phase"),
+    ("mem-guard-cgroup-ignored", "tools/train/mem.c",
+     "        if (room < m->avail) m->avail = room;",
+     "        if (0 && room < m->avail) m->avail = room;",
+     "the memory guard ignores the cgroup's limit (MemAvailable only)"),
+    ("mem-process-no-overhead", "tools/train/mem.c",
+     "    p->total = p->per_rank * p->ranks + p->weights + p->corpus + p->overhead;",
+     "    p->total = p->per_rank * p->ranks + p->weights + p->corpus;",
+     "the process estimate leaves out the measured overhead (BLAS, conversions, allocator)"),
+    ("mem-kv-as-heads", "tools/train/mem.c",
+     "KV = (int64_t)g->kv_heads * g->head_dim;",
+     "KV = (int64_t)g->heads * g->head_dim;",
+     "lpx mem sizes k and v activations with every query head (grouped-query attention ignored)"),
+    ("plan-mem-no-loss-chunk", "tools/plan/cmd_plan.c",
+     "me.activations + me.transient);",
+     "me.activations);",
+     "lpx plan's memory per GPU leaves out the loss chunk that lpx mem's device total counts"),
 ]
 
 
@@ -132,6 +160,8 @@ def main():
     ap.add_argument("--keep", help="scratch directory to use and keep (default: a temporary one, removed)")
     ap.add_argument("--only", help="comma-separated mutation names")
     ap.add_argument("--list", action="store_true", help="list the mutations and exit")
+    ap.add_argument("--tests", help="comma-separated meson test names to run instead of the whole non-GPU suite "
+                    "(with TEST_FILTER in the environment: the cases of those tests whose name contains it)")
     ap.add_argument("--full", action="store_true",
                     help="run the whole suite for each mutation (lists every test that catches it; slower)")
     args = ap.parse_args()
@@ -166,7 +196,7 @@ def main():
         dst = os.path.join(tree, f)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if not os.path.exists(dst) or open(dst, "rb").read() != open(os.path.join(root, f), "rb").read():
-            shutil.copy2(os.path.join(root, f), dst)
+            shutil.copy(os.path.join(root, f), dst)   # a new mtime: a kept build (--keep) rebuilds it
     # the test interpreter (.test-venv) is found by absolute path: share it
     venv = os.path.join(root, ".test-venv")
     if os.path.isdir(venv) and not os.path.exists(os.path.join(tree, ".test-venv")):
@@ -181,7 +211,8 @@ def main():
     # from the repository, not from this tree)
     test_cmd = ["meson", "test", "-C", build, "--no-rebuild", "--no-suite", "gpu", "--no-suite", "wheel",
                 "--num-processes",
-                str(min(4, os.cpu_count() or 2))] + ([] if args.full else ["--maxfail", "1"])
+                str(min(4, os.cpu_count() or 2))] + ([] if args.full else ["--maxfail", "1"]) + \
+        (args.tests.split(",") if args.tests else [])
     t0 = time.time()
     if run(["ninja", "-C", build], tree, log) or run(test_cmd, tree, log, env):
         print("the UNMUTATED tree does not build or pass its suite: fix that first; see", log)

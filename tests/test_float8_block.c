@@ -202,6 +202,90 @@ static void test_scale_extremes_and_nonfinite(void)
     for (size_t i = 0; i < 3; i++) lpx_tensor_release(tmp[i]);
 }
 
+/* The blockwise cast's statistics (lpx_float8_stats), worked by hand for
+ * x [2, 256] in 1 x 128 blocks (e4m3, fp8_max 448), 4 blocks:
+ *   (0,0): x[0][0] = 1000, x[0][1..9] = 1e-6, the rest 1: amax 1000, scale
+ *          448/1000 = 0.448; 1e-6 x 0.448 = 4.5e-7 is below half the
+ *          smallest e4m3 subnormal (2^-10 = 9.8e-4): 9 underflows
+ *   (0,1): 2 everywhere but x[0][200] = 0: scale 224, 127 nonzero
+ *   (1,0): x[1][5] = -3, the rest 0.5: scale 448/3 (in f32)
+ *   (1,1): all 0: scale 1 (a zero amax), no nonzero input
+ * amax 1000 (the largest |x| over all blocks, not the last block's);
+ * nonzero 128 + 127 + 128 + 0 = 383, underflow 9/383 (an f32 ratio);
+ * nothing saturates (the dynamic scale maps each block's amax to 448 at
+ * most); scale: the smallest block scale (0.448), scale_max the largest
+ * (224); numel 512. The same cast with 2 x 128 blocks (two blocks, (0,*)
+ * and (1,*) merged): scales 0.448 and 224, underflow unchanged. */
+static void test_block_stats(void)
+{
+    int64_t s[2] = {2, 256};
+    double v[512];
+    for (int i = 0; i < 512; i++) {
+        int r = i / 256, c = i % 256;
+        v[i] = r == 0 ? (c < 128 ? 1.0 : 2.0) : (c < 128 ? 0.5 : 0.0);
+    }
+    v[0] = 1000.0;
+    for (int c = 1; c <= 9; c++) v[c] = 1e-6;
+    v[200] = 0.0;
+    v[256 + 5] = -3.0;
+    lpx_tensor *x = mk(LPX_F32, 2, s, v);
+    for (int pass = 0; pass < 2; pass++) {
+        lpx_float8_quant_opts o = {.struct_size = sizeof o, .fp8 = LPX_F8E4M3FN, .granularity = LPX_FLOAT8_BLOCK,
+                                   .block_rows = pass ? 2 : 1, .block_cols = 128};
+        lpx_tensor *q = NULL;
+        lpx_float8_stats st;
+        memset(&st, 0xA5, sizeof st);
+        CHECK_OK(lpx_float8_quantize(x, &o, &q, &st));
+        CHECKF(st.amax == 1000.0, "amax %g", st.amax);
+        CHECKF(st.underflow == (double)(float)(9.0 / 383.0), "underflow %.9g, expected 9/383", st.underflow);
+        CHECKF(st.saturation == 0.0 && st.nan == 0.0, "saturation %g, nan %g", st.saturation, st.nan);
+        CHECKF(st.numel == 512, "numel %lld", (long long)st.numel);
+        CHECKF(st.scale == (double)(448.0f / 1000.0f), "scale (smallest) %.9g, expected 0.448", st.scale);
+        double hi = 224.0;   /* both block shapes: block (0,1) or (*,1), amax 2 */
+        CHECKF(st.scale_max == hi, "scale_max %.9g, expected %g", st.scale_max, hi);
+        if (q && !pass) {
+            float *sc = as_f32(lpx_float8_scale(q));
+            CHECKF(sc[0] == 448.0f / 1000.0f && sc[1] == 224.0f && sc[2] == 448.0f / 3.0f && sc[3] == 1.0f,
+                   "block scales %g %g %g %g", sc[0], sc[1], sc[2], sc[3]);
+            free(sc);
+        }
+        lpx_tensor_release(q);
+    }
+    /* Float8Linear "blockwise" reports the statistics of its casts, which
+     * round the scales down to powers of two (the preset: DeepSeek-V3's):
+     * the input x in 1 x 128 blocks as above, scales 0.448 -> 0.25 (still
+     * 9 underflows: 1e-6 x 0.25), 224 -> 128, 149.3 -> 128, 1: range
+     * 0.25..128; the weight w [128, 256] in 128 x 128 blocks, 0.25
+     * everywhere but w[3][7] = -5: amax 5, block scales 448/5 = 89.6 -> 64
+     * and 448/0.25 = 1792 -> 1024, no underflow, 32768 elements */
+    int64_t sw[2] = {128, 256};
+    double *wv = malloc(sizeof(double) * 128 * 256);
+    for (int i = 0; i < 128 * 256; i++) wv[i] = 0.25;
+    wv[3 * 256 + 7] = -5.0;
+    lpx_tensor *w = mk(LPX_F32, 2, sw, wv), *out = NULL;
+    free(wv);
+    lpx_float8_linear_recipe r;
+    CHECK_OK(lpx_float8_linear_recipe_preset("blockwise", &r));
+    lpx_float8_linear_state fs = {0};
+    CHECK_OK(lpx_float8_linear_state_init(&fs, &r));
+    lpx_float8_linear_report rep;
+    memset(&rep, 0, sizeof rep);
+    CHECK_OK(lpx_float8_linear_forward(&r, &fs, x, w, NULL, &out, NULL, &rep));
+    const lpx_float8_stats *a = &rep.fprop.a.stats, *b = &rep.fprop.b.stats;
+    CHECKF(rep.fprop.a.quantized && a->amax == 1000.0 && a->underflow == (double)(float)(9.0 / 383.0) &&
+           a->numel == 512 && a->scale == 0.25 && a->scale_max == 128.0,
+           "fprop input: amax %g underflow %.9g numel %lld scale %.9g..%.9g", a->amax, a->underflow,
+           (long long)a->numel, a->scale, a->scale_max);
+    CHECKF(rep.fprop.b.quantized && b->amax == 5.0 && b->underflow == 0.0 && b->saturation == 0.0 && b->numel == 32768 &&
+           b->scale == 64.0 && b->scale_max == 1024.0,
+           "fprop weight: amax %g underflow %g numel %lld scale %.9g..%.9g", b->amax, b->underflow, (long long)b->numel,
+           b->scale, b->scale_max);
+    lpx_float8_linear_state_destroy(&fs);
+    lpx_tensor_release(out);
+    lpx_tensor_release(w);
+    lpx_tensor_release(x);
+}
+
 /* a kb x 1 cast of x is the transpose of the 1 x kb cast of x^T (a cast
  * of its own, from the high-precision values), not a re-layout of x's
  * 1 x kb cast; defaults by role: 128 x 128 weights, 1 x 128 otherwise */
@@ -661,6 +745,7 @@ int main(void)
     CHECK_OK(lpx_init());
     RUN(test_quantize_matches_reference);
     RUN(test_scale_extremes_and_nonfinite);
+    RUN(test_block_stats);
     RUN(test_orientations_and_defaults);
     RUN(test_dequantize_exact);
     RUN(test_mm_block_matches_reference);

@@ -160,6 +160,110 @@ static void test_config_4x(void)
     CHECKF(fabs(got - want) <= 1e-5 * fabs(want), "4.x config: loss %.7f, transformers %.7f (%s)", got, want, out);
 }
 
+/* Every config.json field lpx reads, one at a time set to a value that
+ * is not the fixture's (the fixture's equal lpx's defaults or presets:
+ * eps 1e-5, theta 500000, Llama 3.1 scaling 8/1/4/64, untied, kv 2 of 4
+ * heads, head_dim = hidden / heads): each changes the loss of the
+ * fixture's weights (by 0.02 or more, measured; the loss is printed to
+ * 1e-6), or, for a field that fixes a weight's shape, is refused naming
+ * the shape it implies. A field read but not used, or read into the wrong
+ * place, leaves the loss at the fixture's. The equivalences: rope_type
+ * "default" with the llama3 factors still given is the unscaled rope
+ * (the same loss as no factors at all); max_position_embeddings does not
+ * change the forward (transformers' neither). The shards are linked. */
+static void test_config_every_field(void)
+{
+    static const struct { const char *from, *to, *refusal; } cases[] = {
+        {"\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 0.1", NULL},
+        {"\"rope_theta\": 500000.0", "\"rope_theta\": 10000.0", NULL},
+        {"\"factor\": 8.0", "\"factor\": 2.0", NULL},
+        {"\"low_freq_factor\": 1.0", "\"low_freq_factor\": 2.0", NULL},
+        {"\"high_freq_factor\": 4.0", "\"high_freq_factor\": 8.0", NULL},
+        {"\"original_max_position_embeddings\": 64", "\"original_max_position_embeddings\": 16", NULL},
+        {"\"rope_type\": \"llama3\"", "\"rope_type\": \"default\"", NULL},
+        {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true", NULL},
+        {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 1", "k_proj.weight is bf16 [32, 64]; config.json says [16, 64]"},
+        {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 4", "k_proj.weight is bf16 [32, 64]; config.json says [64, 64]"},
+        {"\"head_dim\": 16", "\"head_dim\": 32", "head_dim 32 is not hidden_size / num_attention_heads (16)"},
+    };
+    char path[1200], dir[600], cmd[4096];
+    static char out[8192];
+    snprintf(path, sizeof path, "%s/config.json", fixture);
+    char *base = slurp(path);
+    CHECK(base != NULL);
+    if (!base) return;
+    snprintf(dir, sizeof dir, "%s/fields", outdir);
+    mkdir(dir, 0777);
+    const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                           "model.safetensors.index.json"};
+    for (int i = 0; i < 3; i++) {
+        char a[1200], b[1200];
+        snprintf(a, sizeof a, "%s/%s", fixture, files[i]);
+        snprintf(b, sizeof b, "%s/%s", dir, files[i]);
+        if (symlink(a, b) != 0) CHECKF(0, "symlink %s", b);
+    }
+    snprintf(cmd, sizeof cmd, "eval --init '%s' --tokens '%s/tokens.bin'", fixture, fixture);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    double fixture_loss = loss_of(out), rope_default = NAN;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(cmd, sizeof cmd, "eval --init '%s' --tokens '%s/tokens.bin'", dir, fixture);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const char *at = strstr(base, cases[k].from);
+        CHECKF(at && !strstr(at + 1, cases[k].from), "'%s' is not once in the fixture's config.json", cases[k].from);
+        if (!at) continue;
+        size_t n = strlen(base) + strlen(cases[k].to) + 1;
+        char *text = malloc(n);
+        snprintf(text, n, "%.*s%s%s", (int)(at - base), base, cases[k].to, at + strlen(cases[k].from));
+        spit(path, text);
+        free(text);
+        int rc = run(cmd, out, sizeof out);
+        if (cases[k].refusal) {
+            CHECKF(rc == 2 && strstr(out, cases[k].refusal) && count_lines(out) == 1, "%s: exit %d: %s", cases[k].to, rc,
+                   out);
+            continue;
+        }
+        double got = loss_of(out);
+        CHECKF(rc == 0 && fabs(got - fixture_loss) >= 1e-3, "%s: loss %.6f, the fixture's %.6f (exit %d: %s)",
+               cases[k].to, got, fixture_loss, rc, out);
+        if (strstr(cases[k].to, "default")) rope_default = got;
+    }
+    /* rope_type default without the factors: the same loss as with them */
+    spit(path, "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 64,\n"
+               " \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,\n"
+               " \"num_key_value_heads\": 2, \"vocab_size\": 128, \"rope_theta\": 500000.0, \"rms_norm_eps\": 1e-05}\n");
+    CHECK(run(cmd, out, sizeof out) == 0);
+    CHECKF(loss_of(out) == rope_default, "no rope scaling: loss %.6f; rope_type default: %.6f", loss_of(out), rope_default);
+    /* rms_norm_eps left out: transformers' default, 1e-6 (not the fixture's 1e-5) */
+    double eps_default = NAN;
+    for (int k = 0; k < 2; k++) {
+        char text[600];
+        snprintf(text, sizeof text, "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+                 "\"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                 "\"num_key_value_heads\": 2, \"vocab_size\": 128, \"rope_theta\": 500000.0%s}\n",
+                 k ? ", \"rms_norm_eps\": 1e-06" : "");
+        spit(path, text);
+        CHECK(run(cmd, out, sizeof out) == 0);
+        if (!k) eps_default = loss_of(out);
+        else CHECKF(loss_of(out) == eps_default && eps_default != rope_default, "no rms_norm_eps: loss %.6f; 1e-6: %.6f; "
+                    "1e-5: %.6f", eps_default, loss_of(out), rope_default);
+    }
+    /* max_position_embeddings below the 24 tokens: the same loss */
+    const char *mp = strstr(base, "\"max_position_embeddings\": 512");
+    CHECK(mp != NULL);
+    if (mp) {
+        size_t n = strlen(base) + 8;
+        char *text = malloc(n);
+        snprintf(text, n, "%.*s\"max_position_embeddings\": 8%s", (int)(mp - base), base,
+                 mp + strlen("\"max_position_embeddings\": 512"));
+        spit(path, text);
+        free(text);
+        CHECK(run(cmd, out, sizeof out) == 0);
+        CHECKF(loss_of(out) == fixture_loss, "max_position_embeddings 8: loss %.6f, the fixture's %.6f", loss_of(out),
+               fixture_loss);
+    }
+    free(base);
+}
+
 /* u16 token ids below 128 from the corpus bytes (a pre-tokenized file) */
 static void write_ids(const char *path, int vocab)
 {
@@ -367,6 +471,7 @@ int main(void)
     RUN(test_logits_and_grads_equal_transformers);
     RUN(test_ops_compose_to_transformers);
     RUN(test_config_4x);
+    RUN(test_config_every_field);
     RUN(test_train_from_hf_and_save_hf);
     RUN(test_tied_round_trip);
     RUN(test_bad_inputs);

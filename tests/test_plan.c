@@ -130,6 +130,46 @@ static void test_cli(void)
     }
 }
 
+/* lpx plan's sizes on a grouped-query model, worked by hand:
+ *   --dim 256 --layers 2 --heads 8 --kv-heads 2 --ffn 512 --vocab 1024,
+ *   2 GPUs, batch 1 x seq 128, bf16, --ac none
+ * D 256, head dim 32, KV = 2 x 32 = 64, F 512, V 1024, T = 128 tokens.
+ * A block's linear weights W = 2 D^2 (q, o) + 2 D KV (k, v) + 3 D F
+ *   = 131072 + 32768 + 393216 = 557056; P = W + 2 D (norms) = 557568.
+ * params: 2 blocks x 557568 + embedding 262144 + head 262144 + norm 256
+ *   = 1639680 (with kv 8, MHA: 1836288).
+ * per block: GEMMs 6 T W = 427819008 FLOP (0.000428 TFLOP); all-gather
+ *   2 P = 1115136 B (bf16: 0.00112 GB); reduce-scatter 4 P = 2230272 B
+ *   (f32: 0.00223 GB).
+ * memory per GPU (lpx mem's model, 2 ranks, every row count even):
+ *   params 4 x 1639680 / 2 = 3279360; AdamW 2 x that = 6558720;
+ *   grads: shards 3279360 + the largest group's full f32 grads (a block,
+ *   4 x 557568 = 2230272) = 5509632; unsharded: two adjacent blocks in
+ *   bf16, 2 x 2 x 557568 = 2230272; activations (bf16, bt = 128): per
+ *   block 2 x 128 x (6 D + 2 KV + 3 F = 3200) + 4 x (2 x 128 + 8 heads x
+ *   128) = 824320, x 2 blocks + the head's 2 x 3 x 128 x D + 4 x 128 =
+ *   197120: 1845760; the loss chunk (128 rows): logits and their grad
+ *   2 x 128 x V x 2 = 524288 + the head's grad in bf16 and f32, V D x 6
+ *   = 1572864: 2097152. Total 21520896 bytes. */
+static void test_cli_gqa_numbers(void)
+{
+    if (!getenv("LPX_TEST_LPX_EXE")) SKIP_CASE("LPX_TEST_LPX_EXE is not set");
+    static char out[65536];
+    const char *m = "plan --dim 256 --layers 2 --heads 8 --kv-heads 2 --ffn 512 --vocab 1024 --gpus 2 --seq 128 "
+                    "--ac none --recipe bf16";
+    char args[512];
+    snprintf(args, sizeof args, "%s --json", m);
+    int rc = run(args, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "\"kv_heads\": 2") && strstr(out, "\"params\": 1639680"), "json: %d %s", rc, out);
+    const char *k = strstr(out, "\"memory_per_gpu_bytes\": ");
+    double mem = k ? strtod(k + strlen("\"memory_per_gpu_bytes\": "), NULL) : -1;
+    CHECKF(mem == 21520896.0, "memory per GPU %.0f bytes, worked by hand 21520896", mem);
+    rc = run(m, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "1639680 params") && strstr(out, "(0.000428 TFLOP)") &&
+           strstr(out, "x2 (0.00112 GB each)") && strstr(out, "reduce-scatter") && strstr(out, "(0.00223 GB)"),
+           "table: %d %s", rc, out);
+}
+
 /* The chip file the GPU benchmark leaves (scripts/chip-file.py over its
  * JSON lines): lpx plan reads it, names it, and its measured rates (below
  * the peaks) give a slower step than the published file; a benchmark run
@@ -247,7 +287,9 @@ static void test_many_layers(void)
     if (!getenv("LPX_TEST_LPX_EXE")) SKIP_CASE("LPX_TEST_LPX_EXE is not set");
     static char out[65536];
     int rc = run("plan --layers 30000 --json", out, sizeof out);
-    CHECKF(rc == 0 && strstr(out, "\"memory_per_gpu_bytes\": 15106733654016,"), "30000 layers: %d %s", rc, out);
+    /* 15106733654016 before the loss chunk was counted, + its 5286199296 bytes (4160 rows of llama3-8b's
+     * 128256 logits and their grad in bf16, 2 x 4160 x 128256 x 2, + the head's grad, 128256 x 4096 x 6) */
+    CHECKF(rc == 0 && strstr(out, "\"memory_per_gpu_bytes\": 15112019853312,"), "30000 layers: %d %s", rc, out);
     /* `timeout 20 lpx ...`: run() puts the executable first */
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "--version >/dev/null; timeout 20 '%s' plan --layers 100000 --json",
@@ -331,6 +373,23 @@ static void test_chip_checks_and_mfu(void)
     }
 }
 
+/* a plan that does not fit says so first and gives no speed (the issue's
+ * case: 687 GiB of 80 with a tokens/s and an MFU of 120% printed); --json
+ * marks it; one that fits prints its steps */
+static void test_no_speed_when_it_does_not_fit(void)
+{
+    static char out[1 << 16];
+    int rc = run("plan --model llama3-70b --gpus 128 --batch 4 --ac none", out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "DOES NOT FIT: ") && !strstr(out, "tok/s") && !strstr(out, "MFU"),
+           "a plan that does not fit: %d %s", rc, out);
+    rc = run("plan --model llama3-70b --gpus 128 --batch 4 --ac none --json", out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "\"fits\": false"), "--json: %d %s", rc, out);
+    rc = run("plan --model llama3-8b --gpus 8 --batch 1 --seq 4096 --ac full", out, sizeof out);
+    CHECKF(rc == 0 && !strstr(out, "DOES NOT FIT") && strstr(out, "tok/s/GPU"), "a plan that fits: %d %s", rc, out);
+    rc = run("plan --model llama3-8b --gpus 8 --batch 1 --seq 4096 --ac full --json", out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "\"fits\": true"), "--json that fits: %d %s", rc, out);
+}
+
 int main(void)
 {
     RUN(test_ring_and_tree);
@@ -338,10 +397,12 @@ int main(void)
     RUN(test_fully_exposed);
     RUN(test_sm_share);
     RUN(test_cli);
+    RUN(test_cli_gqa_numbers);
     RUN(test_chip_file_from_benchmark);
     RUN(test_schedule_refuses_nonfinite);
     RUN(test_ranges);
     RUN(test_many_layers);
     RUN(test_chip_checks_and_mfu);
+    RUN(test_no_speed_when_it_does_not_fit);
     return CHECK_DONE();
 }

@@ -24,7 +24,7 @@ static void test_bad_options(void)
     static const char *const cases[][2] = {
         {"train --recipe nosuch", "unknown recipe 'nosuch'"},
         {"train --ranks 0", "--ranks '0'"},
-        {"train --dim 48", "not a positive multiple of 32"},
+        {"train --dim 50", "--dim 50 is not divisible by --heads 4"},
         {"train --heads 4 --kv-heads 3", "--heads 4 is not a multiple of --kv-heads 3"},
         {"train --dim 96 --heads 32", "head dim 3"},
         {"train --model llama9", "unknown --model 'llama9'"},
@@ -101,25 +101,66 @@ static double val_of(const char *out, const char *label)
     return val;
 }
 
+/* The first loss of every preset from scratch is about ln(vocab): the
+ * weights start as transformers' LlamaForCausalLM does (normal 0.02 for
+ * the embedding, the linears and an untied head, ones for the norms), so
+ * the logits start near uniform. Each preset at a small width (dim 128,
+ * one block) on the byte corpus, one f32 step. Before: embedding std 0.1
+ * (the tied head of llama3.2-* too) and linears 1/sqrt(fan-in): 12.58 and
+ * 12.70 here (7-8 % over ln(128256) = 11.76; 33.3 at the full 1B width),
+ * tiny 6.42 (16 % over ln 256). Now within 5 % (measured 11.40 tied,
+ * 11.85 untied, tiny 5.62). And (issue 35, E) the byte corpus under a
+ * 128256-token vocabulary is said in one warning line. */
+static void test_first_loss_every_preset(void)
+{
+    static const char *const presets[] = {"llama3-8b", "llama3-70b", "llama3-405b", "llama3.2-1b", "llama3.2-3b", "tiny"};
+    static char out[65536];
+    char args[4096];
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        bool tiny = !strcmp(presets[i], "tiny");
+        snprintf(args, sizeof args, "train --model %s --dim 128 --heads 8 --kv-heads 4 --ffn 64 --layers 1 --recipe f32 "
+                 "--ranks 1 --micro 1 --batch 1 --steps 1 --seq 16 --eval 1 --sample 0 --data '%s' --out '%s/preset'",
+                 presets[i], corpus, outdir);
+        int rc = run(args, out, sizeof out);
+        double l[2];
+        int n = train_losses(out, "f32", l, 2);
+        double want = log(tiny ? 256.0 : 128256.0);
+        CHECKF(rc == 0 && n == 1 && fabs(l[0] - want) <= 0.05 * want, "--model %s: exit %d, first loss %.4f, ln(vocab) "
+               "%.4f: %s", presets[i], rc, n ? l[0] : NAN, want, out);
+        printf("  %-12s first loss %.4f, ln(vocab) %.4f\n", presets[i], n ? l[0] : NAN, want);
+        const char *w = strstr(out, "warning: corpus");
+        if (tiny) {
+            CHECKF(!w, "tiny (vocab 256) warned: %s", out);
+        } else {
+            CHECKF(w && strstr(w, "vocabulary is 128256: 128000 embedding rows never see a token") &&
+                   !strstr(w + 1, "warning: corpus"), "--model %s on bytes: no (or more than one) warning: %s",
+                   presets[i], out);
+        }
+    }
+}
+
 static void test_loss_goes_down_and_files(void)
 {
     static char out[65536];
     char args[4096];
-    snprintf(args, sizeof args, "train --recipe float8-tensorwise --ranks 2 --micro 2 --steps 30 --lr 1e-2 "
+    /* 60 steps: from the transformers-style init (issue 35) this model
+     * leaves the unigram plateau (~3.3) around step 30, where float8 and
+     * bf16 part by a few % for a step or two; by 60 they agree to 0.3 % */
+    snprintf(args, sizeof args, "train --recipe float8-tensorwise --ranks 2 --micro 2 --steps 60 --lr 1e-2 "
              TINY " --compare --data '%s' --out '%s/run'", corpus, outdir);
     int rc = run(args, out, sizeof out);
     CHECKF(rc == 0, "train exited %d: %s", rc, out);
-    double l[64];
-    int n = train_losses(out, "float8-tensorwise", l, 64);
-    CHECKF(n >= 30, "%d progress lines", n);
-    if (n >= 30) CHECKF(l[n - 1] < l[0] - 0.5, "loss %.3f -> %.3f", l[0], l[n - 1]);
+    double l[128];
+    int n = train_losses(out, "float8-tensorwise", l, 128);
+    CHECKF(n >= 60, "%d progress lines", n);
+    if (n >= 60) CHECKF(l[n - 1] < l[0] - 0.5, "loss %.3f -> %.3f", l[0], l[n - 1]);
     double v8 = val_of(out, "float8-tensorwise"), vb = val_of(out, "bf16");
     CHECKF(v8 > 0 && vb > 0 && fabs(v8 - vb) / vb < 0.05, "val float8 %.4f bf16 %.4f", v8, vb);
     CHECK(strstr(out, "amax all-reduces per step: 1") != NULL);
     CHECK(strstr(out, "no fallbacks") != NULL);
     CHECK(strstr(out, "sample (") != NULL);
 
-    /* metrics.csv: header, 30 rows per recipe, val on the last row, complete marker */
+    /* metrics.csv: header, 60 rows per recipe, val on the last row, complete marker */
     char path[512];
     snprintf(path, sizeof path, "%s/run/metrics.csv", outdir);
     FILE *f = fopen(path, "r");
@@ -140,7 +181,7 @@ static void test_loss_goes_down_and_files(void)
             }
         }
         fclose(f);
-        CHECK(rows == 60 && f8 == 30 && bf == 30 && complete);
+        CHECK(rows == 120 && f8 == 60 && bf == 60 && complete);
     }
     snprintf(path, sizeof path, "%s/run/loss.svg", outdir);
     f = fopen(path, "r");
@@ -307,26 +348,62 @@ static void test_mem_blockwise_shards(void)
     CHECKF(s && atof(s + strlen("estimate (worst ")) <= 10.0, "float8-blockwise at 2 ranks: %s", s ? s : out);
 }
 
-/* --loss-chunk: the LM head and the loss in chunks of rows (here 3 and 4
- * chunks, the last one short) give the losses of one chunk (the default
- * at this size) within float rounding */
+static int hex_losses(const char *out, const char *label, int *step, char (*hex)[40], int cap);
+
+/* the count of `op`'s calls in the dispatch table at the end of a run
+ * ("  OP  cpu  N  fallbacks"); -1 when absent */
+static long dispatch_calls(const char *out, const char *op)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\n  %s ", op);
+    const char *s = strstr(out, "dispatch counts");
+    s = s ? strstr(s, pat) : NULL;
+    char key[32];
+    long n = -1;
+    if (!s || sscanf(s + strlen(pat), " %31s %ld", key, &n) != 2) return -1;
+    return n;
+}
+
+/* --loss-chunk: the LM head and the loss in chunks of rows. One rank
+ * runs micro-batches of 4 x 16 = 64 rows: --loss-chunk 22 cuts them into
+ * 3 chunks (22, 22, 20), --loss-chunk 16 into 4, --loss-chunk 64 leaves
+ * one (the default at this size). The chunk count is read from the
+ * dispatch table: the loss's backward runs once per chunk per training
+ * micro-batch (5 steps x 1 micro-batch), so 15 and 20 calls against 5.
+ * The losses: one chunk equals the default bit for bit; 3 and 4 chunks
+ * give the same loss up to f32 rounding: each chunk's mean is weighted
+ * by its share of the targets and summed in f32, and the head's gradient
+ * is summed chunk by chunk in f32, a few more roundings per step (1-2
+ * ulps of a loss near 6 were seen, 2.4e-7 relative): 1e-6 relative is
+ * about 8 ulps, while one chunk's loss dropped or counted twice moves
+ * the loss by a third or more. */
 static void test_loss_chunks(void)
 {
     static char o1[32768], o2[32768];
-    const char *chunks[] = {"--loss-chunk 100", "--loss-chunk 64"};
+    const char *chunks[] = {"--loss-chunk 64", "--loss-chunk 22", "--loss-chunk 16"};
+    const long nchunks[] = {1, 3, 4};
     char args[4096];
-    snprintf(args, sizeof args, "train --recipe bf16 --ranks 1 --micro 1 --steps 5 " TINY " --data '%s' --out '%s/lc0'",
-             corpus, outdir);
+    snprintf(args, sizeof args, "train --recipe bf16 --ranks 1 --micro 1 --steps 5 " TINY " --log-exact --data '%s' "
+             "--out '%s/lc0'", corpus, outdir);
     CHECK(run(args, o1, sizeof o1) == 0);
-    for (int k = 0; k < 2; k++) {
-        snprintf(args, sizeof args, "train --recipe bf16 --ranks 1 --micro 1 --steps 5 " TINY " %s --data '%s' "
-                 "--out '%s/lc1'", chunks[k], corpus, outdir);
+    long base = dispatch_calls(o1, "cross_entropy_backward");
+    CHECKF(base == 5, "one chunk: %ld cross_entropy_backward calls for 5 micro-batches", base);
+    for (int k = 0; k < 3; k++) {
+        snprintf(args, sizeof args, "train --recipe bf16 --ranks 1 --micro 1 --steps 5 " TINY " --log-exact %s "
+                 "--data '%s' --out '%s/lc1'", chunks[k], corpus, outdir);
         CHECK(run(args, o2, sizeof o2) == 0);
-        double a[8], b[8];
-        int na = train_losses(o1, "bf16", a, 8), nb = train_losses(o2, "bf16", b, 8);
+        long calls = dispatch_calls(o2, "cross_entropy_backward");
+        CHECKF(calls == 5 * nchunks[k], "%s: %ld cross_entropy_backward calls, expected %ld chunks x 5", chunks[k],
+               calls, nchunks[k]);
+        int s1[8], s2[8];
+        char h1[8][40], h2[8][40];
+        int na = hex_losses(o1, "bf16", s1, h1, 8), nb = hex_losses(o2, "bf16", s2, h2, 8);
         CHECKF(na == 5 && nb == 5, "%d and %d losses", na, nb);
-        for (int i = 0; i < na && i < nb; i++)
-            CHECKF(fabs(a[i] - b[i]) <= 1e-5 * a[i], "%s step %d: %.7f vs one chunk %.7f", chunks[k], i + 1, b[i], a[i]);
+        for (int i = 0; i < na && i < nb; i++) {
+            double a = strtod(h1[i], NULL), b = strtod(h2[i], NULL);
+            if (nchunks[k] == 1) CHECKF(!strcmp(h1[i], h2[i]), "%s step %d: %s vs default %s", chunks[k], i + 1, h2[i], h1[i]);
+            else CHECKF(fabs(a - b) <= 1e-6 * a, "%s step %d: %.9g vs one chunk %.9g", chunks[k], i + 1, b, a);
+        }
     }
 }
 
@@ -334,7 +411,10 @@ static void test_nf4_qlora(void)
 {
     static char out[65536];
     char args[4096];
-    snprintf(args, sizeof args, "train --recipe nf4-qlora --ranks 2 --micro 2 --steps 12 --pretrain 20 --lr 1e-2 "
+    /* a base past the unigram plateau (~3.5, where the transformers-style
+     * init of issue 35 leaves 20 bf16 steps), so the adapters have more
+     * than noise to learn on two validation batches */
+    snprintf(args, sizeof args, "train --recipe nf4-qlora --ranks 2 --micro 2 --steps 12 --pretrain 40 --lr 1e-2 "
              TINY " --dim 64 --lora-rank 4 --data '%s' --out '%s/nf4'", corpus, outdir);
     int rc = run(args, out, sizeof out);
     CHECKF(rc == 0, "nf4 exited %d: %s", rc, out);
@@ -481,6 +561,45 @@ static void resume_exact(const char *recipe, const char *extra, bool delayed, bo
     printf("     %s: 8 steps straight = 4 + resume + 4 (2 ranks%s), losses equal in all bits, e.g. step 8 %s; "
            "%.2f s for the 4 runs\n", recipe, rank_invariant ? "; resumed on 1 rank too" : "", n1 == 8 ? h1[7] : "?",
            wall_s() - t0);
+}
+
+/* A checkpoint saved after the first step (the earliest one: --stop-after
+ * takes 1..steps, so there is no step-0 checkpoint) resumes bit for bit:
+ * AdamW's step count 1 (its bias corrections 1 - beta^1), the float8
+ * delayed histories holding one amax each and the data position after
+ * one batch all come back. 4 steps straight = 1 + resume + 3, the exact
+ * losses of steps 2..4 and the final rank files equal. */
+static void test_resume_at_step_1(void)
+{
+    static char o1[65536], o2[65536], o3[65536];
+    static const char *const recipes[] = {"bf16", "float8-delayed"};
+    const char *common = "--ranks 2 --micro 2 --steps 4 --log-exact " TINY;
+    for (int k = 0; k < 2; k++) {
+        const char *r = recipes[k];
+        char args[4096], a[600], b[600];
+        snprintf(args, sizeof args, "train --recipe %s %s --data '%s' --out '%s/s1-%s' --save '%s/s1-%s-ck4'", r,
+                 common, corpus, outdir, r, outdir, r);
+        CHECKF(run(args, o1, sizeof o1) == 0, "%s straight: %s", r, o1);
+        snprintf(args, sizeof args, "train --recipe %s %s --stop-after 1 --data '%s' --out '%s/s1-%s' --save "
+                 "'%s/s1-%s-ck1'", r, common, corpus, outdir, r, outdir, r);
+        CHECKF(run(args, o2, sizeof o2) == 0, "%s step 1: %s", r, o2);
+        snprintf(args, sizeof args, "train --resume '%s/s1-%s-ck1' --log-exact --log-every 1 --out '%s/s1-%s' --save "
+                 "'%s/s1-%s-ckr'", outdir, r, outdir, r, outdir, r);
+        CHECKF(run(args, o3, sizeof o3) == 0 && strstr(o3, "at step 1"), "%s resumed at step 1: %s", r, o3);
+        int s1[8], s2[8], s3[8];
+        char h1[8][40], h2[8][40], h3[8][40];
+        int n1 = hex_losses(o1, r, s1, h1, 8), n2 = hex_losses(o2, r, s2, h2, 8), n3 = hex_losses(o3, r, s3, h3, 8);
+        CHECKF(n1 == 4 && n2 == 1 && n3 == 3, "%s: %d, %d, %d exact losses", r, n1, n2, n3);
+        if (n1 == 4 && n2 == 1) CHECKF(!strcmp(h1[0], h2[0]), "%s step 1: %s vs %s", r, h1[0], h2[0]);
+        for (int i = 0; n1 == 4 && i < n3 && i < 3; i++)
+            CHECKF(s3[i] == i + 2 && !strcmp(h1[i + 1], h3[i]), "%s step %d: straight %s, resumed %s", r, i + 2,
+                   h1[i + 1], h3[i]);
+        for (int q = 0; q < 2; q++) {
+            snprintf(a, sizeof a, "%s/s1-%s-ck4/rank-%05d-of-00002.safetensors", outdir, r, q);
+            snprintf(b, sizeof b, "%s/s1-%s-ckr/rank-%05d-of-00002.safetensors", outdir, r, q);
+            CHECKF(same_file(a, b), "%s: rank %d's final file differs after a resume at step 1", r, q);
+        }
+    }
 }
 
 /* float8-delayed is not rank-count invariant in the last bits (its first
@@ -879,6 +998,228 @@ static void test_mpi_checkpoints(void)
     }
 }
 
+/* lpx mem's numbers on a grouped-query model, worked by hand:
+ *   --dim 128 --layers 2 --heads 4 --kv-heads 1 --ffn 256 --vocab 256
+ *   --seq 64 --recipe bf16 --ranks 1,2 (bf16 activations, 1 sequence)
+ * D 128, head dim 32, KV = 1 x 32, F 256, V 256, bt = 64 rows.
+ * A block: norms 2 x 128, wq and wo 2 x 128^2 = 32768, wk and wv
+ *   2 x 32 x 128 = 8192, w1, w3, w2 3 x 256 x 128 = 98304: 139520.
+ * Model: 2 x 139520 + embedding 32768 + head 32768 + final norm 128
+ *   = 344704 params (4 kv heads would give 393856).
+ * 1 rank: params 4 x 344704 = 1378816 B (1.31 MiB); AdamW 8 x = 2757632
+ *   (2.63 MiB); grads: the master's 1378816 + the largest group's full
+ *   f32 grads (a block, 4 x 139520 = 558080) = 1936896 (1.85 MiB);
+ *   unsharded: two adjacent blocks in bf16, 2 x 2 x 139520 = 558080
+ *   (545.00 KiB); activations (bf16): per block 2 x 64 x (6 D + 2 KV +
+ *   3 F = 1600) + 4 x (2 x 64 + 4 heads x 64) = 206336, x 2 + the head's
+ *   2 x 3 x 64 x 128 + 4 x 64 = 49408: 462080 (451.25 KiB); loss chunk
+ *   (all 64 rows): 2 x 64 x 256 x 2 + the head's grad V D x (2 + 4)
+ *   = 65536 + 196608 = 262144 (256.00 KiB); device total 7355648
+ *   (7.01 MiB).
+ * 2 ranks (every row count even): params 689408 (673.25 KiB), grads
+ *   689408 + 558080 = 1247488 (1.19 MiB), AdamW 1378816 (1.31 MiB), the
+ *   rest unchanged: total 4598016 (4.39 MiB).
+ * CPU process (tr_mem_overhead: 8 MiB + 0.85 x activations + 0.19 x the
+ *   master shard, per rank; plus the f32 initial weights 4 x 344704 =
+ *   1378816): 1 rank 7355648 + 1378816 + 8388608 + 392768 + 261975.04 =
+ *   17777815 (16.95 MiB); 2 ranks 2 x 4598016 + 1378816 + 8388608 +
+ *   2 x (392768 + 130987.52) = 20010967 (19.08 MiB). */
+static void test_mem_gqa_numbers(void)
+{
+    static char out[8192];
+    int rc = run("mem --dim 128 --layers 2 --heads 4 --kv-heads 1 --ffn 256 --vocab 256 --seq 64 --recipe bf16 "
+                 "--ranks 1,2", out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "(kv 1)") && strstr(out, ": 344704 params"), "%d: %s", rc, out);
+    static const char *const rows[][3] = {
+        {"params", "1.31 MiB", "673.25 KiB"},     {"grads", "1.85 MiB", "1.19 MiB"},
+        {"optimizer", "2.63 MiB", "1.31 MiB"},    {"unsharded", "545.00 KiB", "545.00 KiB"},
+        {"activations", "451.25 KiB", "451.25 KiB"}, {"loss chunk", "256.00 KiB", "256.00 KiB"},
+        {"device total", "7.01 MiB", "4.39 MiB"},   {"CPU process", "16.95 MiB", "19.08 MiB"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        char want[128];
+        snprintf(want, sizeof want, "\n  %-14s %12s %12s\n", rows[i][0], rows[i][1], rows[i][2]);
+        CHECKF(strstr(out, want) != NULL, "row '%s': want %s / %s in\n%s", rows[i][0], rows[i][1], rows[i][2], out);
+    }
+    /* --params N: the shape it picks has about N parameters (within 5%:
+     * dims step by 128 per layer), and the count printed is the shape's,
+     * recomputed here from the printed dims: vocab x dim x 2 + dim +
+     * layers x (2 dim + 2 dim^2 + 2 dim kv + 3 dim ffn), kv = kv heads x
+     * (dim / heads) */
+    static const double ns[] = {1e8, 1e9, 7e9};
+    for (int i = 0; i < 3; i++) {
+        char args[64];
+        snprintf(args, sizeof args, "mem --params %g", ns[i]);
+        rc = run(args, out, sizeof out);
+        int d = 0, l = 0, h = 0, kv = 0, f = 0, v = 0, sq = 0;
+        long long n = 0;
+        int got = sscanf(out, "model: dim %d, layers %d, heads %d (kv %d), ffn %d, vocab %d, seq %d: %lld params", &d, &l,
+                         &h, &kv, &f, &v, &sq, &n);
+        CHECKF(rc == 0 && got == 8, "--params %g: %d fields of %s", ns[i], got, out);
+        if (got != 8) continue;
+        double hd = (double)(d / h), want = (double)v * d * 2 + d + (double)l * (2.0 * d + 2.0 * d * d + 2.0 * d * kv * hd +
+                                                                                 3.0 * d * f);
+        CHECKF((double)n == want, "--params %g: %lld params printed, the shape has %.0f", ns[i], n, want);
+        CHECKF(fabs((double)n - ns[i]) <= 0.05 * ns[i], "--params %g picked %lld params", ns[i], n);
+    }
+}
+
+/* the value of "  LABEL  estimate X MiB" (the summary's per-phase process
+ * estimate), bytes; NAN when absent */
+static double phase_estimate(const char *out, const char *label)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\n  %-20s estimate ", label);
+    const char *s = strstr(out, pat);
+    return s ? strtod(s + strlen(pat), NULL) * 1048576.0 : NAN;
+}
+
+/* "X MiB" or "X GiB" (or KiB) at s, bytes */
+static double parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    while (*end == ' ') end++;
+    return v * (!strncmp(end, "GiB", 3) ? 1073741824.0 : !strncmp(end, "MiB", 3) ? 1048576.0
+                : !strncmp(end, "KiB", 3) ? 1024.0 : 1.0);
+}
+
+/* The memory guard checks every phase a run goes through: nf4-qlora's
+ * bf16 pre-training (larger than the adapter training: full AdamW state)
+ * and --compare's bf16 run (larger than float8-tensorwise's: bf16 wire
+ * weights), not only the recipe's. With LPX_TEST_MEM_AVAILABLE between the
+ * two phases' estimates (read from a run's summary) the run is refused
+ * naming the larger phase (before: accepted, then the phase took the
+ * memory); just above the larger one it is accepted. */
+static void test_mem_guard_phases(void)
+{
+    static char out[65536];
+    static const struct { const char *args, *main, *big; } cases[] = {
+        {"--recipe nf4-qlora --pretrain 2", "nf4-qlora", "bf16-pretrain"},
+        {"--recipe float8-tensorwise --compare", "float8-tensorwise", "bf16"},
+    };
+    for (int k = 0; k < 2; k++) {
+        char args[4096], avail[64];
+        snprintf(args, sizeof args, "train %s --ranks 1 --micro 1 --steps 2 --dim 256 --layers 2 --heads 4 --seq 16 "
+                 "--batch 4 --eval 1 --sample 0 --data '%s' --out '%s/guard'", cases[k].args, corpus, outdir);
+        CHECKF(run(args, out, sizeof out) == 0, "%s: %s", cases[k].args, out);
+        double small = phase_estimate(out, cases[k].main), big = phase_estimate(out, cases[k].big);
+        CHECKF(big > small + 0.5 * 1048576, "%s: phases %s %.0f, %s %.0f bytes", cases[k].args, cases[k].main, small,
+               cases[k].big, big);
+        if (!(big > small + 0.5 * 1048576)) continue;
+        snprintf(avail, sizeof avail, "%.0f", (small + big) / 2);
+        setenv("LPX_TEST_MEM_AVAILABLE", avail, 1);
+        int rc = run(args, out, sizeof out);
+        char want[64];
+        snprintf(want, sizeof want, "in its %s phase", cases[k].big);
+        CHECKF(rc == 2 && strstr(out, want) && strstr(out, "LPX_TEST_MEM_AVAILABLE") && count_lines(out) == 1,
+               "%s with %s bytes available: exit %d: %s", cases[k].args, avail, rc, out);
+        snprintf(avail, sizeof avail, "%.0f", big + 1048576);
+        setenv("LPX_TEST_MEM_AVAILABLE", avail, 1);
+        rc = run(args, out, sizeof out);
+        CHECKF(rc == 0, "%s with %s bytes available: exit %d: %s", cases[k].args, avail, rc, out);
+        unsetenv("LPX_TEST_MEM_AVAILABLE");
+    }
+}
+
+/* The guard compares with the memory available, not the machine's total:
+ * MemAvailable (a fake /proc/meminfo, LPX_TEST_MEMINFO) and the room under
+ * the cgroup's limit (a fake cgroup directory, LPX_TEST_CGROUP: v2
+ * memory.max minus memory.current, or v1 memory.limit_in_bytes minus
+ * memory.usage_in_bytes; "max" and v1's 2^63 mean no limit), the smaller
+ * one, both named in the refusal. The model (dim 1024, 6 layers, 2 ranks:
+ * about 1.06 GiB) is refused in every case before anything is allocated. */
+static void test_mem_guard_available(void)
+{
+    static char out[8192];
+    char dir[300], args[4096], cmd[1200];
+    snprintf(dir, sizeof dir, "%s/fakemem", outdir);
+    static const struct { const char *meminfo, *files, *want; } cases[] = {
+        /* MemAvailable 0.86 GiB (900000 kB), cgroup v2 1 GiB - 0.5 GiB: 0.5 GiB */
+        {"MemTotal:       99999999 kB\nMemFree:   1 kB\nMemAvailable:     900000 kB\n",
+         "echo 1073741824 > memory.max; echo 536870912 > memory.current",
+         "512.0 MiB available (MemAvailable 878.9 MiB; cgroup memory.max 1.00 GiB minus memory.current 512.0 MiB)"},
+        /* v2 "max": no limit, MemAvailable decides */
+        {"MemAvailable:     600000 kB\n", "echo max > memory.max; echo 5 > memory.current",
+         "585.9 MiB available (MemAvailable 585.9 MiB; no cgroup limit)"},
+        /* v1: a 0.75 GiB limit, 0.25 GiB used */
+        {"MemAvailable:     900000 kB\n", "echo 805306368 > memory.limit_in_bytes; echo 268435456 > memory.usage_in_bytes",
+         "512.0 MiB available (MemAvailable 878.9 MiB; cgroup memory.limit_in_bytes 768.0 MiB minus "
+         "memory.usage_in_bytes 256.0 MiB)"},
+        /* v1 without a limit (2^63 rounded down to pages) */
+        {"MemAvailable:     900000 kB\n", "echo 9223372036854771712 > memory.limit_in_bytes; echo 1 > memory.usage_in_bytes",
+         "878.9 MiB available (MemAvailable 878.9 MiB; no cgroup limit)"},
+        /* the cgroup's room is smaller than MemAvailable even when usage is past the limit */
+        {"MemAvailable:     900000 kB\n", "echo 1000 > memory.max; echo 5000 > memory.current",
+         "0.0 MiB available (MemAvailable 878.9 MiB; cgroup memory.max 0.0 MiB minus memory.current 0.0 MiB)"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cd '%s' && printf '%%s' '%s' > meminfo && %s", dir, dir,
+                 dir, cases[k].meminfo, cases[k].files);
+        CHECK(system(cmd) == 0);
+        snprintf(cmd, sizeof cmd, "%s/meminfo", dir);
+        setenv("LPX_TEST_MEMINFO", cmd, 1);
+        setenv("LPX_TEST_CGROUP", dir, 1);
+        snprintf(args, sizeof args, "train --recipe bf16 --ranks 2 --micro 2 --batch 4 --steps 1 --dim 1024 --layers 6 "
+                 "--heads 8 --seq 128 --data '%s' --out '%s/guard2'", corpus, outdir);
+        int rc = run(args, out, sizeof out);
+        CHECKF(rc == 2 && strstr(out, cases[k].want) && strstr(out, "in its bf16 phase"), "case %zu: exit %d: %s\nwant: %s",
+               k, rc, out, cases[k].want);
+    }
+    unsetenv("LPX_TEST_MEMINFO");
+    unsetenv("LPX_TEST_CGROUP");
+}
+
+/* lpx mem's "CPU process" row against the real peak of lpx train's
+ * process (VmHWM, printed in the summary) at three sizes, 2 ranks, f32
+ * activations (lpx train's on the CPU): within 10% (the measured gaps
+ * were under 2%, docs/TRAIN.md). The summary's own process estimate too.
+ * Before, the only comparison was the per-category bookkeeping, which is
+ * computed like the estimate and cannot disagree; the real peak was 10-30%
+ * above it. */
+/* sanitizer builds: the process's RSS holds the sanitizer's shadow memory
+ * and quarantine, which no estimate of lpx's own memory includes */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TRAIN_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TRAIN_SANITIZED 1
+#endif
+#endif
+
+static void test_mem_process_peak(void)
+{
+#ifdef TRAIN_SANITIZED
+    printf("  (a sanitizer build: the peak RSS includes its shadow memory; the normal build checks the estimate)\n");
+    return;
+#endif
+    static char out[65536], mem[8192];
+    static const char *const sizes[] = {"--dim 256 --layers 4 --heads 4 --seq 64",
+                                        "--dim 512 --layers 4 --heads 8 --seq 128",
+                                        "--dim 768 --layers 6 --heads 12 --seq 128"};
+    for (int k = 0; k < 3; k++) {
+        char args[4096];
+        snprintf(args, sizeof args, "train --recipe bf16 --ranks 2 --micro 2 --batch 4 --steps 2 --eval 1 --sample 0 %s "
+                 "--data '%s' --out '%s/peak'", sizes[k], corpus, outdir);
+        int rc = run(args, out, sizeof out);
+        CHECKF(rc == 0, "%s: exit %d: %s", sizes[k], rc, out);
+        const char *p = strstr(out, "real peak RSS ");
+        double peak = p ? strtod(p + strlen("real peak RSS "), NULL) * 1048576.0 : NAN;
+        const char *e = p ? strstr(p, "process estimate ") : NULL;
+        double est = e ? strtod(e + strlen("process estimate "), NULL) * 1048576.0 : NAN;
+        snprintf(args, sizeof args, "mem --recipe bf16 --ranks 2 --batch 2 --act f32 %s", sizes[k]);
+        rc = run(args, mem, sizeof mem);
+        const char *m = strstr(mem, "\n  CPU process ");
+        double cpu = m ? parse_size(m + strlen("\n  CPU process ")) : NAN;
+        CHECKF(rc == 0 && peak > 0 && fabs(cpu - peak) <= 0.10 * peak, "%s: lpx mem %.1f MiB, real peak %.1f MiB",
+               sizes[k], cpu / 1048576, peak / 1048576);
+        CHECKF(fabs(est - peak) <= 0.10 * peak, "%s: lpx train's estimate %.1f MiB, real peak %.1f MiB", sizes[k],
+               est / 1048576, peak / 1048576);
+        printf("     %s: real peak %.1f MiB, lpx mem %.1f MiB (%+.1f%%)\n", sizes[k], peak / 1048576, cpu / 1048576,
+               100 * (cpu - peak) / peak);
+    }
+}
+
 static void test_mem(void)
 {
     char out[4096];
@@ -1009,6 +1350,7 @@ int main(int argc, char **argv)
         RUN(test_mpi_checkpoints);
     } else {
         RUN(test_bad_options);
+        RUN(test_first_loss_every_preset);
         RUN(test_loss_goes_down_and_files);
         RUN(test_engine_stats);
         RUN(test_ranks_same_losses);
@@ -1018,7 +1360,12 @@ int main(int argc, char **argv)
         RUN(test_mem_blockwise_shards);
         RUN(test_nf4_qlora);
         RUN(test_mem);
+        RUN(test_mem_gqa_numbers);
+        RUN(test_mem_guard_phases);
+        RUN(test_mem_guard_available);
+        RUN(test_mem_process_peak);
         RUN(test_resume_float8_delayed);
+        RUN(test_resume_at_step_1);
         RUN(test_resume_nf4_qlora);
         RUN(test_resume_cross_recipe);
         RUN(test_resume_refusals);

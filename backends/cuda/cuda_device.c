@@ -162,6 +162,22 @@ static lpx_status setup_devices(void)
     return LPX_OK;
 }
 
+/* the backend's pinned host memory slots (lpx_backend_i.host_alloc):
+ * lpx_cuda_host_alloc / lpx_cuda_host_free below */
+LPX_PLUGIN_EXPORT lpx_status lpx_cuda_host_alloc(size_t nbytes, void **out);
+LPX_PLUGIN_EXPORT void lpx_cuda_host_free(void *ptr);
+static lpx_status be_host_alloc(void *self, size_t nbytes, void **out)
+{
+    (void)self;
+    return lpx_cuda_host_alloc(nbytes, out);
+}
+
+static void be_host_free(void *self, void *ptr)
+{
+    (void)self;
+    lpx_cuda_host_free(ptr);
+}
+
 lpx_status cu_register_backend(const lpx_host *h)
 {
     lpx_status st = setup_devices();
@@ -169,6 +185,7 @@ lpx_status cu_register_backend(const lpx_host *h)
     static const lpx_backend_i be = {
         .struct_size = sizeof(lpx_backend_i), .name = "cuda", .device_type = LPX_DEVICE_CUDA,
         .alloc = be_alloc, .free = be_free, .copy = be_copy, .sync = be_sync, .self = NULL,
+        .host_alloc = be_host_alloc, .host_free = be_host_free,
     };
     return h->backend_register(h, &be, &cu_key);
 }

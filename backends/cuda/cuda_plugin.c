@@ -3,6 +3,7 @@
  * registers the "cuda" backend (memory, streams) and every kernel group. */
 #include <stdio.h>
 #include "cuda_internal.h"
+#include "cuda_sdpa.h"
 
 LPX_PLUGIN_EXPORT int lpx_plugin_probe(const lpx_host *host, char *reason, size_t len)
 {
@@ -23,6 +24,9 @@ LPX_PLUGIN_EXPORT int lpx_plugin_probe(const lpx_host *host, char *reason, size_
 
 LPX_PLUGIN_EXPORT lpx_status lpx_plugin_init(const lpx_host *host, lpx_plugin_info *info)
 {
+    /* the only environment write of lpx-cuda, here while no lpx op runs
+     * (the cuDNN frontend reads it later, on any thread) */
+    cu_sdpa_init_env();
     info->struct_size = sizeof *info;
     info->abi_major = LPX_PLUGIN_ABI_MAJOR;
     info->abi_minor = LPX_PLUGIN_ABI_MINOR;

@@ -22,16 +22,31 @@
  * first use (cuDNN's heuristics mode A) and kept for the life of the
  * process; one cuDNN handle per device, bound to lpx-cuda's stream before
  * each execution and used under a lock (a handle is not thread-safe). The
- * workspace comes from lpx-cuda's stream-ordered allocator. */
+ * workspace comes from lpx-cuda's stream-ordered allocator.
+ *
+ * Finding libcudnn.so.9: cuda_cudnn_find.h (the loader's search, then
+ * LPX_CUDNN_PATH, then the nvidia/cudnn/lib folder of the Python
+ * site-packages that a loaded library lives under). When none loads, the
+ * first bf16/f16 call that cuDNN would have taken says so on stderr, once,
+ * with every place looked at, and `lpx info` says it too: the fallback to
+ * the reference kernels is never silent.
+ *
+ * The environment: this file writes none of it after init. The frontend
+ * reads CUDNN_FRONTEND_CUDART_LIB_NAME (getenv, no API) to choose the CUDA
+ * runtime it opens; cu_sdpa_init_env sets it from lpx_plugin_init, before
+ * any host thread can run an lpx op (setenv is not safe beside a concurrent
+ * getenv in glibc). */
 #define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include "cuda_cudnn_find.h"
 #include "cuda_sdpa.h"
 
 namespace fe = cudnn_frontend;
@@ -49,7 +64,11 @@ struct sdpa_state {
     std::mutex mu;
     bool tried = false;
     bool ok = false;
-    char why[256] = "";
+    bool forced = false;   /* LPX_CUDA_ATTENTION=reference: a choice, not a failure */
+    bool warned = false;   /* the missing-cuDNN line went to stderr */
+    char why[2048] = "";
+    char lib[CU_CUDNN_PATH_MAX] = "";   /* the file loaded */
+    char loaded[64][CU_CUDNN_PATH_MAX] = {};   /* site-packages folders of loaded libraries */
     long version = 0;
     uint64_t runs = 0;   /* calls that ran on cuDNN */
     cudnnHandle_t handle[CU_SDPA_MAX_DEVICES] = {};
@@ -75,30 +94,33 @@ bool load(sdpa_state &s)
     const char *force = getenv("LPX_CUDA_ATTENTION");
     if (force && !strcmp(force, "reference")) {
         snprintf(s.why, sizeof s.why, "LPX_CUDA_ATTENTION=reference");
+        s.forced = true;
         return false;
     }
-    /* the frontend opens libcudart itself and prefers .so.12 when both are
-     * on the path: name the runtime this plugin was built with (only
-     * when the user did not) */
-    char cudart[32];
-    snprintf(cudart, sizeof cudart, "libcudart.so.%d", CUDART_VERSION / 1000);
-    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart, 0);
-    static const char *const names[] = {"libcudnn.so.9", "libcudnn.so"};
-    for (const char *n : names)
-        if ((cudnn_frontend::cudnn_dlhandle = dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
+    size_t nl = cu_loaded_objects(s.loaded, sizeof s.loaded / sizeof *s.loaded);
+    const char *paths[sizeof s.loaded / sizeof *s.loaded];
+    for (size_t i = 0; i < nl; i++) paths[i] = s.loaded[i];
+    char chosen[CU_CUDNN_PATH_MAX], looked[sizeof s.why - 64];
+    cudnn_frontend::cudnn_dlhandle = cu_cudnn_open(dlopen, dlerror, RTLD_NOW | RTLD_LOCAL, getenv("LPX_CUDNN_PATH"),
+                                                   paths, nl, chosen, sizeof chosen, looked, sizeof looked);
     if (!cudnn_frontend::cudnn_dlhandle) {
-        const char *e = dlerror();
-        snprintf(s.why, sizeof s.why, "libcudnn.so.9 not found (%s)", e ? e : "dlopen failed");
+        snprintf(s.why, sizeof s.why, "libcudnn.so.9 not found (looked: %s)", looked);
         return false;
     }
+    /* the file the loader chose (the name alone says nothing) */
+    struct link_map *lm = nullptr;
+    if (dlinfo(cudnn_frontend::cudnn_dlhandle, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0])
+        snprintf(s.lib, sizeof s.lib, "%s", lm->l_name);
+    else
+        snprintf(s.lib, sizeof s.lib, "%s", chosen);
     try {
         s.version = (long)fe::detail::get_backend_version();
     } catch (const std::exception &e) {
-        snprintf(s.why, sizeof s.why, "cuDNN: %s", e.what());
+        snprintf(s.why, sizeof s.why, "cuDNN (%s): %s", s.lib, e.what());
         return false;
     }
     if (s.version < 90000) {
-        snprintf(s.why, sizeof s.why, "cuDNN %ld is older than 9.0", s.version);
+        snprintf(s.why, sizeof s.why, "cuDNN %ld (%s) is older than 9.0", s.version, s.lib);
         return false;
     }
     s.ok = true;
@@ -249,8 +271,27 @@ int cu_sdpa_fits(const cu_sdpa_shape *x, int sm_major, char *why, size_t wn)
     if (x->B * x->H * x->T * x->S == 0) return set_why(why, wn, "%s", "empty"), 0;
     sdpa_state &s = state();
     std::lock_guard<std::mutex> lock(s.mu);
-    if (!load(s)) return set_why(why, wn, "%s", s.why), 0;
+    if (!load(s)) {
+        if (!s.forced && !s.warned) {
+            /* a call cuDNN would take runs the slow kernel: say so, once */
+            s.warned = true;
+            fprintf(stderr, "lpx-cuda: attention: cuDNN's fused SDPA unavailable, running the reference kernel "
+                            "(slow): %s\n", s.why);
+        }
+        return set_why(why, wn, "%s", s.why), 0;
+    }
     return 1;
+}
+
+void cu_sdpa_init_env(void)
+{
+    /* the frontend opens libcudart itself and prefers .so.12 when both are
+     * on the path: name the runtime this plugin was built with (only when
+     * the user did not). Called from lpx_plugin_init, before any lpx op
+     * can run on another thread; no other environment write in lpx-cuda. */
+    char cudart[32];
+    snprintf(cudart, sizeof cudart, "libcudart.so.%d", CUDART_VERSION / 1000);
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart, 0);
 }
 
 int64_t cu_sdpa_workspace(const cu_sdpa_shape *x, int backward, char *why, size_t wn)
@@ -284,8 +325,8 @@ int cu_sdpa_describe(char *buf, size_t n)
     sdpa_state &s = state();
     std::lock_guard<std::mutex> lock(s.mu);
     if (load(s)) {
-        snprintf(buf, n, "cuDNN %ld.%ld.%ld fused SDPA (flash; bf16/f16, head dim <= 128; %llu calls so far), else "
-                 "the reference kernel", s.version / 10000, s.version / 100 % 100, s.version % 100,
+        snprintf(buf, n, "cuDNN %ld.%ld.%ld fused SDPA (%s; flash; bf16/f16, head dim <= 128; %llu calls so far), "
+                 "else the reference kernel", s.version / 10000, s.version / 100 % 100, s.version % 100, s.lib,
                  (unsigned long long)s.runs);
         return s.runs ? (s.runs > 1000000 ? 1000000 : (int)s.runs) : 0;
     }

@@ -39,6 +39,12 @@ int cu_sdpa_forward(const cu_sdpa_shape *x, const void *q, const void *k, const 
 int cu_sdpa_backward(const cu_sdpa_shape *x, const void *grad, const void *q, const void *k, const void *v,
                      const void *o, const float *lse, void *dq, void *dk, void *dv, void *ws, cudaStream_t stream,
                      char *why, size_t wn);
+/* Sets the environment the cuDNN frontend reads (the CUDA runtime it
+ * opens: CUDNN_FRONTEND_CUDART_LIB_NAME, unless the user set it). Called
+ * once from lpx_plugin_init, before lpx ops can run on other threads:
+ * nothing in lpx-cuda writes the environment later (setenv beside a
+ * concurrent getenv is unsafe in glibc). */
+void cu_sdpa_init_env(void);
 /* The attention path of this process in words (for lpx info); the number
  * of calls that ran on cuDNN so far (capped at 1000000). */
 int cu_sdpa_describe(char *buf, size_t n);

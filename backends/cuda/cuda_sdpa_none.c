@@ -38,6 +38,8 @@ int cu_sdpa_backward(const cu_sdpa_shape *x, const void *grad, const void *q, co
     return -1;
 }
 
+void cu_sdpa_init_env(void) {}
+
 int cu_sdpa_describe(char *buf, size_t n)
 {
     snprintf(buf, n, "reference kernel (warp per query row; lpx-cuda was built without cudnn.h, so no cuDNN SDPA)");

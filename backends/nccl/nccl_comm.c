@@ -520,6 +520,34 @@ static void n_destroy(void *self)
     rank_free(r);
 }
 
+/* the optional capability slots of lpx_comm_i: the comm moves its GPU's
+ * memory, and has the overlapped host all-gather (the exports below) */
+static lpx_status n_caps(void *self, lpx_comm_caps *out)
+{
+    out->device = lpx_cuda_device(((nccl_rank *)self)->dev);
+    out->host_all_gather = true;
+    return LPX_OK;
+}
+
+static lpx_status n_ag_host(void *self, lpx_comm *comm, const void *send, void *recv, size_t nbytes,
+                            uint64_t *ticket)
+{
+    (void)self;
+    return lpx_nccl_all_gather_host(comm, send, recv, nbytes, ticket);
+}
+
+static lpx_status n_wait_ticket(void *self, lpx_comm *comm, uint64_t ticket)
+{
+    (void)self;
+    return lpx_nccl_wait_ticket(comm, ticket);
+}
+
+static lpx_status n_sync_ticket(void *self, lpx_comm *comm, uint64_t ticket)
+{
+    (void)self;
+    return lpx_nccl_sync_ticket(comm, ticket);
+}
+
 static const lpx_comm_i nccl_vt = {
     .struct_size = sizeof(lpx_comm_i),
     .abi_version = LPX_COMM_ABI_VERSION,
@@ -533,6 +561,10 @@ static const lpx_comm_i nccl_vt = {
     .barrier = n_coll,
     .abort = n_abort,
     .destroy = n_destroy,
+    .caps = n_caps,
+    .all_gather_host = n_ag_host,
+    .wait_ticket = n_wait_ticket,
+    .sync_ticket = n_sync_ticket,
 };
 
 /* ---- creation -------------------------------------------------------- */

@@ -10,17 +10,24 @@
  * The plugin exports, for tests and tools (lpx_plugin_symbol):
  *   LPX_SIMDEV_SYM_STATS  void lpx_simdev_get_stats(lpx_simdev_stats *out)
  *   LPX_SIMDEV_SYM_OWNS   int lpx_simdev_owns(const void *p)  device index, or -1
+ *   LPX_SIMDEV_SYM_PENDING size_t lpx_simdev_pending(int dev)  writes queued on its stream
+ * Each device has a stream: what an op writes into device memory is queued
+ * and lands at the next use of the device (an op, a copy, a collective, a
+ * free) or a sync, so a read behind the backend's back sees stale bytes.
  * Environment: LPX_SIMDEV_CHECK=0 leaves device memory readable (for a
- * debugger); LPX_SIMDEV_DEVICES=N (default 8) devices. */
+ * debugger); LPX_SIMDEV_DEFER=0 writes at once; LPX_SIMDEV_DEVICES=N
+ * (default 8) devices. */
 #ifndef LPX_SIMDEV_H
 #define LPX_SIMDEV_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "lpx/lpx.h"
 
 #define LPX_SIMDEV_MAX 8
 #define LPX_SIMDEV_SYM_STATS "lpx_simdev_get_stats"
 #define LPX_SIMDEV_SYM_OWNS "lpx_simdev_owns"
+#define LPX_SIMDEV_SYM_PENDING "lpx_simdev_pending"
 
 /* counts since load: what crossed between host and device, and how */
 typedef struct lpx_simdev_stats {
@@ -33,6 +40,7 @@ typedef struct lpx_simdev_stats {
 
 typedef void (*lpx_simdev_stats_fn)(lpx_simdev_stats *out);
 typedef int (*lpx_simdev_owns_fn)(const void *p);
+typedef size_t (*lpx_simdev_pending_fn)(int dev);
 
 static inline lpx_device lpx_sim_device(int index)
 {

@@ -48,6 +48,7 @@ static lpx_status run(sim_rank *r, const lpx_comm_args *a)
 {
     lpx_status st = check_bufs(r, a);
     if (st) return st;
+    sim_flush(r->dev);   /* ordered on the device's stream: earlier ops' writes land first */
     sim_open(a->send, 0);
     sim_open(a->recv, 0);
     switch (a->kind) {
@@ -79,6 +80,14 @@ static lpx_status s_barrier(void *self, const lpx_comm_args *a)
 static void s_abort(void *self, const char *reason) { lpx_comm_abort(((sim_rank *)self)->inner, reason); }
 static void s_destroy(void *self) { free(self); }
 
+/* the comm moves memory of this rank's device only (no host all-gather) */
+static lpx_status s_caps(void *self, lpx_comm_caps *out)
+{
+    out->device.type = LPX_DEVICE_SIM;
+    out->device.index = ((sim_rank *)self)->dev;
+    return LPX_OK;
+}
+
 static const lpx_comm_i sim_comm_vt = {
     .struct_size = sizeof(lpx_comm_i),
     .abi_version = LPX_COMM_ABI_VERSION,
@@ -91,7 +100,7 @@ static const lpx_comm_i sim_comm_vt = {
     .broadcast = s_broadcast,
     .barrier = s_barrier,
     .abort = s_abort,
-    .destroy = s_destroy,
+    .destroy = s_destroy,    .caps = s_caps,
 };
 
 typedef struct sim_run_ctx {

@@ -33,6 +33,15 @@ void sim_close(const void *p, size_t n);
 lpx_status sim_copy(void *self, void *dst, lpx_device dst_dev, const void *src, lpx_device src_dev, size_t nbytes);
 lpx_status sim_sync(void *self, lpx_device dev);
 
+/* the device's stream (simdev_stream.c): writes of ops queued in order,
+ * landing at the next use of the device or a sync */
+extern bool sim_defer;    /* LPX_SIMDEV_DEFER (default on) */
+lpx_status sim_enqueue_write(int dev, void *dst, const void *src, size_t n);
+void sim_flush(int dev);
+size_t sim_pending(int dev);
+/* drops the queued writes into [base, base + len) (a block being freed) */
+void sim_drop_block(int dev, const void *base, size_t len);
+
 /* every op at the device's key: the CPU's arithmetic on host copies */
 lpx_status sim_fallback(lpx_call *c);
 

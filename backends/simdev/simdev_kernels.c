@@ -7,8 +7,10 @@
  * file and the copy slot touch device memory, and only while it is open
  * (simdev_mem.c).
  *
- * Not modelled: aliasing between two device arguments (each gets its own
- * host copy) and asynchronous work (a sim stream runs in order, at once). */
+ * What an op writes into its device arguments is queued on the device's
+ * stream (simdev_stream.c) and lands at the next use of the device or a
+ * sync. Not modelled: aliasing between two device arguments of one op
+ * (each gets its own host copy). */
 #include <stdlib.h>
 #include <string.h>
 #include "simdev_internal.h"
@@ -40,6 +42,7 @@ static void free_buf(void *data, void *ctx)
 /* host copy of device tensor t, the same view over a copy of its span */
 static lpx_status to_host(lpx_tensor *t, moved *m)
 {
+    sim_flush(lpx_tensor_device(t).index);   /* stream order: what earlier ops wrote lands first */
     m->dev = t;
     m->nbytes = span_bytes(t);
     void *buf = malloc(m->nbytes ? m->nbytes : 1);
@@ -65,15 +68,32 @@ static lpx_status to_host(lpx_tensor *t, moved *m)
     return LPX_OK;
 }
 
-/* the op wrote into m's host copy: the same bytes into the device */
-static void write_back(moved *m)
+/* the op wrote into m's host copy: the same bytes into the device, queued
+ * on its stream (simdev_stream.c) */
+static lpx_status write_back(moved *m)
 {
     void *now = lpx_tensor_data(m->host);
-    if (!m->nbytes || !memcmp(now, m->before, m->nbytes)) return;
-    void *dst = lpx_tensor_data(m->dev);
-    sim_open(dst, m->nbytes);
-    memcpy(dst, now, m->nbytes);
-    sim_close(dst, m->nbytes);
+    if (!m->nbytes || !memcmp(now, m->before, m->nbytes)) return LPX_OK;
+    return sim_enqueue_write(lpx_tensor_device(m->dev).index, lpx_tensor_data(m->dev), now, m->nbytes);
+}
+
+/* A host result on the device: a view of a device argument's host copy
+ * (an in-place op returns its destination; a view op its input) is the
+ * same view of the device argument, so aliasing holds as on a device;
+ * anything else is copied up. */
+static lpx_status device_result(lpx_tensor *t, moved *mv, int nmv, lpx_device dev, lpx_tensor **out)
+{
+    for (int k = 0; k < nmv; k++) {
+        if (!lpx_tensor_shares_storage(t, mv[k].host) || lpx_tensor_dtype(t) != lpx_tensor_dtype(mv[k].dev)) continue;
+        if (t == mv[k].host) {
+            lpx_tensor_retain(mv[k].dev);
+            *out = mv[k].dev;
+            return LPX_OK;
+        }
+        return lpx_tensor_view_of(mv[k].dev, lpx_tensor_ndim(t), lpx_tensor_shape(t), lpx_tensor_strides(t),
+                                  lpx_tensor_offset(mv[k].dev) + lpx_tensor_offset(t), out);
+    }
+    return lpx_tensor_to(t, dev, out);
 }
 
 static bool on_sim(const lpx_tensor *t)
@@ -129,7 +149,7 @@ lpx_status sim_fallback(lpx_call *c)
     if (!st) st = lpx_dispatch(&h);
     if (!st) {
         atomic_fetch_add_explicit(&sim_count.kernels, 1, memory_order_relaxed);
-        for (int k = 0; k < nmv; k++) write_back(&mv[k]);
+        for (int k = 0; k < nmv && !st; k++) st = write_back(&mv[k]);
         /* results onto the device (a host result of an op on device
          * arguments is where a GPU backend would put it) */
         c->nrets = 0;
@@ -138,7 +158,7 @@ lpx_status sim_fallback(lpx_call *c)
             lpx_tensor *t = h.rets[r].tag == LPX_TAG_TENSOR ? h.rets[r].u.t : NULL;
             if (have_dev && t && !lpx_tensor_kind(t) && lpx_tensor_device(t).type == LPX_DEVICE_CPU && !st) {
                 lpx_tensor *d = NULL;
-                st = lpx_tensor_to(t, dev, &d);
+                st = device_result(t, mv, nmv, dev, &d);
                 lpx_tensor_release(t);
                 c->rets[r].u.t = d;
             }

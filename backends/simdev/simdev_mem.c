@@ -102,6 +102,7 @@ void sim_free(void *self, lpx_device dev, void *ptr, size_t nbytes)
     memmove(&blocks[i], &blocks[i + 1], (nblocks - (size_t)i - 1) * sizeof *blocks);
     nblocks--;
     pthread_mutex_unlock(&mu);
+    sim_drop_block(b.dev, (void *)b.base, b.maplen);   /* no queued write may land in a freed block */
     munmap((void *)b.base, b.maplen);
     atomic_fetch_add_explicit(&sim_count.frees, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&sim_count.live_bytes, b.len, memory_order_relaxed);
@@ -151,6 +152,9 @@ lpx_status sim_copy(void *self, void *dst, lpx_device dst_dev, const void *src, 
     if (!to_dev && sim_owner(dst, nbytes) >= 0)
         return lpx_error(LPX_EDEVICE, "sim copy: the destination is said to be host memory but is memory of sim:%d",
                          sim_owner(dst, nbytes));
+    /* stream order: the devices' queued writes land before the copy */
+    if (from_dev) sim_flush(src_dev.index);
+    if (to_dev) sim_flush(dst_dev.index);
     if (from_dev) sim_open(src, nbytes);
     if (to_dev) sim_open(dst, nbytes);
     memmove(dst, src, nbytes);
@@ -174,5 +178,6 @@ lpx_status sim_sync(void *self, lpx_device dev)
     (void)self;
     if (dev.type != LPX_DEVICE_SIM || dev.index < 0 || dev.index >= sim_ndevices)
         return lpx_error(LPX_EDEVICE, "sim sync: no device sim:%d", (int)dev.index);
-    return LPX_OK;   /* work runs in order at the call: nothing is pending */
+    sim_flush(dev.index);
+    return LPX_OK;
 }

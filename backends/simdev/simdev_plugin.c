@@ -29,6 +29,8 @@ LPX_PLUGIN_EXPORT void lpx_simdev_get_stats(lpx_simdev_stats *out)
 
 LPX_PLUGIN_EXPORT int lpx_simdev_owns(const void *p) { return sim_owner(p, 0); }
 
+LPX_PLUGIN_EXPORT size_t lpx_simdev_pending(int dev) { return sim_pending(dev); }
+
 /* views only compute geometry; their copies dispatch copy_ on the device */
 static lpx_status adopt_views(const lpx_host *h, int key)
 {
@@ -57,7 +59,7 @@ LPX_PLUGIN_EXPORT lpx_status lpx_plugin_init(const lpx_host *host, lpx_plugin_in
     if (host->abi_major != LPX_PLUGIN_ABI_MAJOR)
         return lpx_error(LPX_EABI, "simdev: host speaks plugin ABI %u, built for %u", host->abi_major,
                          LPX_PLUGIN_ABI_MAJOR);
-    const char *n = getenv("LPX_SIMDEV_DEVICES"), *chk = getenv("LPX_SIMDEV_CHECK");
+    const char *n = getenv("LPX_SIMDEV_DEVICES"), *chk = getenv("LPX_SIMDEV_CHECK"), *dfr = getenv("LPX_SIMDEV_DEFER");
     if (n && *n) {
         char *end = NULL;
         long v = strtol(n, &end, 10);
@@ -66,6 +68,7 @@ LPX_PLUGIN_EXPORT lpx_status lpx_plugin_init(const lpx_host *host, lpx_plugin_in
         sim_ndevices = (int)v;
     }
     sim_check = !(chk && !strcmp(chk, "0"));
+    sim_defer = !(dfr && !strcmp(dfr, "0"));
     static const lpx_backend_i be = {
         .struct_size = sizeof(lpx_backend_i),
         .name = "sim",

@@ -217,6 +217,19 @@ typedef struct lpx_comm_args {
     int64_t timeout_ms;       /* the timeout the deadline came from */
 } lpx_comm_args;
 
+/** What a comm's collectives can do, for callers that place buffers
+ *  (the sharding engine): which device's memory they move and whether
+ *  the overlapped host-block all-gather is available. */
+typedef struct lpx_comm_caps {
+    size_t struct_size;       /* set by the caller: sizeof(lpx_comm_caps) */
+    lpx_device device;        /* whose memory the collectives move: lpx_cpu() for host comms
+                                 ("local", "mpi"); a device comm's own device (lpx-nccl.so: the
+                                 rank's GPU; lpx-simdev.so's "sim": sim:rank), whose memory is the
+                                 only memory it accepts */
+    bool host_all_gather;     /* lpx_comm_all_gather_host, lpx_comm_wait_ticket and
+                                 lpx_comm_sync_ticket work on this comm */
+} lpx_comm_caps;
+
 typedef struct lpx_comm_i {
     size_t struct_size;       /* sizeof(lpx_comm_i) as the backend saw it */
     uint32_t abi_version;     /* LPX_COMM_ABI_VERSION */
@@ -232,6 +245,21 @@ typedef struct lpx_comm_i {
     void (*abort)(void *self, const char *reason);
     /** Frees `self`; called once by lpx_comm_destroy. */
     void (*destroy)(void *self);
+    /* ---- optional slots, appended: read only when struct_size covers
+     * them; NULL (or a backend built before them) means "absent". ---- */
+    /** What the comm's collectives move (lpx_comm_caps_get fills the
+     *  defaults first, then calls this to override them). Absent: host
+     *  memory, no host all-gather. */
+    lpx_status (*caps)(void *self, lpx_comm_caps *out);
+    /** lpx_comm_all_gather_host, lpx_comm_wait_ticket and
+     *  lpx_comm_sync_ticket (all three or none; `comm` is the handle that
+     *  wraps `self`: the all-gather itself goes through
+     *  lpx_comm_all_gather_buf(comm, ...) so it is checked, numbered and
+     *  counted). */
+    lpx_status (*all_gather_host)(void *self, lpx_comm *comm, const void *send, void *recv, size_t nbytes,
+                                  uint64_t *ticket);
+    lpx_status (*wait_ticket)(void *self, lpx_comm *comm, uint64_t ticket);
+    lpx_status (*sync_ticket)(void *self, lpx_comm *comm, uint64_t ticket);
 } lpx_comm_i;
 
 /** Wraps a backend's per-rank state into a comm (the vtable is copied up
@@ -248,6 +276,34 @@ LPX_API lpx_status lpx_comm_new(const lpx_comm_i *vt, void *self, lpx_comm **out
  *  (the local backend marks a rank gone when its thread returns). The
  *  state stays owned by the comm. */
 LPX_API void *lpx_comm_backend_state(const lpx_comm *comm, const lpx_comm_i *vt);
+
+/* ---- capabilities (optional backend slots) ------------------------- */
+
+/** Fills *out (up to out->struct_size bytes; set it first) with what
+ *  comm's collectives move: the defaults (host memory, no host
+ *  all-gather), overridden by the backend's `caps` slot when it has one.
+ *  Errors: LPX_EINVAL (NULL, struct_size too small), the slot's error. */
+LPX_API lpx_status lpx_comm_caps_get(const lpx_comm *comm, lpx_comm_caps *out);
+/** The upload and all-gather of a host block, overlapped with compute
+ *  (for device comms with caps.host_all_gather): copies nbytes of host
+ *  memory `send` to recv + rank * nbytes and all-gathers recv (nbytes *
+ *  size bytes of the comm's device) in place, without the device's
+ *  compute queue waiting for it. *ticket (may be NULL) receives the
+ *  all-gather's number. `send` must not be written or freed before
+ *  lpx_comm_sync_ticket(comm, *ticket) returned; recv not used by device
+ *  work before lpx_comm_wait_ticket(comm, *ticket). Collective. Errors:
+ *  LPX_EINVAL (NULL comm), LPX_ENOTIMPL (the backend has no such slot;
+ *  nothing ran), those of the backend (lpx-nccl.so:
+ *  lpx_nccl_all_gather_host). */
+LPX_API lpx_status lpx_comm_all_gather_host(lpx_comm *comm, const void *send, void *recv, size_t nbytes,
+                                            uint64_t *ticket);
+/** Device-side wait: the device's compute queued from now on waits for
+ *  collective number `ticket` (0: nothing to wait for). Errors:
+ *  LPX_EINVAL, LPX_ENOTIMPL, the backend's (LPX_ECOMM, LPX_ETIMEOUT). */
+LPX_API lpx_status lpx_comm_wait_ticket(lpx_comm *comm, uint64_t ticket);
+/** Host wait until collective number `ticket` completed, so the host
+ *  block it uploaded may be rewritten. Errors: as lpx_comm_wait_ticket. */
+LPX_API lpx_status lpx_comm_sync_ticket(lpx_comm *comm, uint64_t ticket);
 
 /** The reference reduction every built-in backend uses, exported so
  *  plugin backends give the same bits: dst[i] = op(srcs[0][i], ...,

@@ -85,8 +85,9 @@ typedef void (*lpx_cuda_host_free_fn)(void *ptr);
 typedef void (*lpx_cuda_fail_alloc_after_fn)(int64_t n);
 /** The path attention and attention_backward take in this process, in
  *  words, into buf (NUL-terminated, truncated to n): cuDNN's fused SDPA
- *  with its version, or the reference kernel and why (libcudnn not found,
- *  LPX_CUDA_ATTENTION=reference). Returns how many calls ran on cuDNN so
+ *  with its version and the file loaded, or the reference kernel and why
+ *  (libcudnn.so.9 not found, with every place looked at;
+ *  LPX_CUDA_ATTENTION=reference). 2048 bytes hold it. Returns how many calls ran on cuDNN so
  *  far (capped at 1000000; 0 when none did). Opens libcudnn if that was
  *  not tried yet. */
 typedef int (*lpx_cuda_attention_path_fn)(char *buf, size_t n);

@@ -218,6 +218,19 @@ typedef struct lpx_backend_i {
                        lpx_device src_dev, size_t nbytes);
     lpx_status (*sync)(void *self, lpx_device dev);
     void *self;
+    /* ---- optional slots, appended: a backend whose struct_size ends
+     * before them (built before they existed) or leaves them NULL has
+     * none; lpx_backend_register zero-fills what struct_size does not
+     * cover. ---- */
+    /** Page-locked host memory of at least nbytes (at least 1) into *out,
+     *  which this device's copies read and write at DMA speed (the CUDA
+     *  plugin: cudaHostAlloc). The caller owns it and frees it with
+     *  host_free. Errors: LPX_EINVAL (NULL out), LPX_ENOMEM or the
+     *  backend's (no pinned memory left: pageable memory works too). */
+    lpx_status (*host_alloc)(void *self, size_t nbytes, void **out);
+    /** Frees memory from host_alloc (NULL is ignored), after the copies
+     *  that read it completed. Required when host_alloc is set. */
+    void (*host_free)(void *self, void *ptr);
 } lpx_backend_i;
 
 /** Registers a backend (vtable copied) and returns its key bit in *key.

@@ -57,7 +57,8 @@ typedef struct lpx_fsdp_config {
                                     reshard frees them] */
     bool fp8_grad_reduce;        /* reduce-scatter grads as fp8 with one shared global scale
                                     (FP8-LM / MS-AMP) [false] */
-    lpx_dtype fp8_grad_dtype;    /* format of fp8 grads [0 = LPX_F8E5M2] */
+    lpx_dtype fp8_grad_dtype;    /* format of fp8 grads [0 = LPX_F8E5M2]; read and validated by the
+                                    "fp8lm" codec only (LPX_EDTYPE there) */
     lpx_dtype param_dtype;       /* mixed precision (FSDP2 MixedPrecisionPolicy.param_dtype): dense
                                     f32 params are cast to this dtype (bf16/f16) before the
                                     all-gather, so the wire and the unsharded tensor use it while
@@ -72,15 +73,33 @@ typedef struct lpx_fsdp_config {
                                     device once, all-gathers there and rebuilds the params on the
                                     device (lpx_fsdp_param_full returns device tensors); grads are
                                     handed in on the device, reduce-scattered there and copied to
-                                    the host once per grad dtype. Needs lpx-cuda.so and the mesh's
-                                    comms on NCCL over that device (LPX_EDEVICE otherwise); not
-                                    with fp8_grad_reduce (NCCL does not reduce fp8: LPX_EINVAL).
+                                    the host once per grad dtype. Needs the device's backend and
+                                    mesh comms whose lpx_comm_caps.device is that device (NCCL
+                                    over it; LPX_EDEVICE otherwise); not with fp8_grad_reduce or
+                                    another non-pass-through grad_codec (LPX_EINVAL).
                                     Params handed to lpx_fsdp_param_add ON that device make the
                                     engine device-resident instead (docs/SHARDING.md): shards,
                                     grad shards and AdamW state stay on the device, AdamW runs
                                     there; a mix of host and device params: LPX_EDEVICE at
                                     lpx_fsdp_shard */
+    const char *grad_codec;      /* the gradient codec: the wire format of lpx_fsdp_reduce_scatter_grads,
+                                    by its registered name (lpx_grad_codec_register; the string is
+                                    read by lpx_fsdp_new only) [NULL or "": "fp8lm" with
+                                    fp8_grad_reduce, else "plain"]. "plain": each grad dtype its own
+                                    bucket, reduced as is with avg; "fp8lm": FP8-LM (fp8_grad_dtype,
+                                    one shared scale). fp8_grad_reduce with another codec than
+                                    "fp8lm": LPX_EINVAL; an unknown name: LPX_ENOTFOUND. An engine on
+                                    a compute device takes pass-through codecs only
+                                    (LPX_GRAD_CODEC_PASSTHROUGH; LPX_EINVAL otherwise) */
 } lpx_fsdp_config;
+
+/** Where an engine keeps what (lpx_fsdp_placement_get). */
+typedef enum lpx_fsdp_placement {
+    LPX_FSDP_HOST = 0,     /* compute_device the CPU: everything in host memory */
+    LPX_FSDP_OFFLOAD = 1,  /* shards, grad shards and AdamW state on the host, unsharded params and
+                              full grads on the compute device ("CPU offload") */
+    LPX_FSDP_RESIDENT = 2  /* everything on the compute device (params handed in there) */
+} lpx_fsdp_placement;
 
 /** The context the engine passes to a kind's pre_all_gather as `ctx`
  *  (hooks that need no collective ignore it). A hook that runs a
@@ -128,11 +147,20 @@ typedef struct lpx_fsdp_stats {
  *  over both. cfg may be NULL; cfg->struct_size may be that of an older
  *  lpx_fsdp_config (up to param_dtype): later fields take their defaults.
  *  Errors: LPX_EINVAL, LPX_EDTYPE, LPX_EDEVICE (a compute_device without
- *  a backend, or whose comms are not NCCL comms on it), LPX_ENOMEM. */
+ *  a backend, or whose comms do not move its memory: lpx_comm_caps),
+ *  LPX_ENOTFOUND (no such grad_codec), a codec's configure error,
+ *  LPX_ENOMEM. */
 LPX_API lpx_status lpx_fsdp_new(lpx_mesh *mesh, const lpx_fsdp_config *cfg, lpx_fsdp **out);
 /** Frees the engine, its groups, shards, unsharded tensors, grads and
  *  optimizer state; releases the mesh. NULL is ignored. */
 LPX_API void lpx_fsdp_free(lpx_fsdp *f);
+/** The engine's placement: LPX_FSDP_HOST or LPX_FSDP_OFFLOAD from
+ *  lpx_fsdp_new (compute_device), LPX_FSDP_RESIDENT from lpx_fsdp_shard
+ *  when the params were handed in on the compute device. NULL: HOST. */
+LPX_API lpx_fsdp_placement lpx_fsdp_placement_get(const lpx_fsdp *f);
+/** The name of the engine's gradient codec (borrowed, valid while the
+ *  engine lives), or NULL for a NULL engine. */
+LPX_API const char *lpx_fsdp_grad_codec(const lpx_fsdp *f);
 
 /** Adds a group (a layer, or the root) named `name` (copied). The handle
  *  lives as long as the engine. Groups must be added before
@@ -213,20 +241,25 @@ LPX_API lpx_tensor *lpx_fsdp_param_dtensor(const lpx_fsdp_group *g, int i);
  *  optimizer), or NULL. */
 LPX_API lpx_tensor *lpx_fsdp_param_local(const lpx_fsdp_group *g, int i);
 
-/** Hands the full (unsharded-shape, dense f32/bf16/f16) gradient of
+/** Hands the full (unsharded-shape, dense; the dtypes the grad codec
+ *  takes: f32/bf16/f16 for the built-ins) gradient of
  *  parameter i to the engine (retained until the reduce-scatter). It must
  *  live on the engine's compute device (the CPU unless offloading).
  *  Errors: LPX_EINVAL (frozen param), LPX_EDTYPE (kind tensor or dtype),
  *  LPX_ESHAPE, LPX_EDEVICE (another device). */
 LPX_API lpx_status lpx_fsdp_set_grad(lpx_fsdp_group *g, int i, lpx_tensor *grad);
-/** Reduce-scatters the grads handed to g: grads of one dtype are packed
- *  into one buffer (each rank's block padded to its chunk) and reduced in
- *  ONE reduce-scatter (avg; with fp8_grad_reduce: one all-reduce(MAX) of
- *  the amax, fp8 encoding with the shared scale, 1/N folded into the
- *  unscale). Every trainable param must have a grad. Collective. */
+/** Reduce-scatters the grads handed to g through the engine's gradient
+ *  codec: grads of one codec bucket (plain: one dtype) are packed into
+ *  one buffer (each rank's block padded to its chunk) and reduced in ONE
+ *  reduce-scatter (plain: avg; fp8lm: one all-reduce(MAX) of the amax,
+ *  fp8 encoding with the shared scale, 1/N folded into the unscale).
+ *  Every trainable param must have a grad. Collective. Errors: LPX_EINVAL,
+ *  a codec's error (the comm is aborted), LPX_ECOMM, LPX_ETIMEOUT,
+ *  LPX_ENOMEM. */
 LPX_API lpx_status lpx_fsdp_reduce_scatter_grads(lpx_fsdp_group *g);
 /** The local grad shard of parameter i after the reduce-scatter
- *  (borrowed, f32 for fp8-reduced grads, else the grad's dtype), or NULL. */
+ *  (borrowed; the codec's lpx_grad_wire.out: f32 for fp8lm, the grad's
+ *  dtype for plain), or NULL. */
 LPX_API lpx_tensor *lpx_fsdp_param_grad(const lpx_fsdp_group *g, int i);
 
 /** AdamW hyper-parameters (decoupled weight decay, bias-corrected). */
@@ -287,6 +320,115 @@ LPX_API lpx_status lpx_fsdp_group_precompute_scales(lpx_fsdp_group *g);
  *  once: ONE all-reduce per reduction for the model (one MAX for fp8
  *  scales; none when no parameter asks). Collective. Errors: as above. */
 LPX_API lpx_status lpx_fsdp_precompute_scales(lpx_fsdp *f);
+
+/* ---- gradient codecs ------------------------------------------------
+ *
+ * The wire format of lpx_fsdp_reduce_scatter_grads is a codec, chosen by
+ * name (lpx_fsdp_config.grad_codec). Built in: "plain" (pass-through: the
+ * grads' own bytes, one bucket per grad dtype, avg) and "fp8lm" (FP8-LM:
+ * one all-reduce(MAX) of the amax, fp8 codes with a shared scale, sum,
+ * the 1/N in the unscale; docs/SHARDING.md). A plugin (or a program)
+ * registers more: MX blocks, stochastic rounding, error feedback.
+ *
+ * Per reduce-scatter of a group the engine asks `wire` for the format of
+ * each grad's dtype, groups grads by bucket (increasing), and per bucket:
+ * `prepare` (may run collectives on ctx->comm / ctx->rep, host memory),
+ * for each grad and each rank's rows `encode` into the wire buffer (rows
+ * padded with zero bytes), ONE reduce-scatter with wire.op over wire.wire,
+ * the replicate group's average on a 2-D mesh, `decode` of this rank's
+ * rows into the grad shard (dtype wire.out), `finish`. Every rank must
+ * make the same choices (buckets, wire dtypes, counts). */
+
+/** The wire format of one grad dtype. */
+typedef struct lpx_grad_wire {
+    size_t struct_size;          /* sizeof(lpx_grad_wire), set by the engine */
+    int bucket;                  /* grads of one bucket share one buffer and ONE reduce-scatter;
+                                    buckets run in increasing order (>= 0) */
+    lpx_dtype wire;              /* the dtype on the wire (what the comm reduces) */
+    lpx_reduce_op op;            /* the reduce-scatter's reduction */
+    lpx_dtype out;               /* the local grad shard's dtype (a pass-through codec: the grad's) */
+} lpx_grad_wire;
+
+/** One bucket's reduce-scatter as a codec sees it. */
+typedef struct lpx_grad_codec_ctx {
+    size_t struct_size;          /* sizeof(lpx_grad_codec_ctx), set by the engine */
+    lpx_comm *comm;              /* the shard group (a codec's collectives: host buffers) */
+    lpx_comm *rep;               /* the replicate group of a 2-D mesh, or NULL */
+    int world;                   /* ranks of comm (the N of the average) */
+    lpx_grad_wire wire;          /* the bucket's format */
+    lpx_tensor *const *grads;    /* the bucket's full grads in group order (borrowed; contiguous,
+                                    host memory) */
+    const char *const *names;    /* their params' names (borrowed) */
+    int ngrads;
+    uint64_t amax_allreduces;    /* a prepare that all-reduces a statistic adds one per all-reduce
+                                    (lpx_fsdp_stats.amax_allreduces) */
+    double scale, unscale;       /* per call, for the codec: prepare sets them, encode and decode
+                                    read them [1, 1] */
+    void *call;                  /* per call, for the codec: prepare sets it, finish releases it */
+} lpx_grad_codec_ctx;
+
+enum {
+    /** The wire holds the grad's own bytes (wire.wire and wire.out are the
+     *  grad's dtype; encode/decode may be NULL: a copy). Only such codecs
+     *  run on an engine with a compute device (the grads never leave it
+     *  before the reduce-scatter). */
+    LPX_GRAD_CODEC_PASSTHROUGH = 1u
+};
+
+#define LPX_GRAD_CODEC_PLAIN "plain"
+#define LPX_GRAD_CODEC_FP8LM "fp8lm"
+
+/** A gradient codec. Every function gets a copy of the registered
+ *  vtable as `self` (self->user is the registrant's) and the state its
+ *  configure made (NULL without configure). Functions report failure with
+ *  lpx_error; the engine prefixes the call and, for prepare/encode,
+ *  aborts the comm so the peers fail too. */
+typedef struct lpx_grad_codec_i {
+    size_t struct_size;          /* sizeof(lpx_grad_codec_i) of the caller */
+    const char *name;            /* lpx_fsdp_config.grad_codec; copied (at most 31 chars) */
+    const char *description;     /* one line, may be NULL; not copied: must outlive the registration */
+    unsigned flags;              /* LPX_GRAD_CODEC_* */
+    /** lpx_fsdp_new: check the engine's configuration (with its defaults
+     *  filled) and make the per-engine state into *state. May be NULL. */
+    lpx_status (*configure)(const struct lpx_grad_codec_i *self, const lpx_fsdp_config *cfg, void **state);
+    /** lpx_fsdp_free: frees what configure made. May be NULL. */
+    void (*release)(const struct lpx_grad_codec_i *self, void *state);
+    /** The format of grads of dtype `grad` into *out (its bucket, wire
+     *  dtype, reduction, shard dtype). Also lpx_fsdp_set_grad's check: an
+     *  error refuses the grad (reported as LPX_EDTYPE). Required. */
+    lpx_status (*wire)(const struct lpx_grad_codec_i *self, void *state, lpx_dtype grad, lpx_grad_wire *out);
+    /** Before a bucket's encode (ctx->scale, ctx->call...). May run
+     *  collectives; every rank calls it. May be NULL. */
+    lpx_status (*prepare)(const struct lpx_grad_codec_i *self, void *state, lpx_grad_codec_ctx *ctx);
+    /** n elements of dtype `grad` at src into n wire elements at dst.
+     *  Required unless PASSTHROUGH (NULL there: a copy). */
+    lpx_status (*encode)(const struct lpx_grad_codec_i *self, void *state, const lpx_grad_codec_ctx *ctx,
+                         const void *src, lpx_dtype grad, void *dst, size_t n);
+    /** n reduced wire elements at src into n elements of wire.out at dst.
+     *  Required unless PASSTHROUGH (NULL there: a copy). */
+    lpx_status (*decode)(const struct lpx_grad_codec_i *self, void *state, const lpx_grad_codec_ctx *ctx,
+                         const void *src, void *dst, size_t n);
+    /** After the bucket (also after a failure; release ctx->call). May be NULL. */
+    void (*finish)(const struct lpx_grad_codec_i *self, void *state, lpx_grad_codec_ctx *ctx);
+    void *user;                  /* the registrant's */
+} lpx_grad_codec_i;
+
+/** Registers a codec under its name (the vtable is copied; every
+ *  function then gets a copy of it as `self`). Engines made
+ *  later find it by name; an engine keeps its own copy, so unregistering
+ *  does not affect engines alive, but the functions must stay loaded while
+ *  any such engine lives (a plugin unregisters before it is unloaded).
+ *  Errors: LPX_EINVAL (NULL, no name or wire, a name over 31 chars, no
+ *  encode/decode without PASSTHROUGH), LPX_EEXIST (name taken, the
+ *  built-ins included), LPX_EFULL (32 codecs). Thread-safe. */
+LPX_API lpx_status lpx_grad_codec_register(const lpx_grad_codec_i *codec);
+/** Removes a registered codec (not a built-in). Errors: LPX_EINVAL (NULL,
+ *  a built-in), LPX_ENOTFOUND. Thread-safe. */
+LPX_API lpx_status lpx_grad_codec_unregister(const char *name);
+/** The codec called `name` (the registry's copy, valid until it is
+ *  unregistered) into *out. Errors: LPX_EINVAL, LPX_ENOTFOUND (the
+ *  message lists the registered names). Thread-safe. */
+LPX_API lpx_status lpx_grad_codec_find(const char *name, const lpx_grad_codec_i **out);
 
 /** Copies the statistics into *out (struct_size set by the caller: the
  *  fields it covers are filled, the offload counters need the full size;

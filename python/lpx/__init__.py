@@ -733,18 +733,49 @@ def capsule_name(cap):
     return None
 
 
-def from_dlpack(obj):
+_KDL_CUDA, _KDL_CUDA_MANAGED = 2, 13
+
+
+def _consumer_stream(obj, stream):
+    """The `stream` to pass to obj.__dlpack__: None for a producer off
+    CUDA; for a CUDA producer the given stream, else lpx-cuda's stream of
+    its device (None when lpx-cuda is not loaded: nothing of lpx's runs on
+    that memory then)."""
+    try:
+        dev = obj.__dlpack_device__()
+    except (AttributeError, TypeError):
+        return None
+    if int(dev[0]) not in (_KDL_CUDA, _KDL_CUDA_MANAGED):
+        return None
+    if stream is not None:
+        return int(stream)
+    try:
+        return cuda_stream(int(dev[1])) or None
+    except LpxLoadError:
+        return None
+
+
+def from_dlpack(obj, *, stream=None):
     """Imports anything with __dlpack__ (numpy arrays, torch tensors, lpx
     tensors) or an unconsumed DLPack capsule, versioned or legacy, as an lpx
     Tensor, zero-copy. Asks producers for a versioned capsule first
     (max_version=(1, 1)) and falls back to the legacy protocol. The
-    producer's memory is released when the last lpx view of it dies."""
+    producer's memory is released when the last lpx view of it dies.
+
+    On CUDA the handshake orders the producer's work before lpx's: lpx is
+    the consumer, so it passes `stream=` to obj.__dlpack__ (lpx-cuda's
+    stream of the tensor's device, or the `stream` given, a cudaStream_t as
+    an int), and the producer makes that stream wait for the work it queued
+    on its own (torch: an event on its current stream). Without it, lpx's
+    kernels could read the memory before the producer has written it."""
     lib = load_library()
     if hasattr(obj, "__dlpack__"):
+        s = _consumer_stream(obj, stream)
+        kw = {} if s is None else {"stream": s}
         try:
-            cap = obj.__dlpack__(max_version=(1, 1))
+            cap = obj.__dlpack__(max_version=(1, 1), **kw)
         except TypeError:   # a producer that predates DLPack 1.0
-            cap = obj.__dlpack__()
+            cap = obj.__dlpack__(**kw)
     else:
         cap = obj
     out = C.c_void_p()

@@ -9,10 +9,16 @@ Each converted layer keeps its parameters as ordinary torch Parameters (so
 optimizers, state_dict and FSDP see plain tensors) and runs its forward and
 backward as a torch.autograd.Function whose work is lpx's: the tensors'
 memory is handed to liblpx through DLPack, without a copy, on the CPU and on
-CUDA. On CUDA, lpx queues its kernels on lpx-cuda's own stream; every call
-makes that stream wait for torch's current stream first and torch's current
-stream wait for lpx's afterwards, so neither reads the other's results early
-(and memory either side frees is reused only after the other is done).
+CUDA. On CUDA, lpx queues its kernels on lpx-cuda's own stream. Each
+tensor handed to lpx is ordered by the DLPack handshake itself: to_lpx
+makes a non-contiguous tensor contiguous on torch's current stream and then
+passes lpx's stream as the consumer's (`__dlpack__(stream=...)`), so torch
+makes lpx's stream wait for everything queued so far, that copy included.
+Each call also makes lpx's stream wait for torch's current stream on entry
+and torch's current stream wait for lpx's afterwards (_StreamOrder), so
+neither reads the other's results early (and memory either side frees is
+reused only after the other is done: a copy made for lpx is
+record_stream'ed on lpx's stream).
 
 Layers:
 - Float8Linear (an nn.Linear): lpx_float8_linear_forward/backward with a
@@ -42,13 +48,35 @@ __all__ = ["Float8Linear", "NF4Linear", "convert_to_float8_training", "convert_t
 _DENSE = (torch.float32, torch.bfloat16, torch.float16)
 
 
+def _lpx_stream(idx: int) -> "torch.cuda.ExternalStream":
+    """lpx-cuda's stream of device idx as a torch stream (cached)."""
+    ext = _StreamOrder._streams.get(idx)
+    if ext is None:
+        ext = torch.cuda.ExternalStream(_lpx.cuda_stream(idx), device=torch.device("cuda", idx))
+        _StreamOrder._streams[idx] = ext
+    return ext
+
+
 def to_lpx(t: torch.Tensor) -> "_lpx.Tensor":
     """An lpx Tensor over t's memory (DLPack, no copy; a non-contiguous t is
-    made contiguous first). The lpx tensor keeps t's storage alive."""
+    made contiguous first). The lpx tensor keeps t's storage alive.
+
+    On CUDA the handshake orders it: the contiguous copy is queued on
+    torch's current stream, then lpx.from_dlpack passes lpx's stream to
+    t.__dlpack__(stream=...), and torch makes lpx's stream wait for its
+    current stream at that point (after the copy). The copy is
+    record_stream'ed on lpx's stream, so torch's allocator does not reuse its
+    memory before the lpx work queued while it was alive is done."""
     t = t.detach()
-    if not t.is_contiguous():
-        t = t.contiguous()
-    return _lpx.from_dlpack(t)
+    if t.device.type != "cuda":
+        return _lpx.from_dlpack(t.contiguous())
+    idx = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    # torch's __dlpack__ records its event on the *current* device's stream
+    with torch.cuda.device(idx):
+        if not t.is_contiguous():
+            t = t.contiguous()
+            t.record_stream(_lpx_stream(idx))
+        return _lpx.from_dlpack(t, stream=_lpx.cuda_stream(idx))
 
 
 def to_torch(t: "_lpx.Tensor") -> torch.Tensor:
@@ -60,7 +88,9 @@ def to_torch(t: "_lpx.Tensor") -> torch.Tensor:
 
 class _StreamOrder:
     """On CUDA: lpx-cuda's stream waits for torch's current stream on entry,
-    torch's current stream waits for lpx's on exit. Nothing on the CPU."""
+    torch's current stream waits for lpx's on exit. Nothing on the CPU.
+    Work torch queues inside the block (to_lpx's contiguous copies) is
+    ordered by to_lpx's DLPack handshake, not by the entry wait."""
 
     _streams: dict = {}
 
@@ -71,10 +101,7 @@ class _StreamOrder:
     def __enter__(self):
         if self.device.type == "cuda":
             idx = self.device.index if self.device.index is not None else torch.cuda.current_device()
-            ext = _StreamOrder._streams.get(idx)
-            if ext is None:
-                ext = torch.cuda.ExternalStream(_lpx.cuda_stream(idx), device=torch.device("cuda", idx))
-                _StreamOrder._streams[idx] = ext
+            ext = _lpx_stream(idx)
             ext.wait_stream(torch.cuda.current_stream(idx))
             self.ext, self.idx = ext, idx
         return self
@@ -473,10 +500,13 @@ class NF4Linear(nn.Module):
                 self.register_buffer("nf4_" + n, torch.empty(0, dtype=torch.uint8, device="meta"))
             return
         _check_dense("NF4Linear", w)
-        q = _lpx.nf4_quantize(to_lpx(w.contiguous()), block=self.block, scaler_block=self.scaler_block)
-        inner = q.inner()
-        for n in _NF4_INNER:
-            self.register_buffer("nf4_" + n, to_torch(inner[n]))
+        # lpx's quantize reads w after torch's writes to it (the layer's
+        # init, a copy_) and torch reads the codes after lpx wrote them
+        with _StreamOrder(w.device):
+            q = _lpx.nf4_quantize(to_lpx(w), block=self.block, scaler_block=self.scaler_block)
+            inner = q.inner()
+            for n in _NF4_INNER:
+                self.register_buffer("nf4_" + n, to_torch(inner[n]))
         self.register_buffer("nf4_meta", torch.frombuffer(bytearray(q.meta()), dtype=torch.uint8))
         self._w, self._w_key = q, self._key()
 
@@ -500,7 +530,10 @@ class NF4Linear(nn.Module):
 
     def dequantize(self) -> torch.Tensor:
         """The dense weight the codes stand for, in its dtype (for checks)."""
-        return to_torch(_lpx.nf4_dequantize(self.nf4_weight()))
+        # ordered after torch's writes to the nf4 buffers (load_state_dict's
+        # copy_), and torch's reads of the result after lpx's kernel
+        with _StreamOrder(self.nf4_codes.device):
+            return to_torch(_lpx.nf4_dequantize(self.nf4_weight()))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = _autocast(x)

@@ -14,16 +14,6 @@
 #include <string.h>
 #include "fsdp_internal.h"
 
-lpx_status fsdp_to_f32(lpx_dtype d, const void *src, float *dst, size_t n)
-{
-    return lpx_convert(dst, LPX_F32, src, d, n, 0);
-}
-
-lpx_status fsdp_from_f32(lpx_dtype d, const float *src, void *dst, size_t n)
-{
-    return lpx_convert(dst, d, src, LPX_F32, n, 0);
-}
-
 void fsdp_snap_begin(lpx_fsdp *f, fsdp_snap *s)
 {
     memset(s, 0, sizeof *s);
@@ -69,17 +59,13 @@ lpx_status lpx_fsdp_new(lpx_mesh *mesh, const lpx_fsdp_config *cfg, lpx_fsdp **o
     f->cfg.struct_size = sizeof f->cfg;
     if (f->cfg.compute_device.type == 0) f->cfg.compute_device = lpx_cpu();
     if (f->cfg.max_unsharded <= 0) f->cfg.max_unsharded = 2;
-    if (!f->cfg.fp8_grad_dtype) f->cfg.fp8_grad_dtype = LPX_F8E5M2;
-    if (f->cfg.param_dtype && f->cfg.param_dtype != LPX_BF16 && f->cfg.param_dtype != LPX_F16 &&
-        f->cfg.param_dtype != LPX_F32) {
+    if (f->cfg.param_dtype && (st = dt_param_dtype_check(f->cfg.param_dtype))) {
         lpx_free(f);
-        return lpx_error(LPX_EDTYPE, "lpx_fsdp_new: param_dtype %s is not bf16, f16 or f32",
-                         lpx_dtype_name(cfg->param_dtype));
+        return dt_prefix(st, "lpx_fsdp_new");
     }
-    if (f->cfg.fp8_grad_dtype != LPX_F8E5M2 && f->cfg.fp8_grad_dtype != LPX_F8E4M3FN) {
+    if ((st = fsdp_codec_init(f))) {
         lpx_free(f);
-        return lpx_error(LPX_EDTYPE, "lpx_fsdp_new: fp8_grad_dtype %s is not an fp8 dtype",
-                         lpx_dtype_name(cfg->fp8_grad_dtype));
+        return st;
     }
     lpx_mesh_retain(mesh);
     f->mesh = mesh;
@@ -89,8 +75,10 @@ lpx_status lpx_fsdp_new(lpx_mesh *mesh, const lpx_fsdp_config *cfg, lpx_fsdp **o
     f->world = lpx_comm_size(f->comm);
     f->rank = lpx_comm_rank(f->comm);
     f->st.struct_size = sizeof f->st;
+    f->place = LPX_FSDP_HOST;
     if (f->cfg.compute_device.type != LPX_DEVICE_CPU && (st = fsdp_offload_init(f))) {
         lpx_mesh_release(mesh);
+        fsdp_codec_free(f);
         lpx_free(f);
         return st;
     }
@@ -137,6 +125,7 @@ void lpx_fsdp_free(lpx_fsdp *f)
     }
     lpx_free(f->g);
     fsdp_offload_free(f);
+    fsdp_codec_free(f);
     lpx_mesh_release(f->mesh);
     lpx_free(f);
 }
@@ -202,8 +191,7 @@ lpx_status lpx_fsdp_param_add(lpx_fsdp_group *g, const char *name, lpx_tensor *f
 static lpx_status wire_src(const lpx_fsdp *f, const fsdp_param *p, lpx_tensor **out)
 {
     lpx_tensor *l = fsdp_local(p);
-    if (!f->cfg.param_dtype || lpx_tensor_kind(l) || lpx_tensor_dtype(l) != LPX_F32 ||
-        f->cfg.param_dtype == LPX_F32) {
+    if (!f->cfg.param_dtype || lpx_tensor_kind(l) || !dt_param_dtype_casts(lpx_tensor_dtype(l), f->cfg.param_dtype)) {
         lpx_tensor_retain(l);
         *out = l;
         return LPX_OK;
@@ -296,6 +284,8 @@ lpx_status lpx_fsdp_shard(lpx_fsdp *f)
 }
 
 int lpx_fsdp_group_count(const lpx_fsdp *f) { return f ? f->ng : 0; }
+lpx_fsdp_placement lpx_fsdp_placement_get(const lpx_fsdp *f) { return f ? f->place : LPX_FSDP_HOST; }
+const char *lpx_fsdp_grad_codec(const lpx_fsdp *f) { return f ? f->codec.name : NULL; }
 lpx_fsdp_group *lpx_fsdp_group_at(const lpx_fsdp *f, int i) { return f && i >= 0 && i < f->ng ? f->g[i] : NULL; }
 const char *lpx_fsdp_group_name(const lpx_fsdp_group *g) { return g ? g->name : NULL; }
 int lpx_fsdp_param_count(const lpx_fsdp_group *g) { return g ? g->n : 0; }
@@ -401,7 +391,7 @@ static lpx_status pack_group(lpx_fsdp_group *g, unsigned char *send, lpx_tensor 
         if (!st && memcmp(&d, &p->descs[f->rank], sizeof d))
             st = lpx_error(LPX_EINVAL, "%s(%s): param '%s' now puts a different input list on the wire than at "
                            "lpx_fsdp_shard (its shard changed shape or format)", op, g->name, p->name);
-        if (!st && f->resident) {
+        if (!st && f->place == LPX_FSDP_RESIDENT) {
             st = fsdp_pack_dev(f, &d, inputs + (size_t)i * LPX_MAX_AG_INPUTS, send + p->off);
         } else if (!st) {
             /* a host engine packs with memcpy: its kinds' wire inputs must
@@ -495,7 +485,7 @@ static lpx_status prefetch_async(lpx_fsdp_group *g)
     }
     if (!st) {
         uint64_t t0 = lpx_now_ns();
-        st = f->ag_host(f->comm, send, lpx_tensor_data(pg->drecv), g->slot, &pg->ticket);
+        st = lpx_comm_all_gather_host(f->comm, send, lpx_tensor_data(pg->drecv), g->slot, &pg->ticket);
         f->st.copy_ns += lpx_now_ns() - t0;
         if (!st && g->slot) {
             f->st.h2d_copies++;
@@ -517,7 +507,7 @@ static lpx_status prefetch_async(lpx_fsdp_group *g)
         if (f->nunsharded > f->st.peak_unsharded_groups) f->st.peak_unsharded_groups = f->nunsharded;
         return LPX_OK;
     }
-    if (pg) { /* nothing was enqueued (ag_host is the last step): no wait */
+    if (pg) { /* nothing was enqueued (the all-gather is the last step): no wait */
         g->pending = pg;
         fsdp_gather_drop(g);
     }
@@ -547,14 +537,16 @@ lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
      * device-resident: send is this rank's block inside drecv */
     unsigned char *send = NULL, *recv = NULL;
     lpx_tensor *drecv = NULL;
-    if (f->resident) {
+    switch (f->place) {
+    case LPX_FSDP_RESIDENT:
         if (inputs && nin && msz && metas) st = fsdp_dev_bytes(f, g->slot * (size_t)f->world, true, &drecv);
         if (!st && !drecv) st = lpx_error(LPX_ENOMEM, "%s(%s): out of memory", op, g->name);
         if (!st) {
             recv = lpx_tensor_data(drecv);
             send = recv + (size_t)f->rank * g->slot;
         }
-    } else if (f->offload) {
+        break;
+    case LPX_FSDP_OFFLOAD:
         if (inputs && nin && msz && metas && !(st = fsdp_stage(f, g->slot, &send)))
             st = fsdp_dev_bytes(f, g->slot * (size_t)f->world, false, &drecv);
         if (!st && !drecv) st = lpx_error(LPX_ENOMEM, "%s(%s): out of memory", op, g->name);
@@ -562,9 +554,11 @@ lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
             memset(send, 0, g->slot);
             recv = lpx_tensor_data(drecv);
         }
-    } else {
+        break;
+    case LPX_FSDP_HOST:
         send = lpx_calloc(1, g->slot ? g->slot : 1);
         recv = lpx_malloc((g->slot ? g->slot : 1) * (size_t)f->world);
+        break;
     }
     if (st || !inputs || !nin || !msz || !metas || !send || !recv) {
         if (!st)
@@ -578,11 +572,13 @@ lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
     if ((st = pack_group(g, send, inputs, nin, metas, msz))) goto done;
     /* 3. one all-gather for the whole group (offloading: ONE copy of this
      * rank's block to its place in the device buffer, then in place) */
-    if (f->resident) {
+    switch (f->place) {
+    case LPX_FSDP_RESIDENT:
         /* packed in place: this rank's block already sits at its offset */
         if ((st = lpx_comm_all_gather_buf(f->comm, send, recv, g->slot))) goto done;
         send = NULL;
-    } else if (f->offload) {
+        break;
+    case LPX_FSDP_OFFLOAD: {
         unsigned char *mine = recv + (size_t)f->rank * g->slot;
         if ((st = fsdp_h2d(f, mine, send, g->slot))) {
             st = dt_abort(f->comm, st);
@@ -590,10 +586,13 @@ lpx_status lpx_fsdp_unshard(lpx_fsdp_group *g)
         }
         if ((st = lpx_comm_all_gather_buf(f->comm, mine, recv, g->slot))) goto done;
         send = NULL;
-    } else {
+        break;
+    }
+    case LPX_FSDP_HOST:
         if ((st = lpx_comm_all_gather_buf(f->comm, send, recv, g->slot))) goto done;
         lpx_free(send);
         send = NULL;
+        break;
     }
     /* 4. split, unpad, post_all_gather */
     t0 = lpx_now_ns();
@@ -617,7 +616,7 @@ done:
     lpx_free(nin);
     lpx_free(msz);
     lpx_free(metas);
-    if (f->offload) {
+    if (f->place != LPX_FSDP_HOST) {
         lpx_tensor_release(drecv);
     } else {
         lpx_free(send);
@@ -632,7 +631,7 @@ lpx_status lpx_fsdp_prefetch(lpx_fsdp_group *next)
     lpx_fsdp *f = next->f;
     if (next->unsharded || f->nunsharded >= f->cfg.max_unsharded) return LPX_OK;
     /* offloading: upload and all-gather overlap the compute queued next */
-    if (f->offload && !f->resident && f->sharded && f->ag_host) return prefetch_async(next);
+    if (f->place == LPX_FSDP_OFFLOAD && f->sharded && f->overlap) return prefetch_async(next);
     return lpx_fsdp_unshard(next);
 }
 

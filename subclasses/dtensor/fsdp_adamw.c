@@ -62,10 +62,10 @@ static lpx_status step_param(fsdp_param *p, const lpx_adamw_opts *o_in)
     float pw[TILE], pg[TILE];
     for (size_t at = 0; at < n; at += TILE) {
         size_t k = n - at < TILE ? n - at : TILE;
-        float *x = wd == LPX_F32 ? (float *)wp + at : pw;
-        const float *g = gd == LPX_F32 ? (const float *)gp + at : pg;
-        if (wd != LPX_F32) fsdp_to_f32(wd, wp + lpx_dtype_nbytes(wd, (int64_t)at), pw, k);
-        if (gd != LPX_F32) fsdp_to_f32(gd, gp + lpx_dtype_nbytes(gd, (int64_t)at), pg, k);
+        float *x = wd == fsdp_math_dtype ? (float *)wp + at : pw;
+        const float *g = gd == fsdp_math_dtype ? (const float *)gp + at : pg;
+        if (wd != fsdp_math_dtype) fsdp_to_f32(wd, wp + lpx_dtype_nbytes(wd, (int64_t)at), pw, k);
+        if (gd != fsdp_math_dtype) fsdp_to_f32(gd, gp + lpx_dtype_nbytes(gd, (int64_t)at), pg, k);
         float *m = p->m + at, *v = p->v + at;
         for (size_t i = 0; i < k; i++) {
             float gi = g[i];
@@ -74,7 +74,7 @@ static lpx_status step_param(fsdp_param *p, const lpx_adamw_opts *o_in)
             float mh = m[i] / bc1, vh = v[i] / bc2;
             x[i] = x[i] * decay - lr * mh / (sqrtf(vh) + eps);
         }
-        if (wd != LPX_F32) fsdp_from_f32(wd, pw, wp + lpx_dtype_nbytes(wd, (int64_t)at), k);
+        if (wd != fsdp_math_dtype) fsdp_from_f32(wd, pw, wp + lpx_dtype_nbytes(wd, (int64_t)at), k);
     }
     return LPX_OK;
 }
@@ -137,7 +137,7 @@ static lpx_status adamw_tensors(const lpx_fsdp_group *g, int i, const char *op, 
                 t[k] = dev[k];
             } else {
                 st = dev[k] ? lpx_tensor_to(dev[k], lpx_cpu(), &t[k])
-                            : lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), LPX_F32, lpx_cpu(), &t[k]);
+                            : lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), fsdp_math_dtype, lpx_cpu(), &t[k]);
             }
             if (st) {
                 lpx_tensor_release(t[0]);
@@ -154,10 +154,10 @@ static lpx_status adamw_tensors(const lpx_fsdp_group *g, int i, const char *op, 
     for (int k = 0; k < 2; k++) {
         if (!outs[k] || (view && !src[k])) continue;
         if (view) /* a handle on the engine's array: no copy, no deleter */
-            st = lpx_tensor_from_blob(src[k], LPX_F32, lpx_tensor_ndim(w), lpx_tensor_shape(w), NULL, lpx_cpu(), NULL,
+            st = lpx_tensor_from_blob(src[k], fsdp_math_dtype, lpx_tensor_ndim(w), lpx_tensor_shape(w), NULL, lpx_cpu(), NULL,
                                       NULL, &t[k]);
         else
-            st = lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), LPX_F32, lpx_cpu(), &t[k]);
+            st = lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), fsdp_math_dtype, lpx_cpu(), &t[k]);
         if (st) {
             lpx_tensor_release(t[0]);
             return dt_prefix(st, "%s(%s)", op, g->name);
@@ -211,7 +211,7 @@ lpx_status lpx_fsdp_param_set_adamw_state(lpx_fsdp_group *g, int i, const lpx_te
         lpx_device d = lpx_tensor_device(in[k]);
         bool where = d.type == LPX_DEVICE_CPU ||
                      (dev_ok && d.type == lpx_tensor_device(w).type && d.index == lpx_tensor_device(w).index);
-        if (lpx_tensor_kind(in[k]) || lpx_tensor_dtype(in[k]) != LPX_F32 || !lpx_tensor_is_contiguous(in[k]) ||
+        if (lpx_tensor_kind(in[k]) || lpx_tensor_dtype(in[k]) != fsdp_math_dtype || !lpx_tensor_is_contiguous(in[k]) ||
             (size_t)lpx_tensor_numel(in[k]) != n || !where)
             return lpx_error(LPX_EINVAL, "%s(%s): param '%s': %s must be a contiguous f32 tensor of %zu elements "
                              "(the local shard) on the CPU%s, got %lld elements of %s on device type %d", op, g->name,

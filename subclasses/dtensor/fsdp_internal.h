@@ -3,7 +3,6 @@
 #define LPX_FSDP_INTERNAL_H
 
 #include "dtensor_internal.h"
-#include "lpx/cuda.h"
 
 typedef struct fsdp_param {
     char *name;
@@ -36,7 +35,7 @@ typedef struct fsdp_gather {
     int *nin;                  /* per param: inputs on the wire */
     size_t *msz;               /* per param: metadata bytes */
     unsigned char *metas;      /* per param: LPX_MAX_META bytes of metadata */
-    uint64_t ticket;           /* the all-gather's number on the comm (lpx_nccl.h) */
+    uint64_t ticket;           /* the all-gather's number on the comm (lpx_comm_all_gather_host) */
     int blk;                   /* the staging block it was uploaded from */
 } fsdp_gather;
 
@@ -47,10 +46,6 @@ typedef struct fsdp_block {
     uint64_t ticket;           /* the last all-gather whose upload read it (0: none) */
     bool busy;                 /* its group's gather is still pending */
 } fsdp_block;
-
-typedef lpx_status (*fsdp_ag_host_fn)(lpx_comm *comm, const void *send, void *recv, size_t nbytes,
-                                      uint64_t *ticket);
-typedef lpx_status (*fsdp_ticket_fn)(lpx_comm *comm, uint64_t ticket);
 
 struct lpx_fsdp_group {
     lpx_fsdp *f;
@@ -76,28 +71,27 @@ struct lpx_fsdp {
     bool sharded;
     int nunsharded;
     lpx_fsdp_stats st;
-    /* CPU offload (cfg.compute_device not the CPU; fsdp_offload.c) */
-    bool offload;
-    /* device-resident (offload set, every param handed in on the compute
-     * device; fsdp_resident.c): shards, grad shards and AdamW state stay
-     * on the device, nothing crosses to the host */
-    bool resident;
-    const lpx_backend_i *dev_be;        /* the compute device's backend: its copy slot */
-    lpx_cuda_host_alloc_fn host_alloc;  /* lpx-cuda's pinned allocator, or NULL */
-    lpx_cuda_host_free_fn host_free;
+    lpx_fsdp_placement place;  /* (lpx_fsdp_placement_get) */
+    /* the gradient codec (lpx_fsdp_config.grad_codec; fsdp_grads.c) and its state */
+    lpx_grad_codec_i codec;    /* a copy: the registry may drop its own */
+    char codec_name[32];       /* codec.name points here */
+    void *codec_state;
+    /* a compute device (OFFLOAD or RESIDENT; fsdp_offload.c) */
+    const lpx_backend_i *dev_be;        /* the compute device's backend: copy, host_alloc slots */
+    bool pinned;                        /* dev_be has host_alloc/host_free */
     unsigned char *stage;               /* host staging buffer (pinned when host_alloc gave it) */
     size_t stage_cap;
     bool stage_pinned;
-    /* overlapped prefetch (offload with lpx-nccl.so's host all-gather and
+    /* overlapped prefetch (OFFLOAD, a comm with the host all-gather and
      * pinned memory): staging blocks used in turn, one per gather in flight */
-    fsdp_ag_host_fn ag_host;            /* lpx_nccl_all_gather_host */
-    fsdp_ticket_fn wait_ticket;         /* lpx_nccl_wait_ticket (device-side) */
-    fsdp_ticket_fn sync_ticket;         /* lpx_nccl_sync_ticket (host) */
+    bool overlap;
     fsdp_block *blk;
     int nblk, blk_next;
 };
 
-/* Adds the comm statistics accumulated since *before to the engine's. */
+/* The engine's comm statistics around a collective: fsdp_snap_begin records
+ * the comm counters in *s, fsdp_snap_end adds what accumulated since *s to
+ * the engine's. */
 typedef struct fsdp_snap {
     lpx_comm_stats s[2];
 } fsdp_snap;
@@ -175,8 +169,23 @@ lpx_status fsdp_block_get(lpx_fsdp *f, size_t n, int *out);
 lpx_status fsdp_gather_wait(lpx_fsdp_group *g);
 void fsdp_gather_drop(lpx_fsdp_group *g);
 
-/* Decodes / encodes n elements between dtype d and f32. */
+/* The engine's own formats (precision.c): f32 arithmetic (optimizer
+ * state, agreed statistics) and wire bytes; decodes / encodes n elements
+ * between dtype d and f32. */
+extern const lpx_dtype fsdp_math_dtype;
+extern const lpx_dtype fsdp_byte_dtype;
 lpx_status fsdp_to_f32(lpx_dtype d, const void *src, float *dst, size_t n);
 lpx_status fsdp_from_f32(lpx_dtype d, const float *src, void *dst, size_t n);
+/* Mixed precision (precision.c): param_dtype's allowed values (LPX_EDTYPE
+ * with the reason otherwise), and whether a dense shard of dtype `from` is
+ * cast to param_dtype `to` before the all-gather. */
+lpx_status dt_param_dtype_check(lpx_dtype d);
+bool dt_param_dtype_casts(lpx_dtype from, lpx_dtype to);
+
+/* The gradient codec (fsdp_grads.c): lpx_fsdp_new looks it up
+ * (grad_codec, or fp8_grad_reduce) and configures it; free releases its
+ * state. */
+lpx_status fsdp_codec_init(lpx_fsdp *f);
+void fsdp_codec_free(lpx_fsdp *f);
 
 #endif

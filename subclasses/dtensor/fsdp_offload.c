@@ -1,4 +1,5 @@
-/* CPU offload of the sharding engine (cfg.compute_device a CUDA device).
+/* CPU offload of the sharding engine (cfg.compute_device a device: the
+ * placement LPX_FSDP_OFFLOAD; LPX_FSDP_RESIDENT shares the helpers below).
  *
  * What lives where: the local shards, the grad shards and the AdamW state
  * stay in host memory, so the optimizer steps on the CPU exactly as
@@ -9,72 +10,60 @@
  *                   ONE all-gather on device memory, split on the device
  *                   (device-to-device copies), post_all_gather on device
  *                   tensors;
- *   reduce-scatter  per grad dtype: pack on the device, ONE reduce-scatter
- *                   there, ONE device->host copy of this rank's block,
- *                   split into the host grad shards.
- * The comms must be NCCL comms on the compute device: NCCL refuses host
- * memory, so the engine's small host-side collectives (the wire
- * descriptors at shard, the amaxes of the float8 precompute) are staged
- * through device memory as well, and hooks learn the device from their
- * lpx_fsdp_hook_ctx.
+ *   reduce-scatter  per wire bucket of the gradient codec (a pass-through
+ *                   codec: the grad's own bytes): pack on the device, ONE
+ *                   reduce-scatter there, ONE device->host copy of this
+ *                   rank's block, split into the host grad shards.
+ * The comms must move memory of the compute device (lpx_comm_caps.device:
+ * a device comm, e.g. NCCL's, refuses host memory), so the engine's small
+ * host-side collectives (the wire descriptors at shard, the amaxes of the
+ * float8 precompute) are staged through device memory as well, and hooks
+ * learn the device from their lpx_fsdp_hook_ctx.
  *
- *   prefetch        (overlapped, when lpx-nccl.so exports its host
- *                   all-gather) the same pack into a pinned staging block
- *                   of its own, then upload + all-gather enqueued on the
- *                   comm stream without lpx-cuda's stream waiting; the
- *                   group's first use waits device-side for that
- *                   collective and rebuilds (fsdp.c, prefetch_async and
- *                   gather_finish). Blocks go in turn and are rewritten
- *                   only after a host wait for the upload that read them.
+ *   prefetch        (overlapped, when the comm has the host all-gather,
+ *                   lpx_comm_caps.host_all_gather, and the device's
+ *                   backend pinned memory, lpx_backend_i.host_alloc) the
+ *                   same pack into a pinned staging block of its own, then
+ *                   upload + all-gather enqueued on the comm's queue
+ *                   without the compute queue waiting; the group's first
+ *                   use waits device-side for that collective
+ *                   (lpx_comm_wait_ticket) and rebuilds (fsdp.c,
+ *                   prefetch_async and gather_finish). Blocks go in turn
+ *                   and are rewritten only after a host wait
+ *                   (lpx_comm_sync_ticket) for the upload that read them.
  * The staging buffer is the engine's, kept between calls and grown to the
- * largest group; it is page-locked (cudaHostAlloc) when lpx-cuda.so exports
- * lpx_cuda_host_alloc, so the copies run at DMA speed. Every copy that
- * touches host memory completes before it returns (the cuda backend waits
- * on its stream), so the buffer can be reused at once. */
+ * largest group; it is page-locked when the backend has host_alloc, so
+ * the copies run at DMA speed. Every copy that touches host memory
+ * completes before it returns (the backend's copy slot waits), so the
+ * buffer can be reused at once. */
 #include <string.h>
 #include "fsdp_internal.h"
 
-typedef int (*nccl_comm_device_fn)(const lpx_comm *comm); /* backends/nccl/lpx_nccl.h */
+static bool same_device(lpx_device a, lpx_device b) { return a.type == b.type && a.index == b.index; }
 
-/* A plugin export as a function pointer (object -> function pointer
- * conversion through memcpy, which ISO C permits). */
-static void *plugin_fn(const char *plugin, const char *sym)
-{
-    const lpx_plugin *p = NULL;
-    if (lpx_plugin_find(plugin, &p)) {
-        lpx_clear_error(); /* an absent plugin is not an error here */
-        return NULL;
-    }
-    return lpx_plugin_symbol(p, sym);
-}
-
-/* the comm backend whose collectives move a device type's memory: NCCL
- * for CUDA, lpx-simdev.so's "sim" for the simulated device (until comms
- * say what memory they move: issue "one op spec", part 2) */
-static const char *device_comm(int32_t type)
-{
-    return type == LPX_DEVICE_CUDA ? "nccl" : type == LPX_DEVICE_SIM ? "sim" : NULL;
-}
-
-static lpx_status check_comm(const lpx_fsdp *f, lpx_comm *c, const char *which)
+/* The comm must move memory of the compute device (its caps say whose:
+ * lpx_comm_caps_get); *host_ag receives whether it has the overlapped
+ * host all-gather. */
+static lpx_status check_comm(const lpx_fsdp *f, lpx_comm *c, const char *which, bool *host_ag)
 {
     const char *op = "lpx_fsdp_new";
     lpx_device d = f->cfg.compute_device;
-    const char *be = lpx_comm_backend_name(c), *want = device_comm(d.type);
-    if (!be || !want || strcmp(be, want))
+    const char *be = lpx_comm_backend_name(c);
+    lpx_comm_caps caps;
+    memset(&caps, 0, sizeof caps);
+    caps.struct_size = sizeof caps;
+    lpx_status st = lpx_comm_caps_get(c, &caps);
+    if (st) return dt_prefix(st, "%s: the %s comm ('%s')", op, which, be ? be : "(unnamed)");
+    if (caps.device.type != d.type)
         return lpx_error(LPX_EDEVICE, "%s: compute_device %d:%d runs the collectives on device memory, so the %s "
-                         "comm must be a '%s' comm on that device; it is a '%s' comm", op, (int)d.type,
-                         (int)d.index, which, want ? want : "(none for this device type)", be ? be : "(unnamed)");
-    if (d.type != LPX_DEVICE_CUDA) return LPX_OK;
-    void *sym = plugin_fn("nccl", "lpx_nccl_comm_device");
-    if (sym) {
-        nccl_comm_device_fn dev_of;
-        memcpy(&dev_of, &sym, sizeof sym);
-        int cd = dev_of(c);
-        if (cd != d.index)
-            return lpx_error(LPX_EDEVICE, "%s: compute_device is cuda:%d but the %s NCCL comm runs on cuda:%d", op,
-                             (int)d.index, which, cd);
-    }
+                         "comm must move memory of that device; it is a '%s' comm, which moves %s memory (device "
+                         "type %d)", op, (int)d.type, (int)d.index, which, be ? be : "(unnamed)",
+                         caps.device.type == LPX_DEVICE_CPU ? "host" : "another device's", (int)caps.device.type);
+    if (!same_device(caps.device, d))
+        return lpx_error(LPX_EDEVICE, "%s: compute_device is %d:%d but the %s comm ('%s') runs on %d:%d", op,
+                         (int)d.type, (int)d.index, which, be ? be : "(unnamed)", (int)caps.device.type,
+                         (int)caps.device.index);
+    *host_ag = caps.host_all_gather;
     return LPX_OK;
 }
 
@@ -82,43 +71,40 @@ lpx_status fsdp_offload_init(lpx_fsdp *f)
 {
     const char *op = "lpx_fsdp_new";
     lpx_device d = f->cfg.compute_device;
-    if (!device_comm(d.type))
-        return lpx_error(LPX_EDEVICE, "%s: compute_device type %d: offload supports CUDA and simulated devices only "
-                         "(or the CPU)", op, (int)d.type);
     if (d.index < 0) return lpx_error(LPX_EDEVICE, "%s: compute_device %d:%d is not a device", op, (int)d.type,
                                       (int)d.index);
-    if (f->cfg.fp8_grad_reduce)
-        return lpx_error(LPX_EINVAL, "%s: fp8_grad_reduce is not available with compute_device %d:%d: the grads "
-                         "are reduce-scattered by NCCL (or a comm with its rules), which does not reduce fp8 (reduce "
-                         "them in bf16 or f32)", op, (int)d.type, (int)d.index);
-    lpx_status st = check_comm(f, f->comm, "shard");
-    if (!st && f->rep) st = check_comm(f, f->rep, "replicate");
+    if (!(f->codec.flags & LPX_GRAD_CODEC_PASSTHROUGH))
+        return lpx_error(LPX_EINVAL, "%s: grad codec '%s' (fp8_grad_reduce, or another codec that encodes) is "
+                         "not available with compute_device %d:%d: the grads are reduce-scattered as they are, in "
+                         "device memory, by a comm that moves that memory (use a pass-through codec, '%s')", op,
+                         f->codec.name, (int)d.type, (int)d.index, LPX_GRAD_CODEC_PLAIN);
+    lpx_status st;
+    bool ag = false, ag_rep = false;
+    st = check_comm(f, f->comm, "shard", &ag);
+    if (!st && f->rep) st = check_comm(f, f->rep, "replicate", &ag_rep);
     if (st) return st;
     f->dev_be = lpx_backend_for(d.type);
     if (!f->dev_be || !f->dev_be->copy)
-        return lpx_error(LPX_EDEVICE, "%s: compute_device %d:%d has no backend (load its plugin, lpx-cuda.so or "
-                         "lpx-simdev.so, first)", op, (int)d.type, (int)d.index);
-    void *a = plugin_fn("cuda", LPX_CUDA_SYM_HOST_ALLOC), *fr = plugin_fn("cuda", LPX_CUDA_SYM_HOST_FREE);
-    if (a && fr) {
-        memcpy(&f->host_alloc, &a, sizeof a);
-        memcpy(&f->host_free, &fr, sizeof fr);
-        /* the overlapped prefetch needs pinned blocks and all three extras */
-        void *ag = plugin_fn("nccl", "lpx_nccl_all_gather_host"), *w = plugin_fn("nccl", "lpx_nccl_wait_ticket"),
-             *sy = plugin_fn("nccl", "lpx_nccl_sync_ticket");
-        if (ag && w && sy) {
-            memcpy(&f->ag_host, &ag, sizeof ag);
-            memcpy(&f->wait_ticket, &w, sizeof w);
-            memcpy(&f->sync_ticket, &sy, sizeof sy);
-        }
-    }
-    f->offload = true;
+        return lpx_error(LPX_EDEVICE, "%s: compute_device %d:%d has no backend with a copy slot (load the plugin "
+                         "that serves that device type first)", op, (int)d.type, (int)d.index);
+    /* the overlapped prefetch needs pinned blocks and the comm's host all-gather */
+    f->pinned = f->dev_be->host_alloc && f->dev_be->host_free;
+    f->overlap = f->pinned && ag;
+    f->place = LPX_FSDP_OFFLOAD;
     return LPX_OK;
 }
+
+static lpx_status pinned_alloc(lpx_fsdp *f, size_t n, void **p)
+{
+    return f->dev_be->host_alloc(f->dev_be->self, n, p);
+}
+
+static void pinned_free(lpx_fsdp *f, void *p) { f->dev_be->host_free(f->dev_be->self, p); }
 
 static void stage_drop(lpx_fsdp *f)
 {
     if (!f->stage) return;
-    if (f->stage_pinned) f->host_free(f->stage);
+    if (f->stage_pinned) pinned_free(f, f->stage);
     else lpx_free(f->stage);
     if (f->stage_pinned) f->st.pinned_bytes -= f->stage_cap;
     f->stage = NULL;
@@ -132,12 +118,12 @@ static void stage_drop(lpx_fsdp *f)
 static lpx_status block_drop(lpx_fsdp *f, fsdp_block *b)
 {
     if (b->p && b->ticket) {
-        lpx_status st = f->sync_ticket(f->comm, b->ticket);
+        lpx_status st = lpx_comm_sync_ticket(f->comm, b->ticket);
         if (st) return st;
     }
     b->ticket = 0;
     if (b->p) {
-        f->host_free(b->p);
+        pinned_free(f, b->p);
         f->st.pinned_bytes -= b->cap;
     }
     b->p = NULL;
@@ -158,7 +144,7 @@ void fsdp_offload_free(lpx_fsdp *f)
 lpx_status fsdp_block_get(lpx_fsdp *f, size_t n, int *out)
 {
     *out = -1;
-    if (!f->ag_host || !f->host_alloc) return LPX_OK;
+    if (!f->overlap) return LPX_OK;
     /* in turn, so that a block is reused two gathers later (its upload
      * long done) and never while its group's gather is pending */
     int pick = -1;
@@ -176,13 +162,13 @@ lpx_status fsdp_block_get(lpx_fsdp *f, size_t n, int *out)
     }
     fsdp_block *b = &f->blk[pick];
     lpx_status st;
-    if (b->ticket && (st = f->sync_ticket(f->comm, b->ticket))) return st;
+    if (b->ticket && (st = lpx_comm_sync_ticket(f->comm, b->ticket))) return st;
     b->ticket = 0;
     if (!b->p || b->cap < n) {
         if ((st = block_drop(f, b))) return st;
         size_t cap = n ? n : 1;
         void *p = NULL;
-        if (f->host_alloc(cap, &p) || !p) {
+        if (pinned_alloc(f, cap, &p) || !p) {
             lpx_clear_error(); /* no pinned memory left: the synchronous path */
             return LPX_OK;
         }
@@ -197,7 +183,7 @@ lpx_status fsdp_block_get(lpx_fsdp *f, size_t n, int *out)
 
 lpx_status fsdp_gather_wait(lpx_fsdp_group *g)
 {
-    return g->pending ? g->f->wait_ticket(g->f->comm, g->pending->ticket) : LPX_OK;
+    return g->pending ? lpx_comm_wait_ticket(g->f->comm, g->pending->ticket) : LPX_OK;
 }
 
 void fsdp_gather_drop(lpx_fsdp_group *g)
@@ -205,7 +191,7 @@ void fsdp_gather_drop(lpx_fsdp_group *g)
     fsdp_gather *pg = g->pending;
     if (!pg) return;
     if (pg->blk >= 0 && pg->blk < g->f->nblk) g->f->blk[pg->blk].busy = false;
-    lpx_tensor_release(pg->drecv); /* freed on lpx-cuda's stream, after the wait */
+    lpx_tensor_release(pg->drecv); /* freed on the device's queue, after the wait */
     lpx_free(pg->nin);
     lpx_free(pg->msz);
     lpx_free(pg->metas);
@@ -223,13 +209,13 @@ lpx_status fsdp_stage(lpx_fsdp *f, size_t n, unsigned char **out)
     stage_drop(f);
     size_t cap = n ? n : 1;
     void *p = NULL;
-    if (f->host_alloc && !f->host_alloc(cap, &p) && p) {
+    if (f->pinned && !pinned_alloc(f, cap, &p) && p) {
         f->stage_pinned = true;
         f->st.pinned_bytes += cap;
     } else {
         /* no pinned allocator, or no pinned memory left: pageable memory
          * works too, the copies are only slower */
-        if (f->host_alloc) lpx_clear_error();
+        if (f->pinned) lpx_clear_error();
         if (!(p = lpx_malloc(cap)))
             return lpx_error(LPX_ENOMEM, "sharding engine: cannot allocate %zu bytes of host staging", cap);
     }
@@ -242,8 +228,8 @@ lpx_status fsdp_stage(lpx_fsdp *f, size_t n, unsigned char **out)
 lpx_status fsdp_dev_bytes(lpx_fsdp *f, size_t n, bool zero, lpx_tensor **out)
 {
     int64_t len = (int64_t)(n ? n : 1);
-    return zero ? lpx_zeros(1, &len, LPX_U8, f->cfg.compute_device, out)
-                : lpx_tensor_new(LPX_U8, 1, &len, f->cfg.compute_device, out);
+    return zero ? lpx_zeros(1, &len, fsdp_byte_dtype, f->cfg.compute_device, out)
+                : lpx_tensor_new(fsdp_byte_dtype, 1, &len, f->cfg.compute_device, out);
 }
 
 static lpx_status copy(lpx_fsdp *f, void *dst, lpx_device dd, const void *src, lpx_device sd, size_t n)
@@ -283,7 +269,7 @@ lpx_status fsdp_d2d(lpx_fsdp *f, void *dst, const void *src, size_t n)
 
 lpx_status fsdp_all_gather_host(lpx_fsdp *f, lpx_comm *c, const void *send, void *recv, size_t nbytes)
 {
-    if (!f->offload) return lpx_comm_all_gather_buf(c, send, recv, nbytes);
+    if (f->place == LPX_FSDP_HOST) return lpx_comm_all_gather_buf(c, send, recv, nbytes);
     int world = lpx_comm_size(c), rank = lpx_comm_rank(c);
     lpx_tensor *d = NULL;
     lpx_status st = fsdp_dev_bytes(f, nbytes * (size_t)world, false, &d);
@@ -303,7 +289,7 @@ lpx_status fsdp_all_gather_host(lpx_fsdp *f, lpx_comm *c, const void *send, void
 lpx_status fsdp_all_reduce_host(lpx_fsdp *f, lpx_comm *c, void *buf, size_t count, lpx_dtype dtype,
                                 lpx_reduce_op op)
 {
-    if (!f->offload) return lpx_comm_all_reduce_buf(c, buf, buf, count, dtype, op);
+    if (f->place == LPX_FSDP_HOST) return lpx_comm_all_reduce_buf(c, buf, buf, count, dtype, op);
     size_t nb = lpx_dtype_nbytes(dtype, (int64_t)count);
     lpx_tensor *d = NULL;
     lpx_status st = fsdp_dev_bytes(f, nb, false, &d);

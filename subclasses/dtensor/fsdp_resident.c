@@ -48,7 +48,7 @@ lpx_status fsdp_resident_check(lpx_fsdp *f)
         return lpx_error(LPX_EDEVICE, "%s: param '%s' is on the compute device %d:%d but '%s' on the host: the "
                          "engine keeps all shards in one place (all on the device, or all on the host to offload)",
                          op, first_dev->name, (int)cd.type, (int)cd.index, first_host->name);
-    f->resident = on_dev > 0;   /* (fp8_grad_reduce was refused with the compute device already) */
+    if (on_dev) f->place = LPX_FSDP_RESIDENT;   /* (a pass-through grad codec: checked at lpx_fsdp_new) */
     return LPX_OK;
 }
 
@@ -77,8 +77,8 @@ lpx_status fsdp_adamw_dev(fsdp_param *p, lpx_tensor *w, const lpx_adamw_opts *o)
     if (!same_device(lpx_tensor_device(p->grad), lpx_tensor_device(w)))
         return lpx_error(LPX_EDEVICE, "%s: the grad shard of '%s' is not on its weight's device", op, p->name);
     if (!p->mt) {
-        lpx_status st = lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), LPX_F32, lpx_tensor_device(w), &p->mt);
-        if (!st) st = lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), LPX_F32, lpx_tensor_device(w), &p->vt);
+        lpx_status st = lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), fsdp_math_dtype, lpx_tensor_device(w), &p->mt);
+        if (!st) st = lpx_zeros(lpx_tensor_ndim(w), lpx_tensor_shape(w), fsdp_math_dtype, lpx_tensor_device(w), &p->vt);
         if (st) {
             lpx_tensor_release(p->mt);
             p->mt = NULL;

@@ -68,7 +68,7 @@ static lpx_status sync_one_op(lpx_fsdp *f, lpx_fsdp_group *const *gs, int ng, lp
         st = lpx_kind_vtable(lpx_tensor_kind(who[q]))->sync_local(who[q], vals + at);
     /* a local failure must not leave the other ranks in the collective */
     if (st) st = dt_abort(f->comm, st);
-    if (!st) st = fsdp_all_reduce_host(f, f->comm, vals, total, LPX_F32, red);
+    if (!st) st = fsdp_all_reduce_host(f, f->comm, vals, total, fsdp_math_dtype, red);
     if (!st) f->st.amax_allreduces++;
     at = 0;
     for (int q = 0; q < k && !st; at += (size_t)cnt[q++])

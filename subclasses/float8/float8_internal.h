@@ -100,7 +100,7 @@ lpx_status f8_rewrap(const lpx_tensor *t, lpx_tensor *data, lpx_tensor *scale, l
 
 /* The fallback kernel (float8_fallback.c). */
 lpx_status f8_fallback(lpx_call *c);
-/* Handler registration (float8_handlers.c, float8_gemm.c). */
+/* Handler registration (float8_views.c, float8_gemm.c). */
 lpx_status f8_register_view_handlers(int key);
 lpx_status f8_register_gemm_handlers(int key);
 

@@ -151,6 +151,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     snap before, after;
     take(&before);
+    /* a path that failed before keeps one entry, moved to the end with the
+     * newest reason (the list does not grow on retries) */
+    bool listed = false;
+    for (int i = 0; i < before.skipped && !listed; i++) listed = !strcmp(lpx_plugin_skipped_path(i), path);
     const lpx_plugin *p = NULL;
     lpx_clear_error();
     lpx_status st = lpx_plugin_load(path, &p);
@@ -177,7 +181,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_ASSERT(p == NULL);
         FZ_ASSERT(st == LPX_EPLUGIN || st == LPX_EABI);
         FZ_ASSERT(msg[0] && strstr(msg, path));
-        FZ_ASSERT(after.skipped == before.skipped + 1);
+        FZ_ASSERT(after.skipped == before.skipped + (listed ? 0 : 1));
         FZ_ASSERT(!strcmp(lpx_plugin_skipped_path(after.skipped - 1), path));
         /* rolled back: the registry is as before */
         FZ_ASSERT(after.dtypes == before.dtypes && after.ops == before.ops && after.kinds == before.kinds &&

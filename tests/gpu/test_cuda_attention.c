@@ -83,7 +83,7 @@ static void test_cudnn_attention(void)
     memcpy(&path, &sym, sizeof sym);
     CHECKF(path != NULL, "lpx-cuda.so does not export %s", LPX_CUDA_SYM_ATTENTION_PATH);
     if (!path) return;
-    char buf[320];
+    char buf[2048];
     int before = path(buf, sizeof buf);
     check_attention("bf16 llama heads", LPX_BF16, 1, 300, 300, 32, 8, 128, true, false);
     check_attention("f16 gqa", LPX_F16, 2, 64, 64, 8, 4, 64, true, false);
@@ -92,9 +92,12 @@ static void test_cudnn_attention(void)
     printf("  attention path: %s\n", buf);
     /* each case is a forward and a backward: 6 calls that cuDNN takes */
     const char *req = getenv("LPX_TEST_REQUIRE_GPU"), *force = getenv("LPX_CUDA_ATTENTION");
-    if (req && !strcmp(req, "1") && !(force && !strcmp(force, "reference")))
+    if (req && !strcmp(req, "1") && !(force && !strcmp(force, "reference"))) {
         CHECKF(after - before >= 6, "the GPU machine ran %d of these attention calls on cuDNN: %s", after - before,
                buf);
+        /* lpx info names the cuDNN file loaded (issue 34 item 6) */
+        CHECKF(strstr(buf, "fused SDPA (/") != NULL, "the attention path does not name the cuDNN file: %s", buf);
+    }
 }
 
 static void test_rope(void)

@@ -252,6 +252,62 @@ def test_from_dlpack_numpy_both_protocols():
     assert lpx.from_dlpack(legacy).shape == (4, 3)
 
 
+class _CudaProducer:
+    """Says it lives on CUDA device 1 and records the handshake's keywords;
+    hands over a host capsule (so this runs without a GPU)."""
+
+    def __init__(self, a, legacy=False):
+        self.a, self.kw, self.legacy = a, None, legacy
+
+    def __dlpack_device__(self):
+        return (2, 1)   # kDLCUDA
+
+    def __dlpack__(self, **kw):
+        if self.legacy and "max_version" in kw:
+            raise TypeError("a pre-1.0 producer")
+        self.kw = kw
+        return self.a.__dlpack__()
+
+
+@case
+def test_from_dlpack_passes_consumer_stream():
+    """issue 34 item 4: lpx is the consumer, so on CUDA it passes its own
+    stream in the handshake (__dlpack__(stream=...)), and the producer
+    orders its work before lpx's; on the CPU it passes none (numpy refuses
+    one)."""
+    a = np.arange(6, dtype=np.float32)
+    asked = []
+    real = lpx.cuda_stream
+    lpx.cuda_stream = lambda d=0: asked.append(d) or 0x7f00 + d   # lpx-cuda's stream, stood in for
+    try:
+        p = _CudaProducer(a)
+        t = lpx.from_dlpack(p)
+        assert p.kw.get("stream") == 0x7f01 and asked == [1], (p.kw, asked)
+        assert (t.numpy() == a).all()
+        p = _CudaProducer(a)
+        lpx.from_dlpack(p, stream=0x1234)            # the caller's own stream
+        assert p.kw.get("stream") == 0x1234 and asked == [1], (p.kw, asked)
+        p = _CudaProducer(a, legacy=True)            # the legacy protocol keeps the stream
+        lpx.from_dlpack(p)
+        assert p.kw == {"stream": 0x7f01}, p.kw
+        spy = _Spy(lpx.from_numpy(a))                # a host producer: no stream
+        lpx.from_dlpack(spy)
+        assert "stream" not in spy.kw, spy.kw
+        lpx.from_dlpack(a)                           # numpy itself (it refuses a stream)
+    finally:
+        lpx.cuda_stream = real
+    # without lpx-cuda loaded there is no lpx stream to order: none passed
+    def not_loaded(d=0):
+        raise lpx.LpxLoadError(-1, "lpx-cuda.so is not loaded")
+    lpx.cuda_stream = not_loaded
+    try:
+        p = _CudaProducer(a)
+        lpx.from_dlpack(p)
+        assert "stream" not in p.kw, p.kw
+    finally:
+        lpx.cuda_stream = real
+
+
 # ---- Float8 -------------------------------------------------------------------------
 
 

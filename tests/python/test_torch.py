@@ -569,10 +569,8 @@ def test_convert_to_fused_ops_keeps_model():
 # ---- CUDA ---------------------------------------------------------------------------------
 
 
-@case(extra=("torch",))
-def test_cuda_layers_match_cpu():
-    """On a GPU: the same layers on CUDA tensors (lpx-cuda through DLPack,
-    ordered against torch's stream) agree with the CPU run."""
+def _cuda_torch():
+    """torch and lpx.torch with lpx-cuda loaded, or a GPU skip."""
     torch, lt = _torch()
     if not torch.cuda.is_available():
         raise SkipGpu("torch sees no CUDA device")
@@ -586,6 +584,153 @@ def test_cuda_layers_match_cpu():
         if not found:
             raise Skip(f"lpx-cuda.so is not built beside {lib or 'liblpx'}") from None
         lpx.load_plugin(found[0])
+    return torch, lt
+
+
+def _gpu_delay(torch):
+    """Queues ~0.1 s of spinning on torch's current stream: work queued
+    after it lands late, so a reader on lpx's stream that is not ordered
+    after that work reads what was there before."""
+    if hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(200_000_000)
+
+
+class _SlowPoisonedCopies:
+    """Within: every .contiguous() copy of a non-contiguous CUDA tensor
+    lands in memory that held NaNs (a same-sized NaN block freed just
+    before, which torch's caching allocator hands out again) and is queued
+    behind _gpu_delay on torch's stream. A consumer that reads the copy
+    without being ordered after it (lpx's stream told to wait before the
+    copy was queued) sees NaNs or stale values."""
+
+    def __init__(self, torch):
+        self.torch, self.orig, self.copies = torch, torch.Tensor.contiguous, 0
+
+    def __enter__(self):
+        torch, orig = self.torch, self.orig
+
+        def slow(t, *a, **k):
+            if t.is_cuda and not t.is_contiguous():
+                # filled, freed (back to the cache), and the fill done
+                torch.empty(t.shape, dtype=t.dtype, device=t.device).fill_(float("nan"))
+                torch.cuda.synchronize()
+                _gpu_delay(torch)
+                self.copies += 1
+            return orig(t, *a, **k)
+        torch.Tensor.contiguous = slow
+        return self
+
+    def __exit__(self, *exc):
+        self.torch.Tensor.contiguous = self.orig
+        return False
+
+
+@case(extra=("torch",))
+def test_cuda_noncontiguous_inputs_are_ordered():
+    """issue 34 item 4: a non-contiguous tensor handed to lpx (the expanded
+    grad of .sum(), a transposed input) is made contiguous on torch's
+    stream; lpx must read the copy only after it is written (to_lpx orders
+    it by the DLPack handshake). With the copies delayed and their memory
+    poisoned, the results agree with the CPU run."""
+    torch, lt = _cuda_torch()
+    lin = torch.nn.Linear(256, 128)
+    xt = torch.randn(256, 64)                 # x = xt.t(): [64, 256], transposed
+    cpu = lt.Float8Linear.from_float(copy.deepcopy(lin))
+    gpu = lt.Float8Linear.from_float(copy.deepcopy(lin).cuda())
+    xc = xt.t().contiguous().requires_grad_()
+    xg = xt.cuda().requires_grad_()
+    yc = cpu(xc)
+    yc.sum().backward()
+    with _SlowPoisonedCopies(torch) as sp:
+        yg = gpu(xg.t())                      # the transposed input
+        yg.sum().backward()                   # the grad: ones expanded (stride 0)
+        torch.cuda.synchronize()
+    assert sp.copies >= 2, f"{sp.copies} contiguous copies made: the case does not test what it says"
+    errs = {"out": rel(yg.detach().cpu(), yc.detach()), "grad_x": rel(xg.grad.t().cpu(), xc.grad),
+            "grad_w": rel(gpu.weight.grad.cpu(), cpu.weight.grad)}
+    assert all(e == e for e in errs.values()), f"NaN read before the copy was written: {errs}"
+    assert errs["out"] < 5e-3 and errs["grad_x"] < 5e-4 and errs["grad_w"] < 5e-4, errs
+    # the fused RMSNorm: a transposed input and the expanded grad of .sum()
+    w = torch.randn(64)
+    xr = torch.randn(33, 4, 64)
+    xa, xb = xr.transpose(0, 1).contiguous().requires_grad_(), xr.cuda().requires_grad_()
+    wa, wb = w.clone().requires_grad_(), w.cuda().requires_grad_()
+    ya = lt.rms_norm(xa, wa, 1e-6)
+    ya.sum().backward()
+    with _SlowPoisonedCopies(torch) as sp:
+        yb = lt.rms_norm(xb.transpose(0, 1), wb, 1e-6)
+        yb.sum().backward()
+        torch.cuda.synchronize()
+    assert sp.copies >= 2, f"{sp.copies} contiguous copies made (rms_norm)"
+    errs = {"out": rel(yb.detach().cpu(), ya.detach()), "grad_x": rel(xb.grad.transpose(0, 1).cpu(), xa.grad),
+            "grad_w": rel(wb.grad.cpu(), wa.grad)}
+    assert all(e < 1e-5 for e in errs.values()), f"rms_norm on CUDA (NaN: read before written): {errs}"
+
+
+@case(extra=("torch",))
+def test_cuda_nf4_linear_from_cuda_layer_is_ordered():
+    """issue 34 item 5: NF4Linear made from a CUDA layer quantizes the
+    weight torch just wrote (a copy_ queued behind a delay), and
+    dequantize() reads the codes load_state_dict just copied in: both
+    ordered against torch's stream. Against the CPU's NF4 of the same
+    weight (the codec is the CPU's on the GPU: equal bits expected; an
+    unordered read gives other weights altogether)."""
+    torch, lt = _cuda_torch()
+    w = torch.randn(128, 256)
+    lin_c = torch.nn.Linear(256, 128)
+    with torch.no_grad():
+        lin_c.weight.copy_(w)
+    ref = lt.NF4Linear.from_linear(lin_c).dequantize()
+    lin_g = copy.deepcopy(lin_c).cuda()       # the same bias; the weight zero until the copy below lands
+    wg = w.cuda()
+    with torch.no_grad():
+        lin_g.weight.zero_()
+        torch.cuda.synchronize()
+        _gpu_delay(torch)
+        lin_g.weight.copy_(wg)                # queued on torch's stream, late
+    n = lt.NF4Linear.from_linear(lin_g)
+    assert n.nf4_codes.is_cuda
+    got = n.dequantize().cpu()
+    e = rel(got, ref)
+    assert e < 1e-6, f"NF4 of a CUDA layer differs from the CPU's: relative error {e:.3g}"
+    print(f"  NF4 of a CUDA layer: {'the CPU bits' if torch.equal(got, ref) else f'relative error {e:.3g}'}")
+    # dequantize() after load_state_dict's copies into the CUDA buffers
+    other = lt.NF4Linear.from_linear(torch.nn.Linear(256, 128).cuda())
+    torch.cuda.synchronize()
+    _gpu_delay(torch)
+    other.load_state_dict(n.state_dict())    # copy_ into the same buffers, late
+    got = other.dequantize().cpu()
+    e = rel(got, ref)
+    assert e < 1e-6, f"dequantize() read the codes before load_state_dict wrote them: relative error {e:.3g}"
+    # and the layer's output over the loaded codes (and bias)
+    x = torch.randn(8, 256)
+    e = rel(other(x.cuda()).cpu(), lt.NF4Linear.from_linear(lin_c)(x))
+    assert e < 1e-5, f"NF4Linear from a CUDA layer vs CPU: relative error {e:.3g}"
+
+
+@case(extra=("torch",))
+def test_cuda_attention_finds_cudnn():
+    """issue 34 item 6: in a torch process cuDNN is reachable (torch's
+    wheel brings it: nvidia/cudnn/lib in site-packages), so lpx-cuda's
+    attention takes cuDNN's fused SDPA and names the file it loaded."""
+    torch, lt = _cuda_torch()
+    import ctypes
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)(
+        lpx._cuda_plugin_symbol("lpx_cuda_attention_path"))
+    buf = ctypes.create_string_buffer(4096)
+    fn(buf, len(buf))
+    words = buf.value.decode()
+    print(f"  attention (cuda): {words}")
+    if os.environ.get("LPX_CUDA_ATTENTION") == "reference":
+        raise Skip("LPX_CUDA_ATTENTION=reference is set")
+    assert "fused SDPA (/" in words, f"lpx-cuda did not load cuDNN in a torch process: {words}"
+
+
+@case(extra=("torch",))
+def test_cuda_layers_match_cpu():
+    """On a GPU: the same layers on CUDA tensors (lpx-cuda through DLPack,
+    ordered against torch's stream) agree with the CPU run."""
+    torch, lt = _cuda_torch()
     lin = torch.nn.Linear(256, 128)
     x = torch.randn(64, 256)
     cpu = lt.Float8Linear.from_float(copy.deepcopy(lin))

@@ -1,7 +1,10 @@
 /* `lpx bench fsdp [--json] [--size N] [--iters K]`: unshard + reshard of
- * one group of four N x N weights over 4 local ranks (threads), the
- * weights as bf16 (dense), float8_weight (bf16 masters, precomputed
- * scales: fp8 on the wire) and nf4 (frozen base weights), and the bytes
+ * one group of four N x N weights over 4 local ranks (threads), one row
+ * per recipe of `lpx train`, each with the weights as that recipe shards
+ * its block linears (tools/train/shard.c): dense bf16 (bf16, and
+ * float8-delayed, mxfp8 and mxfp4, which cast after the gather), dense
+ * f32 (f32), float8_weight tensorwise / rowwise / blockwise (fp8 and its
+ * scales on the wire) and nf4 (nf4-qlora's frozen base), and the bytes
  * each rank puts on the all-gather. The local backend copies through
  * shared memory, so the times show the engine's own cost (pre_all_gather
  * casts, packing, splitting, post_all_gather) more than a network's. */
@@ -16,8 +19,15 @@
 #define RANKS 4
 #define NW 4
 
-enum { K_BF16, K_FP8, K_NF4, K_COUNT };
-static const char *kind_names[K_COUNT] = {"bf16", "float8", "nf4"};
+enum { K_BF16, K_F32, K_FP8, K_FP8_ROW, K_FP8_BLOCK, K_NF4, K_DELAYED, K_MXFP8, K_MXFP4, K_COUNT };
+/* the recipe each row stands for, and what its block linears are */
+static const char *kind_names[K_COUNT] = {"bf16", "f32", "float8-tensorwise", "float8-rowwise", "float8-blockwise",
+                                          "nf4-qlora", "float8-delayed", "mxfp8", "mxfp4"};
+static const char *kind_notes[K_COUNT] = {
+    NULL, "f32 on the wire (the reference recipe)", "fp8 + one scale per tensor on the wire",
+    "fp8 + a scale per row on the wire", "fp8 + a scale per 128 x 128 block on the wire",
+    "NF4 codes + double-quantized scales on the wire (frozen)", "bf16 on the wire: the fp8 cast happens after the gather",
+    "bf16 on the wire: the MX cast happens after the gather", "bf16 on the wire: the MX cast happens after the gather"};
 
 typedef struct fsdp_bench {
     lpx_tensor *w[NW];       /* full bf16 weights, shared read-only by the ranks */
@@ -47,9 +57,15 @@ static lpx_status bench_rank(lpx_comm *comm, void *vctx)
     if (!st) st = lpx_fsdp_group_add(f, "layer", &g);
     for (int i = 0; i < NW && !st; i++) {
         lpx_tensor *p = NULL;
-        if (c->kind == K_FP8) st = lpx_float8_weight_new(c->w[i], NULL, &p);
-        else if (c->kind == K_NF4) st = lpx_nf4_quantize(c->w[i], NULL, &p);
-        else {
+        if (c->kind == K_FP8 || c->kind == K_FP8_ROW || c->kind == K_FP8_BLOCK) {
+            lpx_float8_weight_opts wo = {.struct_size = sizeof wo, .fp8 = LPX_F8E4M3FN,
+                                         .rowwise = c->kind == K_FP8_ROW, .blockwise = c->kind == K_FP8_BLOCK};
+            st = lpx_float8_weight_new(c->w[i], &wo, &p);
+        } else if (c->kind == K_NF4) {
+            st = lpx_nf4_quantize(c->w[i], NULL, &p);
+        } else if (c->kind == K_F32) {
+            st = lpx_cast(c->w[i], LPX_F32, false, &p);
+        } else {
             p = c->w[i];
             lpx_tensor_retain(p);
         }
@@ -87,7 +103,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: lpx bench fsdp [--json] [--size N] [--iters K]\n"
                "  unshard+reshard of a group of %d N x N weights (default 2048) over %d local ranks,\n"
-               "  bf16 vs float8_weight vs nf4; K timed iterations (default 9, median reported)\n",
+               "  one row per recipe of lpx train (its weights as it shards them); K timed iterations\n"
+               "  (default 9, median reported)\n",
             NW, RANKS);
 }
 
@@ -155,10 +172,10 @@ int lpx_bench_fsdp(int argc, char **argv)
         lpx_bench_row r2 = {.case_name = name, .value = bytes[k] / 1048576.0, .unit = "MiB",
                             .baseline = k ? bytes[K_BF16] / 1048576.0 : lpx_bench_na(), .baseline_case = "bf16",
                             .compare = lpx_bench_na(), .goal = lpx_bench_na(),
-                            /* not a goal: it follows from the wire format
-                             * (1-byte codes + one f32 scale per tensor), so
-                             * no machine can miss it; test_fsdp_unshard checks it */
-                            .note = k == K_FP8 ? "property of the wire format: 1 byte + scales vs 2 bytes" : NULL};
+                            /* not a goal: it follows from the wire format,
+                             * so no machine can miss it; test_fsdp_unshard
+                             * checks it */
+                            .note = kind_notes[k]};
         lpx_bench_report_add(&rep, &r2);
     }
     lpx_bench_report_finish(&rep);

@@ -79,7 +79,7 @@ int lpx_cmd_info(int argc, char **argv)
     }
     printf("\n");
     /* attention on the GPU: cuDNN's fused SDPA or the reference kernel */
-    char buf[320];
+    char buf[2048];   /* the cuDNN file, or every place looked at */
     if (cuda_path(LPX_CUDA_SYM_ATTENTION_PATH, buf, sizeof buf)) printf("attention (cuda): %s\n", buf);
     print_plugins();
     printf("tracing: %s (set LPX_TRACE=1 or LPX_TRACE=trace.json)\n", lpx_trace_enabled() ? "on" : "off");

@@ -191,16 +191,23 @@ int lpx_cmd_plan(int argc, char **argv)
         }
     tr_mem_est me;
     tr_mem_estimate_geom(&g, (tr_recipe)recipe, (int)gpus, 8, (int)batch, 1, false, 2, ac, &me);
-    double mem = (double)(me.params + me.grads + me.optimizer + me.unsharded + me.activations);
+    /* lpx mem's device total: the loss's chunk (logits, their grad, the head's grad) included */
+    double mem = (double)(me.params + me.grads + me.optimizer + me.unsharded + me.activations + me.transient);
     static const char *const names[5] = {"bf16", "float8 compute, bf16 all-gather", "+ float8 all-gather, amax per param",
                                          "+ one combined amax all-reduce", NULL};
     char mine_label[64];
     snprintf(mine_label, sizeof mine_label, "%s as lpx runs it", tr_recipe_name((tr_recipe)recipe));
+    /* a plan that does not fit the chip's memory has no speed: the text
+     * says so first and prints none (a step time of a run that cannot
+     * start is not a number to trust); --json marks it ("fits": false) */
+    bool fits = mem <= chip.memory;
     if (json) {
         printf("{\n  \"model\": {\"dim\": %d, \"layers\": %d, \"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, "
                "\"params\": %lld},\n  \"gpus\": %ld, \"gpus_per_node\": %ld, \"batch\": %ld, \"seq\": %ld, \"chip\": \"%s\", "
-               "\"memory_per_gpu_bytes\": %.0f,\n  \"steps\": [\n", g.dim, g.layers, g.heads, g.kv_heads, g.hidden,
-               g.vocab, (long long)tr_geom_numel(&g), gpus, gpn, batch, seq, chip.name, mem);
+               "\"memory_per_gpu_bytes\": %.0f, \"chip_memory_bytes\": %.0f, \"fits\": %s,\n  \"steps\": [%s",
+               g.dim, g.layers, g.heads, g.kv_heads, g.hidden, g.vocab, (long long)tr_geom_numel(&g), gpus, gpn, batch,
+               seq, chip.name, mem, chip.memory, fits ? "true" : "false", "\n");
+        /* (JSON keeps the steps, marked by "fits": a reader decides) */
         for (int k = 0; k < 5; k++) json_step(k < 4 ? names[k] : mine_label, &st[k], &st[0], k == 4);
         printf("  ]\n}\n");
         tr_geom_free(&g);
@@ -210,6 +217,13 @@ int lpx_cmd_plan(int argc, char **argv)
            "ac %s\n  chip: %s (%s)\n  net: intra %.0f GB/s, inter %.0f GB/s, latency %.1f us; NCCL %ld CTAs = %.0f%% "
            "of the SMs\n", g.layers, g.dim, (long long)tr_geom_numel(&g), gpus, gpn, batch, seq, ac ? "full" : "none",
            chip.name, chip.source, net.intra_bw / 1e9, net.inter_bw / 1e9, net.latency * 1e6, ctas, 100 * share);
+    if (!fits) {
+        printf("\nDOES NOT FIT: %.1f GiB per GPU (lpx mem's model) of the chip's %.0f GiB; no speed is given for a run "
+               "that cannot start (more GPUs, a smaller --batch, or --ac full lower it: lpx mem shows the parts)\n",
+               mem / 1073741824.0, chip.memory / 1073741824.0);
+        tr_geom_free(&g);
+        return 0;
+    }
     const pl_step *p = &st[4];
     printf("\none block (%s):\n", tr_recipe_name((tr_recipe)recipe));
     printf("  GEMMs         %8.2f ms  (%.3g TFLOP)\n", p->blk_gemm * 1e3, p->blk_gemm_flops / 1e12);
@@ -240,7 +254,8 @@ int lpx_cmd_plan(int argc, char **argv)
                "  optimizer   28 bytes per local element (P / N) / copy rate\n"
                "  overlap     the all-gather of block i+1 runs beside block i's forward, of i-1 beside i's\n"
                "              backward, i's reduce-scatter after it; compute at (1 - CTAs/SMs) speed meanwhile\n"
-               "  MFU         (6 T (L W + V D) + 3 L attention forward) / (step x bf16 peak)\n");
+               "  MFU         the time the model's FLOPs (6 T (L W + V D) + 3 L attention forward) take at the peak\n"
+               "              of the precision each runs in (fp8 GEMMs at the fp8 peak, the rest at bf16's) / step\n");
     }
     tr_geom_free(&g);
     return 0;

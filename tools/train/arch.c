@@ -17,8 +17,8 @@ typedef struct preset {
 /* config.json of each model on the Hugging Face hub (meta-llama/...). The
  * 3.1 rope scaling (factor 8) for the 8B/70B/405B, 3.2's (factor 32) for
  * the small ones, which also tie the head to the embedding. */
-#define LLAMA31_ROPE 500000.0, 1e-5, 8.0, 1.0, 4.0, 8192
-#define LLAMA32_ROPE 500000.0, 1e-5, 32.0, 1.0, 4.0, 8192
+#define LLAMA31_ROPE 500000.0, 1e-5, 8.0, 1.0, 4.0, 8192, 131072
+#define LLAMA32_ROPE 500000.0, 1e-5, 32.0, 1.0, 4.0, 8192, 131072
 static const preset presets[] = {
     {"llama3-8b", {128256, 4096, 32, 32, 8, 14336, false, LLAMA31_ROPE}},
     {"llama3-70b", {128256, 8192, 80, 64, 8, 28672, false, LLAMA31_ROPE}},
@@ -27,7 +27,7 @@ static const preset presets[] = {
     {"llama3.2-3b", {128256, 3072, 28, 24, 8, 8192, true, LLAMA32_ROPE}},
     /* the CPU demo: bytes of the shipped corpus, GQA (2 query heads per
      * k/v head), the rope of Llama 3 without the long-context scaling */
-    {"tiny", {256, 128, 2, 4, 2, 352, false, 500000.0, 1e-5, 0, 0, 0, 0}},
+    {"tiny", {256, 128, 2, 4, 2, 352, false, 500000.0, 1e-5, 0, 0, 0, 0, 0}},
 };
 
 bool tr_arch_preset(const char *name, tr_arch *a)
@@ -59,13 +59,13 @@ static int fail(const char *who, const char *fmt, ...)
 
 int tr_arch_check(const tr_arch *a, const char *who)
 {
-    if (a->dim < 32 || a->dim % 32) return fail(who, "--dim %d is not a positive multiple of 32", a->dim);
+    if (a->dim < 2) return fail(who, "--dim %d: at least 2", a->dim);
     if (a->heads < 1 || a->dim % a->heads)
         return fail(who, "--dim %d is not divisible by --heads %d", a->dim, a->heads);
     if ((a->dim / a->heads) % 2) return fail(who, "head dim %d (--dim / --heads) is odd; rope rotates pairs", a->dim / a->heads);
     if (a->kv_heads < 1 || a->heads % a->kv_heads)
         return fail(who, "--heads %d is not a multiple of --kv-heads %d", a->heads, a->kv_heads);
-    if (a->ffn < 32 || a->ffn % 32) return fail(who, "--ffn %d is not a positive multiple of 32", a->ffn);
+    if (a->ffn < 1) return fail(who, "--ffn %d: at least 1", a->ffn);
     if (a->layers < 1) return fail(who, "--layers %d: at least one block", a->layers);
     if (a->vocab < 0 || a->vocab == 1) return fail(who, "--vocab %d: at least 2 tokens", a->vocab);
     if (!(a->rope_theta > 1) || !isfinite(a->rope_theta))
@@ -100,7 +100,7 @@ int tr_arch_option(const char *who, const char *opt, const char *v, tr_arch *a, 
         a->tied = true;
         *given |= TR_GIVEN_TIED;
     } else if (!strcmp(opt, "--dim")) {
-        rc = int_of(who, opt, v, 32, 1 << 17, &a->dim);
+        rc = int_of(who, opt, v, 2, 1 << 17, &a->dim);
         *given |= TR_GIVEN_DIM;
     } else if (!strcmp(opt, "--layers")) {
         rc = int_of(who, opt, v, 1, 100000, &a->layers);
@@ -112,7 +112,7 @@ int tr_arch_option(const char *who, const char *opt, const char *v, tr_arch *a, 
         rc = int_of(who, opt, v, 1, 4096, &a->kv_heads);
         *given |= TR_GIVEN_KV_HEADS;
     } else if (!strcmp(opt, "--ffn")) {
-        rc = int_of(who, opt, v, 32, 1 << 20, &a->ffn);
+        rc = int_of(who, opt, v, 1, 1 << 20, &a->ffn);
         *given |= TR_GIVEN_FFN;
     } else if (!strcmp(opt, "--vocab")) {
         rc = int_of(who, opt, v, 2, 1 << 24, &a->vocab);

@@ -38,7 +38,9 @@ static void usage(FILE *f)
                "  the forward of the Hugging Face Llama model in DIR on the token ids in FILE (one\n"
                "  sequence, little-endian u32); prints the mean next-token loss. --logits writes the\n"
                "  f32 logits [tokens, vocab] as tensor 'logits'; --grads the loss's gradient of every\n"
-               "  parameter (Hugging Face names). --recipe: f32 (default), bf16, float8-tensorwise, ...\n");
+               "  parameter (Hugging Face names). --recipe: f32 (default), bf16, float8-tensorwise,\n"
+               "  float8-rowwise, float8-delayed, float8-blockwise, nf4-qlora (the weights quantized to\n"
+               "  NF4; no --grads), mxfp8, mxfp4 (the lpx-mx.so plugin)\n");
 }
 
 static lpx_status save_one(const char *path, const char *name, lpx_tensor *t)
@@ -195,9 +197,9 @@ int lpx_cmd_eval(int argc, char **argv)
         else if (!strcmp(a, "--grads")) grads = v;
         else if (!strcmp(a, "--recipe")) {
             recipe = tr_recipe_from_name(v);
-            if (recipe < 0 || recipe == TR_NF4_QLORA || tr_recipe_is_mx((tr_recipe)recipe)) {
+            if (recipe < 0) {
                 fprintf(stderr, "lpx eval: --recipe '%s': expected f32, bf16, float8-tensorwise, float8-rowwise, "
-                                "float8-delayed or float8-blockwise\n", v);
+                                "float8-delayed, float8-blockwise, nf4-qlora, mxfp8 or mxfp4\n", v);
                 return 2;
             }
         } else {
@@ -207,6 +209,19 @@ int lpx_cmd_eval(int argc, char **argv)
     }
     if (!dir || !tokens) {
         fprintf(stderr, "lpx eval: give --init DIR (a Hugging Face Llama model) and --tokens FILE\n");
+        return 2;
+    }
+    /* nf4-qlora evaluates the base quantized to NF4 (its adapters start at
+     * zero: B = 0), which has no gradient of its own */
+    if (recipe == TR_NF4_QLORA && grads) {
+        fprintf(stderr, "lpx eval: --grads with --recipe nf4-qlora: the NF4 base is frozen (no gradient); give "
+                        "another recipe\n");
+        return 2;
+    }
+    /* the MX kinds come from the lpx-mx.so plugin, loaded as lpx train does */
+    const lpx_kind *mx;
+    if (tr_recipe_is_mx((tr_recipe)recipe) && tr_mx_kind((tr_recipe)recipe, &mx) != LPX_OK) {
+        fprintf(stderr, "lpx eval: %s\n", lpx_last_error());
         return 2;
     }
     /* every output path checked before the model is read: a FIFO, a

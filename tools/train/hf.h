@@ -20,14 +20,29 @@ lpx_status tr_hf_config(const char *dir, tr_arch *a);
 lpx_status tr_hf_load(const char *dir, const tr_geom *g, float **w);
 /* --save-hf: DIR created (mkdir -p) before the run; every rank writes its
  * rows of DIR/model.safetensors (f32, transformers' names) with
- * lpx_fsdp_export, no gather; then config.json, atomically: its presence
- * means the weights are complete; then (tr_hf_write_config) an earlier
- * sharded model's index and the shards it names are removed, regular files
- * only, nothing else of DIR. */
+ * lpx_fsdp_export, no gather; then (tr_hf_write_config) the files of the
+ * --init folder `init` (NULL: none) that are not weights nor config.json
+ * are copied (tr_hf_check_copy), then config.json, atomically: its presence
+ * means the model is complete. It is init's config.json object with only
+ * the dtype set to float32 and quantization_config dropped (every other
+ * field as it was read), or without init the one lpx writes from g. Then
+ * an earlier sharded model's index and the shards it names are removed,
+ * regular files only, nothing else of DIR. */
 lpx_status tr_hf_make_dir(const char *dir);
 struct tr_rank;
 lpx_status tr_hf_export(struct tr_rank *R, const char *dir);
-lpx_status tr_hf_write_config(const char *dir, const tr_geom *g);
+lpx_status tr_hf_write_config(const char *dir, const tr_geom *g, const char *init);
+/* Before the run: the files of --init folder `init` that --save-hf copies
+ * into `out` (every regular file but hidden ones, config.json and weights:
+ * *.safetensors, *.bin, *.pt, *.pth, *.ckpt, *.h5, *.msgpack, *.gguf,
+ * *.onnx, *.index.json; no subfolder; a symbolic link only to a file
+ * inside the folder, or in the blobs/ of a Hugging Face cache snapshot)
+ * can be: each out/NAME is absent, the same file or the same bytes. A
+ * different file is LPX_EEXIST naming both (lpx never overwrites it), a
+ * FIFO or folder there LPX_EINVAL. Each file not copied for a reason the
+ * user may not expect (a link out of the folder, a FIFO) gets one warning
+ * line on `warn` (NULL: none). */
+lpx_status tr_hf_check_copy(const char *init, const char *out, FILE *warn);
 /* --init DIR (Hugging Face), every recipe with dense masters: after setup,
  * every rank reads its own rows of every weight (lpx_fsdp_import; the files
  * memory-mapped, so no rank reads the model). */

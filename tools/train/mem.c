@@ -18,8 +18,11 @@
  * are then listed apart from the device total. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include "mem.h"
 #include "../lpx/commands.h"
 
@@ -169,6 +172,220 @@ lpx_status tr_mem_estimate_check(const tr_geom *g, int world, int lora_rank, int
     return LPX_OK;
 }
 
+/* ---- the whole process ---------------------------------------------- */
+
+/* Calibrated on the CPU (docs/TRAIN.md, "Memory: the estimate against the
+ * process"): lpx train --recipe bf16 --ranks 2 at four sizes from 3M to
+ * 196M parameters left a gap between the real peak (VmHWM) and the
+ * categories of 22, 71, 212 and 452 MiB; it fits
+ *   8 MiB (the executable, its libraries, OpenBLAS's buffers)
+ *   + 0.85 x each rank's activations (the backward's activation-sized
+ *     temporaries: the grads of activations, f32 copies of bf16 GEMM
+ *     operands, the dispatcher's intermediates)
+ *   + 0.19 x each rank's master shard (the engine's packing and
+ *     reduce-scatter buffers, the allocator's slack around the grads)
+ * to within 2% at every size. */
+#define TR_MEM_OVERHEAD_BASE  (8.0 * 1048576.0)
+#define TR_MEM_OVERHEAD_ACT   0.85
+#define TR_MEM_OVERHEAD_PARAM 0.19
+
+double tr_mem_overhead(const tr_mem_est *e, int ranks, bool gpu)
+{
+    if (gpu) return TR_MEM_OVERHEAD_BASE;
+    return TR_MEM_OVERHEAD_BASE +
+           ranks * (TR_MEM_OVERHEAD_ACT * (double)e->activations + TR_MEM_OVERHEAD_PARAM * (double)e->params);
+}
+
+static void phase(const tr_opts *o, const tr_geom *g, const tr_mem_run *r, tr_recipe recipe, const char *label,
+                  tr_mem_phase *p)
+{
+    tr_mem_est e;
+    tr_mem_estimate_geom(g, recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks, o->wrap_linear,
+                         tr_act_dtype(o, recipe) == LPX_F32 ? 4 : 2, o->ac, &e);
+    bool gpu = !strcmp(o->device, "cuda");
+    memset(p, 0, sizeof *p);
+    p->label = label;
+    p->recipe = recipe;
+    /* host memory: on the CPU everything; on a GPU the shards, grad shards
+     * and AdamW state under --offload, nothing per rank otherwise (the
+     * GPU's own memory is lpx-cuda's to refuse) */
+    p->per_rank = !gpu ? (double)e.params + (double)e.grads + (double)e.optimizer + (double)e.unsharded +
+                         (double)e.activations + (double)e.transient
+                  : o->offload ? (double)e.params + (double)e.grads + (double)e.optimizer
+                               : 0.0;
+    p->ranks = tr_per_process(o, NULL, NULL) ? 1 : o->ranks;
+    p->weights = 4.0 * (double)tr_geom_numel(g) * r->weight_copies;
+    p->corpus = r->corpus_bytes;
+    p->overhead = tr_mem_overhead(&e, p->ranks, gpu);
+    p->total = p->per_rank * p->ranks + p->weights + p->corpus + p->overhead;
+}
+
+int tr_mem_phases(const tr_opts *o, const tr_geom *g, const tr_mem_run *r, tr_mem_phase *out)
+{
+    int n = 0;
+    if (r->pretrain) phase(o, g, r, TR_BF16, "bf16-pretrain", &out[n++]);
+    phase(o, g, r, o->recipe, tr_recipe_name(o->recipe), &out[n++]);
+    if (r->compare && o->recipe != TR_BF16) phase(o, g, r, TR_BF16, "bf16", &out[n++]);
+    return n;
+}
+
+/* the number after `key` in file `path` (kB when followed by "kB"); NAN if absent */
+static double read_key(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return NAN;
+    char line[512];
+    double v = NAN;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, kl)) continue;
+        char *end;
+        double x = strtod(line + kl, &end);
+        if (end == line + kl || !(x >= 0)) break;
+        v = strstr(end, "kB") ? x * 1024.0 : x;
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+/* a cgroup file holding one number, or "max"; NAN for "max", absent or unreadable */
+static double read_num(const char *dir, const char *name)
+{
+    char path[1300], buf[64];
+    if ((size_t)snprintf(path, sizeof path, "%.1200s/%.60s", dir, name) >= sizeof path) return NAN;
+    FILE *f = fopen(path, "r");
+    if (!f) return NAN;
+    double v = NAN;
+    if (fgets(buf, sizeof buf, f)) {
+        char *end;
+        double x = strtod(buf, &end);
+        if (end != buf && x >= 0 && x < 1.0e18) v = x;   /* v1's "no limit" is 2^63 rounded to pages */
+    }
+    fclose(f);
+    return v;
+}
+
+/* the limit and usage of cgroup directory dir (v2 or v1 names); true when a limit is set */
+static bool cg_dir(const char *dir, double *limit, double *usage, bool *v1)
+{
+    double l = read_num(dir, "memory.max"), u = read_num(dir, "memory.current");
+    *v1 = false;
+    if (isnan(l)) {
+        l = read_num(dir, "memory.limit_in_bytes");
+        u = read_num(dir, "memory.usage_in_bytes");
+        *v1 = true;
+    }
+    if (isnan(l)) return false;
+    *limit = l;
+    *usage = isnan(u) ? 0.0 : u;
+    return true;
+}
+
+/* the tightest room under a limit among dir and its ancestors down to root */
+static void cg_walk(tr_host_mem *m, const char *root, const char *rel)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s%s", root, rel);
+    size_t rootlen = strlen(root);
+    for (;;) {
+        double l, u;
+        bool v1;
+        if (cg_dir(path, &l, &u, &v1) && (isnan(m->cg_limit) || l - u < m->cg_limit - m->cg_usage)) {
+            m->cg_limit = l;
+            m->cg_usage = u;
+            m->cg_v1 = v1;
+        }
+        char *slash = strrchr(path, '/');
+        if (!slash || (size_t)(slash - path) < rootlen) break;
+        *slash = 0;
+    }
+}
+
+void tr_host_mem_read(tr_host_mem *m)
+{
+    memset(m, 0, sizeof *m);
+    m->meminfo = m->cg_limit = m->cg_usage = NAN;
+    m->avail = INFINITY;
+    const char *ov = getenv("LPX_TEST_MEM_AVAILABLE");
+    if (ov && *ov) {
+        m->overridden = true;
+        m->avail = strtod(ov, NULL);
+        return;
+    }
+    const char *mi = getenv("LPX_TEST_MEMINFO");
+    m->meminfo = read_key(mi && *mi ? mi : "/proc/meminfo", "MemAvailable:");
+    const char *cg = getenv("LPX_TEST_CGROUP");
+    if (cg && *cg) {
+        bool v1;
+        double l, u;
+        if (cg_dir(cg, &l, &u, &v1)) m->cg_limit = l, m->cg_usage = u, m->cg_v1 = v1;
+    } else {
+        /* /proc/self/cgroup: "0::/path" (v2) or "N:...memory...:/path" (v1) */
+        FILE *f = fopen("/proc/self/cgroup", "r");
+        char line[1024];
+        while (f && fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\n")] = 0;
+            char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+            if (!c2) continue;
+            *c2 = 0;
+            const char *ctl = c1 + 1, *rel = c2 + 1;
+            if (!strcmp(line, "0") && !*ctl) cg_walk(m, "/sys/fs/cgroup", strcmp(rel, "/") ? rel : "");
+            else if (strstr(ctl, "memory")) cg_walk(m, "/sys/fs/cgroup/memory", strcmp(rel, "/") ? rel : "");
+        }
+        if (f) fclose(f);
+    }
+    if (!isnan(m->meminfo)) m->avail = m->meminfo;
+    if (!isnan(m->cg_limit)) {
+        double room = m->cg_limit > m->cg_usage ? m->cg_limit - m->cg_usage : 0.0;
+        if (room < m->avail) m->avail = room;
+    }
+    if (isnan(m->meminfo) && isnan(m->cg_limit)) {
+        /* neither is readable: the machine's total, as before */
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+        if (pages > 0 && psize > 0) m->avail = (double)pages * (double)psize;
+    }
+}
+
+void tr_mem_human(char *buf, size_t n, double bytes)
+{
+    if (bytes >= 1073741824.0) snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+    else snprintf(buf, n, "%.1f MiB", bytes / 1048576.0);
+}
+
+void tr_host_mem_describe(const tr_host_mem *m, char *buf, size_t n)
+{
+    char a[32], b[32], c[32];
+    tr_mem_human(a, sizeof a, m->avail);
+    if (m->overridden) {
+        snprintf(buf, n, "%s available (LPX_TEST_MEM_AVAILABLE, a test's setting)", a);
+        return;
+    }
+    char mi[64] = "MemAvailable unknown", cg[200] = "no cgroup limit";
+    if (!isnan(m->meminfo)) {
+        tr_mem_human(b, sizeof b, m->meminfo);
+        snprintf(mi, sizeof mi, "MemAvailable %s", b);
+    }
+    if (!isnan(m->cg_limit)) {
+        tr_mem_human(b, sizeof b, m->cg_limit);
+        tr_mem_human(c, sizeof c, m->cg_usage);
+        snprintf(cg, sizeof cg, "cgroup %s %s minus %s %s", m->cg_v1 ? "memory.limit_in_bytes" : "memory.max", b,
+                 m->cg_v1 ? "memory.usage_in_bytes" : "memory.current", c);
+    }
+    if (isnan(m->meminfo) && isnan(m->cg_limit))
+        snprintf(buf, n, "%s in all (neither /proc/meminfo nor a cgroup limit could be read)", a);
+    else snprintf(buf, n, "%s available (%s; %s)", a, mi, cg);
+}
+
+double tr_mem_peak_rss(void)
+{
+    double v = read_key("/proc/self/status", "VmHWM:");
+    if (!isnan(v) && v > 0) return v;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) return (double)ru.ru_maxrss * 1024.0;   /* KiB on Linux */
+    return 0.0;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: lpx mem [--model M] [--dim D --layers L --heads H --kv-heads K --ffn F --vocab V\n"
@@ -181,7 +398,9 @@ static void usage(FILE *f)
                "  parameters instead. --batch: sequences per micro-batch on one rank (default 1);\n"
                "  --seq default 2048 (tiny: 64); --act: activation dtype (default bf16; lpx train on the\n"
                "  CPU keeps f32); --ac full: activation checkpointing per block; --ranks: one or\n"
-               "  more world sizes (a column each); --offload: masters and optimizer state on the host\n",
+               "  more world sizes (a column each); --offload: masters and optimizer state on the host.\n"
+               "  CPU process: lpx train on the CPU, all ranks in one process (with --act f32, its\n"
+               "  activations): ranks x the total + the f32 initial weights + a modelled overhead\n",
             tr_arch_preset_names());
 }
 
@@ -327,9 +546,9 @@ int lpx_cmd_mem(int argc, char **argv)
     for (int w = 0; w < nworlds; w++)
         tr_mem_estimate_geom(&g, (tr_recipe)recipe, worlds[w], (int)lora, (int)batch, 1, wrap_linear, act_bytes, ac, &e[w]);
     const char *rows[] = {"params", "grads", "optimizer", "unsharded", "activations", "loss chunk", "device total",
-                          "host"};
-    for (int r = 0; r < 8; r++) {
-        if (r == 7 && !offload) break;
+                          "host", "CPU process"};
+    for (int r = 0; r < 9; r++) {
+        if (r == 7 && !offload) continue;
         printf("  %-14s", rows[r]);
         for (int w = 0; w < nworlds; w++) {
             const tr_mem_est *x = &e[w];
@@ -338,7 +557,14 @@ int lpx_cmd_mem(int argc, char **argv)
              * AdamW's state to the host */
             int64_t host = offload ? x->params + x->optimizer : 0;
             int64_t dev = x->grads + x->unsharded + x->activations + x->transient + x->params + x->optimizer - host;
-            int64_t v[8] = {x->params, x->grads, x->optimizer, x->unsharded, x->activations, x->transient, dev, host};
+            /* lpx train on the CPU: every rank a thread of one process, the
+             * f32 initial weights (nf4-qlora: and its base), the modelled
+             * overhead (tr_mem_overhead); the corpus is not counted */
+            int64_t all = x->grads + x->unsharded + x->activations + x->transient + x->params + x->optimizer;
+            double proc = (double)all * worlds[w] + 4.0 * (double)tr_geom_numel(&g) * (recipe == TR_NF4_QLORA ? 2 : 1) +
+                          tr_mem_overhead(x, worlds[w], false);
+            int64_t v[9] = {x->params, x->grads, x->optimizer, x->unsharded, x->activations, x->transient, dev, host,
+                            (int64_t)proc};
             char b[32];
             human(b, sizeof b, (double)v[r]);
             printf(" %12s", b);

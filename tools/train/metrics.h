@@ -43,7 +43,10 @@ lpx_status tr_write_metrics(const char *dir, const tr_result *res, int nres);
 /* The end-of-run report on stdout (report.c): the summary of every recipe
  * run (res[main_idx] the main one, res[base_idx] the bf16 baseline or -1),
  * and the main recipe's dispatch counts from the trace. */
-void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, int nres, int main_idx, int base_idx);
+struct tr_mem_run;
+/* mr: what the run went through (the process estimate beside the measured peak) */
+void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, int nres, int main_idx, int base_idx,
+                      const struct tr_mem_run *mr);
 void tr_print_dispatch(const tr_opts *o);
 
 #endif

@@ -33,7 +33,7 @@ void tr_print_dispatch(const tr_opts *o)
 }
 
 void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, int nres, int main_idx,
-                          int base_idx)
+                          int base_idx, const tr_mem_run *mr)
 {
     const tr_result *M = &res[main_idx];
     printf("\n== summary: %d ranks (%s), dim %d, layers %d, heads %d (kv %d), ffn %d, vocab %d%s, seq %d, batch %d, "
@@ -123,7 +123,9 @@ void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, 
                res[r].label, (unsigned long long)res[r].unshards, res[r].peak_unsharded_groups,
                (double)res[r].peak_unsharded / 1048576.0);
 
-    printf("\npeak memory per rank (rank 0): measured vs `lpx mem` estimate\n");
+    printf("\npeak memory per rank (rank 0): the trainer's count of the tensors it owns, by category, vs `lpx mem`\n"
+           "  (both are computed from the same shapes, so they agree by construction; the process's real peak is\n"
+           "  below)\n");
     printf("  %-20s %-12s %-12s %-12s %-12s %-12s\n", "recipe", "params", "grads", "optimizer", "unsharded",
            "activations");
     for (int r = 0; r < nres; r++) {
@@ -136,7 +138,7 @@ void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, 
         int64_t est[5] = {e.params, e.grads, e.optimizer, e.unsharded, e.activations};
         char c[5][24];
         for (int k = 0; k < 5; k++) mib(c[k], sizeof c[k], meas[k]);
-        printf("  %-20s %-12s %-12s %-12s %-12s %-12s measured\n", x->label, c[0], c[1], c[2], c[3], c[4]);
+        printf("  %-20s %-12s %-12s %-12s %-12s %-12s counted\n", x->label, c[0], c[1], c[2], c[3], c[4]);
         double worst = 0;
         for (int k = 0; k < 5; k++) {
             mib(c[k], sizeof c[k], est[k]);
@@ -146,5 +148,28 @@ void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, 
         printf("  %-20s %-12s %-12s %-12s %-12s %-12s estimate (worst %.1f%% off)\n", "", c[0], c[1], c[2], c[3],
                c[4], 100 * worst);
     }
+
+    /* the process's real peak against lpx mem's process estimate: every
+     * phase's ranks x per-rank total + the model copies + the corpus + the
+     * modelled overhead; the peak is the largest phase's */
+    tr_mem_phase ph[3];
+    int np = tr_mem_phases(o, g, mr, ph);
+    double est = 0, rss = tr_mem_peak_rss();
+    const char *at = "";
+    for (int i = 0; i < np; i++)
+        if (ph[i].total > est) est = ph[i].total, at = ph[i].label;
+    const double MiB = 1048576.0;
+    printf("\nprocess memory (host; %s): real peak RSS %.1f MiB (VmHWM), lpx mem's process estimate %.1f MiB (%s "
+           "phase, %+.1f%%)\n", !strcmp(o->device, "cuda") ? "the GPU's memory is above" : "every rank's tensors",
+           rss / MiB, est / MiB, at, rss > 0 ? 100.0 * (est - rss) / rss : 0.0);
+    for (int i = 0; i < np; i++)
+        printf("  %-20s estimate %.1f MiB = %d ranks x %.1f MiB (lpx mem's per-rank total) + %.1f MiB f32 model "
+               "copies + %.1f MiB corpus + %.1f MiB overhead\n", ph[i].label, ph[i].total / MiB, ph[i].ranks,
+               ph[i].per_rank / MiB, ph[i].weights / MiB, ph[i].corpus / MiB, ph[i].overhead / MiB);
+    /* (no "loss " in these lines: tests read the progress lines' losses as "  LABEL ... loss X") */
+    printf("  not in the categories above: the LM head's chunk of logits, their grad and the head's grad (in lpx\n"
+           "  mem's per-rank total), the initial weights, the corpus, and the modelled overhead: OpenBLAS's\n"
+           "  per-thread buffers, f32<->bf16 conversions of GEMM operands, the dispatcher's temporaries, the\n"
+           "  allocator's arenas and slack, the executable\n");
 }
 

@@ -596,9 +596,11 @@ static lpx_status init_params(const tr_geom *g, uint64_t seed, float **w)
             for (int64_t i = 0; i < n; i++) w[p][i] = 1.0f;
             continue;
         }
-        double std = P->kind == TR_P_TOK ? 0.1 : 1.0 / sqrt((double)P->cols);
-        /* output projections of the residual branches start smaller */
-        if (P->kind == TR_P_LIN && (P->lin == TR_L_O || P->lin == TR_L_W2)) std /= sqrt(2.0 * g->layers);
+        /* transformers' LlamaForCausalLM (_init_weights): normal(0,
+         * initializer_range 0.02) for the embedding, every linear and an
+         * untied head; ones for the norms. The logits then start near
+         * uniform at any width (first loss ~ ln(vocab)) */
+        const double std = 0.02;
         int64_t shape[1] = {n};
         TRY(lpx_randn(1, shape, seed * 1000003u + (uint64_t)p, LPX_F32, lpx_cpu(), &t));
         const float *r = lpx_tensor_data(t);
@@ -743,32 +745,33 @@ static bool inject_target_ok(const tr_opts *o, const tr_geom *g)
 static int train_run(tr_opts *op, const tr_ckpt *ck);
 
 /* A model too big for this machine is refused before anything is
- * allocated: the `lpx mem` estimate of every rank (the local ranks share
- * this machine's memory) plus the full f32 initial weights. */
-static bool fits_memory(const tr_opts *o, const tr_geom *g, bool lead)
+ * allocated: every phase the run goes through (nf4-qlora's bf16
+ * pre-training, the recipe, --compare's bf16 run), each the `lpx mem`
+ * estimate of every rank (the local ranks share this process), the f32
+ * model copies, the corpus and the modelled overhead (tr_mem_phases),
+ * against the memory available now (MemAvailable, the cgroup's room). */
+static bool fits_memory(const tr_opts *o, const tr_geom *g, bool lead, const tr_mem_run *mr)
 {
-    tr_mem_est e;
-    int world = tr_per_process(o, NULL, NULL) ? 1 : o->ranks;   /* ranks in this process (threads: local, nccl) */
-    tr_mem_estimate_geom(g, o->recipe, o->ranks, o->lora_rank, o->batch / o->micro, o->micro / o->ranks,
-                         o->wrap_linear, tr_act_dtype(o, o->recipe) == LPX_F32 ? 4 : 2, o->ac, &e);
-    /* host memory: on the CPU everything; on a GPU the shards, grad shards
-     * and AdamW state under --offload, nothing per rank otherwise (the GPU's
-     * own memory is lpx-cuda's to refuse: an allocation it cannot make
-     * fails with LPX_ENOMEM naming the op) */
-    bool gpu = !strcmp(o->device, "cuda");
-    double per_rank = !gpu ? (double)e.params + (double)e.grads + (double)e.optimizer + (double)e.unsharded +
-                             (double)e.activations
-                      : o->offload ? (double)e.params + (double)e.grads + (double)e.optimizer
-                                   : 0.0;
-    double need = per_rank * world + 4.0 * (double)tr_geom_numel(g) * (o->recipe == TR_NF4_QLORA ? 2 : 1);
-    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
-    double have = pages > 0 && psize > 0 ? (double)pages * (double)psize : INFINITY;
-    if (need <= have) return true;
-    if (lead)
-        fprintf(stderr, "lpx train: the model (%lld params) needs about %.1f GiB here (lpx mem: %.1f GiB per rank x %d "
-                "ranks, plus the initial weights); this machine has %.1f GiB\n", (long long)tr_geom_numel(g),
-                need / 1073741824.0, per_rank / 1073741824.0, world, have / 1073741824.0);
-    return false;
+    tr_mem_phase ph[3];
+    int n = tr_mem_phases(o, g, mr, ph);
+    tr_host_mem hm;
+    tr_host_mem_read(&hm);
+    for (int i = 0; i < n; i++) {
+        if (ph[i].total <= hm.avail) continue;
+        if (lead) {
+            char have[320], need[32], rank[32], wc[32], ov[32];
+            tr_host_mem_describe(&hm, have, sizeof have);
+            tr_mem_human(need, sizeof need, ph[i].total);
+            tr_mem_human(rank, sizeof rank, ph[i].per_rank);
+            tr_mem_human(wc, sizeof wc, ph[i].weights + ph[i].corpus);
+            tr_mem_human(ov, sizeof ov, ph[i].overhead);
+            fprintf(stderr, "lpx train: the model (%lld params) needs about %s here in its %s phase (lpx mem: %s per "
+                    "rank x %d ranks, plus %s of weights and corpus and %s of process overhead); this machine has %s\n",
+                    (long long)tr_geom_numel(g), need, ph[i].label, rank, ph[i].ranks, wc, ov, have);
+        }
+        return false;
+    }
+    return true;
 }
 
 int lpx_cmd_train(int argc, char **argv)
@@ -976,6 +979,12 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
             return 2;
         }
         if (tr_arch_check(&o.m, "lpx train")) return 2;
+        /* the tokenizer and the other files --save-hf copies: a different
+         * file of the user's there is refused now, not after the run */
+        if (o.save_hf && tr_hf_check_copy(o.init_path, o.save_hf, lead ? stderr : NULL) != LPX_OK) {
+            if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
+            return 2;
+        }
     } else if (o.init_path && o.recipe != TR_NF4_QLORA) {
         if (lead) fprintf(stderr, "lpx train: --init '%s' is not a directory: a model.bin is a base for --recipe "
                           "nf4-qlora; other recipes start from a Hugging Face model directory\n", o.init_path);
@@ -1005,10 +1014,20 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     memset(res, 0, sizeof res);
     if (!g) FAIL(LPX_ENOMEM, "out of memory");
     TRY(tr_geom_init(g, &o.m, o.seq, o.wrap_linear));
-    if (!fits_memory(&o, g, lead)) {
+    tr_mem_run mr = {.pretrain = o.recipe == TR_NF4_QLORA && !ck && !hf_init && !o.init_path,
+                     .compare = o.compare, .weight_copies = o.recipe == TR_NF4_QLORA && !ck && !hf_init ? 2 : 1,
+                     .corpus_bytes = (double)corpus.n * sizeof *corpus.tok};
+    if (!fits_memory(&o, g, lead, &mr)) {
         rc = 2;
         goto out;
     }
+    /* a byte corpus under a tokenizer's vocabulary (--model llama3.2-1b
+     * without --data FILE.bin) trains 256 of its rows: said (once the run
+     * is known to fit), not refused */
+    if (corpus.bytes && o.m.vocab > 256 && lead)
+        fprintf(stderr, "lpx train: warning: corpus '%s' is text read as bytes (token ids 0..255) but the model's "
+                        "vocabulary is %d: %d embedding rows never see a token; give --data FILE.bin with the ids of "
+                        "the model's tokenizer\n", cpath, o.m.vocab, o.m.vocab - 256);
     if (!inject_target_ok(&o, g)) {
         if (lead) fprintf(stderr, "lpx train: --inject-nan: no parameter '%s' with a gradient (e.g. b0.wq%s, or loss)\n",
                           o.inject_nan_param, o.recipe == TR_NF4_QLORA ? ".lora_a" : "");
@@ -1097,7 +1116,7 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     if (st != LPX_OK) goto out;
     nres++;
     if (o.save_hf && lead) {
-        TRY(tr_hf_write_config(o.save_hf, g));
+        TRY(tr_hf_write_config(o.save_hf, g, hf_init ? o.init_path : NULL));
         if (!o.quiet) printf("  wrote %s (Hugging Face: config.json, model.safetensors)\n", o.save_hf);
     }
     if (o.compare && o.recipe != TR_BF16) {
@@ -1109,7 +1128,7 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
         base_idx = main_idx;
     }
     if (!lead) goto out;    /* the other MPI ranks: rank 0 reports */
-    tr_print_summary(&o, g, res, nres, main_idx, base_idx);
+    tr_print_summary(&o, g, res, nres, main_idx, base_idx, &mr);
     tr_print_dispatch(&o);
     TRY(tr_write_metrics(o.out_dir, res, nres));
     printf("\nwrote %s/metrics.csv and %s/loss.svg\n", o.out_dir, o.out_dir);

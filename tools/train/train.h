@@ -76,6 +76,7 @@ typedef struct tr_arch {
     /* rope_scaling "llama3" (Llama 3.1): factor 0 = none */
     double rope_factor, rope_low, rope_high;
     int rope_orig;          /* original_max_position_embeddings */
+    int max_pos;            /* max_position_embeddings --save-hf writes from scratch (0: derived) */
 } tr_arch;
 
 /* ---- arch.c ---- */
