@@ -162,6 +162,88 @@ static inline lpx_status run(lpx_call *c, const lpx_op_row *row, lpx_op_frame *f
     return e->fn(c);
 }
 
+/* The `binary` family's common case from the library's typed API, in one
+ * pass (rows with binary_direct): the schema's tags, the key set, the
+ * one-device rule and the family's contract (lpx__spec_binary_fast's
+ * checks) over the same loads, then the backend kernel on f's call.
+ * Returns false, having changed nothing the general path reads, for
+ * anything else (a kind, a fallback key, another device per tensor, a
+ * broadcast, a bad argument: every message is the general path's); true
+ * with the kernel's status in *out when it ran the kernel. */
+static inline __attribute__((always_inline)) bool binary_direct(lpx_op_frame *f, const lpx_op_row *row, lpx_status *out)
+{
+    lpx_call *c = &f->call;
+    const lpx_value *v = c->args;
+    lpx_tensor *x = v[0].u.t, *y = v[1].u.t, *o = NULL;
+    if (LPX_UNLIKELY((v[0].tag != LPX_TAG_TENSOR) | (v[1].tag != LPX_TAG_TENSOR) | !x | !y)) return false;
+    if (c->nargs > 2) {
+        if (v[2].tag == LPX_TAG_TENSOR) {
+            o = v[2].u.t;
+            if (LPX_UNLIKELY(!o)) return false;
+        } else if (LPX_UNLIKELY(v[2].tag != LPX_TAG_NONE)) {
+            return false;
+        }
+    }
+    const lpx_tensor *r = o ? o : y;   /* out's checks, or y's again */
+    /* a kind's call (the kind key is the highest) leaves at once */
+    uint64_t keys = x->keys | y->keys | r->keys;
+    if (LPX_UNLIKELY(keys >> (LPX_KEY_BACKEND_LAST + 1) | !keys)) return false;
+    int n = x->ndim;
+    lpx_dtype dt = x->dtype;
+    uint64_t dx, dy, dr;
+    _Static_assert(sizeof(lpx_device) == 8, "a device compares as one word");
+    memcpy(&dx, &x->device, 8);
+    memcpy(&dy, &y->device, 8);
+    memcpy(&dr, &r->device, 8);
+    /* every mismatch ORed into one word: one device; dense (no kind, so
+     * the key set is backend keys only), built-in dtypes, one rank; out
+     * (when given) of a's dtype and writable */
+    uint64_t bad = (dx ^ dy) | (dx ^ dr) | (uint64_t)(uintptr_t)x->kind | (uint64_t)(uintptr_t)y->kind |
+                   (uint64_t)(uintptr_t)r->kind | (uint64_t)((unsigned)dt >= LPX_DTYPE_BUILTIN_COUNT) |
+                   (uint64_t)((unsigned)y->dtype >= LPX_DTYPE_BUILTIN_COUNT) | (uint64_t)(uint32_t)(n ^ y->ndim) |
+                   (uint64_t)(uint32_t)(n ^ r->ndim);
+    if (o) bad |= (uint64_t)(uint32_t)(o->dtype ^ dt);
+    if (LPX_UNLIKELY(bad)) return false;
+    if (o && LPX_UNLIKELY(o->storage->readonly)) return false;   /* dense: it has a storage */
+    int key = 63 - __builtin_clzll(keys);
+    lpx_kernel_entry *e = atomic_load_explicit(&row->k[key], memory_order_acquire);
+    if (LPX_UNLIKELY(!e)) return false;   /* the key's fallback: the general path */
+    /* one pass over the dims, not unrolled (ranks are small): the shape
+     * copied; shapes equal; all three contiguous (a dim of size 1 has
+     * any stride) */
+    lpx_binary_args *a = &f->args.binary;
+    uint64_t strided = 0;
+    int64_t s = 1;
+#pragma GCC unroll 1
+    for (int i = n - 1; i >= 0; i--) {
+        int64_t d = x->shape[i];
+        a->shape[i] = d;
+        bad |= (uint64_t)(d ^ y->shape[i]) | (uint64_t)(d ^ r->shape[i]);
+        uint64_t st = (uint64_t)(x->strides[i] ^ s) | (uint64_t)(y->strides[i] ^ s) | (uint64_t)(r->strides[i] ^ s);
+        strided |= d == 1 ? 0 : st;
+        s *= d;
+    }
+    if (LPX_UNLIKELY(bad)) return false;   /* a broadcast: the general path */
+    c->keys = keys;
+    c->key = key;
+    c->kernel_data = e->data;
+    /* one scalar store per field: the kernel loads them back at once, and
+     * a load out of the middle of a wider (vector) store is not forwarded
+     * on every core */
+    __asm__("" : "+r"(x), "+r"(y), "+r"(o), "+r"(n), "+r"(dt));
+    a->a = x;
+    a->b = y;
+    a->out = o;
+    a->dtype = dt;
+    a->ndim = n;
+    a->flat = !strided;
+    if (LPX_UNLIKELY(atomic_load_explicit(&lpx__trace_on, memory_order_relaxed)))
+        *out = lpx__trace_invoke(c, e->fn, false);
+    else
+        *out = e->fn(c);
+    return true;
+}
+
 static inline __attribute__((always_inline)) lpx_status dispatch(lpx_call *c, lpx_op_frame *f)
 {
     if (LPX_UNLIKELY(!c)) return lpx_error(LPX_EINVAL, "lpx_dispatch: call is NULL");
@@ -174,6 +256,10 @@ static inline __attribute__((always_inline)) lpx_status dispatch(lpx_call *c, lp
     const lpx_op_row *row = lpx__op_row(op);
     const lpx_schema *s = &row->schema;
     if (LPX_UNLIKELY(c->nargs != s->nargs || (!c->args && c->nargs))) return bad_args(c, row);
+    if (f && row->binary_direct && LPX_LIKELY(binary_direct(f, row, &st))) {
+        if (LPX_UNLIKELY(st)) lpx_call_release_rets(c);
+        return st;
+    }
 
     /* one pass: check tags, collect the key set, and note whether every
      * tensor lives on the first one's device */

@@ -76,37 +76,45 @@ static inline __attribute__((always_inline)) lpx_status lpx__spec_binary_fast(co
     const lpx_value *v = c->args;
     lpx_tensor *x = v[0].u.t, *y = v[1].u.t;
     lpx_tensor *o = c->nargs > 2 && v[2].tag == LPX_TAG_TENSOR ? v[2].u.t : NULL;
+    const lpx_tensor *r = o ? o : y;   /* out's checks, or y's again */
     int n = x->ndim;
     lpx_dtype dt = x->dtype;
-    bool ok = !x->kind & !y->kind & ((unsigned)dt < LPX_DTYPE_BUILTIN_COUNT) &
-              ((unsigned)y->dtype < LPX_DTYPE_BUILTIN_COUNT) & (n == y->ndim);
-    if (o) ok &= !o->kind & (o->dtype == dt) & (o->ndim == n) && !o->storage->readonly;
-    if (LPX_LIKELY(ok)) {
-        const lpx_tensor *r = o ? o : y;   /* out's shape, or y's again */
-        bool flat = true;
-        int64_t s = 1;
-        for (int i = n - 1; i >= 0; i--) {
-            int64_t d = x->shape[i];
-            a->shape[i] = d;
-            ok &= (d == y->shape[i]) & (d == r->shape[i]);
-            flat &= (d == 1) | ((x->strides[i] == s) & (y->strides[i] == s) & (r->strides[i] == s));
-            s *= d;
-        }
-        if (LPX_LIKELY(ok)) {
-            /* one scalar store per field: the kernel loads them back at
-             * once, and a load out of the middle of a wider (vector)
-             * store is not forwarded on every core */
-            __asm__("" : "+r"(x), "+r"(y), "+r"(o));
-            a->a = x;
-            a->b = y;
-            a->out = o;
-            a->dtype = dt;
-            a->ndim = n;
-            a->flat = flat;
-            return LPX_OK;
-        }
+    /* Branch-light: every mismatch ORed into one word, one test at the
+     * end. Dense (no kind), built-in dtypes, one rank; out (when given) of
+     * a's dtype and writable. */
+    uint64_t bad = (uint64_t)(uintptr_t)x->kind | (uint64_t)(uintptr_t)y->kind | (uint64_t)(uintptr_t)r->kind |
+                   (uint64_t)((unsigned)dt >= LPX_DTYPE_BUILTIN_COUNT) |
+                   (uint64_t)((unsigned)y->dtype >= LPX_DTYPE_BUILTIN_COUNT) | (uint64_t)(uint32_t)(n ^ y->ndim) |
+                   (uint64_t)(uint32_t)(n ^ r->ndim);
+    if (o) bad |= (uint64_t)(uint32_t)(o->dtype ^ dt);
+    /* (a kind tensor has no storage: read-only is asked of a dense out only) */
+    if (LPX_UNLIKELY(bad) || (o && LPX_UNLIKELY(o->storage->readonly))) return lpx__spec_binary(c, p);
+    /* one pass over the dims, not unrolled (ranks are small): the shape
+     * copied; shapes equal (bad); all three contiguous (strided: a dim of
+     * size 1 has any stride) */
+    uint64_t strided = 0;
+    int64_t s = 1;
+#pragma GCC unroll 1
+    for (int i = n - 1; i >= 0; i--) {
+        int64_t d = x->shape[i];
+        a->shape[i] = d;
+        bad |= (uint64_t)(d ^ y->shape[i]) | (uint64_t)(d ^ r->shape[i]);
+        uint64_t st = (uint64_t)(x->strides[i] ^ s) | (uint64_t)(y->strides[i] ^ s) | (uint64_t)(r->strides[i] ^ s);
+        strided |= d == 1 ? 0 : st;
+        s *= d;
     }
-    return lpx__spec_binary(c, p);
+    if (LPX_UNLIKELY(bad)) return lpx__spec_binary(c, p);
+    /* one scalar store per field: the kernel loads them back at once, and
+     * a load out of the middle of a wider (vector) store is not forwarded
+     * on every core */
+    __asm__("" : "+r"(x), "+r"(y), "+r"(o), "+r"(n), "+r"(dt));
+    a->a = x;
+    a->b = y;
+    a->out = o;
+    a->dtype = dt;
+    a->ndim = n;
+    a->flat = !strided;
+    return LPX_OK;
 }
 
 typedef struct lpx_op_row {
@@ -119,6 +127,8 @@ typedef struct lpx_op_row {
     uint32_t host_args;               /* bit i: argument i is Tensor(host) */
     lpx__spec_fn spec;                /* the spec family's meta function, or NULL */
     uint32_t spec_size;               /* its struct's size */
+    bool binary_direct;               /* family `binary`, schema (Tensor, Tensor[, Tensor? out]),
+                                       * no Tensor(host): dispatch.c's one-pass path applies */
     struct lpx_op_row *retired_next;  /* dead rows stay allocated */
 } lpx_op_row;
 

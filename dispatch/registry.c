@@ -160,6 +160,11 @@ lpx_status lpx_ops_init_builtins(void)
         lpx_op_row *row = lpx__op_row(id);
         row->spec = rows[i].spec;
         row->spec_size = rows[i].size;
+        const lpx_schema *sc = &row->schema;
+        row->binary_direct = row->spec == lpx__spec_binary && !row->host_args && !row->cross_device &&
+                             (sc->nargs == 2 || sc->nargs == 3) && sc->args[0].tag == LPX_TAG_TENSOR &&
+                             sc->args[1].tag == LPX_TAG_TENSOR &&
+                             (sc->nargs == 2 || (sc->args[2].tag == LPX_TAG_TENSOR && sc->args[2].optional));
     }
     return LPX_OK;
 }

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
@@ -328,6 +329,64 @@ static void test_old_call_layout_not_overrun(void)
     lpx_tensor_release(o);
 }
 
+/* The library's typed API (lpx_add_out: its call heads a frame) takes the
+ * dispatcher's one-pass path for the binary family's common case
+ * (dispatch.c binary_direct); everything else falls to the general path.
+ * Either way: the same status, message and result as lpx_dispatch of the
+ * same arguments (which never takes the one-pass path). */
+static lpx_status dispatch_add(lpx_tensor *a, lpx_tensor *b, lpx_tensor *o)
+{
+    lpx_op add;
+    lpx_status st = lpx_op_find("add", &add);
+    if (st) return st;
+    lpx_value v[3] = {lpx_v_tensor(a), lpx_v_tensor(b), lpx_v_tensor(o)};
+    lpx_call c;
+    lpx_call_init(&c, add, v, 3);
+    st = lpx_dispatch(&c);
+    if (!st) lpx_call_release_rets(&c);
+    return st;
+}
+
+static void test_typed_api_same_as_dispatch(void)
+{
+    lpx_device nc = {NOCHK_DEVICE, 0};
+    lpx_tensor *x = NULL, *y = NULL, *row = NULL, *o = NULL, *ro = NULL, *bad = NULL, *bf = NULL, *t = NULL,
+               *tt = NULL, *onc = NULL;
+    CHECK_OK(lpx_full(2, (const int64_t[]){3, 4}, 1.5, LPX_F32, lpx_cpu(), &x));
+    CHECK_OK(lpx_full(2, (const int64_t[]){3, 4}, 2.0, LPX_F32, lpx_cpu(), &y));
+    CHECK_OK(lpx_full(2, (const int64_t[]){1, 4}, 4.0, LPX_F32, lpx_cpu(), &row));
+    CHECK_OK(lpx_zeros(2, (const int64_t[]){3, 4}, LPX_F32, lpx_cpu(), &o));
+    CHECK_OK(lpx_zeros(2, (const int64_t[]){3, 4}, LPX_F32, lpx_cpu(), &ro));
+    lpx_tensor_mark_readonly(ro);
+    CHECK_OK(lpx_zeros(2, (const int64_t[]){4, 3}, LPX_F32, lpx_cpu(), &bad));
+    CHECK_OK(lpx_zeros(2, (const int64_t[]){3, 4}, LPX_BF16, lpx_cpu(), &bf));
+    CHECK_OK(lpx_zeros(2, (const int64_t[]){4, 3}, LPX_F32, lpx_cpu(), &t));
+    CHECK_OK(lpx_transpose(t, 0, 1, &tt));   /* 3x4, not contiguous */
+    CHECK_OK(lpx_tensor_new(LPX_F32, 2, (const int64_t[]){3, 4}, nc, &onc));
+    struct { lpx_tensor *a, *b, *o; float want; } cases[] = {
+        {x, y, o, 3.5f},      /* the one-pass path */
+        {x, row, o, 5.5f},    /* a broadcast: the general path */
+        {x, y, tt, 3.5f},     /* a strided out: not flat */
+        {x, y, ro, 0},        /* read-only out */
+        {x, y, bad, 0},       /* out of another shape */
+        {x, y, bf, 0},       /* out of another dtype */
+        {x, y, onc, 0},       /* tensors on two devices */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        lpx_status st1 = lpx_add_out(cases[i].a, cases[i].b, cases[i].o);
+        char m1[1024];
+        snprintf(m1, sizeof m1, "%s", st1 ? lpx_last_error() : "");
+        float got1 = st1 ? 0 : ((const float *)lpx_tensor_data(cases[i].o))[0];
+        lpx_status st2 = dispatch_add(cases[i].a, cases[i].b, cases[i].o);
+        const char *m2 = st2 ? lpx_last_error() : "";
+        CHECKF(st1 == st2 && !strcmp(m1, m2), "case %zu: typed API %d '%s', lpx_dispatch %d '%s'", i, st1, m1, st2, m2);
+        CHECKF(st1 || got1 == cases[i].want, "case %zu: %g, want %g", i, got1, cases[i].want);
+        CHECKF(!cases[i].want == !!st1, "case %zu: status %d (%s)", i, st1, m1);
+    }
+    lpx_tensor *all[] = {x, y, row, o, ro, bad, bf, t, tt, onc};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) lpx_tensor_release(all[i]);
+}
+
 int main(void)
 {
     CHECK_OK(lpx_init());
@@ -335,5 +394,6 @@ int main(void)
     RUN(test_refused_by_dispatcher);
     RUN(test_good_args_reach_kernel);
     RUN(test_old_call_layout_not_overrun);
+    RUN(test_typed_api_same_as_dispatch);
     return CHECK_DONE();
 }
