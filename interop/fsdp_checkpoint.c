@@ -42,15 +42,6 @@ static void fsync_dir(const char *path)
     }
 }
 
-/* The parent directory of path into buf ("." when none). */
-static void parent_of(const char *path, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s", path);
-    char *s = strrchr(buf, '/');
-    if (!s) snprintf(buf, len, ".");
-    else if (s == buf) buf[1] = 0;
-    else *s = 0;
-}
 
 /* ---- save --------------------------------------------------------------- */
 
@@ -321,7 +312,7 @@ static lpx_status commit(const char *op, const char *dir, const char *tmp)
         return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
     lpx_status st = ck_remove_own_dir(op, old);
     if (st) return st;
-    parent_of(dir, parent, sizeof parent);
+    ck_parent_of(dir, parent, sizeof parent);
     int prev = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (prev < 0) {
         if (errno != ENOENT) return lpx_error(LPX_EIO, "checkpoint %s: open: %s", dir, strerror(errno));

@@ -59,8 +59,7 @@ bool ck_own_name(const char *name, int world)
     return world <= 0 || (!temp && w == world && r < world);
 }
 
-/* The parent folder of path into buf ("." when none). */
-static void parent_of(const char *path, char *buf, size_t len)
+void ck_parent_of(const char *path, char *buf, size_t len)
 {
     snprintf(buf, len, "%s", path);
     char *s = strrchr(buf, '/');
@@ -118,7 +117,7 @@ static lpx_status check_leftover(const char *op, const char *path, const char *w
 lpx_status ck_check_target(const char *op, const char *dir)
 {
     char parent[CK_PATH], side[CK_PATH];
-    parent_of(dir, parent, sizeof parent);
+    ck_parent_of(dir, parent, sizeof parent);
     struct stat sb;
     int missing = stat(parent, &sb) != 0 ? errno : 0;
     if (missing || !S_ISDIR(sb.st_mode))

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include "lpx/safetensors.h"
 #include "core/lpx_internal.h"
+#include "fsdp_ckpt_internal.h"
 
 static const char *kind_of(mode_t m)
 {
@@ -22,15 +23,6 @@ static const char *kind_of(mode_t m)
          : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
 }
 
-/* the folder part of p ("." when none, "/" for "/x") */
-static void folder_of(const char *p, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s", p);
-    char *s = strrchr(buf, '/');
-    if (!s) snprintf(buf, len, ".");
-    else if (s == buf) buf[1] = 0;
-    else *s = 0;
-}
 
 lpx_status lpx_output_path(const char *op, const char *path, char *out, size_t len)
 {
@@ -55,7 +47,7 @@ lpx_status lpx_output_path(const char *op, const char *path, char *out, size_t l
             memcpy(cur, next, (size_t)n + 1);
         } else {
             /* relative to the link's own folder */
-            folder_of(cur, dir, sizeof dir);
+            ck_parent_of(cur, dir, sizeof dir);
             if (snprintf(cur, sizeof cur, "%s/%s", dir, next) >= (int)sizeof cur)
                 return lpx_error(LPX_ERANGE, "%s: '%s': the link's target path is too long", op, path);
         }
@@ -69,7 +61,7 @@ lpx_status lpx_output_path(const char *op, const char *path, char *out, size_t l
                          kind_of(sb.st_mode));
     }
     /* the temporary is made in the destination's folder and renamed there */
-    folder_of(cur, dir, sizeof dir);
+    ck_parent_of(cur, dir, sizeof dir);
     struct stat db;
     int e = stat(dir, &db) != 0 ? errno : 0;
     if (e || !S_ISDIR(db.st_mode))
