@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -488,6 +489,22 @@ lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
     lpx_comm *comm = cm.shard;
     char tmp[CK_PATH], path[CK_PATH];
     cJSON *user = NULL;
+    /* the directory by its folder's real path, resolved once by the lead
+     * and handed to every rank: a link in the path switched during the
+     * save (a "latest" link repointed) cannot split its steps between
+     * two folders */
+    char real[CK_PATH - 64] = "";
+    if (lead) {
+        char parent[CK_PATH], rp[PATH_MAX];
+        ck_parent_of(dir, parent, sizeof parent);
+        const char *base = strrchr(dir, '/');
+        base = base ? base + 1 : dir;
+        if (realpath(parent, rp) &&
+            snprintf(real, sizeof real, "%s%s%s", rp, strcmp(rp, "/") ? "/" : "", base) >= (int)sizeof real)
+            real[0] = 0;   /* too long: the name as given */
+    }
+    if ((st = lpx_comm_broadcast_buf(comm, real, sizeof real, 0))) return st;
+    if (real[0]) dir = real;
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
     /* 1: rank 0 checks its user object and makes a fresh <dir>.tmp (and
      * every rank has its buffer for step 3: no allocation between

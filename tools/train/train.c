@@ -956,7 +956,8 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     static const char *const out_files[] = {"metrics.csv", "loss.svg", "model.bin"};
     static const char *const hf_files[] = {"config.json", "model.safetensors"};
     if (tr_check_out_dir("--out", o.out_dir, out_files, 3) != LPX_OK ||
-        (o.save_hf && tr_check_out_dir("--save-hf", o.save_hf, hf_files, 2) != LPX_OK)) {
+        (o.save_hf && tr_check_out_dir("--save-hf", o.save_hf, hf_files, 2) != LPX_OK) ||
+        tr_check_output_clash(o.save_dir, o.out_dir, o.save_hf, o.init_path) != LPX_OK) {
         if (lead) fprintf(stderr, "lpx train: %s\n", lpx_last_error());
         return 2;
     }
