@@ -149,7 +149,10 @@ static int train_run(tr_opts *op, const tr_ckpt *ck)
     if (!strcmp(o.device, "cuda") || !strcmp(o.device, "sim")) {
         int rc = !strcmp(o.device, "cuda") ? check_cuda(&o) : check_sim(&o);
         if (rc) return rc;
-    }    bool lead = true;
+    }
+    /* the comm backend and the world (world.c); lead: this process prints
+     * and writes the files */
+    bool lead = true;
     int wrc = tr_world(&o, &lead);
     if (wrc) return wrc;
     if (o.inject_comm_step && o.inject_comm_rank >= o.ranks) {

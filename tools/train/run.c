@@ -4,7 +4,6 @@
  * bf16 pre-training saved as the Hugging Face folder OUT/base), the
  * recipe runs (tr_run_recipe: rank_loop.c) and the report (report.c). */
 #include <dlfcn.h>
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,11 +11,10 @@
 #include <unistd.h>
 #include "rank.h"
 #include "metrics.h"
-#include "outfile.h"
 #include "mem.h"
 #include "hf.h"
 
-/* ---- initial weights, checkpoints ---- */
+/* ---- initial weights ---- */
 
 static lpx_status init_params(const tr_geom *g, uint64_t seed, float **w)
 {
