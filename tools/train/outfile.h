@@ -1,5 +1,5 @@
 /* Files lpx train and lpx eval write at paths the user names (metrics.csv,
- * loss.svg, model.bin; the safetensors outputs go through
+ * loss.svg; the safetensors outputs go through
  * lpx_safetensors_save, which resolves paths the same way). */
 #ifndef LPX_TOOLS_TRAIN_OUTFILE_H
 #define LPX_TOOLS_TRAIN_OUTFILE_H
