@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,15 +43,6 @@ static void fsync_dir(const char *path)
     }
 }
 
-/* The parent directory of path into buf ("." when none). */
-static void parent_of(const char *path, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s", path);
-    char *s = strrchr(buf, '/');
-    if (!s) snprintf(buf, len, ".");
-    else if (s == buf) buf[1] = 0;
-    else *s = 0;
-}
 
 /* ---- save --------------------------------------------------------------- */
 
@@ -321,7 +313,7 @@ static lpx_status commit(const char *op, const char *dir, const char *tmp)
         return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
     lpx_status st = ck_remove_own_dir(op, old);
     if (st) return st;
-    parent_of(dir, parent, sizeof parent);
+    ck_parent_of(dir, parent, sizeof parent);
     int prev = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (prev < 0) {
         if (errno != ENOENT) return lpx_error(LPX_EIO, "checkpoint %s: open: %s", dir, strerror(errno));
@@ -497,6 +489,22 @@ lpx_status lpx_fsdp_save_ex(lpx_fsdp *f, const char *dir, const lpx_fsdp_ckpt_op
     lpx_comm *comm = cm.shard;
     char tmp[CK_PATH], path[CK_PATH];
     cJSON *user = NULL;
+    /* the directory by its folder's real path, resolved once by the lead
+     * and handed to every rank: a link in the path switched during the
+     * save (a "latest" link repointed) cannot split its steps between
+     * two folders */
+    char real[CK_PATH - 64] = "";
+    if (lead) {
+        char parent[CK_PATH], rp[PATH_MAX];
+        ck_parent_of(dir, parent, sizeof parent);
+        const char *base = strrchr(dir, '/');
+        base = base ? base + 1 : dir;
+        if (realpath(parent, rp) &&
+            snprintf(real, sizeof real, "%s%s%s", rp, strcmp(rp, "/") ? "/" : "", base) >= (int)sizeof real)
+            real[0] = 0;   /* too long: the name as given */
+    }
+    if ((st = lpx_comm_broadcast_buf(comm, real, sizeof real, 0))) return st;
+    if (real[0]) dir = real;
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
     /* 1: rank 0 checks its user object and makes a fresh <dir>.tmp (and
      * every rank has its buffer for step 3: no allocation between

@@ -68,6 +68,10 @@ void ck_index_free(ck_index *ix);
 
 /* ---- the paths a save may touch (fsdp_ckpt_paths.c) ---- */
 
+/* The folder part of path into buf ("." when none, "/" for "/x"); also
+ * lpx_output_path's (output_path.c) */
+void ck_parent_of(const char *path, char *buf, size_t len);
+
 /* dir without its trailing slashes into buf ("ck/" and "ck" name one
  * checkpoint; "ck/.tmp" would be inside it); EINVAL if too long or empty */
 lpx_status ck_norm_dir(const char *op, const char *dir, char *buf, size_t len);

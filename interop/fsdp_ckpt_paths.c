@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -25,7 +26,18 @@ lpx_status ck_norm_dir(const char *op, const char *dir, char *buf, size_t len)
 {
     if (!dir || !*dir) return lpx_error(LPX_EINVAL, "%s: dir is %s", op, dir ? "empty" : "NULL");
     size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
+    /* "ck/", "ck/." and "ck/./" are "ck" */
+    for (;;) {
+        while (n > 1 && dir[n - 1] == '/') n--;
+        if (n > 2 && dir[n - 1] == '.' && dir[n - 2] == '/') n -= 2;
+        else break;
+    }
+    /* "." or ".." as the last name: the save's siblings ("..tmp") would be
+     * made inside a checkpoint; the directory must be named */
+    if ((n == 1 && dir[0] == '.') || (n == 2 && !strncmp(dir, "..", 2)) ||
+        (n >= 2 && dir[n - 1] == '.' && dir[n - 2] == '/') ||
+        (n >= 3 && !strncmp(dir + n - 3, "/..", 3)))
+        return lpx_error(LPX_EINVAL, "%s: dir '%s' ends in '.' or '..'; name the directory itself", op, dir);
     if (n + 64 > len || n + 64 > CK_PATH) return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
     memcpy(buf, dir, n);
     buf[n] = 0;
@@ -59,8 +71,7 @@ bool ck_own_name(const char *name, int world)
     return world <= 0 || (!temp && w == world && r < world);
 }
 
-/* The parent folder of path into buf ("." when none). */
-static void parent_of(const char *path, char *buf, size_t len)
+void ck_parent_of(const char *path, char *buf, size_t len)
 {
     snprintf(buf, len, "%s", path);
     char *s = strrchr(buf, '/');
@@ -118,7 +129,7 @@ static lpx_status check_leftover(const char *op, const char *path, const char *w
 lpx_status ck_check_target(const char *op, const char *dir)
 {
     char parent[CK_PATH], side[CK_PATH];
-    parent_of(dir, parent, sizeof parent);
+    ck_parent_of(dir, parent, sizeof parent);
     struct stat sb;
     int missing = stat(parent, &sb) != 0 ? errno : 0;
     if (missing || !S_ISDIR(sb.st_mode))
@@ -126,6 +137,15 @@ lpx_status ck_check_target(const char *op, const char *dir)
                          missing == ENOENT ? "does not exist" : missing ? strerror(missing) : "is not a folder");
     if (access(parent, W_OK | X_OK) != 0)
         return lpx_error(LPX_EINVAL, "%s: '%s': its folder '%s' is not writable (%s)", op, dir, parent, strerror(errno));
+    /* access() says yes to root on a read-only or pseudo file system: a
+     * directory of our own, made and removed, proves the folder takes one */
+    char probe[CK_PATH];
+    if (snprintf(probe, sizeof probe, "%s/.lpx-probe-XXXXXX", parent) >= (int)sizeof probe)
+        return lpx_error(LPX_EINVAL, "%s: dir path is too long", op);
+    if (!mkdtemp(probe))
+        return lpx_error(LPX_EINVAL, "%s: '%s': its folder '%s' cannot take a new directory (%s)", op, dir, parent,
+                         strerror(errno));
+    rmdir(probe);
     lpx_status st;
     if (lstat(dir, &sb) == 0) {
         if (S_ISLNK(sb.st_mode))

@@ -10,11 +10,13 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "lpx/safetensors.h"
 #include "core/lpx_internal.h"
+#include "fsdp_ckpt_internal.h"
 
 static const char *kind_of(mode_t m)
 {
@@ -22,15 +24,6 @@ static const char *kind_of(mode_t m)
          : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
 }
 
-/* the folder part of p ("." when none, "/" for "/x") */
-static void folder_of(const char *p, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s", p);
-    char *s = strrchr(buf, '/');
-    if (!s) snprintf(buf, len, ".");
-    else if (s == buf) buf[1] = 0;
-    else *s = 0;
-}
 
 lpx_status lpx_output_path(const char *op, const char *path, char *out, size_t len)
 {
@@ -55,7 +48,7 @@ lpx_status lpx_output_path(const char *op, const char *path, char *out, size_t l
             memcpy(cur, next, (size_t)n + 1);
         } else {
             /* relative to the link's own folder */
-            folder_of(cur, dir, sizeof dir);
+            ck_parent_of(cur, dir, sizeof dir);
             if (snprintf(cur, sizeof cur, "%s/%s", dir, next) >= (int)sizeof cur)
                 return lpx_error(LPX_ERANGE, "%s: '%s': the link's target path is too long", op, path);
         }
@@ -69,7 +62,7 @@ lpx_status lpx_output_path(const char *op, const char *path, char *out, size_t l
                          kind_of(sb.st_mode));
     }
     /* the temporary is made in the destination's folder and renamed there */
-    folder_of(cur, dir, sizeof dir);
+    ck_parent_of(cur, dir, sizeof dir);
     struct stat db;
     int e = stat(dir, &db) != 0 ? errno : 0;
     if (e || !S_ISDIR(db.st_mode))
@@ -77,7 +70,25 @@ lpx_status lpx_output_path(const char *op, const char *path, char *out, size_t l
                          e == ENOENT ? "does not exist" : e ? strerror(e) : "is not a folder");
     if (access(dir, W_OK | X_OK) != 0)
         return lpx_error(LPX_EIO, "%s: '%s': its folder '%s' is not writable (%s)", op, path, dir, strerror(errno));
-    if (strlen(cur) + 1 > len) return lpx_error(LPX_ERANGE, "%s: '%s': the resolved path does not fit out", op, path);
-    memcpy(out, cur, strlen(cur) + 1);
+    /* access() says yes to root on a read-only or pseudo file system
+     * (/sys, /proc/self/fd): a file of our own, made and removed, proves
+     * the folder takes the temporary the write will need */
+    char probe[PATH_MAX], real[PATH_MAX];
+    if (snprintf(probe, sizeof probe, "%s/.lpx-probe-XXXXXX", dir) >= (int)sizeof probe)
+        return lpx_error(LPX_ERANGE, "%s: '%s': the path is too long", op, path);
+    int pfd = mkstemp(probe);
+    if (pfd < 0)
+        return lpx_error(LPX_EIO, "%s: '%s': its folder '%s' cannot take a new file (%s; nothing was written)", op,
+                         path, dir, strerror(errno));
+    close(pfd);
+    unlink(probe);
+    /* the canonical name: the folder's real path and the file's name, so
+     * two spellings of one file compare equal ("a.st", "./a.st") */
+    const char *base = strrchr(cur, '/');
+    base = base ? base + 1 : cur;
+    if (!realpath(dir, real)) snprintf(real, sizeof real, "%s", dir);
+    int need = snprintf(out, len, "%s%s%s", real, strcmp(real, "/") ? "/" : "", base);
+    if (need < 0 || (size_t)need >= len)
+        return lpx_error(LPX_ERANGE, "%s: '%s': the resolved path does not fit out", op, path);
     return LPX_OK;
 }

@@ -122,6 +122,77 @@ static void test_train_outputs(void)
     CHECK(sh("test -f mine/notes.txt && test -f mine/index.json && test -f tgt/notes.txt && test -L lnk") == 0);
 }
 
+/* What an adversarial review found after the first fixes: two spellings
+ * of one output, an output that is an input, two options naming one
+ * folder, a folder that access() calls writable but takes no file, a
+ * device as the corpus, "ck/." as a save path. */
+static void test_outputs_that_clash(void)
+{
+    static char out[1 << 16];
+    char args[4096], p[700];
+    /* --logits and --grads, one file in two spellings */
+    snprintf(args, sizeof args, "eval --init '%s' --tokens '%s/tokens.bin' --logits '%s/same.st' --grads '%s/./same.st'",
+             fixture, fixture, outdir, outdir);
+    int rc = run(args, out, sizeof out);
+    CHECKF(rc == 2 && strstr(out, "name one file") && count_lines(out) == 1, "two spellings: %d %s", rc, out);
+    /* an output that is an input: refused, the input untouched */
+    snprintf(args, sizeof args, "cp -r '%s' '%s/fx' && cp '%s/fx/tokens.bin' '%s/tokens.copy'", fixture, outdir, outdir,
+             outdir);
+    CHECK(system(args) == 0);
+    snprintf(args, sizeof args, "eval --init '%s/fx' --tokens '%s/fx/tokens.bin' --logits '%s/fx/tokens.bin'", outdir,
+             outdir, outdir);
+    rc = run(args, out, sizeof out);
+    CHECKF(rc == 2 && strstr(out, "is the input") && count_lines(out) == 1, "--logits = --tokens: %d %s", rc, out);
+    snprintf(args, sizeof args, "eval --init '%s/fx' --tokens '%s/fx/tokens.bin' --logits "
+             "'%s/fx/model-00001-of-00002.safetensors'", outdir, outdir, outdir);
+    rc = run(args, out, sizeof out);
+    CHECKF(rc == 2 && strstr(out, "is the input"), "--logits = a shard of --init: %d %s", rc, out);
+    snprintf(args, sizeof args, "cmp -s '%s/fx/tokens.bin' '%s/tokens.copy'", outdir, outdir);
+    CHECKF(system(args) == 0, "the tokens file was changed");
+    /* --save with --out or --save-hf on one folder; --save-hf into --init */
+    struct {
+        const char *opts, *needle;
+    } clash[] = {
+        {"--save '%s/one' --out '%s/one'", "--save and --out name one directory"},
+        {"--save '%s/two' --save-hf '%s/two'", "--save and --save-hf name one directory"},
+    };
+    for (size_t i = 0; i < sizeof clash / sizeof *clash; i++) {
+        char o[1400];
+        snprintf(o, sizeof o, clash[i].opts, outdir, outdir);
+        snprintf(args, sizeof args, "train --recipe bf16 " TINY " --data '%s' %s", corpus, o);
+        rc = run(args, out, sizeof out);
+        CHECKF(rc == 2 && strstr(out, clash[i].needle) && !strstr(out, "step 1") && count_lines(out) == 1, "%s: %d %s",
+               o, rc, out);
+    }
+    snprintf(args, sizeof args, "train --recipe bf16 --init '%s/fx' --steps 1 --seq 16 --batch 4 --micro 2 --ranks 2 "
+             "--eval 1 --sample 0 --data '%s' --out '%s/o3' --save-hf '%s/fx/'", outdir, corpus, outdir, outdir);
+    rc = run(args, out, sizeof out);
+    CHECKF(rc == 2 && strstr(out, "--save-hf names the --init folder") && count_lines(out) == 1,
+           "--save-hf into --init: %d %s", rc, out);
+    snprintf(p, sizeof p, "%s/fx/model-00001-of-00002.safetensors", outdir);
+    CHECKF(access(p, F_OK) == 0, "the --init model lost a shard");
+    /* a folder that access() calls writable but takes no file (/proc/self
+     * answers yes to root): refused before the run, nothing written */
+    snprintf(args, sizeof args, "eval --init '%s' --tokens '%s/tokens.bin' --logits '%s/l.st' --grads /proc/self/g.st",
+             fixture, fixture, outdir);
+    rc = run(args, out, sizeof out);
+    snprintf(p, sizeof p, "%s/l.st", outdir);
+    CHECKF(rc == 2 && strstr(out, "--grads") && access(p, F_OK) != 0, "--grads in /proc/self: %d %s", rc, out);
+    /* a device as the corpus: refused at once (it never ends) */
+    rc = run("train --data /dev/zero --steps 1", out, sizeof out);
+    CHECKF(rc == 2 && strstr(out, "is a device"), "--data /dev/zero: %d %s", rc, out);
+    /* "ck/." is "ck"; "." is refused */
+    snprintf(args, sizeof args, "train --recipe bf16 " TINY " --data '%s' --out '%s/o4' --save '%s/dot/.'", corpus,
+             outdir, outdir);
+    rc = run(args, out, sizeof out);
+    snprintf(p, sizeof p, "%s/dot/index.json", outdir);
+    CHECKF(rc == 0 && access(p, F_OK) == 0, "--save dot/.: %d %s", rc, out);
+    rc = run(args, out, sizeof out);
+    CHECKF(rc == 0, "a second --save dot/.: %d %s", rc, out);
+    snprintf(p, sizeof p, "%s/dot/..tmp", outdir);
+    CHECKF(access(p, F_OK) != 0, "--save dot/. made dot/..tmp inside the checkpoint");
+}
+
 int main(void)
 {
     exe = getenv("LPX_TEST_LPX_EXE");
@@ -136,6 +207,7 @@ int main(void)
     mkdir(outdir, 0777);
     RUN(test_eval_outputs);
     RUN(test_train_outputs);
+    RUN(test_outputs_that_clash);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", outdir);
     if (!getenv("LPX_TEST_KEEP") && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", outdir);

@@ -434,14 +434,19 @@ static void test_nf4_qlora(void)
         CHECKF(trainable == expect, "trainable %lld, expected %lld (adapters only)", trainable, expect);
     }
     CHECK(strstr(out, "4.1") != NULL); /* ~4.13 bits per parameter (small tensors pad a little more) */
-    /* the base checkpoint can be given back with --init */
-    snprintf(args, sizeof args, "train --recipe nf4-qlora --ranks 1 --micro 2 --steps 3 " TINY
-             " --dim 64 --lora-rank 4 --init '%s/nf4/model.bin' --data '%s' --out '%s/nf4b'", outdir, corpus, outdir);
+    /* the pre-trained base is a Hugging Face folder (OUT/base), given back
+     * with --init: its config.json sets the model, so the model's options
+     * (TINY's --dim, --layers, --heads) are refused beside it */
+    CHECK(strstr(out, "base checkpoint: ") && strstr(out, "/nf4/base (Hugging Face)"));
+    snprintf(args, sizeof args, "train --recipe nf4-qlora --ranks 1 --micro 2 --steps 3 --seq 16 --batch 4 --eval 2 "
+             "--sample 40 --log-every 1 --lora-rank 4 --init '%s/nf4/base' --data '%s' --out '%s/nf4b'", outdir, corpus,
+             outdir);
     rc = run(args, out, sizeof out);
     CHECKF(rc == 0, "nf4 --init exited %d: %s", rc, out);
-    snprintf(args, sizeof args, "train --recipe nf4-qlora --steps 3 " TINY " --init '%s/nf4/model.bin' --data '%s' --out '%s/nf4c'",
+    CHECK(strstr(out, "initial weights: ") && strstr(out, "/nf4/base (Hugging Face)"));
+    snprintf(args, sizeof args, "train --recipe nf4-qlora --steps 3 " TINY " --init '%s/nf4/base' --data '%s' --out '%s/nf4c'",
              outdir, corpus, outdir);
-    CHECK(run(args, out, sizeof out) == 1 && strstr(out, "has vocab"));
+    CHECK(run(args, out, sizeof out) == 2 && strstr(out, "sets the model from its config.json"));
 }
 
 /* ---- checkpoints ---- */

@@ -42,8 +42,10 @@ typedef struct lpx_safetensors_kv {
  *  followed to its end (the target is replaced atomically in the target's
  *  own folder, and the link stays a link; a dangling link creates its
  *  target). Refused, touching nothing: a directory, a FIFO, a device, a
- *  socket, a missing or unwritable folder, a loop of links. The path to
- *  write goes to `out` (`len` bytes). `op` names the caller in messages
+ *  socket, a missing or unwritable folder (a probe file of its own is made
+ *  and removed there, as access() says yes to root on a read-only file
+ *  system), a loop of links. The canonical path to write (the folder's
+ *  real path and the file's name) goes to `out` (`len` bytes). `op` names the caller in messages
  *  (e.g. "lpx eval --logits"). Errors: LPX_EINVAL (not a file, a loop of
  *  links) and LPX_EIO (the folder missing or unwritable), naming op, path
  *  and why; LPX_ERANGE (a path longer than len). */

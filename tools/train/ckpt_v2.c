@@ -1,8 +1,10 @@
 /* `lpx train --resume` of the gathered checkpoint format (version 2: one
  * directory of full-shape f32 tensors written by rank 0, manifest.json
  * last), which lpx train wrote before it saved through the sharded
- * checkpoints of the library (ckpt.c, docs/CHECKPOINT.md). Still read, so
- * runs saved then continue; never written any more.
+ * checkpoints of the library (ckpt.c, docs/CHECKPOINT.md). Read only,
+ * never written any more: kept because tests/test_train.c
+ * test_resume_gathered_format resumes its fixture tests/data/train_ckpt_v2
+ * (runs saved then continue).
  *
  *   model.safetensors      every parameter's full f32 weights (nf4-qlora:
  *                          the f32 base and the adapters NAME.lora_a/_b)

@@ -9,12 +9,14 @@
  * row): every rank count sees the same data, so --ranks 1 and --ranks N
  * compute the same losses. */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "train.h"
+#include "mem.h"
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -65,6 +67,20 @@ lpx_status tr_read_file(const char *path, size_t max, char **out, size_t *len)
     *len = 0;
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return lpx_error(LPX_EINVAL, "'%s' is a directory", path);
+    /* a regular file, or a pipe (a corpus streamed in); a device such as
+     * /dev/zero never ends: refused */
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISFIFO(sb.st_mode))
+        return lpx_error(LPX_EIO, "'%s' is a %s, not a file or a pipe", path,
+                         S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "device" : "socket");
+    /* a stream is read up to half of the memory this process may take
+     * (a pipe from an endless producer is refused, not read until the
+     * machine runs out) */
+    if (stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode)) {
+        tr_host_mem hm;
+        tr_host_mem_read(&hm);
+        double cap = isfinite(hm.avail) ? hm.avail / 2 : (double)((size_t)1 << 40);
+        if (cap < (double)max) max = cap < 1 ? 1 : (size_t)cap;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) return lpx_error(errno == ENOENT ? LPX_ENOTFOUND : LPX_EIO, "cannot open '%s': %s", path, strerror(errno));
     return read_stream(f, path, max, out, len);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "rank.h"
+#include "outfile.h"
 #include "hf.h"
 #include "mem.h"
 #include "../lpx/commands.h"
@@ -236,6 +237,17 @@ int lpx_cmd_eval(int argc, char **argv)
     if (logits && grads && !strcmp(out_a, out_b)) {
         fprintf(stderr, "lpx eval: --logits and --grads name one file ('%s'); give two\n", out_a);
         return 2;
+    }
+    /* an output is never one of the inputs (the tokens, a file of the
+     * model folder): writing it would destroy what is being read */
+    const char *outs[2] = {logits ? out_a : NULL, grads ? out_b : NULL}, *opt[2] = {"--logits", "--grads"};
+    for (int k = 0; k < 2; k++) {
+        const char *input = outs[k] ? tr_same_file_in(outs[k], tokens, dir) : NULL;
+        if (input) {
+            fprintf(stderr, "lpx eval: %s '%s' is the input '%s'; write the output elsewhere\n", opt[k], outs[k],
+                    input);
+            return 2;
+        }
     }
     tr_opts o;
     bool help;

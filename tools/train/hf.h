@@ -1,5 +1,6 @@
-/* Hugging Face Llama checkpoints (hf.c): config.json and safetensors in
- * transformers' names, read into and written from lpx train's model. */
+/* Hugging Face Llama checkpoints (hf_read.c reads, hf_write.c writes):
+ * config.json and safetensors in transformers' names, read into and
+ * written from lpx train's model. */
 #ifndef LPX_TRAIN_HF_H
 #define LPX_TRAIN_HF_H
 
@@ -47,5 +48,15 @@ lpx_status tr_hf_check_copy(const char *init, const char *out, FILE *warn);
  * every rank reads its own rows of every weight (lpx_fsdp_import; the files
  * memory-mapped, so no rank reads the model). */
 lpx_status tr_hf_import(struct tr_rank *R, const char *dir);
+
+/* nf4-qlora's base after its bf16 pre-training: the whole model w (f32,
+ * host) as a Hugging Face folder DIR (created, mkdir -p): model.safetensors
+ * in transformers' names, then config.json (tr_hf_write_config, no init),
+ * each atomically; `--init DIR` reads it back like any Hugging Face model */
+lpx_status tr_hf_save(const char *dir, const tr_geom *g, float *const *w);
+/* The Hugging Face name of group gr's parameter i (ctx: the tr_rank), for
+ * lpx_fsdp_export and lpx_fsdp_import */
+struct lpx_fsdp_group;
+bool tr_hf_group_name(void *ctx, struct lpx_fsdp_group *gr, int i, char *buf, size_t len);
 
 #endif

@@ -1,6 +1,6 @@
 /* Reading fields of the JSON lpx train trusts only after checking: the
  * checkpoint record (ckpt.c, ckpt_v2.c) and Hugging Face's config.json
- * and shard index (hf.c). */
+ * and shard index (hf_read.c). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

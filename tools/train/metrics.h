@@ -9,7 +9,7 @@ typedef struct tr_step_rec {
     double optim_ms;                /* the AdamW step (not in checkpoints: 0 for resumed steps) */
 } tr_step_rec;
 
-/* Results of one recipe's run (filled by train.c). */
+/* Results of one recipe's run (filled by rank_loop.c). */
 typedef struct tr_result {
     const char *label;              /* "float8-tensorwise", "bf16", "bf16-pretrain" */
     tr_recipe recipe;

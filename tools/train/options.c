@@ -45,14 +45,14 @@ void tr_train_usage(FILE *f)
             "  --pretrain N    nf4-qlora without --init: bf16 steps that make the base (default 150)\n"
             "  --init DIR      start from a Hugging Face Llama checkpoint (config.json and\n"
             "                  model*.safetensors): its config sets the model; every recipe\n"
-            "                  (nf4-qlora quantizes it). nf4-qlora also takes FILE: the model.bin\n"
-            "                  of an earlier run\n"
+            "                  (nf4-qlora quantizes it), e.g. the base an earlier nf4-qlora\n"
+            "                  run pre-trained (OUT/base)\n"
             "  --save-hf DIR   write the trained model as a Hugging Face checkpoint\n"
             "                  (LlamaForCausalLM.from_pretrained reads it)\n"
             "  --data FILE     training text, every byte a token (default data/corpus.txt), or\n"
             "                  FILE.bin: token ids (u16, or u32 when the vocabulary exceeds 65536)\n"
             "  --data-dtype T  u16 | u32: the ids of a .bin file\n"
-            "  --out DIR       metrics.csv, loss.svg, model.bin (default train-out)\n"
+            "  --out DIR       metrics.csv, loss.svg; nf4-qlora's base/ (default train-out)\n"
             "  --log-every N   progress line every N steps (default 25)\n"
             "  --eval N        validation micro-batches (default 8)\n"
             "  --sample N      characters of generated text (default 240; 0: none)\n"
@@ -165,7 +165,7 @@ int tr_check_opts(const tr_opts *o)
     }
     if ((rc = tr_arch_check(&o->m, "lpx train"))) return rc;
     /* --comm mpi without --ranks: the world size is known once MPI runs
-     * (train.c checks it then) */
+     * (world.c checks it then) */
     if ((o->ranks_given || !tr_per_process(o, NULL, NULL)) && (rc = tr_check_ranks(o))) return rc;
     if (o->batch % o->micro) {
         snprintf(buf, sizeof buf, "--batch %d is not divisible by --micro %d", o->batch, o->micro);

@@ -2,7 +2,9 @@
  * write beside the destination, rename. A name is never truncated in
  * place, so a crash leaves the previous file or the new one, and a FIFO
  * or device a user pointed an option at is refused before the run. */
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -86,5 +88,60 @@ lpx_status tr_check_out_dir(const char *opt, const char *dir, const char *const 
                          e == ENOENT ? "does not exist" : e ? strerror(e) : "is not a folder");
     if (access(parent, W_OK | X_OK) != 0)
         return lpx_error(LPX_EIO, "%s '%s': its folder '%s' is not writable: %s", opt, dir, parent, strerror(errno));
+    return LPX_OK;
+}
+
+const char *tr_same_file_in(const char *out, const char *file, const char *dir)
+{
+    static char hit[4352];
+    struct stat o, sb;
+    if (stat(out, &o) != 0) return NULL;   /* not there: it is no input */
+    if (file && stat(file, &sb) == 0 && sb.st_dev == o.st_dev && sb.st_ino == o.st_ino) return file;
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *e;
+    const char *found = NULL;
+    while (d && !found && (e = readdir(d))) {
+        snprintf(hit, sizeof hit, "%s/%s", dir, e->d_name);
+        if (stat(hit, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_dev == o.st_dev && sb.st_ino == o.st_ino) found = hit;
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* a folder's canonical name, whether it exists yet or not */
+static void canonical_dir(const char *d, char *buf, size_t n)
+{
+    char rp[PATH_MAX], parent[4096];
+    if (realpath(d, rp)) {
+        snprintf(buf, n, "%s", rp);
+        return;
+    }
+    snprintf(parent, sizeof parent, "%s", d);
+    char *s = strrchr(parent, '/');
+    const char *base = s ? s + 1 : d;
+    if (!s) snprintf(parent, sizeof parent, ".");
+    else if (s == parent) parent[1] = 0;
+    else *s = 0;
+    if (realpath(parent, rp)) snprintf(buf, n, "%s/%s", rp, base);
+    else snprintf(buf, n, "%s", d);
+}
+
+lpx_status tr_check_output_clash(const char *save, const char *out, const char *save_hf, const char *init)
+{
+    char a[4352], b[4352];
+    struct {
+        const char *x, *y, *why;
+    } pairs[] = {
+        {save, out, "--save and --out name one directory; a checkpoint holds only its own files"},
+        {save, save_hf, "--save and --save-hf name one directory; a checkpoint holds only its own files"},
+        {save_hf, init, "--save-hf names the --init folder; it would replace the model being read (write the new one "
+                        "elsewhere)"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+        if (!pairs[i].x || !pairs[i].y) continue;
+        canonical_dir(pairs[i].x, a, sizeof a);
+        canonical_dir(pairs[i].y, b, sizeof b);
+        if (!strcmp(a, b)) return lpx_error(LPX_EINVAL, "%s ('%s')", pairs[i].why, a);
+    }
     return LPX_OK;
 }

@@ -1,5 +1,5 @@
 /* Files lpx train and lpx eval write at paths the user names (metrics.csv,
- * loss.svg, model.bin; the safetensors outputs go through
+ * loss.svg; the safetensors outputs go through
  * lpx_safetensors_save, which resolves paths the same way). */
 #ifndef LPX_TOOLS_TRAIN_OUTFILE_H
 #define LPX_TOOLS_TRAIN_OUTFILE_H
@@ -29,5 +29,17 @@ void tr_outfile_abort(tr_outfile *o);
  * parent: made later), and each DIR/NAME is absent, a file, or a link to
  * one (lpx_output_path). One-line error naming opt. */
 lpx_status tr_check_out_dir(const char *opt, const char *dir, const char *const *names, int n);
+
+/* The input that `out` (an existing output path) is: the file `file`, or
+ * a file of the folder `dir` (either may be NULL); NULL when none. Compared
+ * by device and inode, so links and other spellings count. The returned
+ * name is `file` or a static buffer. */
+const char *tr_same_file_in(const char *out, const char *file, const char *dir);
+
+/* Two folder options naming one directory that cannot hold both: the
+ * checkpoint (--save, only its own files) with --out or --save-hf, and
+ * --save-hf into the --init folder (it replaces that model's files). One
+ * line naming both, or LPX_OK. */
+lpx_status tr_check_output_clash(const char *save, const char *out, const char *save_hf, const char *init);
 
 #endif

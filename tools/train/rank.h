@@ -275,4 +275,32 @@ lpx_status tr_adamw_step(tr_rank *R, double lr);
 void tr_adamw_teardown(tr_rank *R);
 double tr_lr_at(const tr_opts *o, int step, int steps);
 
+/* ---- `lpx train`: launch.c, world.c, run.c, rank_loop.c ---- */
+/* world.c: the --comm backend (its plugin loaded if need be) and the world:
+ * o->ranks set from MPI's or a launcher's world, o->quiet on the ranks that
+ * do not lead; *lead: this process prints and writes the files. 0, or 2
+ * after one line (from the lead only, where the world is known) */
+int tr_world(tr_opts *o, bool *lead);
+struct tr_mem_run;
+/* launch.c: the memory guard: false (after one line from the lead) when a
+ * phase of the run does not fit in the memory available now */
+bool tr_fits_memory(const tr_opts *o, const tr_geom *g, bool lead, const struct tr_mem_run *mr);
+/* run.c: the run once launch.c has checked it (hf_init: --init is a
+ * Hugging Face folder whose config.json set o->m); 0, 1 or 2 */
+int tr_train_run(tr_opts *o, const tr_ckpt *ck, bool lead, bool hf_init);
+/* Which steps a run covers, and whether it is the main one. */
+typedef struct tr_span {
+    int start, end;          /* steps [start, end) of a schedule of `steps` */
+    bool main;
+    const tr_ckpt *ck;
+    const char *hf_import;   /* Hugging Face weights each rank reads its rows of */
+} tr_span;
+struct tr_result;
+/* rank_loop.c: runs one recipe over steps [span->start, span->end) of a
+ * `steps`-step schedule from `init` on o->ranks ranks (final: the trained
+ * masters gathered there, may be NULL) */
+lpx_status tr_run_recipe(const tr_opts *o, tr_recipe recipe, const char *label, int steps, const tr_span *span,
+                         const tr_geom *g, const tr_corpus *c, float *const *init, float **final, bool eval_start,
+                         struct tr_result *res);
+
 #endif

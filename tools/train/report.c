@@ -1,7 +1,7 @@
 /* The end of a `lpx train` run on stdout: the summary table of every
  * recipe run (loss, tokens/s, bytes on the wire, memory), and the dispatch
  * counts of the main recipe from the trace (fallbacks flagged). Kept out of
- * the rank loop (train.c), which only fills the tr_result rows. */
+ * the rank loop (rank_loop.c), which only fills the tr_result rows. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -6,18 +6,25 @@
  * MX weights from a plugin) and sharded data parallelism over lpx_comm fit
  * together. One file per job:
  *   options.c  command line of `lpx train` / `lpx mem`
+ *   launch.c   lpx_cmd_train: parse, open --resume, the checks and refusals
+ *              (--device, outputs, --init), the memory guard
+ *   world.c    the comm backend and the world (threads, MPI, a launcher's)
+ *   run.c      the run: corpus, geometry, initial weights, the recipe runs
+ *   rank_loop.c  the per-rank step loop, evaluation, sampling
+ *   report.c   the end-of-run summary
  *   data.c     the corpus (bytes, or token ids) and deterministic batches
  *   arch.c     the model description: presets, overrides, rope frequencies
  *   model.c    Llama 3: parameters, forward and manual backward
- *   hf.c       Hugging Face checkpoints in (--init DIR) and out (--save-hf)
+ *   hf_read.c  Hugging Face checkpoints in (--init DIR, lpx eval)
+ *   hf_write.c Hugging Face checkpoints out (--save-hf DIR)
  *   recipes.c  one linear layer per recipe (bf16, float8, nf4, mx)
  *   shard.c    parameter sharding: unshard / reshard / reduce-scatter / scales
  *   optim.c    AdamW on local shards
  *   metrics.c  metrics.csv and loss.svg, written atomically
- *   ckpt.c     checkpoints: --save / --save-every / --resume (atomic
- *              directories with a checksummed manifest)
- *   mem.c      the per-rank memory model behind `lpx mem`
- *   train.c    the rank loop, evaluation, sampling and the summary */
+ *   ckpt.c     checkpoints read: --resume (the library's sharded checkpoint
+ *              with the run's record); ckpt_save.c writes them (--save,
+ *              --save-every); ckpt_v2.c reads the old gathered format only
+ *   mem.c      the per-rank memory model behind `lpx mem` */
 #ifndef LPX_TRAIN_H
 #define LPX_TRAIN_H
 
@@ -240,7 +247,7 @@ enum { TR_L_Q = 0, TR_L_K, TR_L_V, TR_L_O, TR_L_W1, TR_L_W2, TR_L_W3, TR_LIN_PER
 typedef enum tr_pkind { TR_P_TOK, TR_P_NORM, TR_P_LIN, TR_P_NORMF, TR_P_HEAD } tr_pkind;
 
 typedef struct tr_param {
-    char name[32];          /* lpx's name (tok_emb, b0.wq, ...); hf.c maps Hugging Face's */
+    char name[32];          /* lpx's name (tok_emb, b0.wq, ...); hf_read.c maps Hugging Face's */
     tr_pkind kind;
     int layer;               /* -1 outside the blocks */
     int lin;                 /* TR_L_* for linears */
