@@ -208,35 +208,13 @@ static inline __attribute__((always_inline)) bool binary_direct(lpx_op_frame *f,
     int key = 63 - __builtin_clzll(keys);
     lpx_kernel_entry *e = atomic_load_explicit(&row->k[key], memory_order_acquire);
     if (LPX_UNLIKELY(!e)) return false;   /* the key's fallback: the general path */
-    /* one pass over the dims, not unrolled (ranks are small): the shape
-     * copied; shapes equal; all three contiguous (a dim of size 1 has
-     * any stride) */
     lpx_binary_args *a = &f->args.binary;
-    uint64_t strided = 0;
-    int64_t s = 1;
-#pragma GCC unroll 1
-    for (int i = n - 1; i >= 0; i--) {
-        int64_t d = x->shape[i];
-        a->shape[i] = d;
-        bad |= (uint64_t)(d ^ y->shape[i]) | (uint64_t)(d ^ r->shape[i]);
-        uint64_t st = (uint64_t)(x->strides[i] ^ s) | (uint64_t)(y->strides[i] ^ s) | (uint64_t)(r->strides[i] ^ s);
-        strided |= d == 1 ? 0 : st;
-        s *= d;
-    }
-    if (LPX_UNLIKELY(bad)) return false;   /* a broadcast: the general path */
+    bool flat;
+    if (LPX_UNLIKELY(!lpx__binary_shapes(x, y, r, n, a, &flat))) return false;   /* a broadcast: the general path */
     c->keys = keys;
     c->key = key;
     c->kernel_data = e->data;
-    /* one scalar store per field: the kernel loads them back at once, and
-     * a load out of the middle of a wider (vector) store is not forwarded
-     * on every core */
-    __asm__("" : "+r"(x), "+r"(y), "+r"(o), "+r"(n), "+r"(dt));
-    a->a = x;
-    a->b = y;
-    a->out = o;
-    a->dtype = dt;
-    a->ndim = n;
-    a->flat = !strided;
+    lpx__binary_fill(a, x, y, o, n, dt, flat);
     if (LPX_UNLIKELY(atomic_load_explicit(&lpx__trace_on, memory_order_relaxed)))
         *out = lpx__trace_invoke(c, e->fn, false);
     else

@@ -65,6 +65,45 @@ static inline bool lpx__binary_flat(const lpx_binary_args *a)
     return true;
 }
 
+/* The binary family's shape pass, shared by lpx__spec_binary_fast and
+ * dispatch.c's one-pass path: one pass over the dims, not unrolled (ranks
+ * are small): a's shape copied into a; false when the shapes differ (a
+ * broadcast: the general path); *flat when all three are contiguous (a
+ * dim of size 1 has any stride). */
+static inline __attribute__((always_inline)) bool lpx__binary_shapes(const lpx_tensor *x, const lpx_tensor *y,
+                                                                     const lpx_tensor *r, int n, lpx_binary_args *a,
+                                                                     bool *flat)
+{
+    uint64_t bad = 0, strided = 0;
+    int64_t s = 1;
+#pragma GCC unroll 1
+    for (int i = n - 1; i >= 0; i--) {
+        int64_t d = x->shape[i];
+        a->shape[i] = d;
+        bad |= (uint64_t)(d ^ y->shape[i]) | (uint64_t)(d ^ r->shape[i]);
+        uint64_t st = (uint64_t)(x->strides[i] ^ s) | (uint64_t)(y->strides[i] ^ s) | (uint64_t)(r->strides[i] ^ s);
+        strided |= d == 1 ? 0 : st;
+        s *= d;
+    }
+    *flat = !strided;
+    return !bad;
+}
+
+/* The rest of the binary family's arguments, one scalar store per field:
+ * the kernel loads them back at once, and a load out of the middle of a
+ * wider (vector) store is not forwarded on every core. */
+static inline __attribute__((always_inline)) void lpx__binary_fill(lpx_binary_args *a, lpx_tensor *x, lpx_tensor *y,
+                                                                   lpx_tensor *o, int n, lpx_dtype dt, bool flat)
+{
+    __asm__("" : "+r"(x), "+r"(y), "+r"(o), "+r"(n), "+r"(dt));
+    a->a = x;
+    a->b = y;
+    a->out = o;
+    a->dtype = dt;
+    a->ndim = n;
+    a->flat = flat;
+}
+
 /* The `binary` family's common case, inlined into the dispatcher: dense
  * operands of a built-in dtype and one shape, `out` (if any) dense,
  * writable, of that shape and a's dtype. Fills exactly what
@@ -89,31 +128,9 @@ static inline __attribute__((always_inline)) lpx_status lpx__spec_binary_fast(co
     if (o) bad |= (uint64_t)(uint32_t)(o->dtype ^ dt);
     /* (a kind tensor has no storage: read-only is asked of a dense out only) */
     if (LPX_UNLIKELY(bad) || (o && LPX_UNLIKELY(o->storage->readonly))) return lpx__spec_binary(c, p);
-    /* one pass over the dims, not unrolled (ranks are small): the shape
-     * copied; shapes equal (bad); all three contiguous (strided: a dim of
-     * size 1 has any stride) */
-    uint64_t strided = 0;
-    int64_t s = 1;
-#pragma GCC unroll 1
-    for (int i = n - 1; i >= 0; i--) {
-        int64_t d = x->shape[i];
-        a->shape[i] = d;
-        bad |= (uint64_t)(d ^ y->shape[i]) | (uint64_t)(d ^ r->shape[i]);
-        uint64_t st = (uint64_t)(x->strides[i] ^ s) | (uint64_t)(y->strides[i] ^ s) | (uint64_t)(r->strides[i] ^ s);
-        strided |= d == 1 ? 0 : st;
-        s *= d;
-    }
-    if (LPX_UNLIKELY(bad)) return lpx__spec_binary(c, p);
-    /* one scalar store per field: the kernel loads them back at once, and
-     * a load out of the middle of a wider (vector) store is not forwarded
-     * on every core */
-    __asm__("" : "+r"(x), "+r"(y), "+r"(o), "+r"(n), "+r"(dt));
-    a->a = x;
-    a->b = y;
-    a->out = o;
-    a->dtype = dt;
-    a->ndim = n;
-    a->flat = !strided;
+    bool flat;
+    if (LPX_UNLIKELY(!lpx__binary_shapes(x, y, r, n, a, &flat))) return lpx__spec_binary(c, p);
+    lpx__binary_fill(a, x, y, o, n, dt, flat);
     return LPX_OK;
 }
 
