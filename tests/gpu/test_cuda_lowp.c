@@ -714,6 +714,26 @@ static void test_dequantize(void)
             lpx_tensor_release(scc);
             lpx_tensor_release(scg);
         }
+    /* a finite code times a finite scale stays finite (issue 33: e4m3 256 with
+     * scale_inv 2^120 is 2^128, inf before the clamp): the GPU clamps as the
+     * CPU does, to the output dtype's largest finite value */
+    {
+        int64_t k = 64;
+        lpx_tensor *bc = NULL, *sbig = NULL, *bg, *sbg;
+        CHECK_OK(lpx_tensor_new(LPX_F8E4M3FN, 1, &k, lpx_cpu(), &bc));
+        if (bc) memset(lpx_tensor_data(bc), 0x78, (size_t)k);   /* +256 */
+        CHECK_OK(lpx_full(0, NULL, ldexp(1.0, 120), LPX_F32, lpx_cpu(), &sbig));
+        bg = gpu_up(bc);
+        sbg = gpu_up(sbig);
+        deq_same("finite code, scale_inv 2^120", bc, bg, sbig, sbg, LPX_F32);
+        deq_same("finite code, scale_inv 2^120", bc, bg, sbig, sbg, LPX_BF16);
+        lpx_tensor *yc = NULL;
+        CHECK_OK(lpx_fp8_dequantize(bc, sbig, LPX_F32, &yc));
+        double v = 0;
+        CHECK(yc && !lpx_item(yc, 0, &v) && isfinite(v));
+        lpx_tensor *rel[] = {bc, sbig, bg, sbg, yc};
+        for (int i = 0; i < 5; i++) lpx_tensor_release(rel[i]);
+    }
     /* errors */
     int64_t n = 8;
     lpx_tensor *xg = NULL, *sg = NULL, *y = NULL;
