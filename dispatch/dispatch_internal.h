@@ -37,7 +37,7 @@ typedef struct lpx_kernel_entry {
  * (include/lpx/op_args.h). c->key names the backend in messages. */
 typedef lpx_status (*lpx__spec_fn)(const lpx_call *c, void *args);
 
-#define LPX_SPEC_FAMILIES(X) X(binary) X(softmax) X(softmax_backward) X(matmul)
+/* LPX_SPEC_FAMILIES: every family (include/lpx/op_args.h) */
 #define LPX__SPEC_DECL(f) lpx_status lpx__spec_##f(const lpx_call *c, void *args);
 LPX_SPEC_FAMILIES(LPX__SPEC_DECL)
 #undef LPX__SPEC_DECL

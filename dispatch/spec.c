@@ -1,21 +1,18 @@
-/* The spec families' meta functions (include/lpx/op_args.h): what the
- * dispatcher runs, once, before a backend kernel of an op whose ops.def
- * row names a family. Each checks the call's arguments against the op's
+/* The core spec families' meta functions (include/lpx/op_args.h): what
+ * the dispatcher runs, once, before a backend kernel of an op whose ops.def
+ * row names a family (each group's are in spec_<group>.c). Each checks the call's arguments against the op's
  * contract, in the order the CPU kernels checked them before (so every
  * message is the one the CPU gave), and fills the family's struct. The
  * contract pieces themselves are the public meta functions
  * (dispatch/meta_*.c); this file only binds them to the schema's
  * arguments. The tags are already checked (dispatch.c). */
 #include <string.h>
-#include "dispatch_internal.h"
+#include "spec_internal.h"
 
-static const char *op_name(const lpx_call *c) { return lpx__op_row(c->op)->schema.name; }
-static const char *arg_name(const lpx_call *c, int i) { return lpx__op_row(c->op)->schema.args[i].name; }
-
-/* ---- the checks every family starts with ----------------------------- */
+/* ---- the checks every family starts with (spec_internal.h) ---------- */
 
 /* A tensor that reached a backend: dense, of a byte-sized dtype. */
-static __attribute__((noinline)) lpx_status dense_slow(const lpx_call *c, int i, const lpx_tensor *t)
+__attribute__((noinline)) lpx_status lpx__spec_dense_slow(const lpx_call *c, int i, const lpx_tensor *t)
 {
     const char *op = op_name(c), *arg = arg_name(c, i);
     if (t->kind)
@@ -28,16 +25,9 @@ static __attribute__((noinline)) lpx_status dense_slow(const lpx_call *c, int i,
     return LPX_OK;
 }
 
-/* the built-in dtypes are all byte-sized (bool takes a byte) */
-static inline lpx_status dense(const lpx_call *c, int i, const lpx_tensor *t)
+__attribute__((noinline)) lpx_status lpx__spec_floating_slow(const lpx_call *c, int i, const lpx_tensor *t)
 {
-    if (LPX_LIKELY(!t->kind && (unsigned)t->dtype < LPX_DTYPE_BUILTIN_COUNT)) return LPX_OK;
-    return dense_slow(c, i, t);
-}
-
-static __attribute__((noinline)) lpx_status floating_slow(const lpx_call *c, int i, const lpx_tensor *t)
-{
-    lpx_status st = dense_slow(c, i, t);
+    lpx_status st = lpx__spec_dense_slow(c, i, t);
     if (st) return st;
     if (!lpx_dtype_get(t->dtype)->is_float) {
         const char *op = op_name(c);
@@ -45,19 +35,6 @@ static __attribute__((noinline)) lpx_status floating_slow(const lpx_call *c, int
                          lpx_dtype_name(t->dtype), op);
     }
     return LPX_OK;
-}
-
-_Static_assert(LPX_F32 == 0 && LPX_F16 == 1 && LPX_BF16 == 2 && LPX_F8E4M3FN == 3 && LPX_F8E5M2 == 4,
-               "the built-in floating-point dtypes are ids 0..4");
-static inline lpx_status floating(const lpx_call *c, int i, const lpx_tensor *t)
-{
-    if (LPX_LIKELY(!t->kind && (unsigned)t->dtype <= LPX_F8E5M2)) return LPX_OK;
-    return floating_slow(c, i, t);
-}
-
-static inline lpx_tensor *opt_tensor(const lpx_call *c, int i)
-{
-    return i < c->nargs && c->args[i].tag == LPX_TAG_TENSOR ? c->args[i].u.t : NULL;
 }
 
 /* ---- binary: add, sub, mul, div, swiglu, relu/silu/gelu_backward ------ */

@@ -10,88 +10,13 @@
  * one the CPU kernels wrote themselves before the spec; pinned here), and
  * the kernel never runs. Good arguments reach the kernel with the
  * checked, normalised arguments. */
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include "check.h"
-
-#define NOCHK_DEVICE 40   /* a device type no built-in uses */
-
-static int reached;           /* kernel calls of the check-free backend */
-static const void *seen_args; /* the op_args its last call got */
-
-static void *nc_alloc(void *self, lpx_device dev, size_t nbytes)
-{
-    (void)self; (void)dev;
-    return calloc(1, nbytes ? nbytes : 1);
-}
-static void nc_free(void *self, lpx_device dev, void *p, size_t nbytes)
-{
-    (void)self; (void)dev; (void)nbytes;
-    free(p);
-}
-static lpx_status nc_copy(void *self, void *dst, lpx_device dd, const void *src, lpx_device sd, size_t n)
-{
-    (void)self; (void)dd; (void)sd;
-    memmove(dst, src, n);
-    return LPX_OK;
-}
-static lpx_status nc_sync(void *self, lpx_device dev) { (void)self; (void)dev; return LPX_OK; }
-
-/* arithmetic only, and here not even that: no argument is looked at */
-static lpx_status k_nocheck(lpx_call *c)
-{
-    reached++;
-    seen_args = lpx_op_args_of(c);
-    return lpx_error(LPX_EINTERNAL, "%s: the check-free kernel ran", lpx_op_name(c->op));
-}
-
-static int nc_key;
+#include "spec_harness.h"
 
 static void setup(void)
 {
-    static const lpx_backend_i b = {
-        .struct_size = sizeof(lpx_backend_i), .name = "nochk", .device_type = NOCHK_DEVICE,
-        .alloc = nc_alloc, .free = nc_free, .copy = nc_copy, .sync = nc_sync, .self = NULL,
-    };
-    CHECK_OK(lpx_backend_register(&b, &nc_key));
-    int with_spec = 0;
-    for (lpx_op op = 0; op < lpx_op_count(); op++) {
-        if (!lpx_op_spec_size(op)) continue;
-        CHECK_OK(lpx_kernel_register(op, nc_key, k_nocheck, NULL));
-        with_spec++;
-    }
+    int with_spec = spec_setup();
     CHECK(with_spec >= 11);   /* binary (8), softmax, softmax_backward, matmul */
 }
-
-/* ---- argument sets, built on either device ------------------------- */
-
-typedef struct targ {
-    lpx_dtype dtype;
-    int ndim;
-    int64_t shape[4];
-} targ;
-
-#define T(dt, n, ...) {.kind = 'T', .t = {dt, n, {__VA_ARGS__}}}
-#define NONE {.kind = 'N'}
-#define I(v) {.kind = 'I', .i = v}
-
-typedef struct arg {
-    char kind;   /* 'T' tensor, 'N' absent, 'I' int */
-    targ t;
-    int64_t i;
-} arg;
-
-typedef struct bad_case {
-    const char *op;
-    int nargs;
-    arg args[4];
-    lpx_status want;
-    const char *msg;   /* the CPU kernels' message before the spec (exact) */
-} bad_case;
 
 static const bad_case bad[] = {
     /* binary */
@@ -128,57 +53,7 @@ static const bad_case bad[] = {
     {"matmul", 3, {T(LPX_F32, 2, 2, 3), T(LPX_F32, 2, 3, 2), T(LPX_F32, 2, 2, 3)}, LPX_ESHAPE, NULL},
 };
 
-/* Builds args of case k on device dev into v (tensors into ts). */
-static void build(const bad_case *k, lpx_device dev, lpx_value *v, lpx_tensor **ts)
-{
-    for (int i = 0; i < k->nargs; i++) {
-        const arg *a = &k->args[i];
-        ts[i] = NULL;
-        if (a->kind == 'T') {
-            CHECK_OK(lpx_tensor_new(a->t.dtype, a->t.ndim, a->t.shape, dev, &ts[i]));
-            v[i] = lpx_v_tensor(ts[i]);
-        } else if (a->kind == 'I') {
-            v[i] = lpx_v_i64(a->i);
-        } else {
-            v[i] = lpx_v_none();
-        }
-    }
-}
-
-static lpx_status run_case(const bad_case *k, lpx_device dev, char *msg, size_t len)
-{
-    lpx_op op;
-    CHECK_OK(lpx_op_find(k->op, &op));
-    lpx_value v[4];
-    lpx_tensor *ts[4];
-    build(k, dev, v, ts);
-    lpx_call c;
-    lpx_call_init(&c, op, v, k->nargs);
-    lpx_status st = lpx_dispatch(&c);
-    snprintf(msg, len, "%s", st ? lpx_last_error() : "");
-    if (!st) lpx_call_release_rets(&c);
-    for (int i = 0; i < k->nargs; i++) lpx_tensor_release(ts[i]);
-    return st;
-}
-
-static void test_refused_by_dispatcher(void)
-{
-    lpx_device nc = {NOCHK_DEVICE, 0};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        const bad_case *k = &bad[i];
-        char cpu_msg[1024], nc_msg[1024];
-        lpx_status cpu_st = run_case(k, lpx_cpu(), cpu_msg, sizeof cpu_msg);
-        int before = reached;
-        lpx_status nc_st = run_case(k, nc, nc_msg, sizeof nc_msg);
-        CHECKF(cpu_st == k->want, "case %zu (%s): cpu status %d, want %d (%s)", i, k->op, cpu_st, k->want, cpu_msg);
-        CHECKF(nc_st == cpu_st, "case %zu (%s): check-free backend status %d, cpu %d (%s)", i, k->op, nc_st, cpu_st,
-               nc_msg);
-        CHECKF(reached == before, "case %zu (%s): the check-free kernel ran on bad arguments", i, k->op);
-        CHECKF(!strcmp(cpu_msg, nc_msg), "case %zu (%s): messages differ:\n  cpu:    %s\n  nochk:  %s", i, k->op,
-               cpu_msg, nc_msg);
-        if (k->msg) CHECKF(!strcmp(cpu_msg, k->msg), "case %zu (%s): message '%s', want '%s'", i, k->op, cpu_msg, k->msg);
-    }
-}
+static void test_refused_by_dispatcher(void) { spec_check_bad(bad, sizeof bad / sizeof *bad); }
 
 /* Good arguments reach the kernel with the normalised ones. */
 static void test_good_args_reach_kernel(void)

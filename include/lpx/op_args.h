@@ -74,13 +74,34 @@ typedef struct lpx_matmul_args {
     lpx_gemm_geom g;
 } lpx_matmul_args;
 
+/* The other groups' families: one header each, each defining its structs
+ * and LPX_SPEC_FAMILIES_<GROUP>(X), the list of its family names (one
+ * list drives the union below, the dispatcher's table and the size
+ * checks). */
+#include "op_args_views.h"
+#include "op_args_elementwise.h"
+#include "op_args_nn.h"
+#include "op_args_lowp.h"
+#include "op_args_optim.h"
+
+/** The families above, by name: X(family) each. */
+#define LPX_SPEC_FAMILIES_CORE(X) X(binary) X(softmax) X(softmax_backward) X(matmul)
+
+/** Every family: the core ones and each group's. */
+#define LPX_SPEC_FAMILIES(X)                                                                            \
+    LPX_SPEC_FAMILIES_CORE(X)                                                                           \
+    LPX_SPEC_FAMILIES_VIEWS(X)                                                                          \
+    LPX_SPEC_FAMILIES_ELEMENTWISE(X)                                                                    \
+    LPX_SPEC_FAMILIES_NN(X)                                                                             \
+    LPX_SPEC_FAMILIES_LOWP(X)                                                                           \
+    LPX_SPEC_FAMILIES_OPTIM(X)
+
 /** Room for any family's struct. Grows (plugin ABI minor) when a family
  *  is added; nothing outside an lpx_op_frame is laid out around it. */
 typedef union lpx_op_args_any {
-    lpx_binary_args binary;
-    lpx_softmax_args softmax;
-    lpx_softmax_backward_args softmax_backward;
-    lpx_matmul_args matmul;
+#define LPX__OP_ARGS_MEMBER(f) lpx_##f##_args f;
+    LPX_SPEC_FAMILIES(LPX__OP_ARGS_MEMBER)
+#undef LPX__OP_ARGS_MEMBER
 } lpx_op_args_any;
 
 /** What a backend kernel of an op with a spec family is handed: the

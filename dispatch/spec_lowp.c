@@ -1,0 +1,3 @@
+/* The spec families of include/lpx/op_args_lowp.h: their meta functions
+ * (the conventions are spec.c's). */
+#include "spec_internal.h"
