@@ -85,13 +85,15 @@ def _filter(pre):
     return src
 
 
-def generate(cc=("cc",), include=(), defines=()):
+def generate(cc=("cc",), include=(), defines=(), depfile=None, target=None):
     """The cdef text of the public headers, with `cc` (a command list) and
     the include directories `include` (the repository's include/ and
-    dlpack's)."""
+    dlpack's); `depfile`: also write the headers read there, as make rules
+    for `target` (the build's dependency tracking)."""
     flags = [f"-I{d}" for d in include] + list(_MACROS) + list(defines)
     driver = "".join(f"#include <{h}>\n" for h in HEADERS)
-    pre = _run(list(cc) + ["-E", "-std=c11", "-x", "c", "-"] + flags, driver)
+    deps = ["-MD", "-MF", depfile, "-MT", target or "liblpx_cffi.py"] if depfile else []
+    pre = _run(list(cc) + ["-E", "-std=c11", "-x", "c", "-"] + flags + deps, driver)
     defs = _run(list(cc) + ["-E", "-dM", "-std=c11", "-x", "c", "-"] + flags, driver)
     consts = sorted({m.group(0).strip() for m in map(_DEFINE.match, defs.splitlines()) if m})
     consts = [re.sub(r"[uUlL]+(\)?)$", r"\1", c).replace("(", "").replace(")", "") for c in consts]
@@ -131,8 +133,9 @@ def _main(argv):
     ap.add_argument("-I", dest="include", action="append", default=[])
     ap.add_argument("--cc", nargs="+", default=["cc"], help="the C compiler command (as meson's cmd_array)")
     ap.add_argument("--cdef", action="store_true", help="write the declarations' text, not a module")
+    ap.add_argument("--depfile", help="also write the headers it read (make rules), for meson")
     a = ap.parse_args(argv)
-    text = generate(a.cc, a.include)
+    text = generate(a.cc, a.include, depfile=a.depfile, target=a.output)
     if not a.cdef:
         text = module_text(text)
     tmp = a.output + ".tmp"

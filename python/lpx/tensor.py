@@ -9,13 +9,13 @@ LPX_DEVICE_CPU = 1  # replaced by tensor.h's value when liblpx loads
 _DEVICE_CUDA = 2    # LPX_DEVICE_CUDA (= DLPack's kDLCUDA)
 
 
-_TENSOR_P = None
+_TENSOR_P = _TENSOR_PP = None
 
 
 def _device_constants(lib):
-    global LPX_DEVICE_CPU, _DEVICE_CUDA, _TENSOR_P
+    global LPX_DEVICE_CPU, _DEVICE_CUDA, _TENSOR_P, _TENSOR_PP
     LPX_DEVICE_CPU, _DEVICE_CUDA = lib.LPX_DEVICE_CPU, lib.LPX_DEVICE_CUDA
-    _TENSOR_P = _ffi.ffi.typeof("lpx_tensor *")
+    _TENSOR_P, _TENSOR_PP = _ffi.ffi.typeof("lpx_tensor *"), _ffi.ffi.typeof("lpx_tensor **")
 
 
 _ffi._on_load.append(_device_constants)
@@ -448,8 +448,10 @@ def _h(t):
 
 
 def _op(fn, *args):
-    out = _ffi.ffi.new("lpx_tensor **")
-    _check(fn(*args, out))
+    out = _ffi.ffi.new(_TENSOR_PP)
+    st = fn(*args, out)
+    if st:
+        _check(st)
     return Tensor(out[0])
 
 
