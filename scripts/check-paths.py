@@ -53,6 +53,8 @@ ALLOW = {
     "lpx-int8row.c",
     # build outputs named by their place in the build directory
     "bench/torch_add_out", "tools/lpx/lpx",
+    # the Python binding's declarations, generated beside liblpx (meson.build)
+    "liblpx_cffi.py",
     # Random123's known-answer file (tests/test_creation.c cites its source)
     "tests/kat_vectors",
     # paths inside gpu-stage/ (scripts/gpu-stage.sh copies bench/gpu/*.py

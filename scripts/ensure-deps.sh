@@ -1,9 +1,11 @@
 #!/bin/sh
 # Installs the Debian packages lpx needs when they are missing: with
 # apt-get when run as root, otherwise prints the exact command and fails.
-# Quiet when everything is there.
+# Quiet when everything is there. python3-cffi: the build generates the
+# Python binding's declarations with it (python/lpx/_cdefgen.py), and the
+# binding calls liblpx through it.
 set -e
-PKGS="gcc g++ make meson ninja-build pkg-config python3 libffi-dev uthash-dev libopenblas-dev libcjson-dev"
+PKGS="gcc g++ make meson ninja-build pkg-config python3 python3-cffi libffi-dev uthash-dev libopenblas-dev libcjson-dev"
 # `ensure-deps.sh test`: also what the suite exercises beyond the build
 # (Open MPI, so the lpx-mpi.so plugin is built and run with mpirun; clang
 # and its libFuzzer runtime for the fuzz targets of tests/fuzz/; numpy

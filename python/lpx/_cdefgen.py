@@ -18,7 +18,7 @@ no compiler), or, when this interpreter has no cffi, a module that
 parses the same text with cffi when imported.
 
 Run at build time (meson.build: liblpx_cffi.py beside liblpx; the wheel
-installs it as lpx/_lpx_cffi.py), and by lpx._ffi itself in a source
+bundles it beside its liblpx, in lpx/_lib/), and by lpx._ffi itself in a source
 checkout that has no built copy (needs a C compiler and cffi then):
 
     python3 python/lpx/_cdefgen.py -o liblpx_cffi.py [--cc cc ...] -I include -I third_party/dlpack/include
