@@ -115,9 +115,19 @@ def load_library(path=None):
     if _library is not None:
         return _library
     where, bundled = (path, False) if path else _find_library()
-    f = _declarations(where)
     try:
+        import _cffi_backend
+    except ImportError:
+        raise LpxLoadError(_EPLUGIN, "the lpx binding calls liblpx through cffi, which this Python lacks: "
+                                     "pip install cffi (Debian: apt-get install python3-cffi)") from None
+    try:
+        # the library first (with no declarations), so that a wrong path is
+        # said as such whatever else is missing
+        _cffi_backend.FFI().dlopen(where)
+        f = _declarations(where)
         clib = f.dlopen(where)
+    except LpxLoadError:
+        raise
     except OSError as e:
         raise LpxLoadError(_EPLUGIN, f"cannot load liblpx from '{where}' ({e}); build it (make) or point "
                                      "LPX_LIBRARY at liblpx.so") from None
@@ -159,7 +169,7 @@ def L():
 
 def string(p):
     """A C string (const char *) as str, or None for NULL."""
-    return None if p == NULL else ffi.string(p).decode("utf-8", "replace")
+    return None if p == NULL else ffi.string(p).decode()
 
 
 def last_error():

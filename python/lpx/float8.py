@@ -3,7 +3,7 @@ recipe (lpx_float8_linear_recipe, overridable GEMM by GEMM), its
 forward context and its delayed-scaling state (float8.h)."""
 from . import _ffi
 from ._errors import _EINVAL, _ENOTFOUND, _EPLUGIN, LpxError, LpxLoadError, LpxTypeError, LpxValueError
-from ._ffi import check as _check, load_library
+from ._ffi import check as _check
 from .tensor import Tensor, _dtype, _dtype_name, _fp8, _h, _op, _opt, _t
 
 # float8.h's LPX_FLOAT8_LOGICAL, ((lpx_dtype)-1): a cast, not an integer
