@@ -24,13 +24,17 @@ _ffi._on_load.append(_device_constants)
 def _handle(h):
     """An lpx_tensor * of a handle: a cffi pointer, an int address or a
     ctypes c_void_p."""
+    f = _ffi.ffi
+    if f is None:
+        load_library()
+        f = _ffi.ffi
+    if isinstance(h, f.CData):
+        return h if f.typeof(h) is _TENSOR_P else f.cast("lpx_tensor *", h)
     if isinstance(h, int):
-        return _ffi.ffi.cast("lpx_tensor *", h)
-    if isinstance(h, _ffi.ffi.CData):
-        return h if _ffi.ffi.typeof(h) is _TENSOR_P else _ffi.ffi.cast("lpx_tensor *", h)
+        return f.cast("lpx_tensor *", h)
     v = getattr(h, "value", None)   # a ctypes pointer
     if isinstance(v, int):
-        return _ffi.ffi.cast("lpx_tensor *", v)
+        return f.cast("lpx_tensor *", v)
     raise TypeError(f"an lpx tensor handle is an int or a pointer, not {type(h).__name__}")
 
 
