@@ -318,10 +318,11 @@ def wrap(line, opener, width=118):
     return "\n".join(out + [cur])
 
 
-def generate(ops_def, ops_h, hand, errors):
-    """The generated C file's text; every disagreement appended to errors."""
+def generate(ops_def, ops_h, hand, errors, files=None):
+    """The generated C file's text; every disagreement appended to errors
+    (files: gets every file read, for the depfile)."""
     try:
-        rows = read_rows(ops_def)
+        rows = read_rows(ops_def, files)
     except OSError as e:
         errors.append(f"ops.def: {e}")
         return None
@@ -413,6 +414,7 @@ def run(argv):
     ap.add_argument("--ops-h")
     ap.add_argument("--hand")
     ap.add_argument("-o", "--output")
+    ap.add_argument("--depfile", help="write a make-style depfile of every file read (ops.def's #includes)")
     ap.add_argument("--self-test", action="store_true")
     a = ap.parse_args(argv)
     if a.self_test:
@@ -420,7 +422,8 @@ def run(argv):
     if not (a.ops_def and a.ops_h and a.hand):
         ap.error("--ops-def, --ops-h and --hand are required")
     errors = []
-    got = generate(a.ops_def, a.ops_h, a.hand, errors)
+    files = []
+    got = generate(a.ops_def, a.ops_h, a.hand, errors, files)
     for e in errors:
         print(f"gen-ops: {e}", file=sys.stderr)
     if errors:
@@ -430,6 +433,9 @@ def run(argv):
     head, out = got
     if a.output:
         emit(a.output, a.ops_def, a.ops_h, a.hand, head, out)
+        if a.depfile:
+            with open(a.depfile, "w") as f:
+                f.write(a.output + ": " + " ".join(files + [a.ops_h, a.hand]).replace("\\", "/") + "\n")
     else:
         print(f"gen-ops: {len(out)} wrappers, ops.h agrees with ops.def")
     return 0
