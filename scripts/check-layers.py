@@ -153,6 +153,12 @@ def object_component(obj):
     """liblpx.so.0.1.0.p/subclasses_float8_float8_kind.c.o -> subclasses/float8"""
     name = os.path.basename(obj)
     name = name[:-len(".c.o")] if name.endswith(".c.o") else name
+    # a generated source (meson-generated_.._dispatch_ops_api.c.o, the typed
+    # API scripts/gen-ops.py writes): its name says its component
+    if name.startswith("meson-generated_"):
+        name = name[len("meson-generated_"):]
+        while name.startswith(".._"):
+            name = name[len(".._"):]
     for comp in sorted(RANK, key=len, reverse=True):
         prefix = comp.replace("/", "_") + "_"
         if name.startswith(prefix):

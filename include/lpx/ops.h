@@ -7,7 +7,13 @@
  * kind, must have the result's shape; may alias an input of the same
  * layout) and return no new reference. Errors are those of the kernel:
  * LPX_EINVAL (NULL), LPX_ESHAPE, LPX_EDTYPE, LPX_EDEVICE, LPX_ENOTIMPL,
- * LPX_ENOMEM, each with a message in lpx_last_error(). */
+ * LPX_ENOMEM, each with a message in lpx_last_error().
+ *
+ * Each op's function here has the signature its schema in ops.def gives
+ * (Tensor -> lpx_tensor *, int -> int64_t, int[] -> int n, const int64_t *,
+ * results -> lpx_tensor ** after the arguments, ...): the build checks every
+ * prototype against its row and generates the wrappers (scripts/gen-ops.py;
+ * the exceptions are listed in docs/ARCHITECTURE.md, "The op spec"). */
 #ifndef LPX_OPS_H
 #define LPX_OPS_H
 

@@ -1,81 +1,42 @@
-/* Typed API: views and layout ops, plus lpx_split / lpx_chunk (built on
- * lpx_narrow, so every kind that implements narrow gets them) and
- * lpx_item. */
+/* The typed API functions that are not generated from include/lpx/ops.def
+ * (scripts/gen-ops.py writes the others into the build directory; its HAND
+ * table lists these and why, docs/ARCHITECTURE.md "The op spec"): two ops
+ * whose C API is not the schema's rule (rmsnorm_backward, adamw_) and three
+ * functions that are not ops (lpx_split, lpx_chunk, lpx_item). The build
+ * checks their prototypes in ops.h against the schemas all the same. */
 #include <stdio.h>
 #include "api_util.h"
 #include "../core/dtype_internal.h"
 
-/* A negative count cannot travel in the uint32 length of a list value. */
-static lpx_status check_count(lpx_op op, const char *what, int n, lpx_tensor **out)
+/* ---- ops whose typed API is not the rule's ---------------------------- */
+
+lpx_status lpx_rmsnorm_backward(lpx_tensor *grad, lpx_tensor *x, lpx_tensor *weight, lpx_tensor *rstd,
+                                lpx_tensor **grad_x, lpx_tensor **grad_w)
 {
-    if (out) *out = NULL;
-    if (n < 0) return lpx_error(LPX_EINVAL, "%s: %s %d is negative", lpx_op_name(op), what, n);
-    return LPX_OK;
+    if (grad_w) *grad_w = NULL;
+    if (!grad_x) return lpx_error(LPX_EINVAL, "rmsnorm_backward: grad_x is NULL");
+    lpx_value args[4] = {lpx_v_tensor(grad), lpx_v_tensor(x), lpx_v_opt_tensor(weight), lpx_v_tensor(rstd)};
+    /* the op always computes grad_w; this API hands it out only when there
+     * is a weight to apply it to (see ops.h) */
+    return lpx__call_ret2(LPX_OP_rmsnorm_backward, args, 4, grad_x, weight ? grad_w : NULL);
 }
 
-static lpx_status shape_op(lpx_op op, lpx_tensor *x, int ndim, const int64_t *shape, lpx_tensor **out)
+/* adamw_: the four lists share one count n, n == 0 returns before any
+ * dispatch (nothing to dispatch on), and a NULL list is refused by name. */
+lpx_status lpx_adamw_(lpx_tensor *const *params, lpx_tensor *const *grads, lpx_tensor *const *exp_avg,
+                      lpx_tensor *const *exp_avg_sq, int n, double lr, double beta1, double beta2, double eps,
+                      double weight_decay, int64_t step)
 {
-    lpx_status st = check_count(op, "ndim", ndim, out);
-    if (st) return st;
-    lpx_value v[] = {lpx_v_tensor(x), lpx_v_ints(shape, (uint32_t)ndim)};
-    return lpx__call_ret1(op, v, 2, out);
-}
-
-static lpx_status tensor_op(lpx_op op, lpx_tensor *x, lpx_tensor **out)
-{
-    lpx_value v[] = {lpx_v_tensor(x)};
-    return lpx__call_ret1(op, v, 1, out);
-}
-
-lpx_status lpx_view(lpx_tensor *x, int ndim, const int64_t *shape, lpx_tensor **out)
-{
-    return shape_op(LPX_OP_view, x, ndim, shape, out);
-}
-
-lpx_status lpx_reshape(lpx_tensor *x, int ndim, const int64_t *shape, lpx_tensor **out)
-{
-    return shape_op(LPX_OP_reshape, x, ndim, shape, out);
-}
-
-lpx_status lpx_expand(lpx_tensor *x, int ndim, const int64_t *shape, lpx_tensor **out)
-{
-    return shape_op(LPX_OP_expand, x, ndim, shape, out);
-}
-
-lpx_status lpx_permute(lpx_tensor *x, int ndim, const int64_t *dims, lpx_tensor **out)
-{
-    return shape_op(LPX_OP_permute, x, ndim, dims, out);
-}
-
-lpx_status lpx_transpose(lpx_tensor *x, int64_t dim0, int64_t dim1, lpx_tensor **out)
-{
-    lpx_value v[] = {lpx_v_tensor(x), lpx_v_i64(dim0), lpx_v_i64(dim1)};
-    return lpx__call_ret1(LPX_OP_transpose, v, 3, out);
-}
-
-lpx_status lpx_t(lpx_tensor *x, lpx_tensor **out) { return tensor_op(LPX_OP_t, x, out); }
-lpx_status lpx_contiguous(lpx_tensor *x, lpx_tensor **out) { return tensor_op(LPX_OP_contiguous, x, out); }
-lpx_status lpx_clone(lpx_tensor *x, lpx_tensor **out) { return tensor_op(LPX_OP_clone, x, out); }
-lpx_status lpx_detach(lpx_tensor *x, lpx_tensor **out) { return tensor_op(LPX_OP_detach, x, out); }
-
-lpx_status lpx_slice(lpx_tensor *x, int64_t dim, int64_t start, int64_t end, int64_t step, lpx_tensor **out)
-{
-    lpx_value v[] = {lpx_v_tensor(x), lpx_v_i64(dim), lpx_v_i64(start), lpx_v_i64(end), lpx_v_i64(step)};
-    return lpx__call_ret1(LPX_OP_slice, v, 5, out);
-}
-
-lpx_status lpx_narrow(lpx_tensor *x, int64_t dim, int64_t start, int64_t length, lpx_tensor **out)
-{
-    lpx_value v[] = {lpx_v_tensor(x), lpx_v_i64(dim), lpx_v_i64(start), lpx_v_i64(length)};
-    return lpx__call_ret1(LPX_OP_narrow, v, 4, out);
-}
-
-lpx_status lpx_cat(lpx_tensor *const *xs, int n, int64_t dim, lpx_tensor **out)
-{
-    lpx_status st = check_count(LPX_OP_cat, "n", n, out);
-    if (st) return st;
-    lpx_value v[] = {lpx_v_tensors(xs, (uint32_t)n), lpx_v_i64(dim)};
-    return lpx__call_ret1(LPX_OP_cat, v, 2, out);
+    if (n < 0) return lpx_error(LPX_EINVAL, "adamw_: n = %d is negative", n);
+    if (n == 0) return LPX_OK; /* nothing to dispatch on, nothing to do */
+    if (!params || !grads || !exp_avg || !exp_avg_sq)
+        return lpx_error(LPX_EINVAL, "adamw_: %s is NULL with n = %d",
+                         !params ? "params" : !grads ? "grads" : !exp_avg ? "exp_avg" : "exp_avg_sq", n);
+    uint32_t un = (uint32_t)n;
+    lpx_value args[10] = {lpx_v_tensors(params, un), lpx_v_tensors(grads, un), lpx_v_tensors(exp_avg, un),
+                          lpx_v_tensors(exp_avg_sq, un), lpx_v_f64(lr), lpx_v_f64(beta1), lpx_v_f64(beta2),
+                          lpx_v_f64(eps), lpx_v_f64(weight_decay), lpx_v_i64(step)};
+    return lpx__call_ret0(LPX_OP_adamw_, args, 10);
 }
 
 /* ---- split / chunk ---------------------------------------------------- */
