@@ -338,6 +338,12 @@ static void test_narrow_and_refusals(void)
     CHECK_ERR(lpx_narrow(q, 1, 0, 8, &bad), LPX_ENOTIMPL);      /* the block dim */
     CHECK(strstr(lpx_last_error(), "mxfp4") != NULL);
     CHECK_ERR(lpx_narrow(q, 0, 8, 5, &bad), LPX_ERANGE);
+    CHECK_ERR(lpx_narrow(q, -3, 0, 1, &bad), LPX_ERANGE);           /* the typed kernel's message */
+    CHECKF(!strcmp(lpx_last_error(), "narrow(mxfp4): dim -3 out of range for 2 dims"), "%s", lpx_last_error());
+    lpx_tensor *neg = NULL;
+    CHECK_OK(lpx_narrow(q, -2, -4, 2, &neg));                       /* dim and start from the end */
+    CHECK(neg && lpx_tensor_kind(neg) == kfp4 && lpx_tensor_shape(neg)[0] == 2);
+    lpx_tensor_release(neg);
     /* 1-D: whole blocks only */
     lpx_tensor *p1 = NULL;
     CHECK_OK(lpx_narrow(q1, 0, 32, 68, &p1));                     /* to the end: last block partial */
@@ -462,6 +468,19 @@ static void test_ops_and_fallback(void)
     CHECK_OK(lpx_clone(q, &cl));
     CHECK_OK(lpx_cast(q, LPX_BF16, false, &ca));
     CHECK(ca && lpx_tensor_dtype(ca) == LPX_BF16 && !lpx_tensor_kind(ca));
+    /* the typed view/copy kernels: contiguous is q itself, detach shares
+     * its inner tensors, cast to f32 is the dequantized tensor */
+    lpx_tensor *co = NULL, *de = NULL, *c32 = NULL;
+    CHECK_OK(lpx_contiguous(q, &co));
+    CHECK(co == q);
+    CHECK_OK(lpx_detach(q, &de));
+    CHECK(de && de != q && lpx_tensor_kind(de) == lpx_tensor_kind(q) && lpx_tensor_inner(de, 0) == lpx_tensor_inner(q, 0));
+    CHECK_OK(lpx_cast(q, LPX_F32, false, &c32));
+    CHECK(c32 && lpx_tensor_dtype(c32) == LPX_F32 && !lpx_tensor_kind(c32));
+    if (c32 && d) CHECK(max_abs_diff(c32, d) == 0);
+    lpx_tensor_release(co);
+    lpx_tensor_release(de);
+    lpx_tensor_release(c32);
     char desc[256];
     CHECK(lpx_kind_vtable(kfp8)->describe(q, desc, sizeof desc) > 0);
     CHECKF(strstr(desc, "mxfp8 [4, 64]") && strstr(desc, "8.25 bits"), "%s", desc);

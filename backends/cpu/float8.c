@@ -410,11 +410,10 @@ static lpx_status quant_columns(const lpx_call *c, quant_job *j, uint32_t *colma
 }
 
 /* Reads a static scale into j->scale (and its reciprocals), checking that
- * every value is finite and > 0. */
+ * every value is finite and > 0: a check that reads data, so the kernel's
+ * (the spec checked the scale's dtype and shape). */
 static lpx_status read_static_scale(const lpx_call *c, quant_job *j, const lpx_tensor *st)
 {
-    lpx_status e;
-    if ((e = cpu_check_dense(c, "scale", st))) return e;
     int64_t ns = j->outer * j->inner;
     cpu_view v;
     cpu_view_of(&v, st);
@@ -434,17 +433,13 @@ static lpx_status read_static_scale(const lpx_call *c, quant_job *j, const lpx_t
 
 static lpx_status k_fp8_quantize(lpx_call *c)
 {
-    lpx_tensor *x = cpu_tensor_arg(c, 0), *sarg = cpu_tensor_arg(c, 1);
-    lpx_dtype fp8 = c->args[2].u.d;
-    bool has_dim = c->args[3].tag == LPX_TAG_I64;
-    bool pow2 = c->args[4].u.b, sat = c->args[6].u.b;
-    double scale_max = c->args[5].u.f;
+    const lpx_fp8_quantize_args *a = lpx_op_args_of(c);
+    lpx_tensor *x = a->x, *sarg = a->scale;
+    lpx_dtype fp8 = a->fp8;
+    bool pow2 = a->pow2, sat = a->saturate;
+    double scale_max = a->scale_max;
+    const lpx_fp8_quant_geom g = a->g;
     lpx_status st;
-    lpx_fp8_quant_geom g;
-    if ((st = cpu_check_dense(c, "x", x)) ||
-        (st = lpx_meta_fp8_quantize(cpu_op_name(c), x, sarg, fp8, has_dim, has_dim ? c->args[3].u.i : 0, scale_max,
-                                    &g)))
-        return st;
     quant_job j;
     memset(&j, 0, sizeof j);
     cpu_view_of(&j.x, x);
@@ -506,12 +501,10 @@ fail:
 
 static lpx_status k_fp8_dequantize(lpx_call *c)
 {
-    lpx_tensor *q = cpu_tensor_arg(c, 0), *si = cpu_tensor_arg(c, 1);
-    lpx_dtype dt = c->args[2].u.d;
+    const lpx_fp8_dequantize_args *a = lpx_op_args_of(c);
+    lpx_tensor *q = a->q, *si = a->scale_inv;
+    lpx_dtype dt = a->dtype;
     lpx_status st;
-    if ((st = cpu_check_dense(c, "q", q)) || (st = cpu_check_dense(c, "scale_inv", si)) ||
-        (st = lpx_meta_fp8_dequantize(cpu_op_name(c), q, si, dt)))
-        return st;
     lpx_tensor *y;
     if ((st = cpu_new(c, dt, q->ndim, q->shape, &y))) return st;
     cpu_view vq, vs, vy;
@@ -551,13 +544,12 @@ static lpx_status k_fp8_dequantize(lpx_call *c)
 
 static lpx_status k_fp8_scale_from_amax(lpx_call *c)
 {
-    lpx_tensor *am = cpu_tensor_arg(c, 0);
-    lpx_dtype fp8 = c->args[1].u.d;
-    bool pow2 = c->args[2].u.b;
-    double smax = c->args[3].u.f;
+    const lpx_fp8_scale_from_amax_args *args = lpx_op_args_of(c);
+    lpx_tensor *am = args->amax;
+    lpx_dtype fp8 = args->fp8;
+    bool pow2 = args->pow2;
+    double smax = args->scale_max;
     lpx_status st;
-    if ((st = cpu_check_dense(c, "amax", am)) || (st = lpx_meta_fp8_scale_from_amax(cpu_op_name(c), am, fp8, smax)))
-        return st;
     lpx_tensor *s = NULL, *si = NULL;
     if ((st = cpu_new(c, LPX_F32, am->ndim, am->shape, &s)) || (st = cpu_new(c, LPX_F32, am->ndim, am->shape, &si))) {
         lpx_tensor_release(s);
@@ -570,7 +562,7 @@ static lpx_status k_fp8_scale_from_amax(lpx_call *c)
     for (int64_t i = 0; i < am->numel; i++) {
         float a;
         cpu_load_f32(&v, i, 1, &a);
-        if (!isfinite(a)) {
+        if (!isfinite(a)) {   /* a check that reads data: the kernel's */
             lpx_tensor_release(s);
             lpx_tensor_release(si);
             return lpx_error(LPX_ENUMERIC, "%s: amax[%lld] = %g; the scale formula needs a finite amax",

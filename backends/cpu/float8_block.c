@@ -49,15 +49,13 @@ static uint8_t encode(lpx_dtype fp8, float y, int sat)
 
 static lpx_status k_fp8_quantize_block(lpx_call *c)
 {
-    lpx_tensor *x = cpu_tensor_arg(c, 0);
-    lpx_dtype fp8 = c->args[1].u.d;
-    bool pow2 = c->args[4].u.b;
-    int sat = c->args[5].u.b ? 1 : 0;
-    lpx_fp8_block_geom g;
+    const lpx_fp8_quantize_block_args *args = lpx_op_args_of(c);
+    lpx_tensor *x = args->x;
+    lpx_dtype fp8 = args->fp8;
+    bool pow2 = args->pow2;
+    int sat = args->saturate ? 1 : 0;
+    const lpx_fp8_block_geom g = args->g;
     lpx_status st;
-    if ((st = cpu_check_dense(c, "x", x)) ||
-        (st = lpx_meta_fp8_quantize_block(cpu_op_name(c), x, fp8, c->args[2].u.i, c->args[3].u.i, &g)))
-        return st;
     int64_t R = g.rows, C = g.cols, gshape[2] = {g.grid_rows, g.grid_cols}, four = 4;
     lpx_tensor *q = NULL, *ts = NULL, *tsi = NULL, *tstats = NULL;
     float *row = NULL, *amax = NULL;
@@ -80,7 +78,7 @@ static lpx_status k_fp8_quantize_block(lpx_call *c)
         float *am = amax + (r / g.block_rows) * g.grid_cols;
         for (int64_t k = 0; k < C; k++) {
             float a = fabsf(row[k]);
-            if (!(a <= FLT_MAX)) {
+            if (!(a <= FLT_MAX)) {   /* a check that reads data: the kernel's */
                 st = lpx_error(LPX_ENUMERIC, "%s: block (%lld, %lld) of %lld x %lld holds %s at [%lld, %lld]; dynamic "
                                "scaling needs finite values", cpu_op_name(c), (long long)(r / g.block_rows),
                                (long long)(k / g.block_cols), (long long)g.block_rows, (long long)g.block_cols,
@@ -142,13 +140,11 @@ done:
 
 static lpx_status k_fp8_dequantize_block(lpx_call *c)
 {
-    lpx_tensor *q = cpu_tensor_arg(c, 0), *si = cpu_tensor_arg(c, 1);
-    lpx_dtype dt = c->args[4].u.d;
-    lpx_fp8_block_geom g;
+    const lpx_fp8_dequantize_block_args *a = lpx_op_args_of(c);
+    lpx_tensor *q = a->q, *si = a->scale_inv;
+    lpx_dtype dt = a->dtype;
+    const lpx_fp8_block_geom g = a->g;
     lpx_status st;
-    if ((st = cpu_check_dense(c, "q", q)) || (st = cpu_check_dense(c, "scale_inv", si)) ||
-        (st = lpx_meta_fp8_dequantize_block(cpu_op_name(c), q, si, c->args[2].u.i, c->args[3].u.i, dt, &g)))
-        return st;
     lpx_tensor *y = NULL, *sif = NULL;
     float *row = NULL;
     if ((st = cpu_new(c, dt, 2, q->shape, &y)) || (st = cpu_contiguous_f32(si, &sif))) goto done;
@@ -197,17 +193,11 @@ static float *decode_all(const lpx_tensor *t)
 
 static lpx_status k_fp8_mm_block(lpx_call *c)
 {
-    lpx_tensor *a = cpu_tensor_arg(c, 0), *asi = cpu_tensor_arg(c, 1), *b = cpu_tensor_arg(c, 4),
-               *bsi = cpu_tensor_arg(c, 5), *bias = cpu_tensor_arg(c, 8);
-    lpx_dtype odt = c->args[9].u.d;
-    lpx_fp8_block_mm_geom g;
+    const lpx_fp8_mm_block_args *args = lpx_op_args_of(c);
+    lpx_tensor *a = args->a, *asi = args->a_scale_inv, *b = args->b, *bsi = args->b_scale_inv, *bias = args->bias;
+    lpx_dtype odt = args->out_dtype;
+    const lpx_fp8_block_mm_geom g = args->g;
     lpx_status st;
-    if ((st = cpu_check_dense(c, "a", a)) || (st = cpu_check_dense(c, "a_scale_inv", asi)) ||
-        (st = cpu_check_dense(c, "b", b)) || (st = cpu_check_dense(c, "b_scale_inv", bsi)) ||
-        (bias && (st = cpu_check_dense(c, "bias", bias))) ||
-        (st = lpx_meta_fp8_mm_block(cpu_op_name(c), a, asi, c->args[2].u.i, c->args[3].u.i, b, bsi, c->args[6].u.i,
-                                    c->args[7].u.i, bias, odt, &g)))
-        return st;
     int64_t M = g.M, N = g.N, K = g.K, kb = g.a.block_cols, oshape[2] = {M, N};
     lpx_tensor *y = NULL, *sa = NULL, *sb = NULL, *bf = NULL;
     float *A = NULL, *B = NULL, *acc = NULL, *part = NULL;

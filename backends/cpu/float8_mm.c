@@ -7,7 +7,8 @@
  * once when it fits the scratch budget, else per tile. Operands stay in
  * their storage orientation (column-major ones go to sgemm as CblasTrans),
  * so decoding streams. The contract (shapes, layouts, scales) is
- * lpx_meta_fp8_scaled_mm's. */
+ * lpx_meta_fp8_scaled_mm's, checked by the dispatcher (spec family
+ * `fp8_scaled_mm`). */
 #include <limits.h>
 #include <string.h>
 #include LPX_CBLAS_HEADER
@@ -36,7 +37,7 @@ static lpx_status mm_layout(const lpx_call *c, const char *arg, const lpx_tensor
     o->cols = C;
     o->tab = cpu_f8_decode_table(t->dtype);
     /* size-1 dims have no meaningful stride */
-    /* row- or column-major: lpx_meta_fp8_scaled_mm checked it */
+    /* row- or column-major: lpx_meta_fp8_scaled_mm (the spec) checked it */
     bool row = (C <= 1 || s1 == 1) && (R <= 1 || s0 >= C);
     if (row) {
         o->colmajor = false;
@@ -45,7 +46,7 @@ static lpx_status mm_layout(const lpx_call *c, const char *arg, const lpx_tensor
         o->colmajor = true;
         o->ld = C <= 1 ? (R > 0 ? R : 1) : s1;
     }
-    if (o->ld > INT_MAX)
+    if (o->ld > INT_MAX)   /* sgemm's int leading dimension: this backend's limit */
         return lpx_error(LPX_ERANGE, "%s: %s has a leading dimension %lld beyond the BLAS int range", cpu_op_name(c),
                          arg, (long long)o->ld);
     return LPX_OK;
@@ -86,18 +87,14 @@ static void mm_scales(const lpx_tensor *s, int64_t n, bool per, float *dst)
 
 static lpx_status k_fp8_scaled_mm(lpx_call *c)
 {
-    lpx_tensor *a = cpu_tensor_arg(c, 0), *as = cpu_tensor_arg(c, 1), *b = cpu_tensor_arg(c, 2);
-    lpx_tensor *bs = cpu_tensor_arg(c, 3), *bias = cpu_tensor_arg(c, 4);
-    lpx_dtype odt = c->args[5].u.d;
+    const lpx_fp8_scaled_mm_args *args = lpx_op_args_of(c);
+    lpx_tensor *a = args->a, *as = args->a_scale_inv, *b = args->b, *bs = args->b_scale_inv, *bias = args->bias;
+    lpx_dtype odt = args->out_dtype;
     const char *op = cpu_op_name(c);
     lpx_status st;
-    lpx_fp8_mm_geom g;
-    if ((st = cpu_check_dense(c, "a", a)) || (st = cpu_check_dense(c, "b", b)) ||
-        (st = cpu_check_dense(c, "a_scale_inv", as)) || (st = cpu_check_dense(c, "b_scale_inv", bs)) ||
-        (bias && (st = cpu_check_dense(c, "bias", bias))) ||
-        (st = lpx_meta_fp8_scaled_mm(op, a, as, b, bs, bias, odt, &g)))
-        return st;
+    const lpx_fp8_mm_geom g = args->g;
     int64_t M = g.M, K = g.K, N = g.N;
+    /* sgemm's int sizes: what this backend has no code for */
     if (N > INT_MAX || K > INT_MAX || M > INT_MAX)
         return lpx_error(LPX_ERANGE, "%s: M, N or K beyond the BLAS int range", op);
     mm_operand oa, ob;

@@ -4,42 +4,13 @@
  * quantize, so its codes are q's codes transposed); axiswise, x^T is
  * quantized per row of x^T, i.e. per column of x.
  *
- * The kernel names no device: it checks the arguments and calls ops. The
- * CPU registers it, and the CUDA backend runs it for the inputs its fused
- * kernels do not serve (cuda_fp8_transpose.cu), so the argument checks and
- * their messages exist once. */
+ * The kernel names no device: it calls ops. The CPU registers it, and the
+ * CUDA backend runs it for the inputs its fused kernels do not serve
+ * (cuda_fp8_transpose.cu). Its arguments are checked by the dispatcher
+ * (spec family `fp8_quantize`, op_args_lowp.h), before either kernel. */
 #include <string.h>
 #include "../../dispatch/api_util.h"
 #include "cpu_internal.h"
-
-/* Fails unless t is a dense tensor on x's device. */
-static lpx_status dense_on(const lpx_call *c, const char *arg, const lpx_tensor *t, const lpx_tensor *x)
-{
-    if (!t) return lpx_error(LPX_EINVAL, "%s: %s is absent", cpu_op_name(c), arg);
-    if (lpx_tensor_kind(t))
-        return lpx_error(LPX_EINVAL, "%s: %s is of kind '%s'; the op takes dense tensors", cpu_op_name(c), arg,
-                         lpx_kind_name(lpx_tensor_kind(t)));
-    lpx_device a = lpx_tensor_device(x), b = lpx_tensor_device(t);
-    if (a.type != b.type || a.index != b.index)
-        return lpx_error(LPX_EDEVICE, "%s: %s is on another device than x", cpu_op_name(c), arg);
-    return LPX_OK;
-}
-
-/* Fails unless t is a contiguous tensor of dtype dt and shape [d0, d1]. */
-static lpx_status out_like(const lpx_call *c, const char *arg, const lpx_tensor *t, lpx_dtype dt, int64_t d0,
-                           int64_t d1)
-{
-    const int64_t *sh = lpx_tensor_shape(t);
-    bool shape_ok = lpx_tensor_ndim(t) == 2 && sh[0] == d0 && sh[1] == d1;
-    if (lpx_tensor_dtype(t) != dt || !shape_ok || !lpx_tensor_is_contiguous(t)) {
-        char s1[160];
-        return lpx_error(LPX_ESHAPE, "%s: %s is %s %s%s; expected a contiguous %s [%lld, %lld]", cpu_op_name(c), arg,
-                         lpx_dtype_name(lpx_tensor_dtype(t)), lpx_tensor_shape_str(t, s1, sizeof s1),
-                         lpx_tensor_is_contiguous(t) ? "" : " (not contiguous)", lpx_dtype_name(dt), (long long)d0,
-                         (long long)d1);
-    }
-    return LPX_OK;
-}
 
 /* One fp8_quantize through the dispatcher (x's device); outputs that are
  * NULL are dropped. */
@@ -54,36 +25,13 @@ static lpx_status quantize(lpx_tensor *x, lpx_tensor *scale, lpx_dtype fp8, bool
 
 static lpx_status k_fp8_quantize_t(lpx_call *c)
 {
-    lpx_tensor *x = cpu_tensor_arg(c, 0), *sarg = cpu_tensor_arg(c, 1);
-    lpx_dtype fp8 = c->args[2].u.d;
-    bool axiswise = c->args[3].u.b, pow2 = c->args[4].u.b, sat = c->args[6].u.b;
-    double scale_max = c->args[5].u.f;
-    lpx_tensor *qt = cpu_tensor_arg(c, 7), *st_ = cpu_tensor_arg(c, 8), *sit = cpu_tensor_arg(c, 9);
-    const char *op = cpu_op_name(c);
+    const lpx_fp8_quantize_args *a = lpx_op_args_of(c);
+    lpx_tensor *x = a->x, *sarg = a->scale;
+    lpx_dtype fp8 = a->fp8;
+    bool axiswise = a->axiswise, pow2 = a->pow2, sat = a->saturate;
+    double scale_max = a->scale_max;
+    lpx_tensor *qt = a->qt, *st_ = a->scale_t, *sit = a->scale_inv_t;
     lpx_status st;
-    if (!x) return lpx_error(LPX_EINVAL, "%s: x is absent", op);
-    if ((st = dense_on(c, "x", x, x))) return st;
-    if (lpx_tensor_ndim(x) != 2) {
-        char s1[160];
-        return lpx_error(LPX_ESHAPE, "%s: x has shape %s; the transposed quantize takes a 2-D x [R, C]", op,
-                         lpx_tensor_shape_str(x, s1, sizeof s1));
-    }
-    if (axiswise && sarg)
-        return lpx_error(LPX_EINVAL, "%s: a static scale was given with axiswise scaling; static scales are "
-                                     "tensorwise here (x and x^T would need different ones)", op);
-    if (fp8 != LPX_F8E4M3FN && fp8 != LPX_F8E5M2)
-        return lpx_error(LPX_EDTYPE, "%s: fp8 is %s; it must be f8e4m3fn or f8e5m2", op, lpx_dtype_name(fp8));
-    int64_t R = lpx_tensor_shape(x)[0], C = lpx_tensor_shape(x)[1];
-    if ((st = dense_on(c, "qt", qt, x)) || (st = dense_on(c, "scale_t", st_, x)) ||
-        (st = dense_on(c, "scale_inv_t", sit, x)) || (st = out_like(c, "qt", qt, fp8, C, R)))
-        return st;
-    int64_t ns = axiswise ? C : 1;
-    if (lpx_tensor_dtype(st_) != LPX_F32 || lpx_tensor_dtype(sit) != LPX_F32 || lpx_tensor_numel(st_) != ns ||
-        lpx_tensor_numel(sit) != ns || (axiswise && ((st = out_like(c, "scale_t", st_, LPX_F32, C, 1)) ||
-                                                     (st = out_like(c, "scale_inv_t", sit, LPX_F32, C, 1)))))
-        return st ? st
-                  : lpx_error(LPX_ESHAPE, "%s: scale_t and scale_inv_t must be f32 with %lld value%s (%s)", op,
-                              (long long)ns, ns == 1 ? "" : "s", axiswise ? "[C, 1]" : "numel 1, tensorwise");
     lpx_tensor *q = NULL, *s = NULL, *si = NULL, *stats = NULL, *xt = NULL, *q2 = NULL, *s2 = NULL, *si2 = NULL;
     lpx_tensor **o1[4] = {&q, &s, &si, &stats}, **o2[4] = {&q2, &s2, &si2, NULL};
     if ((st = quantize(x, sarg, fp8, axiswise, pow2, scale_max, sat, o1))) goto done;

@@ -34,7 +34,7 @@
 /* f32 elements of the quantize staging buffer (a whole number of blocks) */
 #define NF4_STAGE_ELEMS 8192
 
-/* ---- payload checks ---------------------------------------------------- */
+/* ---- the payload ------------------------------------------------------- */
 
 /* The four payload tensors of an NF4 op, checked for dtype, rank, layout
  * and mutual consistency. */
@@ -47,26 +47,17 @@ typedef struct nf4_payload {
     int64_t padded;      /* elements the codes cover */
 } nf4_payload;
 
-/* Reads args first..first+5: codes, qscalers, factors, mean, block,
- * scaler_block: CPU tensors (checked here), the payload's contract
- * (lpx_meta_nf4_payload). */
-static lpx_status payload_arg(const lpx_call *c, int first, nf4_payload *p)
+/* The payload the spec checked (lpx_nf4_payload_args: the contract is
+ * lpx_meta_nf4_payload's), as the loops read it. */
+static void payload_of(const lpx_nf4_payload_args *a, nf4_payload *p)
 {
-    const lpx_tensor *codes = cpu_tensor_arg(c, first), *qs = cpu_tensor_arg(c, first + 1),
-                     *f = cpu_tensor_arg(c, first + 2), *mean = cpu_tensor_arg(c, first + 3);
-    int64_t block = c->args[first + 4].u.i, sblock = c->args[first + 5].u.i;
-    lpx_status st;
-    if ((st = cpu_check_dense(c, "codes", codes)) || (st = cpu_check_dense(c, "qscalers", qs)) ||
-        (st = cpu_check_dense(c, "factors", f)) || (st = cpu_check_dense(c, "mean", mean)) ||
-        (st = lpx_meta_nf4_payload(cpu_op_name(c), codes, qs, f, mean, block, sblock, &p->padded)))
-        return st;
-    p->codes = lpx_tensor_data(codes);
-    p->qs = lpx_tensor_data(qs);
-    p->f = lpx_tensor_data(f);
-    p->mean = *(const float *)lpx_tensor_data(mean);
-    p->block = block;
-    p->sblock = sblock;
-    return LPX_OK;
+    p->codes = lpx_tensor_data(a->codes);
+    p->qs = lpx_tensor_data(a->qscalers);
+    p->f = lpx_tensor_data(a->factors);
+    p->mean = *(const float *)lpx_tensor_data(a->mean);
+    p->block = a->block;
+    p->sblock = a->scaler_block;
+    p->padded = a->padded;
 }
 
 
@@ -266,15 +257,13 @@ static void deq_range(const nf4_payload *p, int64_t start, int64_t count, lpx_dt
 
 static lpx_status k_nf4_dequantize(lpx_call *c)
 {
+    const lpx_nf4_dequantize_args *a = lpx_op_args_of(c);
     nf4_payload p;
-    lpx_status st = payload_arg(c, 0, &p);
-    if (st) return st;
-    int64_t start = c->args[6].u.i, count = c->args[7].u.i;
-    lpx_dtype dtype = c->args[8].u.d;
-    lpx_tensor *out = cpu_tensor_arg(c, 9);
-    const char *op = cpu_op_name(c);
-    if ((out && (st = cpu_check_dense(c, "out", out))) || (st = lpx_meta_nf4_range(op, p.padded, start, count, dtype, out)))
-        return st;
+    payload_of(&a->p, &p);
+    int64_t start = a->start, count = a->count;
+    lpx_dtype dtype = a->dtype;
+    lpx_tensor *out = a->out;
+    lpx_status st;
     if (out) {
         lpx_tensor_retain(out);
     } else if ((st = cpu_new(c, dtype, 1, &count, &out))) {
@@ -414,11 +403,11 @@ static void quantize_scalers(const float *s, int64_t nb, int64_t sblock, int8_t 
 
 static lpx_status k_nf4_quantize(lpx_call *c)
 {
-    lpx_tensor *x = cpu_tensor_arg(c, 0);
-    int64_t B = c->args[1].u.i, S = c->args[2].u.i;
+    const lpx_nf4_quantize_args *a = lpx_op_args_of(c);
+    lpx_tensor *x = a->x;
+    int64_t B = a->block, S = a->scaler_block;
     lpx_status st;
-    lpx_nf4_sizes sz;
-    if ((st = cpu_check_dense(c, "x", x)) || (st = lpx_meta_nf4_quantize(cpu_op_name(c), x, B, S, &sz))) return st;
+    const lpx_nf4_sizes sz = a->sz;
     int64_t n = x->numel, padded = sz.padded, nb = sz.blocks;
     int64_t shapes[4] = {padded / 2, nb, sz.scaler_blocks, 1};
     lpx_dtype dts[4] = {LPX_U8, LPX_I8, LPX_F32, LPX_F32};
@@ -498,18 +487,16 @@ static void nf4_gemm(const nf4_payload *p, const float *x, int64_t M, int64_t ro
 
 static lpx_status k_nf4_mm(lpx_call *c)
 {
-    lpx_tensor *x = cpu_tensor_arg(c, 0), *bias = cpu_tensor_arg(c, 10);
+    const lpx_nf4_mm_args *a = lpx_op_args_of(c);
+    lpx_tensor *x = a->x, *bias = a->bias;
     nf4_payload p;
+    payload_of(&a->p, &p);
     lpx_status st;
-    if ((st = cpu_check_dense(c, "x", x)) || (st = payload_arg(c, 1, &p))) return st;
     const char *op = cpu_op_name(c);
-    int64_t rows = c->args[7].u.i, cols = c->args[8].u.i;
-    bool tw = c->args[9].u.b;
-    lpx_gemm_geom g;
-    if ((bias && (st = cpu_check_dense(c, "bias", bias))) ||
-        (st = lpx_meta_nf4_mm(op, x, p.padded, rows, cols, tw, bias, &g)))
-        return st;
-    int64_t K = g.K, N = g.N, M = g.M;
+    int64_t rows = a->rows, cols = a->cols;
+    bool tw = a->transpose_w;
+    int64_t K = a->g.K, N = a->g.N, M = a->g.M;
+    /* sgemm's int sizes: what this backend has no code for */
     if (!fits_int(M) || !fits_int(N) || !fits_int(K) || !fits_int(cols))
         return lpx_error(LPX_ERANGE, "%s: M = %lld, N = %lld or K = %lld exceeds the BLAS int range", op,
                          (long long)M, (long long)N, (long long)K);
@@ -564,12 +551,12 @@ done:
 
 static lpx_status k_qlora_dropout(lpx_call *c)
 {
-    lpx_tensor *x = cpu_tensor_arg(c, 0);
-    double p = c->args[1].u.f;
-    uint64_t seed = (uint64_t)c->args[2].u.i;
-    lpx_dtype dtype = c->args[3].u.d;
+    const lpx_qlora_dropout_args *a = lpx_op_args_of(c);
+    lpx_tensor *x = a->x;
+    double p = a->p;
+    uint64_t seed = a->seed;
+    lpx_dtype dtype = a->dtype;
     lpx_status st;
-    if ((st = cpu_check_dense(c, "x", x)) || (st = lpx_meta_qlora_dropout(cpu_op_name(c), x, p, dtype))) return st;
     lpx_tensor *y;
     if ((st = cpu_new(c, dtype, x->ndim, x->shape, &y))) return st;
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};

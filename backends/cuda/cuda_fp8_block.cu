@@ -9,12 +9,14 @@
  * cuBLASLt 12.9+, cuda_gemm_block.c) when the blocks fit it; this kernel
  * runs the rest (docs/NUMERICS.md, "Blockwise"). The cast reads
  * back one flag to refuse a block holding NaN or inf as the CPU does, so
- * it waits for its own kernel. Argument checks: the shared meta functions. */
+ * it waits for its own kernel (a check that reads data: the kernel's).
+ * Argument checks: the dispatcher's (spec families of op_args_lowp.h). */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 #include "cuda_fp8.cuh"
 #include "cuda_gemm_block.h"
+#include "cuda_lowp.h"
 
 using namespace cu_f8;
 
@@ -114,14 +116,14 @@ __global__ void __launch_bounds__(QB_THREADS) k_qblock(QbArgs a)
 
 lpx_status k_fp8_quantize_block(lpx_call *c)
 {
-    lpx_tensor *x = cu_arg_tensor(c, 0);
-    lpx_dtype fp8 = c->args[1].u.d;
+    /* the contract is the dispatcher's (spec family `fp8_quantize_block`) */
+    const lpx_fp8_quantize_block_args *args = (const lpx_fp8_quantize_block_args *)lpx_op_args_of(c);
+    lpx_tensor *x = args->x;
+    lpx_dtype fp8 = args->fp8;
     const char *op = cu_op(c);
-    lpx_fp8_block_geom g;
+    const lpx_fp8_block_geom g = args->g;
     lpx_status st;
-    if ((st = cu_check_float(c, "x", x)) ||
-        (st = lpx_meta_fp8_quantize_block(op, x, fp8, c->args[2].u.i, c->args[3].u.i, &g)))
-        return st;
+    if ((st = cu_lowp_builtin(c, "x", x))) return st;
     lpx_device dev = lpx_tensor_device(x);
     int64_t gshape[2] = {g.grid_rows, g.grid_cols}, four = 4;
     lpx_tensor *q = NULL, *ts = NULL, *tsi = NULL, *tstats = NULL;
@@ -150,8 +152,8 @@ lpx_status k_fp8_quantize_block(lpx_call *c)
         a.scale = (float *)lpx_tensor_data(ts);
         a.scale_inv = (float *)lpx_tensor_data(tsi);
         a.e5 = fp8 == LPX_F8E5M2;
-        a.pow2 = c->args[4].u.b;
-        a.sat = c->args[5].u.b ? 1 : 0;
+        a.pow2 = args->pow2;
+        a.sat = args->saturate ? 1 : 0;
         a.fmax = (float)lpx_dtype_get(fp8)->max;
         a.max_code = a.e5 ? LPX_F8E5M2_MAX_CODE : LPX_F8E4M3FN_MAX_CODE;
         a.w = w;
@@ -234,15 +236,15 @@ __global__ void k_dqblock(DqbArgs a)
 
 lpx_status k_fp8_dequantize_block(lpx_call *c)
 {
-    lpx_tensor *q = cu_arg_tensor(c, 0), *si = cu_arg_tensor(c, 1);
-    lpx_dtype dt = c->args[4].u.d;
+    /* the contract is the dispatcher's (spec family `fp8_dequantize_block`) */
+    const lpx_fp8_dequantize_block_args *args = (const lpx_fp8_dequantize_block_args *)lpx_op_args_of(c);
+    lpx_tensor *q = args->q, *si = args->scale_inv;
+    lpx_dtype dt = args->dtype;
     const char *op = cu_op(c);
-    lpx_fp8_block_geom g;
+    const lpx_fp8_block_geom g = args->g;
     lpx_status st;
-    if ((st = cu_check_dense(c, "q", q)) || (st = cu_check_float(c, "scale_inv", si)) ||
-        (st = lpx_meta_fp8_dequantize_block(op, q, si, c->args[2].u.i, c->args[3].u.i, dt, &g)))
-        return st;
-    if (dt >= LPX_DTYPE_BUILTIN_COUNT)
+    if ((st = cu_lowp_builtin(c, "scale_inv", si))) return st;
+    if (dt >= LPX_DTYPE_BUILTIN_COUNT)   /* the dtypes this backend writes */
         return lpx_error(LPX_EDTYPE, "%s: dtype %s: the cuda kernels write built-in dtypes only", op,
                          lpx_dtype_name(dt));
     lpx_device dev = lpx_tensor_device(q);
@@ -325,17 +327,15 @@ void src_of(Src *s, const lpx_tensor *t)
 
 lpx_status k_fp8_mm_block(lpx_call *c)
 {
-    lpx_tensor *a = cu_arg_tensor(c, 0), *asi = cu_arg_tensor(c, 1), *b = cu_arg_tensor(c, 4),
-               *bsi = cu_arg_tensor(c, 5), *bias = cu_arg_tensor(c, 8);
-    lpx_dtype odt = c->args[9].u.d;
+    /* the contract is the dispatcher's (spec family `fp8_mm_block`) */
+    const lpx_fp8_mm_block_args *args = (const lpx_fp8_mm_block_args *)lpx_op_args_of(c);
+    lpx_tensor *a = args->a, *asi = args->a_scale_inv, *b = args->b, *bsi = args->b_scale_inv, *bias = args->bias;
+    lpx_dtype odt = args->out_dtype;
     const char *op = cu_op(c);
-    lpx_fp8_block_mm_geom g;
+    const lpx_fp8_block_mm_geom g = args->g;
     lpx_status st;
-    if ((st = cu_check_dense(c, "a", a)) || (st = cu_check_float(c, "a_scale_inv", asi)) ||
-        (st = cu_check_dense(c, "b", b)) || (st = cu_check_float(c, "b_scale_inv", bsi)) ||
-        (bias && (st = cu_check_float(c, "bias", bias))) ||
-        (st = lpx_meta_fp8_mm_block(op, a, asi, c->args[2].u.i, c->args[3].u.i, b, bsi, c->args[6].u.i,
-                                    c->args[7].u.i, bias, odt, &g)))
+    if ((st = cu_lowp_builtin(c, "a_scale_inv", asi)) || (st = cu_lowp_builtin(c, "b_scale_inv", bsi)) ||
+        (st = cu_lowp_builtin(c, "bias", bias)))
         return st;
     lpx_device dev = lpx_tensor_device(a);
     int64_t oshape[2] = {g.M, g.N};

@@ -4,10 +4,12 @@
  * amaxes (k_scale_from_amax, in double like the CPU). Split from the former
  * cuda_float8.cu: these ops read fp8 rather than write it and share only
  * the scale formula and NaN handling (cuda_fp8.cuh) with the quantize.
- * Same argument checks, output shapes and bits as backends/cpu/float8.c. */
+ * Same output shapes and bits as backends/cpu/float8.c; the argument
+ * checks are the dispatcher's (spec families of op_args_lowp.h). */
 #include <math.h>
 #include <string.h>
 #include "cuda_fp8.cuh"
+#include "cuda_lowp.h"
 
 using namespace cu_f8;
 
@@ -116,22 +118,22 @@ template <int OUT> __global__ void __launch_bounds__(256) k_deq(DeqArgs a)
 
 lpx_status k_fp8_dequantize(lpx_call *c)
 {
-    lpx_tensor *q = cu_arg_tensor(c, 0), *si = cu_arg_tensor(c, 1);
-    lpx_dtype dt = c->args[2].u.d;
+    /* the contract is the dispatcher's (spec family `fp8_dequantize`) */
+    const lpx_fp8_dequantize_args *args = (const lpx_fp8_dequantize_args *)lpx_op_args_of(c);
+    lpx_tensor *q = args->q, *si = args->scale_inv;
+    lpx_dtype dt = args->dtype;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_check_dense(c, "q", q)) || (st = lpx_meta_fp8_dequantize(op, q, si, dt))) return st;
-    /* a numel-1 scale_inv may stay on the host (Tensor(host)): read there */
-    bool si_host = !lpx_tensor_kind(si) && lpx_tensor_device(si).type == LPX_DEVICE_CPU && lpx_tensor_numel(si) == 1;
-    if (si_host) {
-        const lpx_dtype_traits *tr = lpx_dtype_get(lpx_tensor_dtype(si));
-        if (tr->bits < 8 || tr->bits % 8)
-            return lpx_error(LPX_EDTYPE, "%s: scale_inv has dtype %s; %s takes floating-point tensors", op,
-                             lpx_dtype_name(lpx_tensor_dtype(si)), op);
-    } else if ((st = cu_check_float(c, "scale_inv", si))) {
-        return st;
-    }
-    if (dt >= LPX_DTYPE_BUILTIN_COUNT)
+    /* a numel-1 scale_inv may stay on the host (Tensor(host)): read there.
+     * A larger one on the host is what this backend has no code for (its
+     * kernels read scale_inv on the device) */
+    bool on_host = lpx_tensor_device(si).type == LPX_DEVICE_CPU;
+    bool si_host = on_host && lpx_tensor_numel(si) == 1;
+    if (on_host && !si_host)
+        return lpx_error(LPX_EDEVICE, "%s: tensor 'scale_inv' is on device type %d, not a CUDA device (move it with "
+                         "lpx_tensor_to)", op, (int)LPX_DEVICE_CPU);
+    if (!si_host && (st = cu_lowp_builtin(c, "scale_inv", si))) return st;
+    if (dt >= LPX_DTYPE_BUILTIN_COUNT)   /* the dtypes this backend writes */
         return lpx_error(LPX_EDTYPE, "%s: dtype %s: the cuda kernels write built-in dtypes only (dequantize to f32 "
                                      "and cast on the CPU)", op, lpx_dtype_name(dt));
     int ndim = lpx_tensor_ndim(q);
@@ -220,13 +222,17 @@ __global__ void __launch_bounds__(256) k_scale_from_amax(SfaArgs a)
 
 lpx_status k_fp8_scale_from_amax(lpx_call *c)
 {
-    lpx_tensor *am = cu_arg_tensor(c, 0);
-    lpx_dtype fp8 = c->args[1].u.d;
-    bool pow2 = c->args[2].u.b;
-    double smax = c->args[3].u.f;
+    /* the contract is the dispatcher's (spec family `fp8_scale_from_amax`);
+     * a non-finite amax poisons its scale (the CPU refuses it: a check
+     * that reads data) */
+    const lpx_fp8_scale_from_amax_args *args = (const lpx_fp8_scale_from_amax_args *)lpx_op_args_of(c);
+    lpx_tensor *am = args->amax;
+    lpx_dtype fp8 = args->fp8;
+    bool pow2 = args->pow2;
+    double smax = args->scale_max;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_check_dense(c, "amax", am)) || (st = lpx_meta_fp8_scale_from_amax(op, am, fp8, smax))) return st;
+    if ((st = cu_lowp_builtin(c, "amax", am))) return st;
     lpx_device dev = lpx_tensor_device(am);
     lpx_tensor *s = NULL, *si = NULL;
     int nd = lpx_tensor_ndim(am);

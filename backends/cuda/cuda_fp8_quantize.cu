@@ -1,4 +1,4 @@
-/* fp8_quantize on the GPU: argument checks and output shapes, the
+/* fp8_quantize on the GPU: output shapes, the
  * per-device statistics workspace, the tensorwise kernels (k_tw_amax,
  * k_tw_cast) and the choice of path for the other layouts, whose kernels
  * live in cuda_fp8_rowwise.cu. Also the registration of the float8 group
@@ -10,8 +10,9 @@
  * The float8 kernels (this file, cuda_fp8_rowwise.cu,
  * cuda_fp8_dequantize.cu) implement the dense float8 ops (ops_float8.def):
  * fused quantize, dequantize and the scale formula; fp8_scaled_mm lives
- * with the GEMMs (cuda_gemm_fp8.c). Same argument checks, output shapes
- * and bits as the CPU kernels of backends/cpu/float8.c, which are the
+ * with the GEMMs (cuda_gemm_fp8.c). Same output shapes and bits as the
+ * CPU kernels of backends/cpu/float8.c (the argument checks are the
+ * dispatcher's, spec families of op_args_lowp.h), which are the
  * reference (tests/gpu/test_cuda_lowp.c compares every result bit for bit).
  *
  * Quantize. Every path reads x in 16-byte vectors where it can (8 elements
@@ -59,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_fp8.cuh"
+#include "cuda_lowp.h"
 
 using namespace cu_f8;
 
@@ -224,30 +226,17 @@ template <int IN> lpx_status launch_tw(const char *op, int dev, TwArgs &a, bool 
 
 /* ---- fp8_quantize ---------------------------------------------------- */
 
-/* Static scale checks of the CPU kernel (read_static_scale): a float
- * tensor of numel 1 (tensorwise) or the keepdim shape. A scale on the CPU
- * is read here, checked value by value and returned in host_vals (malloc,
- * ns floats); a scale on x's device is left to the kernels. */
-lpx_status static_scale_arg(const lpx_call *c, const lpx_tensor *x, const lpx_tensor *st, bool tensorwise_shape,
-                            int64_t ns, int sndim, const int64_t *sshape, float **host_vals)
+/* A static scale on the CPU is read here, checked value by value (finite
+ * and > 0, as the CPU kernel's read_static_scale: a check that reads data,
+ * so the kernel's) and returned in host_vals (malloc, ns floats); a scale
+ * on x's device is left to the kernels. Its dtype and shape are the
+ * spec's (family `fp8_quantize`). */
+lpx_status static_scale_arg(const lpx_call *c, const lpx_tensor *st, int64_t ns, float **host_vals)
 {
     const char *op = cu_op(c);
     *host_vals = NULL;
-    bool on_cpu = st && !lpx_tensor_kind(st) && lpx_tensor_device(st).type == LPX_DEVICE_CPU;
+    if (lpx_tensor_device(st).type != LPX_DEVICE_CPU) return LPX_OK;
     lpx_status e;
-    if (on_cpu) {
-        const lpx_dtype_traits *tr = lpx_dtype_get(lpx_tensor_dtype(st));
-        if (!tr || tr->bits < 8 || tr->bits % 8)
-            return lpx_error(LPX_EDTYPE, "%s: tensor 'scale' has dtype %s, which the cpu kernels do not support", op,
-                             lpx_dtype_name(lpx_tensor_dtype(st)));
-        if (!tr->is_float)
-            return lpx_error(LPX_EDTYPE, "%s: scale has dtype %s; %s takes floating-point tensors", op,
-                             lpx_dtype_name(lpx_tensor_dtype(st)), op);
-    } else {
-        if ((e = cu_check_float(c, "scale", st)) || (e = cu_check_same_device(c, "x", x, "scale", st))) return e;
-    }
-    (void)tensorwise_shape, (void)sndim, (void)sshape; /* the shape is lpx_meta_fp8_quantize's */
-    if (!on_cpu) return LPX_OK;
     float *v = (float *)malloc((size_t)(ns ? ns : 1) * sizeof(float));
     if (!v) return lpx_error(LPX_ENOMEM, "%s: cannot allocate %lld scale values", op, (long long)ns);
     for (int64_t i = 0; i < ns; i++) {
@@ -270,17 +259,18 @@ lpx_status static_scale_arg(const lpx_call *c, const lpx_tensor *x, const lpx_te
 
 lpx_status k_fp8_quantize(lpx_call *c)
 {
-    lpx_tensor *x = cu_arg_tensor(c, 0), *sarg = cu_arg_tensor(c, 1);
-    lpx_dtype fp8 = c->args[2].u.d;
-    bool has_dim = c->args[3].tag == LPX_TAG_I64;
-    bool pow2 = c->args[4].u.b, sat = c->args[6].u.b;
-    double scale_max = c->args[5].u.f;
+    const lpx_fp8_quantize_args *args = (const lpx_fp8_quantize_args *)lpx_op_args_of(c);
+    lpx_tensor *x = args->x, *sarg = args->scale;
+    lpx_dtype fp8 = args->fp8;
+    bool pow2 = args->pow2, sat = args->saturate;
+    double scale_max = args->scale_max;
     const char *op = cu_op(c);
     lpx_status st;
-    lpx_fp8_quant_geom g;
-    if ((st = cu_check_dense(c, "x", x)) ||
-        (st = lpx_meta_fp8_quantize(op, x, sarg, fp8, has_dim, has_dim ? c->args[3].u.i : 0, scale_max, &g)))
-        return st;
+    const lpx_fp8_quant_geom g = args->g;
+    /* the contract is the dispatcher's (spec family `fp8_quantize`); a
+     * scale on the host is read there, one on the device decoded here */
+    bool scale_on_device = sarg && lpx_tensor_device(sarg).type != LPX_DEVICE_CPU;
+    if ((st = cu_lowp_builtin(c, "x", x)) || (scale_on_device && (st = cu_lowp_builtin(c, "scale", sarg)))) return st;
     int ndim = lpx_tensor_ndim(x);
     const int64_t *shape = lpx_tensor_shape(x);
     int sndim = g.scale_ndim;
@@ -290,7 +280,7 @@ lpx_status k_fp8_quantize(lpx_call *c)
     bool one_group = g.tensorwise;
     lpx_device dev = lpx_tensor_device(x);
     float *host_scale = NULL;
-    if (sarg && (st = static_scale_arg(c, x, sarg, one_group, G, sndim, sshape, &host_scale))) return st;
+    if (sarg && (st = static_scale_arg(c, sarg, G, &host_scale))) return st;
     lpx_tensor *q = NULL, *ts = NULL, *tsi = NULL, *tstats = NULL;
     int64_t four = 4;
     if ((st = cu_new(c, fp8, ndim, shape, dev, &q)) || (st = cu_new(c, LPX_F32, sndim, sshape, dev, &ts)) ||

@@ -5,9 +5,10 @@
  *
  * Served here: x contiguous bf16/f16/f32 on a 16-byte boundary, C % 8 == 0
  * and R % 16 == 0 (x^T's rows are written as 16-byte vectors), R, C > 0;
- * everything else (and every argument error) goes to the device-generic
- * composition the CPU backend registered (backends/cpu/float8_transpose.c:
- * two fp8_quantize calls, same bits), so the checks exist once.
+ * everything else goes to the device-generic composition the CPU backend
+ * registered (backends/cpu/float8_transpose.c: two fp8_quantize calls,
+ * same bits). The arguments are checked before either, by the dispatcher
+ * (spec family `fp8_quantize`, op_args_lowp.h).
  *
  * Kernels, per 128 x 64 tile of x (256 threads; thread (rb, cv) holds rows
  * 4rb..4rb+3 and columns 8cv..8cv+7 of the tile: four 16-byte loads):
@@ -292,31 +293,27 @@ lpx_kernel_fn g_composite;
 
 lpx_status k_fp8_quantize_t(lpx_call *c)
 {
-    lpx_tensor *x = cu_arg_tensor(c, 0), *sarg = cu_arg_tensor(c, 1);
-    lpx_dtype fp8 = c->args[2].u.d;
-    bool axiswise = c->args[3].u.b, pow2 = c->args[4].u.b, sat = c->args[6].u.b;
-    double scale_max = c->args[5].u.f;
-    lpx_tensor *qt = cu_arg_tensor(c, 7), *st_ = cu_arg_tensor(c, 8), *sit = cu_arg_tensor(c, 9);
-    /* the fused kernels' domain; anything else (argument errors included)
-     * is the composition's */
-    bool fused = x && qt && st_ && sit && !lpx_tensor_kind(x) && lpx_tensor_ndim(x) == 2 && is_fp8(fp8) &&
-                 !(isnan(scale_max) || scale_max < 0) && !(axiswise && sarg);
-    lpx_device dev = {LPX_DEVICE_CPU, 0};
-    int64_t R = 0, C = 0;
-    int ik = IN_ANY;
-    if (fused) {
-        dev = lpx_tensor_device(x);
-        R = lpx_tensor_shape(x)[0], C = lpx_tensor_shape(x)[1];
-        lpx_dtype xd = lpx_tensor_dtype(x);
-        ik = xd == LPX_F32 ? IN_F32 : xd == LPX_BF16 ? IN_BF16 : xd == LPX_F16 ? IN_F16 : IN_ANY;
-        int64_t ns = axiswise ? C : 1;
-        fused = ik != IN_ANY && dev.type != LPX_DEVICE_CPU && lpx_tensor_is_contiguous(x) &&
-                ((uintptr_t)lpx_tensor_data(x) & 15) == 0 && R > 0 && C > 0 && C % 8 == 0 && R % 16 == 0 &&
-                dense_contig_on(qt, dev, fp8, R * C) && lpx_tensor_shape(qt)[0] == C &&
-                ((uintptr_t)lpx_tensor_data(qt) & 15) == 0 && dense_contig_on(st_, dev, LPX_F32, ns) &&
-                dense_contig_on(sit, dev, LPX_F32, ns) && (!axiswise || lpx_tensor_ndim(st_) == 2) &&
-                (!axiswise || lpx_tensor_ndim(sit) == 2);
-    }
+    /* checked by the dispatcher: x a dense 2-D tensor, fp8 a format,
+     * scale_max >= 0, no static scale when axiswise, qt, scale_t and
+     * scale_inv_t of the right dtype and shape on x's device */
+    const lpx_fp8_quantize_args *args = (const lpx_fp8_quantize_args *)lpx_op_args_of(c);
+    lpx_tensor *x = args->x, *sarg = args->scale;
+    lpx_dtype fp8 = args->fp8;
+    bool axiswise = args->axiswise, pow2 = args->pow2, sat = args->saturate;
+    double scale_max = args->scale_max;
+    lpx_tensor *qt = args->qt, *st_ = args->scale_t, *sit = args->scale_inv_t;
+    /* the fused kernels' domain; anything else is the composition's */
+    lpx_device dev = lpx_tensor_device(x);
+    int64_t R = lpx_tensor_shape(x)[0], C = lpx_tensor_shape(x)[1];
+    lpx_dtype xd = lpx_tensor_dtype(x);
+    int ik = xd == LPX_F32 ? IN_F32 : xd == LPX_BF16 ? IN_BF16 : xd == LPX_F16 ? IN_F16 : IN_ANY;
+    int64_t ns = axiswise ? C : 1;
+    bool fused = ik != IN_ANY && dev.type != LPX_DEVICE_CPU && lpx_tensor_is_contiguous(x) &&
+                 ((uintptr_t)lpx_tensor_data(x) & 15) == 0 && R > 0 && C > 0 && C % 8 == 0 && R % 16 == 0 &&
+                 dense_contig_on(qt, dev, fp8, R * C) && lpx_tensor_shape(qt)[0] == C &&
+                 ((uintptr_t)lpx_tensor_data(qt) & 15) == 0 && dense_contig_on(st_, dev, LPX_F32, ns) &&
+                 dense_contig_on(sit, dev, LPX_F32, ns) && (!axiswise || lpx_tensor_ndim(st_) == 2) &&
+                 (!axiswise || lpx_tensor_ndim(sit) == 2);
     /* a static scale: numel 1, on x's device (float) or on the CPU
      * (checked and read on the host, as fp8_quantize does) */
     float host_scale = 0.0f;

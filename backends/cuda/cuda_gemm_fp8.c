@@ -1,6 +1,6 @@
 /* fp8_scaled_mm on the GPU (e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3;
- * tensorwise or rowwise scales): argument checks of the CPU kernel
- * (backends/cpu/float8.c), operand packing, scale vectors, and the
+ * tensorwise or rowwise scales; the arguments are checked by the
+ * dispatcher, spec family `fp8_scaled_mm`): operand packing, scale vectors, and the
  * fallback to an f32 GEMM plus epilogue kernel when cuBLASLt has no fp8
  * kernel for the case. Split from the former cuda_gemm.c: the one GEMM op
  * with fp8 operands and scales; the engine is cuda_gemm_plan.c, the helper
@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "cuda_gemm_internal.h"
+#include "cuda_lowp.h"
 
 /* ---- fp8_scaled_mm ---------------------------------------------------------- */
 
@@ -33,19 +34,17 @@ static int64_t gm_scale_stride(const lpx_tensor *s, bool per, bool rows)
 
 static lpx_status k_fp8_scaled_mm(lpx_call *c)
 {
-    lpx_tensor *a = cu_arg_tensor(c, 0), *as = cu_arg_tensor(c, 1), *b = cu_arg_tensor(c, 2);
-    lpx_tensor *bs = cu_arg_tensor(c, 3), *bias = cu_arg_tensor(c, 4);
-    lpx_dtype odt = c->args[5].u.d;
-    bool fast_accum = c->args[6].u.b;
+    /* the contract is lpx_meta_fp8_scaled_mm's, checked by the dispatcher
+     * (spec family `fp8_scaled_mm`) */
+    const lpx_fp8_scaled_mm_args *args = (const lpx_fp8_scaled_mm_args *)lpx_op_args_of(c);
+    lpx_tensor *a = args->a, *as = args->a_scale_inv, *b = args->b, *bs = args->b_scale_inv, *bias = args->bias;
+    lpx_dtype odt = args->out_dtype;
+    bool fast_accum = args->fast_accum;
     const char *op = cu_op(c);
     lpx_status st;
-    /* the contract is lpx_meta_fp8_scaled_mm's (shared with the CPU); what
-     * is lpx-cuda's own: dense CUDA tensors */
-    lpx_fp8_mm_geom g;
-    if ((st = cu_check_dense(c, "a", a)) || (st = cu_check_dense(c, "b", b)) ||
-        (st = cu_check_float(c, "a_scale_inv", as)) || (st = cu_check_float(c, "b_scale_inv", bs)) ||
-        (bias && (st = cu_gemm_check_float_same(c, "a", a, "bias", bias))) ||
-        (st = lpx_meta_fp8_scaled_mm(op, a, as, b, bs, bias, odt, &g)))
+    const lpx_fp8_mm_geom g = args->g;
+    if ((st = cu_lowp_builtin(c, "a_scale_inv", as)) || (st = cu_lowp_builtin(c, "b_scale_inv", bs)) ||
+        (st = cu_lowp_builtin(c, "bias", bias)))
         return st;
     int64_t M = g.M, K = g.K, N = g.N;
     bool a_per = g.a_rowwise, b_per = g.b_colwise;

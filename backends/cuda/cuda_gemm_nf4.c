@@ -1,20 +1,22 @@
 /* nf4_mm on the GPU: W dequantized in tiles of rows into a bf16/f16/f32
  * buffer by cu_nf4_dequantize_into (cuda_nf4.cu), then the same cuBLASLt
  * GEMM as linear (cu_gemm_run); an untransposed W accumulates its tiles in
- * f32. Payload checks and semantics of the CPU kernel (backends/cpu/nf4.c).
+ * f32. Semantics of the CPU kernel (backends/cpu/nf4.c); the arguments are
+ * checked by the dispatcher (spec family `nf4_mm`).
  * Split from the former cuda_gemm.c: the GEMM whose weight is NF4 codes. */
 #include <stdint.h>
 #include <string.h>
 #include "cuda_gemm_internal.h"
 #include "cuda_nf4.h"
+#include "cuda_lowp.h"
 
 #define GM_NF4_TILE ((int64_t)1 << 24) /* elements of W dequantized at once */
 
 /* ---- nf4_mm ----------------------------------------------------------------- */
 
-/* The payload of an NF4 op (args first..first+5: codes, qscalers, factors,
- * mean, block, scaler_block), checked before cu_nf4_dequantize_into, which
- * trusts its caller. */
+/* The payload of an NF4 op as the dispatcher checked it
+ * (lpx_nf4_payload_args: lpx_meta_nf4_payload's contract), before
+ * cu_nf4_dequantize_into, which trusts its caller. */
 typedef struct gm_nf4 {
     const uint8_t *codes;
     const int8_t *qs;
@@ -22,43 +24,37 @@ typedef struct gm_nf4 {
     int64_t block, sblock, padded;
 } gm_nf4;
 
-/* The payload tensors are dense CUDA tensors (here); their contract is
- * lpx_meta_nf4_payload's, shared with the CPU and the nf4_dequantize op. */
-static lpx_status gm_nf4_payload(const lpx_call *c, int first, const lpx_tensor *x, gm_nf4 *p)
+static void gm_nf4_payload(const lpx_nf4_payload_args *a, gm_nf4 *p)
 {
-    const lpx_tensor *codes = cu_arg_tensor(c, first), *qs = cu_arg_tensor(c, first + 1),
-                     *f = cu_arg_tensor(c, first + 2), *mean = cu_arg_tensor(c, first + 3);
-    int64_t block = c->args[first + 4].u.i, sblock = c->args[first + 5].u.i;
-    lpx_status st;
-    (void)x; /* on x's device: the dispatcher refuses tensors on different devices */
-    if ((st = cu_check_dense(c, "codes", codes)) || (st = cu_check_dense(c, "qscalers", qs)) ||
-        (st = cu_check_dense(c, "factors", f)) || (st = cu_check_dense(c, "mean", mean)) ||
-        (st = lpx_meta_nf4_payload(cu_op(c), codes, qs, f, mean, block, sblock, &p->padded)))
-        return st;
-    p->codes = lpx_tensor_data(codes);
-    p->qs = lpx_tensor_data(qs);
-    p->f = lpx_tensor_data(f);
-    p->mean = lpx_tensor_data(mean);
-    p->block = block;
-    p->sblock = sblock;
-    return LPX_OK;
+    p->codes = lpx_tensor_data(a->codes);
+    p->qs = lpx_tensor_data(a->qscalers);
+    p->f = lpx_tensor_data(a->factors);
+    p->mean = lpx_tensor_data(a->mean);
+    p->block = a->block;
+    p->sblock = a->scaler_block;
+    p->padded = a->padded;
 }
 
 static lpx_status k_nf4_mm(lpx_call *c)
 {
-    lpx_tensor *x = cu_arg_tensor(c, 0), *bias = cu_arg_tensor(c, 10);
-    int64_t rows = c->args[7].u.i, cols = c->args[8].u.i;
-    bool tw = c->args[9].u.b;
+    /* the contract is the dispatcher's (spec family `nf4_mm`) */
+    const lpx_nf4_mm_args *args = (const lpx_nf4_mm_args *)lpx_op_args_of(c);
+    lpx_tensor *x = args->x, *bias = args->bias;
+    int64_t rows = args->rows, cols = args->cols;
+    bool tw = args->transpose_w;
     const char *op = cu_op(c);
     lpx_status st;
     gm_nf4 pl;
     memset(&pl, 0, sizeof pl);
-    if ((st = cu_check_float(c, "x", x)) || (st = gm_nf4_payload(c, 1, x, &pl))) return st;
-    lpx_gemm_geom g;
-    if ((bias && (st = cu_gemm_check_float_same(c, "x", x, "bias", bias))) ||
-        (st = lpx_meta_nf4_mm(op, x, pl.padded, rows, cols, tw, bias, &g)))
-        return st;
-    int64_t K = g.K, N = g.N;
+    gm_nf4_payload(&args->p, &pl);
+    /* what this backend has no code for: plugin dtypes, and a bias that is
+     * not floating-point (the GEMM's epilogue reads a float vector; the CPU
+     * converts any dtype) */
+    if ((st = cu_lowp_builtin(c, "x", x)) || (st = cu_lowp_builtin(c, "bias", bias))) return st;
+    if (bias && !lpx_dtype_get(lpx_tensor_dtype(bias))->is_float)
+        return lpx_error(LPX_EDTYPE, "%s: bias has dtype %s; %s takes floating-point tensors", op,
+                         lpx_dtype_name(lpx_tensor_dtype(bias)), op);
+    int64_t K = args->g.K, N = args->g.N;
     int xnd = lpx_tensor_ndim(x);
     const int64_t *xs = lpx_tensor_shape(x);
     lpx_device dev = lpx_tensor_device(x);

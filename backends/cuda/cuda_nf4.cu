@@ -2,8 +2,10 @@
  * quantization of the block scales, dequantize of any element window, and
  * the seeded dropout of the QLoRA adapter path; nf4_mm lives with the
  * GEMMs (cuda_gemm_nf4.c), which dequantize through cu_nf4_dequantize_into
- * (cuda_nf4.h). Same argument checks, shapes and bits as the CPU kernels
- * of backends/cpu/nf4.c; the scalar numerics are core/numerics/nf4.h.
+ * (cuda_nf4.h). Same shapes and bits as the CPU kernels of
+ * backends/cpu/nf4.c; the scalar numerics are core/numerics/nf4.h. The
+ * arguments are checked by the dispatcher (spec families of
+ * op_args_lowp.h).
  *
  * Dequantize (the hot one): a thread takes units of the codes of one
  * 16-byte output vector (8 codes, one 32-bit word, for bf16/f16; 4 codes
@@ -40,13 +42,14 @@
 #include "cuda_dtype.cuh"
 #include "lpx/cuda_launch.cuh"
 #include "cuda_nf4.h"
+#include "cuda_lowp.h"
 #include "nf4.h"
 
 namespace {
 
 constexpr uint32_t F32_INF = 0x7F800000u;
 
-/* ---- payload checks (backends/cpu/nf4.c) ----------------------------- */
+/* ---- the payload ------------------------------------------------------ */
 
 struct Payload {
     const uint8_t *codes;
@@ -56,26 +59,17 @@ struct Payload {
     int64_t block, sblock, padded;
 };
 
-/* Args first..first+5: codes, qscalers, factors, mean, block, scaler_block:
- * dense CUDA tensors (here), the payload's contract (lpx_meta_nf4_payload,
- * shared with the CPU). */
-lpx_status payload_arg(const lpx_call *c, int first, Payload *p)
+/* The payload as the dispatcher checked it (lpx_nf4_payload_args: the
+ * contract is lpx_meta_nf4_payload's). */
+void payload_of(const lpx_nf4_payload_args *a, Payload *p)
 {
-    const lpx_tensor *codes = cu_arg_tensor(c, first), *qs = cu_arg_tensor(c, first + 1),
-                     *f = cu_arg_tensor(c, first + 2), *mean = cu_arg_tensor(c, first + 3);
-    int64_t block = c->args[first + 4].u.i, sblock = c->args[first + 5].u.i;
-    lpx_status st;
-    if ((st = cu_check_dense(c, "codes", codes)) || (st = cu_check_dense(c, "qscalers", qs)) ||
-        (st = cu_check_dense(c, "factors", f)) || (st = cu_check_dense(c, "mean", mean)) ||
-        (st = lpx_meta_nf4_payload(cu_op(c), codes, qs, f, mean, block, sblock, &p->padded)))
-        return st;
-    p->codes = (const uint8_t *)lpx_tensor_data(codes);
-    p->qs = (const int8_t *)lpx_tensor_data(qs);
-    p->f = (const float *)lpx_tensor_data(f);
-    p->mean = (const float *)lpx_tensor_data(mean);
-    p->block = block;
-    p->sblock = sblock;
-    return LPX_OK;
+    p->codes = (const uint8_t *)lpx_tensor_data(a->codes);
+    p->qs = (const int8_t *)lpx_tensor_data(a->qscalers);
+    p->f = (const float *)lpx_tensor_data(a->factors);
+    p->mean = (const float *)lpx_tensor_data(a->mean);
+    p->block = a->block;
+    p->sblock = a->scaler_block;
+    p->padded = a->padded;
 }
 
 bool nf4_out_dtype(lpx_dtype d) { return d == LPX_F32 || d == LPX_F16 || d == LPX_BF16; }
@@ -345,12 +339,13 @@ __global__ void __launch_bounds__(256) k_nf4_scalers(QArgs a)
 
 lpx_status k_nf4_quantize(lpx_call *c)
 {
-    lpx_tensor *x = cu_arg_tensor(c, 0);
-    int64_t B = c->args[1].u.i, S = c->args[2].u.i;
+    const lpx_nf4_quantize_args *args = (const lpx_nf4_quantize_args *)lpx_op_args_of(c);
+    lpx_tensor *x = args->x;
+    int64_t B = args->block, S = args->scaler_block;
     const char *op = cu_op(c);
     lpx_status st;
-    lpx_nf4_sizes sz;
-    if ((st = cu_check_dense(c, "x", x)) || (st = lpx_meta_nf4_quantize(op, x, B, S, &sz))) return st;
+    const lpx_nf4_sizes sz = args->sz;
+    if ((st = cu_lowp_builtin(c, "x", x))) return st;
     int64_t n = lpx_tensor_numel(x), padded = sz.padded, nb = sz.blocks;
     int64_t shapes[4] = {padded / 2, nb, sz.scaler_blocks, 1};
     lpx_dtype dts[4] = {LPX_U8, LPX_I8, LPX_F32, LPX_F32};
@@ -405,16 +400,15 @@ fail:
 
 lpx_status k_nf4_dequantize(lpx_call *c)
 {
+    const lpx_nf4_dequantize_args *args = (const lpx_nf4_dequantize_args *)lpx_op_args_of(c);
     Payload p;
-    lpx_status st = payload_arg(c, 0, &p);
-    if (st) return st;
-    int64_t start = c->args[6].u.i, count = c->args[7].u.i;
-    lpx_dtype dtype = c->args[8].u.d;
-    lpx_tensor *out = cu_arg_tensor(c, 9);
+    payload_of(&args->p, &p);
+    int64_t start = args->start, count = args->count;
+    lpx_dtype dtype = args->dtype;
+    lpx_tensor *out = args->out;
     const char *op = cu_op(c);
-    if ((out && (st = cu_check_dense(c, "out", out))) || (st = lpx_meta_nf4_range(op, p.padded, start, count, dtype, out)))
-        return st;
-    lpx_device dev = lpx_tensor_device(cu_arg_tensor(c, 0));
+    lpx_status st;
+    lpx_device dev = lpx_tensor_device(args->p.codes);
     if (out) {
         lpx_tensor_retain(out);
     } else if ((st = cu_new(c, dtype, 1, &count, dev, &out))) {
@@ -484,14 +478,15 @@ __global__ void __launch_bounds__(256) k_qlora_dropout(DropArgs a)
 
 lpx_status k_qlora_dropout_op(lpx_call *c)
 {
-    lpx_tensor *x = cu_arg_tensor(c, 0);
-    double p = c->args[1].u.f;
-    uint64_t seed = (uint64_t)c->args[2].u.i;
-    lpx_dtype dtype = c->args[3].u.d;
+    const lpx_qlora_dropout_args *args = (const lpx_qlora_dropout_args *)lpx_op_args_of(c);
+    lpx_tensor *x = args->x;
+    double p = args->p;
+    uint64_t seed = args->seed;
+    lpx_dtype dtype = args->dtype;
     lpx_status st;
     const char *op = cu_op(c);
-    if ((st = cu_check_dense(c, "x", x)) || (st = lpx_meta_qlora_dropout(op, x, p, dtype))) return st;
-    if (dtype >= LPX_DTYPE_BUILTIN_COUNT)
+    if ((st = cu_lowp_builtin(c, "x", x))) return st;
+    if (dtype >= LPX_DTYPE_BUILTIN_COUNT)   /* the dtypes this backend writes */
         return lpx_error(LPX_EDTYPE, "%s: dtype %s: the cuda kernels write built-in dtypes only", op,
                          lpx_dtype_name(dtype));
     lpx_device dev = lpx_tensor_device(x);

@@ -3,8 +3,8 @@
  *   linear        typed C kernel (libffi path): dequantizes W in tiles of
  *                 rows into a scratch f32 buffer and runs the dense linear
  *                 (sgemm) on each tile
- *   narrow        dim 0 only: a view of whole rows (1-D: whole blocks)
- *   detach, clone, contiguous, cast
+ *   narrow        typed; dim 0 only: a view of whole rows (1-D: whole blocks)
+ *   detach, clone, contiguous, cast   typed
  *   mx_quantize(Tensor x, str format) -> Tensor   new op, typed, cpu key
  *   mx_dequantize(Tensor x) -> Tensor             new op, MX keys; an MX tensor
  *                 on a device redispatches to that device's backend key
@@ -131,6 +131,9 @@ static lpx_tensor *mx_arg(const lpx_call *c, int i)
     return c->args[i].tag == LPX_TAG_TENSOR && mx_format_of(c->args[i].u.t) ? c->args[i].u.t : NULL;
 }
 
+/* mx_dequantize(Tensor x) -> Tensor. Boxed, not typed: an MX tensor on a
+ * device goes on to that device's kernel with lpx_redispatch, which takes
+ * the call itself. */
 static lpx_status k_dequantize(lpx_call *c)
 {
     lpx_tensor *out = NULL;
@@ -140,60 +143,68 @@ static lpx_status k_dequantize(lpx_call *c)
     return ret(c, st, out);
 }
 
-static lpx_status k_narrow(lpx_call *c)
+/* The view and copy ops of an MX tensor: typed kernels (the arguments by
+ * name, as the schema gives them). */
+
+/* narrow(Tensor x, int dim, int start, int length) -> Tensor */
+static lpx_status mx_narrow_op(lpx_tensor *x, int64_t dim_arg, int64_t start_arg, int64_t length, lpx_tensor **out)
 {
-    lpx_tensor *x = c->args[0].u.t, *out = NULL;
     int ndim = lpx_tensor_ndim(x);
-    int64_t dim = c->args[1].u.i < 0 ? c->args[1].u.i + ndim : c->args[1].u.i;
+    int64_t dim = dim_arg < 0 ? dim_arg + ndim : dim_arg;
     if (dim < 0 || dim >= ndim)
-        return lpx_error(LPX_ERANGE, "narrow(%s): dim %lld out of range for %d dims", fmt_of(x),
-                         (long long)c->args[1].u.i, ndim);
+        return lpx_error(LPX_ERANGE, "narrow(%s): dim %lld out of range for %d dims", fmt_of(x), (long long)dim_arg,
+                         ndim);
     if (dim != 0)
         return lpx_error(LPX_ENOTIMPL, "narrow(%s): only dim 0 slices without dequantizing (dim %lld given); "
                          "dequantize first (lpx_kind_to_dense)", fmt_of(x), (long long)dim);
-    int64_t start = c->args[2].u.i < 0 ? c->args[2].u.i + lpx_tensor_shape(x)[0] : c->args[2].u.i;
-    lpx_status st = mx_narrow0("narrow", x, start, c->args[3].u.i, &out);
-    return ret(c, st, out);
+    int64_t start = start_arg < 0 ? start_arg + lpx_tensor_shape(x)[0] : start_arg;
+    return mx_narrow0("narrow", x, start, length, out);
 }
 
-static lpx_status k_detach(lpx_call *c)
+/* detach(Tensor x) -> Tensor */
+static lpx_status mx_detach_op(lpx_tensor *x, lpx_tensor **out)
 {
-    lpx_tensor *x = c->args[0].u.t, *out = NULL, *inner[2] = {lpx_tensor_inner(x, 0), lpx_tensor_inner(x, 1)};
+    lpx_tensor *inner[2] = {lpx_tensor_inner(x, 0), lpx_tensor_inner(x, 1)};
     size_t ms;
     const void *meta = lpx_tensor_meta(x, &ms);
-    lpx_status st = lpx_tensor_new_kind(lpx_tensor_kind(x), lpx_tensor_dtype(x), lpx_tensor_ndim(x),
-                                        lpx_tensor_shape(x), lpx_tensor_device(x), inner, 2, meta, ms, &out);
-    return ret(c, st, out);
+    return lpx_tensor_new_kind(lpx_tensor_kind(x), lpx_tensor_dtype(x), lpx_tensor_ndim(x), lpx_tensor_shape(x),
+                               lpx_tensor_device(x), inner, 2, meta, ms, out);
 }
 
-static lpx_status k_clone(lpx_call *c)
+/* clone(Tensor x) -> Tensor */
+static lpx_status mx_clone_op(lpx_tensor *x, lpx_tensor **out)
 {
-    lpx_tensor *x = c->args[0].u.t, *el = NULL, *sc = NULL, *out = NULL;
+    lpx_tensor *el = NULL, *sc = NULL;
     lpx_status st = mx_copy_inner(lpx_tensor_inner(x, 0), &el);
     if (!st) st = mx_copy_inner(lpx_tensor_inner(x, 1), &sc);
     if (!st) st = mx_wrap("clone", mx_format_of(x), lpx_tensor_dtype(x), lpx_tensor_ndim(x), lpx_tensor_shape(x),
-                          el, sc, &out);
+                          el, sc, out);
     lpx_tensor_release(el);
     lpx_tensor_release(sc);
-    return ret(c, st, out);
+    return st;
 }
 
-static lpx_status k_contiguous(lpx_call *c)
+/* contiguous(Tensor x) -> Tensor: MX tensors are always row-contiguous */
+static lpx_status mx_contiguous_op(lpx_tensor *x, lpx_tensor **out)
 {
-    lpx_tensor *x = c->args[0].u.t;   /* MX tensors are always row-contiguous */
     lpx_tensor_retain(x);
-    return ret(c, LPX_OK, x);
+    *out = x;
+    return LPX_OK;
 }
 
-static lpx_status k_cast(lpx_call *c)
+/* cast(Tensor x, dtype dtype, bool saturate) -> Tensor */
+static lpx_status mx_cast_op(lpx_tensor *x, int32_t dtype, bool saturate, lpx_tensor **out)
 {
-    lpx_tensor *d = NULL, *out = NULL;
-    lpx_status st = mx_to_dense(c->args[0].u.t, &d);
+    lpx_tensor *d = NULL;
+    lpx_status st = mx_to_dense(x, &d);
     if (st) return st;
-    if (c->args[1].u.d == LPX_F32) return ret(c, LPX_OK, d);
-    st = lpx_cast(d, c->args[1].u.d, c->args[2].u.b, &out);
+    if ((lpx_dtype)dtype == LPX_F32) {
+        *out = d;
+        return LPX_OK;
+    }
+    st = lpx_cast(d, (lpx_dtype)dtype, saturate, out);
     lpx_tensor_release(d);
-    return ret(c, st, out);
+    return st;
 }
 
 /* ---- the fallback --------------------------------------------------- */
@@ -218,7 +229,9 @@ static void arg_name(lpx_op op, int i, char *buf, size_t len)
 /* Dequantizes every MX argument and runs the op again on the dense
  * values. Refused when an MX tensor would be written to (an `out`
  * argument or the target of an in-place op): the values would go into a
- * temporary. */
+ * temporary. Boxed, and it walks c->args by index: it serves every op
+ * (whatever its schema), reads no argument's meaning, and hands the
+ * whole argument list on to lpx_dispatch. */
 static lpx_status mx_fallback(lpx_call *c)
 {
     const char *op = lpx_op_name(c->op);
@@ -280,17 +293,20 @@ lpx_status mx_register_ops(const lpx_host *host)
     if (!st) st = host->kernel_register_typed(host, op_mx_quantize, LPX_KEY_CPU, "Tensor, str -> Tensor",
                                               (void (*)(void))mx_quantize_op);
     const lpx_kind *kinds[2] = {mx_kind_fp8, mx_kind_fp4};
-    static const struct { lpx_op op; lpx_kernel_fn fn; } boxed[] = {
-        {LPX_OP_narrow, k_narrow}, {LPX_OP_detach, k_detach}, {LPX_OP_clone, k_clone},
-        {LPX_OP_contiguous, k_contiguous}, {LPX_OP_cast, k_cast},
+    static const struct { lpx_op op; const char *sig; void (*fn)(void); } typed[] = {
+        {LPX_OP_narrow, "Tensor, int, int, int -> Tensor", (void (*)(void))mx_narrow_op},
+        {LPX_OP_detach, "Tensor -> Tensor", (void (*)(void))mx_detach_op},
+        {LPX_OP_clone, "Tensor -> Tensor", (void (*)(void))mx_clone_op},
+        {LPX_OP_contiguous, "Tensor -> Tensor", (void (*)(void))mx_contiguous_op},
+        {LPX_OP_cast, "Tensor, dtype, bool -> Tensor", (void (*)(void))mx_cast_op},
     };
     for (int i = 0; i < 2 && !st; i++) {
         int key = lpx_kind_key(kinds[i]);
         st = host->kernel_register_typed(host, LPX_OP_linear, key, "Tensor, Tensor, Tensor? -> Tensor",
                                          (void (*)(void))mx_linear);
         if (!st) st = host->kernel_register(host, op_mx_dequantize, key, k_dequantize, NULL);
-        for (size_t j = 0; j < sizeof boxed / sizeof *boxed && !st; j++)
-            st = host->kernel_register(host, boxed[j].op, key, boxed[j].fn, NULL);
+        for (size_t j = 0; j < sizeof typed / sizeof *typed && !st; j++)
+            st = host->kernel_register_typed(host, typed[j].op, key, typed[j].sig, typed[j].fn);
         if (!st) st = host->fallback_register(host, key, mx_fallback, NULL);
     }
     return st;
