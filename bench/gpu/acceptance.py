@@ -32,6 +32,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -225,8 +226,9 @@ def bench_gpu_cases(ctx, cases, per_case=60):
                         continue
                     got[rec.get("case")] = rec
         if r["rc"] == 77:
+            last = (r["out"].strip().splitlines() or ["-"])[-1][:200]
             for k in cases[i:]:
-                recs[k] = {"error": "no GPU (lpx-cuda.so declined: %s)" % r["out"].strip().splitlines()[-1][:200]}
+                recs[k] = {"error": "no GPU (lpx-cuda.so declined: %s)" % last}
             ctx.note("bench_gpu: no GPU (the plugin declined)")
             break
         for k, rec in got.items():
@@ -307,7 +309,10 @@ def stage_suite(ctx):
     script = ctx.p("run-gpu.sh")
     lim = ctx.limit(10 ** 6)
     env = {"RUN_BUDGET": max(10, lim - 10), "OUT": ctx.acc, "GPU_TEST_TIMEOUT": min(150, max(10, lim - 10)),
-           "LPX_TEST_REQUIRE_GPU": "1" if ctx.gpu else "0"}
+           "LPX_TEST_REQUIRE_GPU": "1" if ctx.gpu else "0",
+           # the smoke leaves lpx.torch's test_torch.py out: without a GPU it
+           # is the CPU suite's python_torch test, minutes of it
+           "GPU_TEST_PYTHON": "1" if ctx.gpu else "0"}
     r = ctx.run("run-gpu-tests", ["bash", script, "tests"], lim, env=env)
     res = parse_suite(r["out"], os.path.join(ctx.acc, "gpu-tests"))
     res["rc"], res["secs"] = r["rc"], r["secs"]
@@ -379,17 +384,21 @@ def stage_trainer(ctx):
     m = ctx.model()
     runs = ctx.res.setdefault("lpx", {})
     for i, recipe in enumerate(TRAIN_RECIPES):
+        # each run up to 45 s (the 8B model's init is CPU work before the
+        # first step), keeping 15 s for each later one; the last takes the rest
         left = len(TRAIN_RECIPES) - i - 1
-        want = max(15, ctx.left() / (left + 1)) if left else 10 ** 6
-        lim = ctx.limit(want, reserve=8 * left)
+        want = max(45, ctx.left() / (left + 1)) if left else 10 ** 6
+        lim = ctx.limit(want, reserve=15 * left)
         if lim < 5:
             runs[recipe] = {"skipped": "not run: no time left"}
             ctx.save()
             continue
         a = lpx_args(ctx, m, 3 if ctx.smoke else 6, lim, "--pretrain 1" if recipe == "nf4-qlora" else "")
-        out = tempfile.mkdtemp(prefix="train-%s-" % recipe, dir=ctx.acc)
+        # --out outside $OUT: nf4-qlora writes its pre-trained base there (GBs at these shapes)
+        out = tempfile.mkdtemp(prefix="lpx-acc-train-%s-" % recipe)
         r = ctx.run("lpx-train-" + recipe, train_compare.lpx_cmd(a, ctx.p("lpx"), ctx.p("corpus.txt"), recipe, out),
                     lim, env=ctx.lpx_env())
+        shutil.rmtree(out, ignore_errors=True)
         if r["timed_out"]:
             row = {"mode": "lpx " + recipe, "skipped": "timed out after %d s" % lim}
         else:
@@ -522,7 +531,15 @@ print(json.dumps({"loss": loss.item(), "torch": torch.__version__, "transformers
 
 
 def stage_losses(ctx):
-    work = tempfile.mkdtemp(prefix="lpx-acc-losses-", dir=ctx.acc)
+    # scratch outside $OUT (the checkpoint is ~0.6 GB), removed at the end
+    work = tempfile.mkdtemp(prefix="lpx-acc-losses-")
+    try:
+        losses(ctx, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def losses(ctx, work):
     # (a) the first step from the same weights and tokens
     if ctx.smoke:
         m = dict(dim=64, layers=2, heads=4, kv_heads=2, ffn=96, vocab=128, batch=1, seq=16)
@@ -1081,7 +1098,7 @@ def main():
                        "acc_dir": acc, "python": python}, f)
         r = run_cmd([sys.executable, os.path.abspath(__file__), "--stage-run", s, "--ctx", ctxf], lim,
                     os.path.join(acc, "logs", s + ".log"))
-        for line in r["out"].splitlines()[1:]:
+        for line in r["out"].splitlines():
             if line.startswith("  ["):
                 print(line, flush=True)
         try:

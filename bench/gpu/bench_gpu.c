@@ -355,7 +355,12 @@ static void note_path(const char *sym_name, const char *what)
     memcpy(&fn, &sym, sizeof sym);
     char buf[2048];
     int n = fn(buf, sizeof buf);
-    snprintf(g_path, sizeof g_path, "%s: %d; %s", what, n, buf);
+    int k = snprintf(g_path, sizeof g_path, "%s: %d; ", what, n);
+    if (k > 0 && (size_t)k < sizeof g_path) {
+        size_t room = sizeof g_path - (size_t)k - 1, len = strlen(buf);
+        memcpy(g_path + k, buf, len < room ? len : room);
+        g_path[(size_t)k + (len < room ? len : room)] = 0;
+    }
     for (char *c = g_path; *c; c++)
         if (*c == '\n') *c = ' ';
 }

@@ -133,6 +133,67 @@ def test_rerun_named_stages_only():
     assert bad.returncode == 2 and "nosuchstage" in bad.stderr, bad.stdout + bad.stderr
 
 
+@case
+def test_rows_judge_a_gpu_run():
+    """The rows' GPU path on made-up results of every stage (the smoke
+    never has numbers): each row measured, met or NOT met by its goal;
+    a stage that timed out leaves its rows "not measured" naming it."""
+    sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+    import acceptance as A
+    lin = lambda ms, **k: dict({"ms": ms, "error": None}, **k)  # noqa: E731
+    R = {
+        "suite": {"passed": 120, "failed": 0, "skipped": 0,
+                  "programs": {"cuda_attention": "PASS", "cuda_float8_block": "PASS", "cuda_coverage": "PASS",
+                               "python_torch": "PASS"},
+                  "attention_path": "fused SDPA (/x/libcudnn.so.9, cuDNN 9.10)", "block_path": "cuBLASLt",
+                  "block_used": 6, "coverage": [70, 70], "torch_cuda_cases": {"test_cuda_layers_match_cpu": "pass"}},
+        "kernels": {"lpx": {"copy": {"gbps": 4000.0}, "fp8_quant_rowwise": {"gbps": 3000.0},
+                            "nf4_dequant": {"gbps": 3500.0}}},
+        "blockwise": {"lpx": {"gemm_bf16": lin(1.6), "gemm_fp8_blockwise": lin(0.9, path="x on cuBLASLt: 3; y"),
+                              "float8_linear_bf16_4096x14336": lin(4.1),
+                              "float8_linear_blockwise_4096x14336": lin(3.0, path="x on cuBLASLt: 3; y")}},
+        "attention": {"lpx": {"attention_llama3": lin(2.0, path="attention calls on cuDNN: 240; fused SDPA"),
+                              "attention_llama3_fwd": lin(0.6)},
+                      "torch": {"attention_llama3": lin(1.8), "attention_llama3_fwd": lin(0.55)}},
+        "delayed": {"steps": 8, "moved": 5, "equal": True, "rc": 0},
+        "trainer": {"lpx": {"bf16": {"tok_s": 33000.0, "ms_step": 248.0, "peak_gib": 50.0},
+                            "float8-tensorwise": {"tok_s": 43000.0, "ms_step": 190.0},
+                            "float8-rowwise": {"tok_s": 38000.0, "ms_step": 215.0},
+                            "float8-blockwise": {"skipped": "exit 1: boom"},
+                            "nf4-qlora": {"tok_s": 20000.0, "ms_step": 400.0}}},
+        "trainer-ref": {"torch": {"compile": {"tokens_per_s": 34000.0, "peak_gib": 45.0},
+                                  "f8-tensorwise": {"tokens_per_s": 45000.0}}},
+        "plan": {"predicted_ms": {"bf16": 240.0, "float8-tensorwise": 170.0, "float8-rowwise": 160.0},
+                 "measured_ms": {"bf16": 248.0, "float8-tensorwise": 190.0, "float8-rowwise": 215.0}},
+        "losses": {"first_step": {"lpx_loss": 11.7701, "ref_loss": 11.7702, "rel": 0.1 / 117702},
+                   "fifty": {"loss": {"float8-tensorwise": 5.01, "bf16": 5.0}, "rel": 0.002}},
+        "lpxtorch": {"torch": {"eager": {"tokens_per_s": 32000.0}, "lpx-f8-tensorwise": {"tokens_per_s": 43000.0}}},
+    }
+    status = {s: {"state": "ran"} for s in STAGES}
+    rows = {r["id"]: r for r in A.build_rows(R, status, True)}
+    assert sorted(rows) == sorted(TARGETS), sorted(set(rows) ^ set(TARGETS))
+    want = {"suite.pass": "yes", "suite.cudnn": "yes", "suite.cublaslt_block": "yes", "suite.own_kernels": "yes",
+            "trainer.bf16_tokens": "yes", "trainer.bf16_memory": "NO", "trainer.f8_tensorwise_vs_bf16": "yes",
+            "trainer.f8_tensorwise_vs_torchao": "NO", "trainer.f8_rowwise_vs_bf16": "yes",
+            "trainer.f8_blockwise_vs_bf16": "NO", "trainer.nf4_qlora_runs": "yes", "losses.first_step": "yes",
+            "losses.f8_50_steps": "yes", "attention.fwd_bwd_vs_sdpa": "yes", "blockwise.gemm_8192": "yes",
+            "blockwise.linear_4096x14336": "yes", "lpxtorch.f8_vs_bf16": "yes", "lpxtorch.cuda_tests": "yes",
+            "plan.bf16": "yes", "plan.f8_tensorwise": "NO", "plan.f8_rowwise": "NO",
+            "kernels.rowwise_quantize": "NO", "kernels.nf4_dequantize": "yes",
+            "delayed.on_device": "yes" if A.DELAYED_UPDATE_ON_DEVICE else "NO"}
+    got = {k: r["met"] for k, r in rows.items()}
+    assert got == want, {k: (got[k], want[k], rows[k]["measured"]) for k in want if got[k] != want[k]}
+    assert "boom" in rows["trainer.f8_blockwise_vs_bf16"]["measured"]
+    # the trainer stage timed out before its rows: they name it, not judged
+    status["trainer"] = {"state": "timed out", "why": "timed out after 150 s"}
+    R2 = dict(R, trainer={"lpx": {}})
+    rows = {r["id"]: r for r in A.build_rows(R2, status, True)}
+    assert rows["trainer.f8_rowwise_vs_bf16"]["met"] == "-", rows["trainer.f8_rowwise_vs_bf16"]
+    assert "stage trainer timed out" in rows["trainer.f8_rowwise_vs_bf16"]["measured"]
+    # rows whose numbers are there are judged (the plan stage read an earlier trainer result)
+    assert rows["plan.bf16"]["met"] == "yes" and rows["suite.pass"]["met"] == "yes"
+
+
 if full is not None and full.returncode == 0 and os.environ.get("LPX_TEST_KEEP") != "1":
     shutil.rmtree(tmp, ignore_errors=True)
 elif full is not None:
