@@ -668,7 +668,7 @@ def rec_err(recs, *cases):
 def row_suite_pass(R):
     s = R.get("suite", {})
     if "passed" not in s:
-        return s.get("error", "no summary line from run-gpu.sh"), False
+        return "missing: %s" % s.get("error", "no summary line from run-gpu.sh"), False
     bad = [k for k, v in s.get("programs", {}).items() if v in ("FAIL", "NOT RUN")]
     txt = "%d passed, %d failed, %d skipped (%d programs)" % (s["passed"], s["failed"], s["skipped"],
                                                              len(s.get("programs", {})))
@@ -679,14 +679,18 @@ def row_suite_pass(R):
 
 def row_suite_cudnn(R):
     s = R.get("suite", {})
-    st = s.get("programs", {}).get("cuda_attention", "not run")
+    st = s.get("programs", {}).get("cuda_attention")
+    if not st:
+        return "missing: cuda_attention did not run", False
     path = s.get("attention_path") or "no path line"
     return "cuda_attention %s; %s" % (st, path[:120]), st == "PASS" and "fused SDPA" in path
 
 
 def row_suite_block(R):
     s = R.get("suite", {})
-    st = s.get("programs", {}).get("cuda_float8_block", "not run")
+    st = s.get("programs", {}).get("cuda_float8_block")
+    if not st:
+        return "missing: cuda_float8_block did not run", False
     if "block_used" not in s:
         return "cuda_float8_block %s; no path line" % st, False
     return ("cuda_float8_block %s; %d kinds on cuBLASLt (%s)" % (st, s["block_used"], s["block_path"][:80]),
@@ -695,7 +699,9 @@ def row_suite_block(R):
 
 def row_suite_coverage(R):
     s = R.get("suite", {})
-    st = s.get("programs", {}).get("cuda_coverage", "not run")
+    st = s.get("programs", {}).get("cuda_coverage")
+    if not st:
+        return "missing: cuda_coverage did not run", False
     if "coverage" not in s:
         return "cuda_coverage %s; no coverage line" % st, False
     w, d = s["coverage"]
@@ -824,7 +830,9 @@ def row_lpxtorch(R):
 
 def row_lpxtorch_tests(R):
     s = R.get("suite", {})
-    st = s.get("programs", {}).get("python_torch", "not run")
+    st = s.get("programs", {}).get("python_torch")
+    if not st:
+        return "missing: python_torch did not run", False
     cases = s.get("torch_cuda_cases", {})
     n = {k: sum(1 for v in cases.values() if v == k) for k in ("pass", "FAIL", "skip")}
     return ("python_torch %s; CUDA cases %d passed, %d failed, %d skipped" % (st, n["pass"], n["FAIL"], n["skip"]),
@@ -938,7 +946,9 @@ def build_rows(results, status, gpu):
 
 def print_table(rows):
     hdr = ["target", "measured", "goal", "met"]
-    cells = [[r["target"], r["measured"], r["goal"], r["met"]] for r in rows]
+    # long messages cut at 150 characters here; the JSON keeps them whole
+    cut = lambda v: v if len(v) <= 150 else v[:147] + "..."  # noqa: E731
+    cells = [[r["target"], cut(r["measured"]), r["goal"], r["met"]] for r in rows]
     w = [min(max(len(str(x)) for x in col), 90) for col in zip(hdr, *cells)]
     fmt = " | ".join("{:<%d}" % x for x in w)
     print(fmt.format(*hdr))
@@ -1009,6 +1019,7 @@ def header(stage, python, acc, gpu):
         r = run_cmd(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], 30,
                     os.path.join(acc, "logs", "nvidia-smi.log"))
         line = [l for l in r["out"].splitlines() if l and not l.startswith("$ ")]
+        h["chip"] = "unknown (nvidia-smi: %s)" % why_failed(r)
         if r["rc"] == 0 and line:
             parts = [p.strip() for p in line[0].split(",")]
             h["chip"], h["driver"] = parts[0], parts[1] if len(parts) > 1 else "?"
@@ -1120,7 +1131,7 @@ def main():
         print("   (%s in %.1f s%s)" % (s, r["secs"], ", " + status[s]["why"] if status[s].get("why") else ""),
               flush=True)
     rows = build_rows(results, status, gpu)
-    print("\n== acceptance table (%s; %.0f s of %d s)" % (h.get("chip"), now() - start, a.budget))
+    print("\n== acceptance table (%s; %.0f s of %d s)" % (h.get("chip") or "chip unknown", now() - start, a.budget))
     print_table(rows)
     met = sum(r["met"] == "yes" for r in rows)
     missed = sum(r["met"] == "NO" for r in rows)
