@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
         -o) stage=$2; shift 2 ;;
         --no-build) do_build=0; shift ;;
         --no-wheel) do_wheel=0; shift ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "gpu-stage.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
