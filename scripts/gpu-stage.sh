@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Stages what the GPU machine needs into one folder (docs/GPU.md, "Running
 # on another machine"): build here, carry the folder there, run
-# `bash gpu-stage/run-gpu.sh [bench]`.
+# `bash gpu-stage/run-gpu.sh [bench|acceptance]`.
 #
-#   scripts/gpu-stage.sh [-B BUILD] [-o DIR] [--no-build]
+#   scripts/gpu-stage.sh [-B BUILD] [-o DIR] [--no-build] [--no-wheel]
 #
 # BUILD: a meson build with -Dcuda=enabled (default build-gpu, else build);
 # DIR: the stage (default gpu-stage/, listed in .git/info/exclude). The
@@ -13,18 +13,28 @@
 # stripped, plus run-gpu.sh, which sets LD_LIBRARY_PATH to the stage (it
 # is searched before the binaries' RUNPATH, which points into this build
 # tree) and runs each GPU test with the environment meson gives it, paths
-# mapped into the stage.
+# mapped into the stage. For the acceptance run (`run-gpu.sh acceptance`,
+# bench/gpu/acceptance.py, docs/GPU.md "Acceptance run") it also carries
+# acceptance.py, the measured H200 chip file, the commit (lpx-commit.txt)
+# and torchao's wheel in wheels/ (the GPU machine has no network):
+# $TORCHAO_WHEEL when given, else one already in BUILD/wheels/ or in pip's
+# cache, else `pip download --no-deps` of $TORCHAO_SPEC (default
+# torchao==0.18.0, the version measured with torch 2.11) for CPython 3.12
+# on manylinux_2_28 x86_64; --no-wheel (or no network) stages without it
+# and the torchao rows say so.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=
 stage=gpu-stage
 do_build=1
+do_wheel=1
 while [ $# -gt 0 ]; do
     case $1 in
         -B) build=$2; shift 2 ;;
         -o) stage=$2; shift 2 ;;
         --no-build) do_build=0; shift ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        --no-wheel) do_wheel=0; shift ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "gpu-stage.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -56,7 +66,12 @@ done
 cjson=$(ls /lib/x86_64-linux-gnu/libcjson.so.1 2>/dev/null || ls /usr/lib/x86_64-linux-gnu/libcjson.so.1 2>/dev/null || true)
 if [ -n "$cjson" ]; then cp -L "$cjson" "$stage/libcjson.so.1"; else echo "gpu-stage.sh: warning: libcjson.so.1 not found" >&2; fi
 cp bench/gpu/run.sh bench/gpu/torch_bench.py bench/gpu/compare.py bench/gpu/train_ref.py bench/gpu/train_compare.py \
-    scripts/chip-file.py "$stage/bench/"
+    bench/gpu/acceptance.py scripts/chip-file.py "$stage/bench/"
+# the acceptance run: lpx plan's measured chip file, the commit
+cp data/chips/h200-measured.json "$stage/"
+{ git rev-parse --short HEAD 2>/dev/null || echo unknown; } | tr -d '\n' >"$stage/lpx-commit.txt"
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then echo -n "+ (uncommitted changes)" >>"$stage/lpx-commit.txt"; fi
+echo >>"$stage/lpx-commit.txt"
 # the Python package and lpx.torch's tests (run by run-gpu.sh; train_ref.py's
 # lpx-f8-* modes import it from here)
 mkdir -p "$stage/python" "$stage/tests/python"
@@ -67,6 +82,29 @@ cp tests/python/pycase.py tests/python/test_torch.py "$stage/tests/python/"
 cp -r tests/data/llama_tiny "$stage/llama_tiny"
 cp data/corpus.txt "$stage/corpus.txt"   # lpx train's default corpus (test_train_gpu, lpx train in gpu-stage)
 chmod +x "$stage/bench/run.sh"
+
+# torchao's wheel (the acceptance run's torchao rows; unpacked there into
+# gpu-stage/site/ when the machine's Python lacks torchao)
+if [ $do_wheel = 1 ]; then
+    mkdir -p "$stage/wheels" "$build/wheels"
+    whl=${TORCHAO_WHEEL:-}
+    [ -z "$whl" ] && whl=$(ls -t "$build"/wheels/torchao-*.whl 2>/dev/null | head -1 || true)
+    [ -z "$whl" ] && whl=$(find "$HOME/.cache/pip" "$root/.test-venv" -name 'torchao-*.whl' 2>/dev/null | head -1 || true)
+    if [ -z "$whl" ]; then
+        pip=(python3 -m pip)
+        [ -x "$root/.test-venv/bin/python3" ] && pip=("$root/.test-venv/bin/python3" -m pip)
+        echo "gpu-stage.sh: downloading ${TORCHAO_SPEC:-torchao==0.18.0}'s wheel into $build/wheels/" >&2
+        timeout 180 "${pip[@]}" download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+            --platform manylinux_2_28_x86_64 -d "$build/wheels" "${TORCHAO_SPEC:-torchao==0.18.0}" >&2 || true
+        whl=$(ls -t "$build"/wheels/torchao-*.whl 2>/dev/null | head -1 || true)
+    fi
+    if [ -n "$whl" ] && [ -f "$whl" ]; then
+        cp "$whl" "$stage/wheels/"
+    else
+        echo "gpu-stage.sh: warning: no torchao wheel (TORCHAO_WHEEL=FILE, or network for pip download): the" \
+            "acceptance run's torchao rows will say torchao is missing" >&2
+    fi
+fi
 
 # strip (the plugins keep their dynamic symbols), and check that nothing
 # carries a DT_RPATH, which (unlike DT_RUNPATH) would be searched before
@@ -135,6 +173,11 @@ cat >"$stage/run-gpu.sh" <<'EOF'
 #                              "N passed, N failed, N skipped" over cases
 #   bash run-gpu.sh bench      the tests, then bench/run.sh (lpx vs PyTorch)
 #   bash run-gpu.sh bench-only the benchmark only
+#   bash run-gpu.sh acceptance [STAGE...]  issue 32's acceptance run
+#                              (bench/gpu/acceptance.py: every stage in its own
+#                              process, within ACC_BUDGET s, default 540;
+#                              one table target | measured | goal | met, JSON
+#                              in $OUT/acceptance/); STAGE names rerun some
 # Environment: GPU_TEST_TIMEOUT (s per test, default 300), PYTHON (the
 # interpreter with torch, for the benchmark), BENCH_* (see bench/run.sh).
 # RUN_BUDGET (s): the whole run must end within it (default 570 with a
@@ -214,7 +257,8 @@ run_test() {  # name timeout exe VAR=value... -- args...
     esac
 }
 # this machine is for the GPU: a plugin that declines here is a failure
-export LPX_TEST_REQUIRE_GPU=1
+# (the acceptance run's CPU smoke sets 0)
+export LPX_TEST_REQUIRE_GPU=${LPX_TEST_REQUIRE_GPU:-1}
 # cuDNN (attention's fused path): lpx-cuda finds it through the loader, then
 # LPX_CUDNN_PATH, then site-packages/nvidia/cudnn/lib beside a loaded library
 # (docs/GPU.md, "Attention"). The C programs here load no Python library, so
@@ -233,13 +277,21 @@ fi
 # which cuDNN file attention runs on (or where lpx-cuda looked)
 LPX_PLUGIN_PATH="$D" "$D/lpx" info 2>&1 | grep '^attention' || echo "lpx info: no attention line"
 
+if [ "$mode" = acceptance ]; then
+    shift
+    exec "${PYTHON:-python3}" "$D/bench/acceptance.py" --stage "$D" "$@"
+fi
+
 if [ "$mode" != bench-only ]; then
     echo "== GPU tests"
     rm -rf "$D/coverage"  # written by this run's programs, checked by cuda_coverage (last)
 @TESTS@
-    # lpx.torch on CUDA tensors (DLPack into lpx-cuda, stream ordering)
-    run_test python_torch 600 python3 LPX_LIBRARY="$D/liblpx.so.0" LPX_PLUGIN_PATH="$D" \
-        -- "$D/tests/python/test_torch.py"
+    # lpx.torch on CUDA tensors (DLPack into lpx-cuda, stream ordering);
+    # GPU_TEST_PYTHON=0 leaves it out (the acceptance run's CPU smoke)
+    if [ "${GPU_TEST_PYTHON:-1}" = 1 ]; then
+        run_test python_torch 600 python3 LPX_LIBRARY="$D/liblpx.so.0" LPX_PLUGIN_PATH="$D" \
+            -- "$D/tests/python/test_torch.py"
+    fi
     echo "$passed passed, $failed failed, $skipped skipped"
 fi
 rc=0
@@ -269,4 +321,4 @@ fi
 size=$(du -sk "$stage" | cut -f1)
 echo "staged $(find "$stage" -type f | wc -l) files, $((size / 1024)) MiB, in $stage (from $build)"
 [ "$size" -gt $((60 * 1024)) ] && echo "gpu-stage.sh: warning: the stage is over 60 MiB" >&2
-echo "run there: bash $rel/run-gpu.sh [bench|bench-only]"
+echo "run there: bash $rel/run-gpu.sh [bench|bench-only|acceptance [STAGE...]]"

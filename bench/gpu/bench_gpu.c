@@ -24,6 +24,11 @@
  *   gemm_fp8_rowwise   the same with [M, 1] x [1, N] scales
  *   gemm_fp8_blockwise fp8_mm_block: a in 1 x 128 blocks, b = w^T of a
  *                      128 x 128-block weight (DeepSeek-V3), bf16 out
+ *   attention_llama3   lpx_attention + lpx_attention_backward, bf16, causal,
+ *                      Llama-3-8B heads (32 q / 8 kv, head dim 128), batch 2
+ *                      x T 4096 (cuDNN's fused SDPA when lpx-cuda found
+ *                      it: the JSON's "path" says); CASE_fwd: the forward
+ *                      alone
  *   adamw              adamw_ over 64 f32 params of 16 MiB (1 GiB):
  *                      params r+w, grads r, exp_avg r+w, exp_avg_sq r+w
  *   float8_linear_RECIPE_KxN   the layer a user trains with, through the
@@ -78,6 +83,11 @@ static cudaStream_t g_stream;
 static lpx_cuda_sync_fn g_sync;
 static double g_copy_gbps;  /* the copy row of this run, 0 until measured */
 static int g_failed;
+static const lpx_plugin *g_plugin;
+/* the path a case's kernels took (cuDNN or the reference attention,
+ * cuBLASLt block scaling or the reference GEMM), set by the case, written
+ * as "path" into its JSON rows, cleared after each case */
+static char g_path[512];
 
 /* ---- per-case tensor arena: everything a case makes is released at its
  * end, whatever path it leaves by ---------------------------------------- */
@@ -306,6 +316,10 @@ static void report(const char *name, const char *desc, double med, double mn, do
                 med, mn, g_reps, g_batch, bytes, flops);
         if (bytes > 0) fprintf(g_json, ", \"gbps\": %.3f", gbps);
         if (flops > 0) fprintf(g_json, ", \"tflops\": %.3f", tflops);
+        if (g_path[0]) {
+            fprintf(g_json, ", \"path\": ");
+            json_str(g_json, g_path);
+        }
         fprintf(g_json, ", \"error\": null}\n");
         fflush(g_json);
     }
@@ -323,6 +337,32 @@ static void report_error(const char *name, const char *msg)
         fprintf(g_json, "}\n");
         fflush(g_json);
     }
+}
+
+/* ---- the paths the plugin's kernels took ------------------------------ */
+
+/* g_path = "attention: N calls on cuDNN; <the plugin's words>" or the
+ * block GEMM's "cuBLASLt checks passed: N; <words>" (lpx_cuda_*_path,
+ * include/lpx/cuda.h); a plugin without the symbol says so */
+static void note_path(const char *sym_name, const char *what)
+{
+    void *sym = g_plugin ? lpx_plugin_symbol(g_plugin, sym_name) : NULL;
+    if (!sym) {
+        snprintf(g_path, sizeof g_path, "%s: the plugin does not export %s", what, sym_name);
+        return;
+    }
+    int (*fn)(char *, size_t);
+    memcpy(&fn, &sym, sizeof sym);
+    char buf[2048];
+    int n = fn(buf, sizeof buf);
+    int k = snprintf(g_path, sizeof g_path, "%s: %d; ", what, n);
+    if (k > 0 && (size_t)k < sizeof g_path) {
+        size_t room = sizeof g_path - (size_t)k - 1, len = strlen(buf);
+        memcpy(g_path + k, buf, len < room ? len : room);
+        g_path[(size_t)k + (len < room ? len : room)] = 0;
+    }
+    for (char *c = g_path; *c; c++)
+        if (*c == '\n') *c = ' ';
 }
 
 /* ---- cases ---------------------------------------------------------- */
@@ -642,6 +682,7 @@ static int case_gemm(const char *name, int mode)
                                  "fp8_scaled_mm e4m3 x e4m3^T, rowwise [M,1] x [1,N] scales -> bf16",
                                  "fp8_mm_block e4m3 1x128 x (128x128)^T, f32 block scales -> bf16"};
     snprintf(desc, sizeof desc, "%lld^3, %s", (long long)n, what[mode]);
+    if (mode == G_FP8_BLOCK) note_path(LPX_CUDA_SYM_BLOCK_GEMM_PATH, "block GEMM kinds on cuBLASLt");
     report(name, desc, med, mn, 0, 2.0 * (double)n * (double)n * (double)n);
     return 0;
 }
@@ -771,6 +812,7 @@ static int case_linear(const char *name)
     }
     TRY_LPX("lpx_float8_linear_state_init", lpx_float8_linear_state_init(&c.st, &c.r));
     double fl = 2.0 * (double)M * (double)K * (double)N;
+    bool blockwise = !strcmp(recipe, "blockwise");
     char desc[200], fwd_name[128];
     snprintf(desc, sizeof desc, "Float8Linear %s, x [%lld, %lld] bf16, W [%lld, %lld]%s", recipe, (long long)M,
              (long long)K, (long long)N, (long long)K, fp8w ? " float8 e4m3" : " bf16");
@@ -781,16 +823,83 @@ static int case_linear(const char *name)
         snprintf(fwd_name, sizeof fwd_name, "%s_fwd", name);
         char d2[240];
         snprintf(d2, sizeof d2, "%s: forward (with a context)", desc);
+        if (blockwise) note_path(LPX_CUDA_SYM_BLOCK_GEMM_PATH, "block GEMM kinds on cuBLASLt");
         report(fwd_name, d2, med, mn, 0, fl);
         c.bwd = true;
         if (!(rr = time_reps(rep_linear, &c, &med, &mn))) {
             char d3[240];
             snprintf(d3, sizeof d3, "%s: forward + backward (grad_x, grad_W)", desc);
+            if (blockwise) note_path(LPX_CUDA_SYM_BLOCK_GEMM_PATH, "block GEMM kinds on cuBLASLt");
             report(name, d3, med, mn, 0, 3.0 * fl);
         }
     }
     lpx_float8_linear_state_destroy(&c.st);
     return rr;
+}
+
+/* (g) attention forward + backward at Llama-3-8B's head layout: q [B, T,
+ * 32, 128], k and v [B, T, 8, 128] bf16, causal, scale 1/sqrt(128); each
+ * rep is lpx_attention (out and lse) and lpx_attention_backward from its
+ * own results (dq, dk, dv). FLOPs as FlashAttention counts them: causal
+ * forward 2 B H T^2 D (half of 4 B H T^2 D), backward 2.5x that. Also
+ * prints the forward alone as CASE_fwd. The JSON rows carry the path
+ * (cuDNN's fused SDPA, or the reference kernel and why). */
+typedef struct att_ctx {
+    lpx_tensor *q, *k, *v, *g;
+    double scale;
+    bool bwd;
+} att_ctx;
+
+static int rep_attention(void *p, int i)
+{
+    (void)i;
+    att_ctx *c = p;
+    lpx_tensor *o = NULL, *l = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    lpx_status st = lpx_attention(c->q, c->k, c->v, true, c->scale, &o, &l);
+    if (!st && c->bwd) st = lpx_attention_backward(c->g, c->q, c->k, c->v, o, l, true, c->scale, &dq, &dk, &dv);
+    lpx_tensor *rel[] = {o, l, dq, dk, dv};
+    for (size_t k = 0; k < sizeof rel / sizeof *rel; k++) lpx_tensor_release(rel[k]);
+    return st ? fail_lpx(st, c->bwd ? "lpx_attention + backward" : "lpx_attention") : 0;
+}
+
+static int case_attention(const char *name)
+{
+    int64_t B = g_quick ? 1 : 2, T = g_quick ? 256 : 4096, H = 32, KH = 8, D = 128;
+    int64_t qs[4] = {B, T, H, D}, ks[4] = {B, T, KH, D};
+    att_ctx c = {.scale = 1.0 / sqrt((double)D)};
+    size_t nq = (size_t)(B * T * H * D), nk = (size_t)(B * T * KH * D);
+    uint16_t *h = malloc(nq * sizeof *h);
+    if (!h) {
+        snprintf(g_err, sizeof g_err, "out of host memory");
+        return 1;
+    }
+    fill_bf16(h, nq, 71);
+    int r = upload(h, LPX_BF16, 4, qs, &c.q);
+    if (!r) fill_bf16(h, nk, 72);
+    if (!r) r = upload(h, LPX_BF16, 4, ks, &c.k);
+    if (!r) fill_bf16(h, nk, 73);
+    if (!r) r = upload(h, LPX_BF16, 4, ks, &c.v);
+    if (!r) fill_bf16(h, nq, 74);
+    if (!r) r = upload(h, LPX_BF16, 4, qs, &c.g);
+    free(h);
+    if (r) return 1;
+    double fwd = 2.0 * (double)B * (double)H * (double)T * (double)T * (double)D;
+    char desc[200], fwd_name[128], d2[240];
+    snprintf(desc, sizeof desc, "attention bf16 causal, q [%lld, %lld, %lld, %lld], k/v %lld heads", (long long)B,
+             (long long)T, (long long)H, (long long)D, (long long)KH);
+    double med, mn;
+    c.bwd = false;
+    if (time_reps(rep_attention, &c, &med, &mn)) return 1;
+    note_path(LPX_CUDA_SYM_ATTENTION_PATH, "attention calls on cuDNN");
+    snprintf(fwd_name, sizeof fwd_name, "%s_fwd", name);
+    snprintf(d2, sizeof d2, "%s: forward (out, lse)", desc);
+    report(fwd_name, d2, med, mn, 0, fwd);
+    c.bwd = true;
+    if (time_reps(rep_attention, &c, &med, &mn)) return 1;
+    note_path(LPX_CUDA_SYM_ATTENTION_PATH, "attention calls on cuDNN");
+    snprintf(d2, sizeof d2, "%s: forward + backward (dq, dk, dv)", desc);
+    report(name, d2, med, mn, 0, 3.5 * fwd);
+    return 0;
 }
 
 /* ---- the case table ------------------------------------------------- */
@@ -808,6 +917,7 @@ static int c_gemm_fp8t(const char *n) { return case_gemm(n, G_FP8_TENSOR); }
 static int c_gemm_fp8r(const char *n) { return case_gemm(n, G_FP8_ROW); }
 static int c_gemm_fp8b(const char *n) { return case_gemm(n, G_FP8_BLOCK); }
 static int c_adamw(const char *n) { return case_adamw(n); }
+static int c_attention(const char *n) { return case_attention(n); }
 
 static const struct {
     const char *name;
@@ -828,6 +938,7 @@ static const struct {
     {"nf4_dequant_16k", c_nf4_16k},
     {"gemm_fp8_rowwise", c_gemm_fp8r},
     {"gemm_fp8_blockwise", c_gemm_fp8b},
+    {"attention_llama3", c_attention},
 #define LIN_CASES(shape)                                                                              \
     {"float8_linear_bf16_" shape, case_linear}, {"float8_linear_tensorwise_" shape, case_linear},       \
         {"float8_linear_tensorwise_fp8w_" shape, case_linear}, {"float8_linear_rowwise_" shape, case_linear}, \
@@ -949,6 +1060,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_gpu: %s\n", why);
         return strstr(why, "declined") ? 77 : 2;
     }
+    g_plugin = p;
     lpx_cuda_stream_fn stream_fn = (lpx_cuda_stream_fn)lpx_plugin_symbol(p, LPX_CUDA_SYM_STREAM);
     g_sync = (lpx_cuda_sync_fn)lpx_plugin_symbol(p, LPX_CUDA_SYM_SYNC);
     if (!stream_fn || !g_sync) {
@@ -974,6 +1086,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < NCASES; k++) {
         if (!selected(only, cases[k].name)) continue;
         g_err[0] = 0;
+        g_path[0] = 0;
         int r = cases[k].fn(cases[k].name);
         release_all();
         if (r) {

@@ -15,7 +15,7 @@ import sys
 ORDER = [
     "copy", "copy_op", "cast_fp8", "fp8_quant_static", "fp8_quant_dynamic", "fp8_quant_rowwise",
     "nf4_dequant", "nf4_dequant_16k", "gemm_bf16", "gemm_fp8_tensorwise", "gemm_fp8_rowwise",
-    "gemm_fp8_blockwise", "gemm_fp8_tensorwise_fastaccum", "adamw",
+    "gemm_fp8_blockwise", "gemm_fp8_tensorwise_fastaccum", "adamw", "attention_llama3_fwd", "attention_llama3",
 ]
 
 

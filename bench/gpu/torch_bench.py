@@ -37,7 +37,7 @@ NF4_TABLE = [
 CASES = [
     "copy", "fp8_quant_static", "nf4_dequant", "gemm_bf16", "gemm_fp8_tensorwise", "adamw",
     "copy_op", "cast_fp8", "fp8_quant_dynamic", "fp8_quant_rowwise", "nf4_dequant_16k", "gemm_fp8_rowwise",
-    "gemm_fp8_tensorwise_fastaccum",
+    "gemm_fp8_tensorwise_fastaccum", "attention_llama3",
 ]
 # the linear layer (bench_gpu's float8_linear_*): bf16 nn.Linear eager and
 # compiled, torchao's Float8Linear (convert_to_float8_training) compiled;
@@ -305,6 +305,52 @@ class Bench:
         med, mn = self.time_reps(fwd_bwd)
         self.report(label, desc + ": forward + backward", med, mn, flops=3.0 * fl)
 
+    def case_attention(self, name):
+        """bench_gpu's attention_llama3: causal SDPA, bf16, q [B, T, 32, 128]
+        and k/v [B, T, 8, 128] viewed as [B, heads, T, 128] (transformers'
+        layout: transposed views, not copies), the flash backend only
+        (torch.nn.attention.sdpa_kernel), forward and forward + backward
+        (dq, dk, dv). GQA through enable_gqa; a torch whose flash kernel
+        refuses it gets k/v repeated to 32 heads outside the timed region
+        (said in the row)."""
+        t = self.torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        F = t.nn.functional
+        b, n, h, kh, d = (1, 256, 32, 8, 128) if self.args.quick else (2, 4096, 32, 8, 128)
+        q = self.unif((b, n, h, d), t.bfloat16, 71).transpose(1, 2).requires_grad_(True)
+        k = self.unif((b, n, kh, d), t.bfloat16, 72).transpose(1, 2).requires_grad_(True)
+        v = self.unif((b, n, kh, d), t.bfloat16, 73).transpose(1, 2).requires_grad_(True)
+        g = self.unif((b, n, h, d), t.bfloat16, 74).transpose(1, 2)
+        how = "enable_gqa"
+
+        def attn(q, k, v, gqa):
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                if gqa:
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        try:
+            attn(q, k, v, True).backward(g)
+            gqa = True
+        except Exception:  # noqa: BLE001 (a flash kernel without GQA)
+            k = k.detach().repeat_interleave(h // kh, dim=1).requires_grad_(True)
+            v = v.detach().repeat_interleave(h // kh, dim=1).requires_grad_(True)
+            gqa, how = False, "k/v repeated to 32 heads before timing"
+
+        def fwd(i):
+            with t.no_grad():
+                return attn(q, k, v, gqa)
+
+        def fwd_bwd(i):
+            q.grad = k.grad = v.grad = None
+            attn(q, k, v, gqa).backward(g)
+
+        fl = 2.0 * b * h * n * n * d
+        desc = f"SDPA flash bf16 causal, q [{b}, {n}, {h}, {d}], k/v {kh} heads ({how})"
+        med, mn = self.time_reps(fwd)
+        self.report(name + "_fwd", desc + ": forward", med, mn, flops=fl)
+        med, mn = self.time_reps(fwd_bwd)
+        self.report(name, desc + ": forward + backward", med, mn, flops=3.5 * fl)
+
     def run_case(self, name, compiled):
         if name == "copy":
             return self.case_copy(name, False)
@@ -329,6 +375,8 @@ class Bench:
             return self.case_gemm(name, "fastaccum")
         if name == "adamw":
             return self.case_adamw(name)
+        if name == "attention_llama3":
+            return self.case_attention(name)
         if name.startswith("float8_linear_"):
             recipe, shape = name[len("float8_linear_"):].rsplit("_", 1)
             return self.case_linear(name, recipe, shape, compiled)

@@ -60,24 +60,24 @@ def paths(a):
             a.corpus or os.path.join(root, "data", "corpus.txt"), os.path.join(root, "bench", "gpu", "train_ref.py"))
 
 
-def run_lpx(a, exe, plugin_path, corpus, recipe):
-    out = tempfile.mkdtemp(prefix="lpx-train-compare-")
-    cmd = [exe, "train", "--device", a.device, "--recipe", recipe, "--ranks", "1", "--micro", "1",
-           "--dim", str(a.dim), "--layers", str(a.layers), "--heads", str(a.heads), "--kv-heads", str(a.kv_heads),
-           "--ffn", str(a.ffn), "--vocab", str(a.vocab), "--rope-theta", "500000", "--seq", str(a.seq),
-           "--batch", str(a.batch), "--steps", str(a.steps), "--log-every", "1", "--eval", "1", "--sample", "0",
-           "--data", corpus, "--out", out] + a.extra.split()
-    env = dict(os.environ, LPX_PLUGIN_PATH=plugin_path)
-    t0 = time.time()
-    try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
-    except subprocess.TimeoutExpired:
-        return {"mode": "lpx " + recipe, "skipped": "timed out after %d s" % a.timeout}
-    text = p.stdout + p.stderr
-    if p.returncode != 0:
+def lpx_cmd(a, exe, corpus, recipe, out):
+    """The lpx train command of one row (acceptance.py runs it too)."""
+    return [exe, "train", "--device", a.device, "--recipe", recipe, "--ranks", "1", "--micro", "1",
+            "--dim", str(a.dim), "--layers", str(a.layers), "--heads", str(a.heads), "--kv-heads", str(a.kv_heads),
+            "--ffn", str(a.ffn), "--vocab", str(a.vocab), "--rope-theta", "500000", "--seq", str(a.seq),
+            "--batch", str(a.batch), "--steps", str(a.steps), "--log-every", "1", "--eval", "1", "--sample", "0",
+            "--data", corpus, "--out", out] + a.extra.split()
+
+
+def parse_lpx(a, recipe, text, returncode):
+    """The row of one lpx train run from its output: ms per step (the
+    summary's mean over the steps after the first), tokens/s, MFU, peak GPU
+    memory, the last step's loss; "skipped" with the reason when the run
+    failed or printed no step line."""
+    if returncode != 0:
         tail = " | ".join(text.strip().splitlines()[-3:])
-        return {"mode": "lpx " + recipe, "skipped": "exit %d: %s" % (p.returncode, tail)}
-    r = {"mode": "lpx " + recipe, "wall_s": round(time.time() - t0, 1)}
+        return {"mode": "lpx " + recipe, "skipped": "exit %d: %s" % (returncode, tail)}
+    r = {"mode": "lpx " + recipe}
     m = re.search(r"step ([0-9.]+) ms = compute ([0-9.]+) \+ collectives ([0-9.]+) \+ optimizer ([0-9.]+)", text)
     if m:
         r["ms_step"] = float(m.group(1))
@@ -94,6 +94,21 @@ def run_lpx(a, exe, plugin_path, corpus, recipe):
         r["loss"] = float(losses[-1])
     if "ms_step" not in r:
         r["skipped"] = "no step line in the output: " + " | ".join(text.strip().splitlines()[-3:])
+    return r
+
+
+def run_lpx(a, exe, plugin_path, corpus, recipe):
+    out = tempfile.mkdtemp(prefix="lpx-train-compare-")
+    cmd = lpx_cmd(a, exe, corpus, recipe, out)
+    env = dict(os.environ, LPX_PLUGIN_PATH=plugin_path)
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
+    except subprocess.TimeoutExpired:
+        return {"mode": "lpx " + recipe, "skipped": "timed out after %d s" % a.timeout}
+    r = parse_lpx(a, recipe, p.stdout + p.stderr, p.returncode)
+    if "skipped" not in r or "no step line" in r["skipped"]:
+        r["wall_s"] = round(time.time() - t0, 1)
     return r
 
 
