@@ -51,11 +51,6 @@ static inline const char *cpu_op_name(const lpx_call *c) { return lpx_op_name(c-
  * (every dtype with 8+ bits per element). `arg` names it in the message. */
 lpx_status cpu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t);
 
-/* cpu_check_dense on any device: the view kernels (views.c) only touch
- * metadata, and copy through the copy_ op of the tensor's device, so other
- * backends adopt them (lpx_kernel_lookup). */
-lpx_status cpu_check_dense_any_device(const lpx_call *c, const char *arg, const lpx_tensor *t);
-
 /* cpu_check_dense, and the dtype must be a floating-point one. */
 lpx_status cpu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t);
 

@@ -3,30 +3,20 @@
 #include <string.h>
 #include "cpu_internal.h"
 
-static lpx_status check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t, bool any_device)
+lpx_status cpu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t)
 {
     const char *op = cpu_op_name(c);
     if (!t) return lpx_error(LPX_EINVAL, "%s: tensor '%s' is NULL", op, arg);
     if (t->kind)
         return lpx_error(LPX_EINVAL, "%s: tensor '%s' is of kind '%s'; the cpu kernel takes dense tensors",
                          op, arg, lpx_kind_name(t->kind));
-    if (!any_device && t->device.type != LPX_DEVICE_CPU)
+    if (t->device.type != LPX_DEVICE_CPU)
         return lpx_error(LPX_EDEVICE, "%s: tensor '%s' is on device type %d, not the CPU", op, arg, (int)t->device.type);
     const lpx_dtype_traits *tr = lpx_dtype_get(t->dtype);
     if (!tr || tr->bits < 8 || tr->bits % 8)
         return lpx_error(LPX_EDTYPE, "%s: tensor '%s' has dtype %s, which the cpu kernels do not support",
                          op, arg, lpx_dtype_name(t->dtype));
     return LPX_OK;
-}
-
-lpx_status cpu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    return check_dense(c, arg, t, false);
-}
-
-lpx_status cpu_check_dense_any_device(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    return check_dense(c, arg, t, true);
 }
 
 lpx_status cpu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t)

@@ -52,14 +52,6 @@ void cpu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t ou
 
 /* ---- helpers --------------------------------------------------------- */
 
-/* Shape argument i as (ndim, shape) (lpx_meta_shape_arg); the tensor
- * constructor checks the sizes (negative, overflow). */
-static lpx_status shape_arg(const lpx_call *c, int i, int *ndim, const int64_t **shape)
-{
-    *shape = c->args[i].u.ints;
-    return lpx_meta_shape_arg(cpu_op_name(c), c->args[i].u.ints, c->args[i].len, ndim);
-}
-
 /* Fills a new contiguous tensor with the f32 value v encoded once per byte
  * group, then replicated (memset when the group is one repeated byte). */
 static void fill_value(lpx_tensor *t, float v)
@@ -107,32 +99,30 @@ static void fill_gen(lpx_tensor *t, gen_fn gen, const void *ctx)
 
 /* ---- kernels --------------------------------------------------------- */
 
+/* The arguments are the `create` family's (op_args_views.h): shape, dtype
+ * and the element count checked by the dispatcher. The result is on the
+ * CPU (the device's index is not looked at). */
 static lpx_status k_empty(lpx_call *c)
 {
-    int ndim = 0;
-    const int64_t *shape = NULL;
+    const lpx_create_args *a = lpx_op_args_of(c);
     lpx_tensor *t;
-    lpx_status st = shape_arg(c, 0, &ndim, &shape);
-    if (st || (st = cpu_new(c, c->args[1].u.d, ndim, shape, &t))) return st;
+    lpx_status st = cpu_new(c, a->dtype, a->ndim, a->shape, &t);
+    if (st) return st;
     cpu_ret(c, t);
     return LPX_OK;
 }
 
-/* zeros and full: `value` everywhere, dtype from args[di]. */
-static lpx_status fill_kernel(lpx_call *c, double value, int di)
+/* zeros and full: `value` everywhere (zeros: 0) */
+static lpx_status k_fill(lpx_call *c)
 {
-    int ndim = 0;
-    const int64_t *shape = NULL;
+    const lpx_create_args *a = lpx_op_args_of(c);
     lpx_tensor *t;
-    lpx_status st = shape_arg(c, 0, &ndim, &shape);
-    if (st || (st = cpu_new(c, c->args[di].u.d, ndim, shape, &t))) return st;
-    fill_value(t, (float)value);
+    lpx_status st = cpu_new(c, a->dtype, a->ndim, a->shape, &t);
+    if (st) return st;
+    fill_value(t, (float)a->value);
     cpu_ret(c, t);
     return LPX_OK;
 }
-
-static lpx_status k_zeros(lpx_call *c) { return fill_kernel(c, 0.0, 1); }
-static lpx_status k_full(lpx_call *c) { return fill_kernel(c, c->args[1].u.f, 2); }
 
 typedef struct arange_ctx { double start, step; } arange_ctx;
 
@@ -160,16 +150,13 @@ static void arange_int(lpx_tensor *t, const arange_ctx *a)
 
 static lpx_status k_arange(lpx_call *c)
 {
-    double start = c->args[0].u.f, end = c->args[1].u.f, step = c->args[2].u.f;
-    lpx_dtype dtype = c->args[3].u.d;
-    int64_t n;
-    lpx_status st = lpx_meta_arange("arange", start, end, step, &n);
-    if (st) return st;
+    const lpx_create_args *a = lpx_op_args_of(c);
     lpx_tensor *t;
-    if ((st = cpu_new(c, dtype, 1, &n, &t))) return st;
-    arange_ctx a = {start, step};
-    if (dtype == LPX_I64 || dtype == LPX_I32) arange_int(t, &a);
-    else fill_gen(t, gen_arange, &a);
+    lpx_status st = cpu_new(c, a->dtype, 1, a->shape, &t);
+    if (st) return st;
+    arange_ctx g = {a->start, a->step};
+    if (a->dtype == LPX_I64 || a->dtype == LPX_I32) arange_int(t, &g);
+    else fill_gen(t, gen_arange, &g);
     cpu_ret(c, t);
     return LPX_OK;
 }
@@ -214,16 +201,11 @@ static void gen_randn(const void *ctx, int64_t start, int64_t n, float *dst)
 
 static lpx_status rng_kernel(lpx_call *c, gen_fn gen)
 {
-    int ndim = 0;
-    const int64_t *shape = NULL;
-    lpx_status st = shape_arg(c, 0, &ndim, &shape);
-    if (st) return st;
-    uint64_t seed = (uint64_t)c->args[1].u.i;
-    lpx_dtype dtype = c->args[2].u.d;
-    rng_ctx r = {{(uint32_t)seed, (uint32_t)(seed >> 32)}, 0};
-    if ((st = lpx_meta_random(cpu_op_name(c), dtype, &r.bits))) return st;
+    const lpx_create_args *a = lpx_op_args_of(c);
+    rng_ctx r = {{(uint32_t)a->seed, (uint32_t)(a->seed >> 32)}, a->bits};
     lpx_tensor *t;
-    if ((st = cpu_new(c, dtype, ndim, shape, &t))) return st;
+    lpx_status st = cpu_new(c, a->dtype, a->ndim, a->shape, &t);
+    if (st) return st;
     fill_gen(t, gen, &r);
     cpu_ret(c, t);
     return LPX_OK;
@@ -235,7 +217,7 @@ static lpx_status k_rand(lpx_call *c) { return rng_kernel(c, gen_rand); }
 lpx_status lpx_cpu_register_creation(void)
 {
     static const struct { lpx_op op; lpx_kernel_fn fn; } table[] = {
-        {LPX_OP_empty, k_empty}, {LPX_OP_zeros, k_zeros}, {LPX_OP_full, k_full},
+        {LPX_OP_empty, k_empty}, {LPX_OP_zeros, k_fill}, {LPX_OP_full, k_fill},
         {LPX_OP_arange, k_arange}, {LPX_OP_randn, k_randn}, {LPX_OP_rand, k_rand},
     };
     for (size_t i = 0; i < sizeof table / sizeof *table; i++) {

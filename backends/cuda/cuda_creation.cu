@@ -8,8 +8,10 @@
  *    rand has the CPU's bits; randn's Box-Muller runs in double with CUDA's
  *    log/cos/sin (within an ulp or two of glibc's before the rounding to
  *    f32, so nearly always the same f32).
- * Results are new contiguous tensors on the `device` argument. Plugin
- * dtypes are refused except by empty (the kernels encode built-ins only). */
+ * Results are new contiguous tensors on the `device` argument. The
+ * arguments are the `create` family's, checked by the dispatcher
+ * (dispatch/spec_views.c). Plugin dtypes are refused except by empty
+ * (the kernels encode built-ins only). */
 #include <math.h>
 #include <string.h>
 #include "cuda_dtype.cuh"
@@ -92,52 +94,45 @@ __global__ void k_arange(char *p, lpx_dtype dt, int64_t n, double start, double 
 
 /* ---- helpers ---------------------------------------------------------- */
 
-/* Shape argument i as (ndim, shape); the tensor constructor checks sizes. */
-static lpx_status shape_arg(const lpx_call *c, int i, int *ndim, const int64_t **shape)
-{
-    *shape = c->args[i].u.ints;
-    return lpx_meta_shape_arg(cu_op(c), c->args[i].u.ints, c->args[i].len, ndim);
-}
-
-/* Fails unless dt is a built-in dtype (the kernels encode those only). */
+/* This backend has no code for plugin dtypes (the kernels encode the
+ * built-ins only). Not an argument check: the `create` family accepted
+ * the dtype (registered, and floating-point for randn/rand). */
 static lpx_status builtin_dtype(const lpx_call *c, lpx_dtype dt)
 {
-    const lpx_dtype_traits *tr = lpx_dtype_get(dt);
-    if (!tr) return lpx_error(LPX_EDTYPE, "%s: dtype %d is not registered", cu_op(c), (int)dt);
-    if (dt >= LPX_DTYPE_BUILTIN_COUNT)
-        return lpx_error(LPX_EDTYPE,
-                         "%s: dtype %s is not supported by the cuda kernels (make the tensor on the CPU and move it "
-                         "with lpx_tensor_to)",
-                         cu_op(c), tr->name);
-    return LPX_OK;
+    if (dt < LPX_DTYPE_BUILTIN_COUNT) return LPX_OK;
+    return lpx_error(LPX_EDTYPE,
+                     "%s: dtype %s is not supported by the cuda kernels (make the tensor on the CPU and move it "
+                     "with lpx_tensor_to)",
+                     cu_op(c), lpx_dtype_get(dt)->name);
 }
 
 /* ---- kernels (boxed) -------------------------------------------------- */
 
+/* The arguments are the `create` family's (op_args_views.h): shape, dtype
+ * and the element count checked by the dispatcher. cu_use makes the
+ * device current (and refuses an index this plugin does not serve: the
+ * dispatcher knows device types, not how many devices a backend has). */
 static lpx_status k_empty(lpx_call *c)
 {
-    int ndim = 0;
-    const int64_t *shape = NULL;
-    lpx_device dev = c->args[2].u.dev;
+    const lpx_create_args *a = (const lpx_create_args *)lpx_op_args_of(c);
     lpx_tensor *t;
-    lpx_status st = shape_arg(c, 0, &ndim, &shape);
-    if (st || (st = cu_use(cu_op(c), dev)) || (st = cu_new(c, c->args[1].u.d, ndim, shape, dev, &t))) return st;
+    lpx_status st;
+    if ((st = cu_use(cu_op(c), a->device)) || (st = cu_new(c, a->dtype, a->ndim, a->shape, a->device, &t))) return st;
     cu_ret(c, t);
     return LPX_OK;
 }
 
-/* zeros and full: `value` everywhere, dtype from args[di], device next. */
-static lpx_status fill_kernel(lpx_call *c, double value, int di)
+/* zeros and full: `value` everywhere (zeros: 0). */
+static lpx_status k_fill(lpx_call *c)
 {
-    int ndim = 0;
-    const int64_t *shape = NULL;
-    lpx_dtype dt = c->args[di].u.d;
-    lpx_device dev = c->args[di + 1].u.dev;
+    const lpx_create_args *a = (const lpx_create_args *)lpx_op_args_of(c);
+    lpx_dtype dt = a->dtype;
+    lpx_device dev = a->device;
     lpx_tensor *t;
-    lpx_status st = shape_arg(c, 0, &ndim, &shape);
-    if (st || (st = builtin_dtype(c, dt)) || (st = cu_use(cu_op(c), dev)) || (st = cu_new(c, dt, ndim, shape, dev, &t)))
+    lpx_status st;
+    if ((st = builtin_dtype(c, dt)) || (st = cu_use(cu_op(c), dev)) || (st = cu_new(c, dt, a->ndim, a->shape, dev, &t)))
         return st;
-    float v = (float)value;
+    float v = (float)a->value;
     unsigned char pat[8] = {0};
     if ((st = lpx_convert(pat, dt, &v, LPX_F32, 1, 0)) || (st = cu_fill_bytes(c, t, pat, cu_esize(dt)))) {
         lpx_tensor_release(t);
@@ -147,18 +142,15 @@ static lpx_status fill_kernel(lpx_call *c, double value, int di)
     return LPX_OK;
 }
 
-static lpx_status k_zeros(lpx_call *c) { return fill_kernel(c, 0.0, 1); }
-static lpx_status k_full(lpx_call *c) { return fill_kernel(c, c->args[1].u.f, 2); }
-
 static lpx_status k_arange(lpx_call *c)
 {
-    double start = c->args[0].u.f, end = c->args[1].u.f, step = c->args[2].u.f;
-    lpx_dtype dtype = c->args[3].u.d;
-    lpx_device dev = c->args[4].u.dev;
-    int64_t n;
-    lpx_status st = lpx_meta_arange("arange", start, end, step, &n);
-    if (st) return st;
+    const lpx_create_args *a = (const lpx_create_args *)lpx_op_args_of(c);
+    double start = a->start, step = a->step;
+    lpx_dtype dtype = a->dtype;
+    lpx_device dev = a->device;
+    int64_t n = a->shape[0];
     lpx_tensor *t;
+    lpx_status st;
     if ((st = builtin_dtype(c, dtype)) || (st = cu_use("arange", dev)) || (st = cu_new(c, dtype, 1, &n, dev, &t)))
         return st;
     if (n > 0) {
@@ -175,19 +167,17 @@ static lpx_status k_arange(lpx_call *c)
 
 static lpx_status rng_kernel(lpx_call *c, bool normal)
 {
+    const lpx_create_args *a = (const lpx_create_args *)lpx_op_args_of(c);
     const char *op = cu_op(c);
-    int ndim = 0;
-    const int64_t *shape = NULL;
-    lpx_status st = shape_arg(c, 0, &ndim, &shape);
-    if (st) return st;
-    uint64_t seed = (uint64_t)c->args[1].u.i;
-    lpx_dtype dtype = c->args[2].u.d;
-    lpx_device dev = c->args[3].u.dev;
-    int bits;
-    if ((st = lpx_meta_random(op, dtype, &bits)) || (st = builtin_dtype(c, dtype))) return st;
+    uint64_t seed = a->seed;
+    lpx_dtype dtype = a->dtype;
+    lpx_device dev = a->device;
+    int bits = a->bits;
+    lpx_status st;
+    if ((st = builtin_dtype(c, dtype))) return st;
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     lpx_tensor *t;
-    if ((st = cu_use(op, dev)) || (st = cu_new(c, dtype, ndim, shape, dev, &t))) return st;
+    if ((st = cu_use(op, dev)) || (st = cu_new(c, dtype, a->ndim, a->shape, dev, &t))) return st;
     int64_t n = lpx_tensor_numel(t);
     if (n > 0) {
         char *p = (char *)lpx_tensor_data(t);
@@ -215,7 +205,7 @@ static lpx_status k_rand(lpx_call *c) { return rng_kernel(c, false); }
 extern "C" lpx_status cu_register_creation(const lpx_host *h)
 {
     static const struct { lpx_op op; lpx_kernel_fn fn; } table[] = {
-        {LPX_OP_empty, k_empty}, {LPX_OP_zeros, k_zeros}, {LPX_OP_full, k_full},
+        {LPX_OP_empty, k_empty}, {LPX_OP_zeros, k_fill}, {LPX_OP_full, k_fill},
         {LPX_OP_arange, k_arange}, {LPX_OP_randn, k_randn}, {LPX_OP_rand, k_rand},
     };
     for (size_t i = 0; i < sizeof table / sizeof *table; i++) {

@@ -1,9 +1,10 @@
-/* Views on CUDA tensors are lpx's own view kernels: they only compute
- * geometry, and the copying ones (reshape of a non-viewable layout,
- * contiguous, clone, cat) allocate on the tensor's device and dispatch
- * copy_, which lands in cuda_copy.cu. So the plugin adopts the kernels the
- * CPU backend registered instead of carrying a second copy of the shape
- * logic and its error messages. */
+/* Views on CUDA tensors are lpx's own view kernels: the dispatcher checks
+ * their arguments and computes the result's geometry once, for every
+ * backend (spec families `view` and `cat`, dispatch/spec_views.c); the
+ * kernels only build it, and the copying ones (reshape of a non-viewable
+ * layout, contiguous, clone, cat) allocate on the tensor's device and
+ * dispatch copy_, which lands in cuda_copy.cu. So the plugin adopts the
+ * kernels the CPU backend registered instead of carrying a second copy. */
 #include "cuda_internal.h"
 
 lpx_status cu_register_views(const lpx_host *h)

@@ -31,7 +31,8 @@ LPX_PLUGIN_EXPORT int lpx_simdev_owns(const void *p) { return sim_owner(p, 0); }
 
 LPX_PLUGIN_EXPORT size_t lpx_simdev_pending(int dev) { return sim_pending(dev); }
 
-/* views only compute geometry; their copies dispatch copy_ on the device */
+/* views only build the geometry the dispatcher computed (spec families
+ * `view`, `cat`); their copies dispatch copy_ on the device */
 static lpx_status adopt_views(const lpx_host *h, int key)
 {
     static const lpx_op ops[] = {
