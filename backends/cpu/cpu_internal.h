@@ -56,10 +56,6 @@ lpx_status cpu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor 
  * backends adopt them (lpx_kernel_lookup). */
 lpx_status cpu_check_dense_any_device(const lpx_call *c, const char *arg, const lpx_tensor *t);
 
-/* cpu_check_dense, and the dtype must be a floating-point one. */
-lpx_status cpu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t);
-
-
 /* Validates a caller-provided `out` tensor: dense CPU, exact shape; dtype
  * must equal `dtype`. */
 lpx_status cpu_check_out(const lpx_call *c, const lpx_tensor *out, lpx_dtype dtype, int ndim,
