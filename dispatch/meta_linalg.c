@@ -57,19 +57,22 @@ lpx_status lpx_meta_linear(const char *op, const lpx_tensor *x, const lpx_tensor
 {
     lpx_status st;
     if ((st = need(op, "x", x)) || (st = need(op, "w", w))) return st;
+    /* the shapes are formatted only for a message: linear is the
+     * trainer's hot op, checked on every call */
     char sx[128], sw[128];
-    lpx_tensor_shape_str(x, sx, sizeof sx);
-    lpx_tensor_shape_str(w, sw, sizeof sw);
     if (x->ndim < 1 || w->ndim != 2)
-        return lpx_error(LPX_ESHAPE, "%s: x %s and w %s: expected x [..., in] and w [out, in]", op, sx, sw);
+        return lpx_error(LPX_ESHAPE, "%s: x %s and w %s: expected x [..., in] and w [out, in]", op,
+                         lpx_tensor_shape_str(x, sx, sizeof sx), lpx_tensor_shape_str(w, sw, sizeof sw));
     int64_t in = x->shape[x->ndim - 1], nout = w->shape[0];
     if (w->shape[1] != in)
-        return lpx_error(LPX_ESHAPE, "%s: x %s and w %s: in_features mismatch (%lld vs %lld)", op, sx, sw,
+        return lpx_error(LPX_ESHAPE, "%s: x %s and w %s: in_features mismatch (%lld vs %lld)", op,
+                         lpx_tensor_shape_str(x, sx, sizeof sx), lpx_tensor_shape_str(w, sw, sizeof sw),
                          (long long)in, (long long)w->shape[1]);
     if (bias && (bias->ndim != 1 || bias->shape[0] != nout)) {
         char sbias[128];
         return lpx_error(LPX_ESHAPE, "%s: bias %s does not match out_features %lld of w %s", op,
-                         lpx_tensor_shape_str(bias, sbias, sizeof sbias), (long long)nout, sw);
+                         lpx_tensor_shape_str(bias, sbias, sizeof sbias), (long long)nout,
+                         lpx_tensor_shape_str(w, sw, sizeof sw));
     }
     g->batch = g->a_batch = g->b_batch = 1;
     g->K = in;
@@ -87,15 +90,16 @@ lpx_status lpx_meta_addmm(const char *op, const lpx_tensor *c, const lpx_tensor 
 {
     lpx_status st;
     if ((st = need(op, "c", c)) || (st = need(op, "a", a)) || (st = need(op, "b", b))) return st;
+    /* the shapes are formatted only for a message */
     char sa[128], sb[128], sc[128];
-    lpx_tensor_shape_str(a, sa, sizeof sa);
-    lpx_tensor_shape_str(b, sb, sizeof sb);
     if (a->ndim != 2 || b->ndim != 2)
-        return lpx_error(LPX_ESHAPE, "%s: a %s and b %s: expected 2-D matrices", op, sa, sb);
+        return lpx_error(LPX_ESHAPE, "%s: a %s and b %s: expected 2-D matrices", op,
+                         lpx_tensor_shape_str(a, sa, sizeof sa), lpx_tensor_shape_str(b, sb, sizeof sb));
     int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
     if (b->shape[0] != K)
-        return lpx_error(LPX_ESHAPE, "%s: a %s and b %s: K mismatch (%lld vs %lld)", op, sa, sb, (long long)K,
-                         (long long)b->shape[0]);
+        return lpx_error(LPX_ESHAPE, "%s: a %s and b %s: K mismatch (%lld vs %lld)", op,
+                         lpx_tensor_shape_str(a, sa, sizeof sa), lpx_tensor_shape_str(b, sb, sizeof sb),
+                         (long long)K, (long long)b->shape[0]);
     bool bc = c->ndim <= 2;
     int64_t mn[2] = {M, N};
     for (int i = 0; bc && i < c->ndim; i++) {

@@ -16,7 +16,6 @@
 #include <string.h>
 #include LPX_CBLAS_HEADER
 #include "cpu_internal.h"
-#include "lpx/meta.h"
 
 #define ATT_ROWS 64
 
@@ -26,11 +25,6 @@ static int64_t keys_for(const lpx_attention_geom *g, bool causal, int64_t t)
     return causal ? t + g->kv_len - g->q_len + 1 : g->kv_len;
 }
 
-static lpx_status load_f32(const lpx_call *c, const char *arg, lpx_tensor *t, lpx_tensor **out)
-{
-    lpx_status st = cpu_check_float(c, arg, t);
-    return st ? st : cpu_contiguous_f32(t, out);
-}
 
 /* Stores contiguous f32 src as a new tensor of dtype and shape like. */
 static lpx_status store_as(lpx_call *c, lpx_dtype dtype, const lpx_tensor *like, const float *src)
@@ -45,18 +39,20 @@ static lpx_status store_as(lpx_call *c, lpx_dtype dtype, const lpx_tensor *like,
     return LPX_OK;
 }
 
+/* The contracts (shapes, dtypes, scale) are the dispatcher's: spec
+ * families `attention` and `attention_backward` (op_args_nn.h). */
 static lpx_status k_attention(lpx_call *c)
 {
-    lpx_tensor *q = cpu_tensor_arg(c, 0), *k = cpu_tensor_arg(c, 1), *v = cpu_tensor_arg(c, 2);
-    bool causal = c->args[3].u.b;
-    double scale = c->args[4].u.f;
+    const lpx_attention_args *a = lpx_op_args_of(c);
+    lpx_tensor *q = a->q, *k = a->k, *v = a->v;
+    bool causal = a->causal;
+    double scale = a->scale;
     const char *op = cpu_op_name(c);
-    lpx_attention_geom g;
-    lpx_status st = lpx_meta_attention(op, q, k, v, causal, scale, &g);
-    if (st) return st;
+    const lpx_attention_geom g = a->g;
+    lpx_status st;
     lpx_tensor *qf = NULL, *kf = NULL, *vf = NULL, *of = NULL, *lse = NULL;
     float *sc = NULL;
-    if ((st = load_f32(c, "q", q, &qf)) || (st = load_f32(c, "k", k, &kf)) || (st = load_f32(c, "v", v, &vf)))
+    if ((st = cpu_contiguous_f32(q, &qf)) || (st = cpu_contiguous_f32(k, &kf)) || (st = cpu_contiguous_f32(v, &vf)))
         goto out;
     int64_t lse_shape[3] = {g.batch, g.heads, g.q_len};
     if ((st = lpx_tensor_new(LPX_F32, 4, q->shape, lpx_cpu(), &of)) ||
@@ -116,18 +112,17 @@ out:
 
 static lpx_status k_attention_backward(lpx_call *c)
 {
-    lpx_tensor *gr = cpu_tensor_arg(c, 0), *q = cpu_tensor_arg(c, 1), *k = cpu_tensor_arg(c, 2),
-               *v = cpu_tensor_arg(c, 3), *o = cpu_tensor_arg(c, 4), *lse = cpu_tensor_arg(c, 5);
-    bool causal = c->args[6].u.b;
-    double scale = c->args[7].u.f;
+    const lpx_attention_backward_args *a = lpx_op_args_of(c);
+    lpx_tensor *gr = a->grad, *q = a->q, *k = a->k, *v = a->v, *o = a->out, *lse = a->lse;
+    bool causal = a->causal;
+    double scale = a->scale;
     const char *op = cpu_op_name(c);
-    lpx_attention_geom g;
-    lpx_status st = lpx_meta_attention_backward(op, gr, q, k, v, o, lse, causal, scale, &g);
-    if (st) return st;
+    const lpx_attention_geom g = a->g;
+    lpx_status st;
     lpx_tensor *gf = NULL, *qf = NULL, *kf = NULL, *vf = NULL, *of = NULL, *lf = NULL;
     float *buf = NULL;
-    if ((st = load_f32(c, "grad", gr, &gf)) || (st = load_f32(c, "q", q, &qf)) || (st = load_f32(c, "k", k, &kf)) ||
-        (st = load_f32(c, "v", v, &vf)) || (st = load_f32(c, "out", o, &of)) || (st = load_f32(c, "lse", lse, &lf)))
+    if ((st = cpu_contiguous_f32(gr, &gf)) || (st = cpu_contiguous_f32(q, &qf)) || (st = cpu_contiguous_f32(k, &kf)) ||
+        (st = cpu_contiguous_f32(v, &vf)) || (st = cpu_contiguous_f32(o, &of)) || (st = cpu_contiguous_f32(lse, &lf)))
         goto out;
     int64_t T = g.q_len, S = g.kv_len, D = g.head_dim, ldq = g.heads * D, ldk = g.kv_heads * D;
     int64_t group = g.heads / g.kv_heads, nq = q->numel, nk = k->numel, Sn = S ? S : 1;

@@ -51,10 +51,6 @@ static inline const char *cpu_op_name(const lpx_call *c) { return lpx_op_name(c-
  * (every dtype with 8+ bits per element). `arg` names it in the message. */
 lpx_status cpu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t);
 
-/* cpu_check_dense, and the dtype must be a floating-point one. */
-lpx_status cpu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t);
-
-
 /* Validates a caller-provided `out` tensor: dense CPU, exact shape; dtype
  * must equal `dtype`. */
 lpx_status cpu_check_out(const lpx_call *c, const lpx_tensor *out, lpx_dtype dtype, int ndim,

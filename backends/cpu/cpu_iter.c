@@ -19,16 +19,6 @@ lpx_status cpu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor 
     return LPX_OK;
 }
 
-lpx_status cpu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    lpx_status st = cpu_check_dense(c, arg, t);
-    if (st) return st;
-    if (!lpx_dtype_get(t->dtype)->is_float)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; %s takes floating-point tensors", cpu_op_name(c), arg,
-                         lpx_dtype_name(t->dtype), cpu_op_name(c));
-    return LPX_OK;
-}
-
 lpx_status cpu_check_out(const lpx_call *c, const lpx_tensor *out, lpx_dtype dtype, int ndim, const int64_t *shape)
 {
     lpx_status st = cpu_check_dense(c, "out", out);

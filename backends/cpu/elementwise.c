@@ -263,18 +263,17 @@ static lpx_status k_gelu_backward(lpx_call *c) { return binary(c, B_GELU_BW); }
 static lpx_status k_swiglu(lpx_call *c) { return binary(c, B_SWIGLU); }
 
 /* ---- swiglu_backward ---------------------------------------------------
- * Three inputs of one shape (lpx_meta_swiglu_backward), two new
- * contiguous results (grad_gate in gate's dtype, grad_up in up's): one
- * pass in chunks, each operand read or written in place when it is
- * contiguous f32, else through cpu_load_f32 / cpu_store_f32. The results
- * are new, so nothing aliases what is written. */
+ * Three inputs of one shape (the contract is the dispatcher's: spec family
+ * `swiglu_backward`, op_args_nn.h), two new contiguous results (grad_gate
+ * in gate's dtype, grad_up in up's): one pass in chunks, each operand read
+ * or written in place when it is contiguous f32, else through
+ * cpu_load_f32 / cpu_store_f32. The results are new, so nothing aliases
+ * what is written. */
 static lpx_status k_swiglu_backward(lpx_call *c)
 {
-    lpx_tensor *g = c->args[0].u.t, *a = c->args[1].u.t, *b = c->args[2].u.t;
+    const lpx_swiglu_backward_args *sa = lpx_op_args_of(c);
+    lpx_tensor *g = sa->grad, *a = sa->gate, *b = sa->up;
     lpx_status st;
-    if ((st = lpx_meta_swiglu_backward(cpu_op_name(c), g, a, b)) || (st = cpu_check_dense(c, "grad", g)) ||
-        (st = cpu_check_dense(c, "gate", a)) || (st = cpu_check_dense(c, "up", b)))
-        return st;
     lpx_tensor *dg = NULL, *du = NULL;
     if ((st = cpu_new(c, a->dtype, a->ndim, a->shape, &dg)) || (st = cpu_new(c, b->dtype, b->ndim, b->shape, &du))) {
         lpx_tensor_release(dg);

@@ -156,6 +156,7 @@ static lpx_status run_gemm(const lpx_call *c, const gemm_job *j)
     const char *op = cpu_op_name(c);
     int64_t M = j->M, N = j->N, K = j->K;
     if (j->batch == 0 || M == 0 || N == 0) return LPX_OK;
+    /* a limit of this backend's code (BLAS takes int sizes), not of the op */
     if (!fits_int(N) || !fits_int(K))
         return lpx_error(LPX_ERANGE, "%s: N = %lld or K = %lld exceeds the BLAS int range", op, (long long)N,
                          (long long)K);
@@ -217,7 +218,7 @@ static lpx_status run_gemm(const lpx_call *c, const gemm_job *j)
     return LPX_OK;
 }
 
-/* ---- argument checks and job construction ---------------------------- */
+/* ---- job construction ------------------------------------------------ */
 
 /* Describes the leading dims of t (all but the last) as one run of rows
  * with a single stride, if its strides allow (a contiguous or row-sliced
@@ -314,10 +315,11 @@ static lpx_status run_into(lpx_call *c, gemm_job *j, lpx_tensor *user_out, lpx_d
     return LPX_OK;
 }
 
-/* The shapes each op accepts are its meta function's (lpx_meta_matmul,
- * lpx_meta_linear, lpx_meta_addmm: shared with lpx-cuda); what is the
- * CPU's own is the float dtypes of CPU tensors and how the operands are
- * laid out for BLAS. */
+/* The contract of each op (dtypes, shapes: lpx_meta_matmul,
+ * lpx_meta_linear, lpx_meta_addmm) is the dispatcher's (spec families
+ * `matmul`, `linear`, `addmm`); what is the CPU's own is how the operands
+ * are laid out for BLAS, and BLAS's int range (run_gemm: a limit of this
+ * backend's code, not of the op). */
 static lpx_status k_matmul(lpx_call *c)
 {
     /* matmul's whole contract is the dispatcher's (spec family `matmul`) */
@@ -338,36 +340,33 @@ static lpx_status k_matmul(lpx_call *c)
     return run_into(c, &j, out, a->dtype, g.out_ndim, g.out_shape, inputs, 2);
 }
 
+/* linear's contract is the dispatcher's (spec family `linear`); the
+ * geometry is read in place from the frame */
 static lpx_status k_linear(lpx_call *c)
 {
-    lpx_tensor *x = cpu_tensor_arg(c, 0), *w = cpu_tensor_arg(c, 1), *bias = cpu_tensor_arg(c, 2);
-    lpx_status st;
-    lpx_gemm_geom g;
-    if ((st = cpu_check_float(c, "x", x)) || (st = cpu_check_float(c, "w", w)) ||
-        (bias && (st = cpu_check_float(c, "bias", bias))) || (st = lpx_meta_linear(cpu_op_name(c), x, w, bias, &g)))
-        return st;
-    gemm_job j = {.batch = 1, .K = g.K, .N = g.N, .alpha = 1.0f, .beta = 1.0f, .addend = bias};
+    const lpx_linear_args *m = lpx_op_args_of(c);
+    lpx_tensor *x = m->x, *w = m->w;
+    const lpx_gemm_geom *g = &m->g;
+    gemm_job j = {.batch = 1, .K = g->K, .N = g->N, .alpha = 1.0f, .beta = 1.0f, .addend = m->bias};
     gmat_rows(&j.a, x);
     j.M = j.a.rows;
     /* B = w^T: [in, out] with w's strides swapped (a contiguous w is the
      * transposed layout BLAS takes with CblasTrans) */
-    gmat_strided(&j.b, w, g.K, g.N, w->strides[1], w->strides[0], true, 0);
-    return run_into(c, &j, NULL, x->dtype, g.out_ndim, g.out_shape, NULL, 0);
+    gmat_strided(&j.b, w, g->K, g->N, w->strides[1], w->strides[0], true, 0);
+    return run_into(c, &j, NULL, x->dtype, g->out_ndim, g->out_shape, NULL, 0);
 }
 
+/* addmm's contract is the dispatcher's (spec family `addmm`) */
 static lpx_status k_addmm(lpx_call *c)
 {
-    lpx_tensor *ct = cpu_tensor_arg(c, 0), *a = cpu_tensor_arg(c, 1), *b = cpu_tensor_arg(c, 2);
-    double beta = c->args[3].u.f, alpha = c->args[4].u.f;
-    lpx_status st;
-    lpx_gemm_geom g;
-    if ((st = cpu_check_float(c, "c", ct)) || (st = cpu_check_float(c, "a", a)) ||
-        (st = cpu_check_float(c, "b", b)) || (st = lpx_meta_addmm(cpu_op_name(c), ct, a, b, &g)))
-        return st;
-    gemm_job j = {.batch = 1, .M = g.M, .N = g.N, .K = g.K, .alpha = (float)alpha, .beta = (float)beta, .addend = ct};
-    gmat_strided(&j.a, a, g.M, g.K, a->strides[0], a->strides[1], true, 0);
-    gmat_strided(&j.b, b, g.K, g.N, b->strides[0], b->strides[1], true, 0);
-    return run_into(c, &j, NULL, a->dtype, 2, g.out_shape, NULL, 0);
+    const lpx_addmm_args *m = lpx_op_args_of(c);
+    lpx_tensor *a = m->a, *b = m->b;
+    const lpx_gemm_geom *g = &m->g;
+    gemm_job j = {.batch = 1, .M = g->M, .N = g->N, .K = g->K, .alpha = (float)m->alpha, .beta = (float)m->beta,
+                  .addend = m->c};
+    gmat_strided(&j.a, a, g->M, g->K, a->strides[0], a->strides[1], true, 0);
+    gmat_strided(&j.b, b, g->K, g->N, b->strides[0], b->strides[1], true, 0);
+    return run_into(c, &j, NULL, a->dtype, 2, g->out_shape, NULL, 0);
 }
 
 lpx_status lpx_cpu_register_linalg(void)

@@ -19,15 +19,14 @@
 #include <math.h>
 #include <string.h>
 #include "cpu_internal.h"
-#include "lpx/meta.h"
 
-/* ---- helpers ------------------------------------------------------------ */
-
-static lpx_status same_shape(const lpx_call *c, const char *an, const lpx_tensor *a, const char *bn,
-                             const lpx_tensor *b)
-{
-    return lpx_meta_same_shape(cpu_op_name(c), an, a, bn, b);   /* the contract, shared with CUDA */
-}
+/* ---- helpers ------------------------------------------------------------
+ * The contract of every op here (dtypes, shapes, dims) is the
+ * dispatcher's (spec families `rmsnorm`, `rmsnorm_backward`, `softmax`,
+ * `softmax_backward`, `cross_entropy`, `mse_loss`, `embedding`,
+ * `embedding_backward`; op_args.h, op_args_nn.h): the kernels read their
+ * checked arguments from lpx_op_args_of(c). What they still check is data:
+ * a target or an index out of range. */
 
 /* Writes the multi-index of flat logical position p of shape into buf. */
 static const char *index_str(int ndim, const int64_t *shape, int64_t p, char *buf, size_t len)
@@ -57,11 +56,9 @@ static int64_t elem_offset(const lpx_tensor *t, int64_t p)
 
 /* Copies the integer tensor t (i32 or i64, any layout) into a new int64
  * array in logical order (lpx_free it). */
-static lpx_status load_indices(const lpx_call *c, const char *arg, const lpx_tensor *t, int64_t **out)
+static lpx_status load_indices(const lpx_call *c, const lpx_tensor *t, int64_t **out)
 {
     *out = NULL;
-    lpx_status st = cpu_check_dense(c, arg, t);
-    if (st || (st = lpx_meta_indices(cpu_op_name(c), arg, t))) return st;
     int64_t n = t->numel;
     int64_t *v = lpx_malloc((size_t)(n ? n : 1) * sizeof *v);
     if (!v) return lpx_error(LPX_ENOMEM, "%s: cannot copy %lld indices", cpu_op_name(c), (long long)n);
@@ -125,14 +122,10 @@ static lpx_status new_scalar(lpx_call *c, lpx_dtype dtype, double value)
 
 /* ---- rmsnorm ------------------------------------------------------------ */
 
-/* Loads weight [D] (optional; its shape is the meta function's to check)
- * as f32 (all ones if absent). */
-static lpx_status load_weight(const lpx_call *c, const lpx_tensor *x, const lpx_tensor *w, int64_t D, float **out)
+/* Loads weight [D] (optional) as f32 (all ones if absent). */
+static lpx_status load_weight(const lpx_call *c, const lpx_tensor *w, int64_t D, float **out)
 {
-    (void)x;
     *out = NULL;
-    lpx_status st;
-    if (w && (st = cpu_check_float(c, "weight", w))) return st;
     float *wb = alloc_f32(c, D);
     if (!wb) return LPX_ENOMEM;
     if (w) {
@@ -148,13 +141,13 @@ static lpx_status load_weight(const lpx_call *c, const lpx_tensor *x, const lpx_
 
 static lpx_status k_rmsnorm(lpx_call *c)
 {
-    lpx_tensor *x = cpu_tensor_arg(c, 0), *w = cpu_tensor_arg(c, 1);
-    double eps = c->args[2].u.f;
+    const lpx_rmsnorm_args *a = lpx_op_args_of(c);
+    lpx_tensor *x = a->x, *w = a->weight;
+    double eps = a->eps;
+    int64_t D = a->dim, R = a->rows;
     lpx_status st;
-    int64_t D, R;
-    if ((st = cpu_check_float(c, "x", x)) || (st = lpx_meta_rmsnorm(cpu_op_name(c), x, w, &R, &D))) return st;
     float *wb, *row = NULL;
-    if ((st = load_weight(c, x, w, D, &wb))) return st;
+    if ((st = load_weight(c, w, D, &wb))) return st;
     lpx_tensor *y = NULL, *rstd = NULL;
     int64_t rshape[LPX_MAX_DIMS];
     memcpy(rshape, x->shape, (size_t)x->ndim * sizeof *rshape);
@@ -195,20 +188,16 @@ fail:
  *   dw_i = sum over rows of g_i * x_i * r */
 static lpx_status k_rmsnorm_backward(lpx_call *c)
 {
-    lpx_tensor *g = cpu_tensor_arg(c, 0), *x = cpu_tensor_arg(c, 1), *w = cpu_tensor_arg(c, 2),
-               *rstd = cpu_tensor_arg(c, 3);
+    const lpx_rmsnorm_backward_args *a = lpx_op_args_of(c);
+    lpx_tensor *g = a->grad, *x = a->x, *w = a->weight, *rstd = a->rstd;
+    int64_t D = a->dim, R = a->rows;
     lpx_status st;
-    if ((st = cpu_check_float(c, "grad", g)) || (st = cpu_check_float(c, "x", x)) || (st = cpu_check_float(c, "rstd", rstd)))
-        return st;
-    int64_t D, R;
-    if ((st = lpx_meta_rmsnorm_backward(cpu_op_name(c), g, x, w, rstd, &R, &D))) return st;
     float *wb, *xr = NULL, *gr = NULL, *rv = NULL;
     double *dw = NULL;
     lpx_tensor *gx = NULL, *gw = NULL;
-    if ((st = load_weight(c, x, w, D, &wb))) return st;
+    if ((st = load_weight(c, w, D, &wb))) return st;
     int64_t dshape[1] = {D};
-    if ((st = cpu_new(c, x->dtype, x->ndim, x->shape, &gx)) ||
-        (st = cpu_new(c, w ? w->dtype : x->dtype, 1, dshape, &gw)))
+    if ((st = cpu_new(c, x->dtype, x->ndim, x->shape, &gx)) || (st = cpu_new(c, a->grad_w_dtype, 1, dshape, &gw)))
         goto done;
     xr = alloc_f32(c, D);
     gr = alloc_f32(c, D);
@@ -333,18 +322,17 @@ static lpx_status k_softmax_backward(lpx_call *c)
 
 /* ---- cross-entropy ------------------------------------------------------ */
 
-/* Validates logits [N, C] and target [N]; loads the targets and counts the
- * ones not ignored. Every other target must lie in [0, C). */
-static lpx_status ce_prepare(const lpx_call *c, const lpx_tensor *logits, const lpx_tensor *target, int64_t ignore,
-                             int64_t **tv, int64_t *count)
+/* Loads the targets of logits [N, C] and counts the ones not ignored.
+ * Every other target must lie in [0, C): a check of data, so the
+ * kernel's (the shapes and dtypes are the dispatcher's). */
+static lpx_status ce_prepare(const lpx_call *c, const lpx_cross_entropy_args *a, int64_t **tv, int64_t *count)
 {
     const char *op = cpu_op_name(c);
+    const lpx_tensor *target = a->target;
+    int64_t ignore = a->ignore_index;
     lpx_status st;
-    if ((st = cpu_check_float(c, "logits", logits)) || (st = cpu_check_dense(c, "target", target)) ||
-        (st = lpx_meta_cross_entropy(op, logits, target, NULL, NULL)))
-        return st;
-    if ((st = load_indices(c, "target", target, tv))) return st;
-    int64_t C = logits->shape[1], n = 0;
+    if ((st = load_indices(c, target, tv))) return st;
+    int64_t C = a->classes, n = 0;
     for (int64_t i = 0; i < target->numel; i++) {
         int64_t t = (*tv)[i];
         if (t == ignore) continue;
@@ -378,12 +366,13 @@ static double row_exp(float *row, int64_t C, int64_t target, double *shifted)
 
 static lpx_status k_cross_entropy(lpx_call *c)
 {
-    lpx_tensor *logits = cpu_tensor_arg(c, 0), *target = cpu_tensor_arg(c, 1);
-    int64_t ignore = c->args[2].u.i, count;
+    const lpx_cross_entropy_args *a = lpx_op_args_of(c);
+    lpx_tensor *logits = a->logits;
+    int64_t ignore = a->ignore_index, count;
     int64_t *tv;
-    lpx_status st = ce_prepare(c, logits, target, ignore, &tv, &count);
+    lpx_status st = ce_prepare(c, a, &tv, &count);
     if (st) return st;
-    int64_t N = logits->shape[0], C = logits->shape[1];
+    int64_t N = a->n, C = a->classes;
     float *row = alloc_f32(c, C);
     if (!row) {
         lpx_free(tv);
@@ -400,22 +389,23 @@ static lpx_status k_cross_entropy(lpx_call *c)
     }
     lpx_free(row);
     lpx_free(tv);
-    return new_scalar(c, lpx_meta_cross_entropy_dtype(logits->dtype), count ? total / (double)count : 0.0);
+    return new_scalar(c, a->dtype, count ? total / (double)count : 0.0);
 }
 
 /* d(grad * loss)/d logits = grad / count * (softmax(row) - onehot(target)) */
 static lpx_status k_cross_entropy_backward(lpx_call *c)
 {
-    lpx_tensor *logits = cpu_tensor_arg(c, 0), *target = cpu_tensor_arg(c, 1);
-    int64_t ignore = c->args[2].u.i, count;
-    double grad = c->args[3].u.f;
+    const lpx_cross_entropy_args *a = lpx_op_args_of(c);
+    lpx_tensor *logits = a->logits;
+    int64_t ignore = a->ignore_index, count;
+    double grad = a->grad;
     int64_t *tv;
-    lpx_status st = ce_prepare(c, logits, target, ignore, &tv, &count);
+    lpx_status st = ce_prepare(c, a, &tv, &count);
     if (st) return st;
-    int64_t N = logits->shape[0], C = logits->shape[1];
+    int64_t N = a->n, C = a->classes;
     lpx_tensor *gl;
     float *row = NULL;
-    if ((st = cpu_new(c, logits->dtype, 2, logits->shape, &gl))) {
+    if ((st = cpu_new(c, a->dtype, 2, logits->shape, &gl))) {
         lpx_free(tv);
         return st;
     }
@@ -447,18 +437,10 @@ static lpx_status k_cross_entropy_backward(lpx_call *c)
 
 /* ---- MSE loss ----------------------------------------------------------- */
 
-static lpx_status mse_check(const lpx_call *c, const lpx_tensor *a, const lpx_tensor *b)
-{
-    lpx_status st;
-    if ((st = cpu_check_float(c, "a", a)) || (st = cpu_check_float(c, "b", b))) return st;
-    return same_shape(c, "a", a, "b", b);
-}
-
 static lpx_status k_mse_loss(lpx_call *c)
 {
-    lpx_tensor *a = cpu_tensor_arg(c, 0), *b = cpu_tensor_arg(c, 1);
-    lpx_status st = mse_check(c, a, b);
-    if (st) return st;
+    const lpx_mse_loss_args *m = lpx_op_args_of(c);
+    lpx_tensor *a = m->a, *b = m->b;
     cpu_view av, bv;
     cpu_view_of(&av, a);
     cpu_view_of(&bv, b);
@@ -480,10 +462,10 @@ static lpx_status k_mse_loss(lpx_call *c)
 /* d(grad * mean((a-b)^2))/da = 2 * grad * (a - b) / n */
 static lpx_status k_mse_loss_backward(lpx_call *c)
 {
-    lpx_tensor *a = cpu_tensor_arg(c, 0), *b = cpu_tensor_arg(c, 1);
-    double grad = c->args[2].u.f;
-    lpx_status st = mse_check(c, a, b);
-    if (st) return st;
+    const lpx_mse_loss_args *m = lpx_op_args_of(c);
+    lpx_tensor *a = m->a, *b = m->b;
+    double grad = m->grad;
+    lpx_status st;
     lpx_tensor *ga;
     if ((st = cpu_new(c, a->dtype, a->ndim, a->shape, &ga))) return st;
     cpu_view av, bv, gv;
@@ -505,7 +487,8 @@ static lpx_status k_mse_loss_backward(lpx_call *c)
 
 /* ---- embedding ---------------------------------------------------------- */
 
-/* Fails with LPX_ERANGE naming the first index outside [0, limit). */
+/* Fails with LPX_ERANGE naming the first index outside [0, limit): a
+ * check of data, so the kernel's. */
 static lpx_status check_index_range(const lpx_call *c, const lpx_tensor *idx, const int64_t *iv, int64_t limit)
 {
     for (int64_t i = 0; i < idx->numel; i++) {
@@ -521,22 +504,18 @@ static lpx_status check_index_range(const lpx_call *c, const lpx_tensor *idx, co
  * and any dense dtype works. */
 static lpx_status k_embedding(lpx_call *c)
 {
-    lpx_tensor *w = cpu_tensor_arg(c, 0), *idx = cpu_tensor_arg(c, 1);
+    const lpx_embedding_args *a = lpx_op_args_of(c);
+    lpx_tensor *w = a->weight, *idx = a->indices;
     lpx_status st;
-    int ond;
-    int64_t oshape[LPX_MAX_DIMS];
-    if ((st = cpu_check_dense(c, "weight", w)) || (st = cpu_check_dense(c, "indices", idx)) ||
-        (st = lpx_meta_embedding(cpu_op_name(c), w, idx, &ond, oshape)))
-        return st;
     int64_t *iv;
-    if ((st = load_indices(c, "indices", idx, &iv))) return st;
-    int64_t V = w->shape[0], D = w->shape[1];
+    if ((st = load_indices(c, idx, &iv))) return st;
+    int64_t V = a->num, D = a->dim;
     if ((st = check_index_range(c, idx, iv, V))) {
         lpx_free(iv);
         return st;
     }
     lpx_tensor *out;
-    if ((st = cpu_new(c, w->dtype, ond, oshape, &out))) {
+    if ((st = cpu_new(c, w->dtype, a->out_ndim, a->out_shape, &out))) {
         lpx_free(iv);
         return st;
     }
@@ -559,15 +538,12 @@ static lpx_status k_embedding(lpx_call *c)
 /* Scatter-add of grad rows into [num_weights, D], accumulated in f32. */
 static lpx_status k_embedding_backward(lpx_call *c)
 {
-    lpx_tensor *g = cpu_tensor_arg(c, 0), *idx = cpu_tensor_arg(c, 1);
-    int64_t V = c->args[2].u.i;
+    const lpx_embedding_backward_args *a = lpx_op_args_of(c);
+    lpx_tensor *g = a->grad, *idx = a->indices;
+    int64_t V = a->num_weights, D = a->dim;
     lpx_status st;
-    int64_t D;
-    if ((st = cpu_check_float(c, "grad", g)) || (st = cpu_check_dense(c, "indices", idx)) ||
-        (st = lpx_meta_embedding_backward(cpu_op_name(c), g, idx, V, &D)))
-        return st;
     int64_t *iv;
-    if ((st = load_indices(c, "indices", idx, &iv))) return st;
+    if ((st = load_indices(c, idx, &iv))) return st;
     if ((st = check_index_range(c, idx, iv, V))) {
         lpx_free(iv);
         return st;

@@ -7,16 +7,16 @@
  * in f32. The backward is the rotation by -angle, the transpose. */
 #include <math.h>
 #include "cpu_internal.h"
-#include "lpx/meta.h"
 
+/* The contract (shapes, the offset's range, float dtypes) is the
+ * dispatcher's: spec family `rope` (op_args_nn.h). */
 static lpx_status rope_common(lpx_call *c, bool backward)
 {
-    lpx_tensor *x = cpu_tensor_arg(c, 0), *fr = cpu_tensor_arg(c, 1);
-    int64_t offset = c->args[2].u.i, half;
+    const lpx_rope_args *a = lpx_op_args_of(c);
+    lpx_tensor *x = a->x, *fr = a->inv_freq;
+    int64_t offset = a->offset, half = a->half;
     const char *op = cpu_op_name(c);
     lpx_status st;
-    if ((st = lpx_meta_rope(op, x, fr, offset, &half))) return st;
-    if ((st = cpu_check_float(c, backward ? "grad" : "x", x)) || (st = cpu_check_float(c, "inv_freq", fr))) return st;
     int64_t T = x->shape[1], H = x->shape[2], D = 2 * half, rows = x->numel / D;
     lpx_tensor *y = NULL;
     float *freq = NULL, *cs = NULL, *row = NULL;

@@ -1,7 +1,8 @@
 /* CUDA rope and grouped-query attention, forward and backward, with the
  * semantics of the CPU kernels (backends/cpu/rope.c, attention.c); the
- * argument contracts are the ops' meta functions (lpx/meta.h), shared with
- * the CPU backend, so only the device and dtype checks live here.
+ * argument contracts are the dispatcher's (spec families `rope`,
+ * `attention`, `attention_backward`, op_args_nn.h), so only this backend's
+ * limits are checked here.
  *
  * rope: one thread per rotated pair, read through the tensor's geometry,
  * cos/sin of the f32 angle evaluated in double and rounded once (the CPU's
@@ -72,15 +73,14 @@ static int at_grid(int64_t n)
     return (int)(b < 65535 ? (b > 0 ? b : 1) : 65535);
 }
 
+/* The contract (shapes, the offset's range, float dtypes) is the
+ * dispatcher's: spec family `rope` (op_args_nn.h). */
 static lpx_status rope_common(lpx_call *c, bool backward)
 {
-    lpx_tensor *x = cu_arg_tensor(c, 0), *fr = cu_arg_tensor(c, 1), *f32 = NULL, *y = NULL;
-    int64_t offset = c->args[2].u.i, half;
+    const lpx_rope_args *a = (const lpx_rope_args *)lpx_op_args_of(c);
+    lpx_tensor *x = a->x, *fr = a->inv_freq, *f32 = NULL, *y = NULL;
+    int64_t offset = a->offset, half = a->half;
     lpx_status st;
-    if ((st = lpx_meta_rope(cu_op(c), x, fr, offset, &half))) return st;
-    if ((st = cu_check_float(c, backward ? "grad" : "x", x)) || (st = cu_check_float(c, "inv_freq", fr)) ||
-        (st = cu_check_same_device(c, "x", x, "inv_freq", fr)))
-        return st;
     lpx_device dev = lpx_tensor_device(x);
     if ((st = cu_use(cu_op(c), dev))) return st;
     if ((st = at_f32(c, fr, &f32)) || (st = cu_new(c, lpx_tensor_dtype(x), 4, lpx_tensor_shape(x), dev, &y))) goto out;
@@ -210,21 +210,19 @@ __global__ void __launch_bounds__(32) at_bwd(const float *G, const float *Q, con
     }
 }
 
-static lpx_status at_check(lpx_call *c, lpx_tensor *const *ts, const char *const *names, int n,
-                           const lpx_attention_geom *G)
+/* The contracts (shapes, dtypes, scale) are the dispatcher's: spec
+ * families `attention`, `attention_backward` (op_args_nn.h). What is
+ * checked here are this backend's limits: the reference kernel's head_dim
+ * and CUDA's grid (LPX_ENOTIMPL: no code for such a call). */
+static lpx_status at_limits(lpx_call *c, const lpx_tensor *q, const lpx_attention_geom *G)
 {
-    lpx_status st;
-    for (int i = 0; i < n; i++) {
-        if ((st = cu_check_float(c, names[i], ts[i]))) return st;
-        if (i && (st = cu_check_same_device(c, names[0], ts[0], names[i], ts[i]))) return st;
-    }
     if (G->head_dim > AT_MAX_DIM)
         return lpx_error(LPX_ENOTIMPL, "%s: head_dim %lld on CUDA: the kernel takes up to %d", cu_op(c),
                          (long long)G->head_dim, AT_MAX_DIM);
     if (G->q_len > 2147483647 || G->heads > 65535 || G->batch > 65535)
         return lpx_error(LPX_ENOTIMPL, "%s: grid of %lld x %lld x %lld rows exceeds CUDA's", cu_op(c),
                          (long long)G->q_len, (long long)G->heads, (long long)G->batch);
-    return cu_use(cu_op(c), lpx_tensor_device(ts[0]));
+    return cu_use(cu_op(c), lpx_tensor_device(q));
 }
 
 static at_geom at_of(const lpx_attention_geom &G, bool causal, double scale)
@@ -342,14 +340,13 @@ static lpx_status sdpa_backward(lpx_call *c, lpx_tensor *const *ts, const lpx_at
 
 static lpx_status k_attention(lpx_call *c)
 {
-    lpx_tensor *q = cu_arg_tensor(c, 0), *k = cu_arg_tensor(c, 1), *v = cu_arg_tensor(c, 2);
-    bool causal = c->args[3].u.b;
-    double scale = c->args[4].u.f;
-    lpx_attention_geom G;
-    lpx_status st = lpx_meta_attention(cu_op(c), q, k, v, causal, scale, &G);
-    lpx_tensor *ts[3] = {q, k, v};
-    const char *names[3] = {"q", "k", "v"};
-    if (st || (st = at_check(c, ts, names, 3, &G))) return st;
+    const lpx_attention_args *a = (const lpx_attention_args *)lpx_op_args_of(c);
+    lpx_tensor *q = a->q, *k = a->k, *v = a->v;
+    bool causal = a->causal;
+    double scale = a->scale;
+    const lpx_attention_geom &G = a->g;
+    lpx_status st;
+    if ((st = at_limits(c, q, &G))) return st;
     lpx_device dev = lpx_tensor_device(q);
     lpx_tensor *qf = NULL, *kf = NULL, *vf = NULL, *of = NULL, *lse = NULL, *out = NULL;
     bool ran = false;
@@ -382,15 +379,14 @@ out:
 
 static lpx_status k_attention_backward(lpx_call *c)
 {
-    lpx_tensor *gr = cu_arg_tensor(c, 0), *q = cu_arg_tensor(c, 1), *k = cu_arg_tensor(c, 2), *v = cu_arg_tensor(c, 3),
-               *o = cu_arg_tensor(c, 4), *lse = cu_arg_tensor(c, 5);
-    bool causal = c->args[6].u.b;
-    double scale = c->args[7].u.f;
-    lpx_attention_geom G;
-    lpx_status st = lpx_meta_attention_backward(cu_op(c), gr, q, k, v, o, lse, causal, scale, &G);
+    const lpx_attention_backward_args *a = (const lpx_attention_backward_args *)lpx_op_args_of(c);
+    lpx_tensor *gr = a->grad, *q = a->q, *k = a->k, *v = a->v, *o = a->out, *lse = a->lse;
+    bool causal = a->causal;
+    double scale = a->scale;
+    const lpx_attention_geom &G = a->g;
     lpx_tensor *ts[6] = {q, k, v, gr, o, lse};
-    const char *names[6] = {"q", "k", "v", "grad", "out", "lse"};
-    if (st || (st = at_check(c, ts, names, 6, &G))) return st;
+    lpx_status st;
+    if ((st = at_limits(c, q, &G))) return st;
     lpx_device dev = lpx_tensor_device(q);
     cudaStream_t s = cu_stream(dev.index);
     lpx_tensor *f[6] = {NULL, NULL, NULL, NULL, NULL, NULL}, *dq = NULL, *dk = NULL, *dv = NULL, *r[3] = {NULL, NULL, NULL};

@@ -381,9 +381,9 @@ static lpx_status k_silu_backward(lpx_call *c) { return binary(c, B_SILU_BW); }
 static lpx_status k_gelu_backward(lpx_call *c) { return binary(c, B_GELU_BW); }
 static lpx_status k_swiglu(lpx_call *c) { return binary(c, B_SWIGLU); }
 
-/* swiglu_backward: the contract is lpx_meta_swiglu_backward's (shared with
- * the CPU); what is lpx-cuda's own is that every tensor is a dense CUDA
- * tensor on one device. Results are new and contiguous: grad_gate in
+/* swiglu_backward: the contract is the dispatcher's (spec family
+ * `swiglu_backward`, op_args_nn.h): dense tensors of one shape on one
+ * device. Results are new and contiguous: grad_gate in
  * gate's dtype, grad_up in up's. The contiguous path needs grad, gate and
  * up contiguous and one dtype among f32/f16/bf16 for all five (16-byte
  * vectors when every pointer is aligned); anything else is indexed
@@ -391,12 +391,9 @@ static lpx_status k_swiglu(lpx_call *c) { return binary(c, B_SWIGLU); }
 static lpx_status k_swiglu_backward(lpx_call *c)
 {
     const char *opn = cu_op(c);
-    lpx_tensor *g = cu_arg_tensor(c, 0), *a = cu_arg_tensor(c, 1), *b = cu_arg_tensor(c, 2);
+    const lpx_swiglu_backward_args *sa = (const lpx_swiglu_backward_args *)lpx_op_args_of(c);
+    lpx_tensor *g = sa->grad, *a = sa->gate, *b = sa->up;
     lpx_status st;
-    if ((st = lpx_meta_swiglu_backward(opn, g, a, b)) || (st = cu_check_dense(c, "grad", g)) ||
-        (st = cu_check_dense(c, "gate", a)) || (st = cu_check_dense(c, "up", b)) ||
-        (st = cu_check_same_device(c, "gate", a, "grad", g)) || (st = cu_check_same_device(c, "gate", a, "up", b)))
-        return st;
     lpx_device dev = lpx_tensor_device(a);
     int nd = lpx_tensor_ndim(a);
     const int64_t *shape = lpx_tensor_shape(a);

@@ -1,6 +1,7 @@
 /* matmul, linear and addmm (f32, f16, bf16; mixed dtypes in f32) on the
- * GPU: argument checks and output shapes of the CPU kernels
- * (backends/cpu/linalg.c), operands cuBLASLt can read in place or
+ * GPU: their contracts and output shapes are the dispatcher's (spec
+ * families `matmul`, `linear`, `addmm`; the CPU kernels are
+ * backends/cpu/linalg.c), operands cuBLASLt can read in place or
  * contiguous copies (cu_gemm_operand_of, also used by nf4_mm), and the
  * gm_problem each op hands to cu_gemm_run (cuda_gemm_plan.c, where the
  * layout mapping and numerics are described). Split from the former
@@ -283,23 +284,25 @@ done:
     return LPX_OK;
 }
 
+/* linear's and addmm's contracts are the dispatcher's (spec families
+ * `linear`, `addmm`, op_args_nn.h): the tensors are dense, on one device,
+ * of float dtypes, of the shapes the geometry describes (read in place
+ * from the frame). */
 static lpx_status k_linear(lpx_call *c)
 {
-    lpx_tensor *x = cu_arg_tensor(c, 0), *w = cu_arg_tensor(c, 1), *bias = cu_arg_tensor(c, 2);
+    const lpx_linear_args *m = (const lpx_linear_args *)lpx_op_args_of(c);
+    lpx_tensor *x = m->x, *w = m->w, *bias = m->bias;
+    const lpx_gemm_geom *g = &m->g;
     const char *op = cu_op(c);
     lpx_status st;
-    lpx_gemm_geom g;
-    if ((st = cu_check_float(c, "x", x)) || (st = cu_gemm_check_float_same(c, "x", x, "w", w)) ||
-        (bias && (st = cu_gemm_check_float_same(c, "x", x, "bias", bias))) || (st = lpx_meta_linear(op, x, w, bias, &g)))
-        return st;
     int xnd = lpx_tensor_ndim(x);
-    int64_t in = g.K, nout = g.N;
+    int64_t in = g->K, nout = g->N;
     lpx_device dev = lpx_tensor_device(x);
     if ((st = cu_use(op, dev))) return st;
     lpx_dtype R = lpx_tensor_dtype(x);
     lpx_dtype T = R == lpx_tensor_dtype(w) && cu_gemm_hp(R) ? R : LPX_F32;
-    int64_t M = g.M;
-    const int64_t *oshape = g.out_shape;
+    int64_t M = g->M;
+    const int64_t *oshape = g->out_shape;
     gm_operand ox = {0}, ow = {0};
     lpx_tensor *wt = NULL, *bown = NULL;
     gm_problem p;
@@ -338,15 +341,12 @@ done:
 
 static lpx_status k_addmm(lpx_call *c)
 {
-    lpx_tensor *ct = cu_arg_tensor(c, 0), *a = cu_arg_tensor(c, 1), *b = cu_arg_tensor(c, 2);
-    double beta = c->args[3].u.f, alpha = c->args[4].u.f;
+    const lpx_addmm_args *m = (const lpx_addmm_args *)lpx_op_args_of(c);
+    lpx_tensor *ct = m->c, *a = m->a, *b = m->b;
+    double beta = m->beta, alpha = m->alpha;
     const char *op = cu_op(c);
     lpx_status st;
-    lpx_gemm_geom g;
-    if ((st = cu_check_float(c, "c", ct)) || (st = cu_gemm_check_float_same(c, "c", ct, "a", a)) ||
-        (st = cu_gemm_check_float_same(c, "c", ct, "b", b)) || (st = lpx_meta_addmm(op, ct, a, b, &g)))
-        return st;
-    int64_t M = g.M, K = g.K, N = g.N;
+    int64_t M = m->g.M, K = m->g.K, N = m->g.N;
     int cnd = lpx_tensor_ndim(ct);
     const int64_t *cs = lpx_tensor_shape(ct);
     int64_t mn[2] = {M, N};

@@ -150,15 +150,6 @@ static unsigned nn_rows_grid(int dev, int64_t rows)
     return (unsigned)(g < 1 ? 1 : g);
 }
 
-static lpx_status nn_same_shape(const lpx_call *c, const char *an, const lpx_tensor *a, const char *bn,
-                                const lpx_tensor *b)
-{
-    /* the shape contract is the op's meta function (shared with the CPU);
-     * the device is this backend's to check */
-    lpx_status st = lpx_meta_same_shape(cu_op(c), an, a, bn, b);
-    return st ? st : cu_check_same_device(c, an, a, bn, b);
-}
-
 /* "[i, j, ...]": the multi-index of flat position p of t. */
 static const char *nn_index_str(const lpx_tensor *t, int64_t p, char *buf, size_t len)
 {
@@ -422,24 +413,16 @@ static int rms_vec_vpt(const lpx_tensor *x, const lpx_tensor *g, int64_t D)
     default: LAUNCH(LPX_BF16, 4); break;                                                      \
     }
 
-/* Validates weight [D] (optional) like the CPU's load_weight. */
-/* the weight's dtype and device (its shape: lpx_meta_rmsnorm) */
-static lpx_status rms_weight(const lpx_call *c, const lpx_tensor *x, const lpx_tensor *w)
-{
-    if (!w) return LPX_OK;
-    lpx_status st = cu_check_float(c, "weight", w);
-    return st ? st : cu_check_same_device(c, "x", x, "weight", w);
-}
-
+/* The contracts of rmsnorm and its backward (dtypes, shapes) are the
+ * dispatcher's: spec families `rmsnorm`, `rmsnorm_backward`
+ * (op_args_nn.h); the tensors are dense and on one device. */
 static lpx_status k_rmsnorm(lpx_call *c)
 {
-    lpx_tensor *x = cu_arg_tensor(c, 0), *w = cu_arg_tensor(c, 1);
-    double eps = c->args[2].u.f;
+    const lpx_rmsnorm_args *a = (const lpx_rmsnorm_args *)lpx_op_args_of(c);
+    lpx_tensor *x = a->x, *w = a->weight;
+    double eps = a->eps;
     lpx_status st;
-    int64_t D, R;
-    if ((st = cu_check_float(c, "x", x)) || (st = lpx_meta_rmsnorm(cu_op(c), x, w, &R, &D)) ||
-        (st = rms_weight(c, x, w)))
-        return st;
+    int64_t D = a->dim, R = a->rows;
     int nd = lpx_tensor_ndim(x);
     const int64_t *xs = lpx_tensor_shape(x);
     lpx_device dev = lpx_tensor_device(x);
@@ -527,23 +510,17 @@ __global__ void rms_bwd_w(nn_t g, nn_t x, nn_t rstd, float *acc, int64_t R, int6
 
 static lpx_status k_rmsnorm_backward(lpx_call *c)
 {
-    lpx_tensor *g = cu_arg_tensor(c, 0), *x = cu_arg_tensor(c, 1), *w = cu_arg_tensor(c, 2), *rstd = cu_arg_tensor(c, 3);
+    const lpx_rmsnorm_backward_args *a = (const lpx_rmsnorm_backward_args *)lpx_op_args_of(c);
+    lpx_tensor *g = a->grad, *x = a->x, *w = a->weight, *rstd = a->rstd;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_check_float(c, "grad", g)) || (st = cu_check_float(c, "x", x)) ||
-        (st = cu_check_float(c, "rstd", rstd)))
-        return st;
-    int64_t D, R;
-    if ((st = lpx_meta_rmsnorm_backward(op, g, x, w, rstd, &R, &D)) ||
-        (st = cu_check_same_device(c, "grad", g, "x", x)) || (st = cu_check_same_device(c, "x", x, "rstd", rstd)) ||
-        (st = rms_weight(c, x, w)))
-        return st;
+    int64_t D = a->dim, R = a->rows;
     int nd = lpx_tensor_ndim(x);
     const int64_t *xs = lpx_tensor_shape(x);
     lpx_device dev = lpx_tensor_device(x);
     if ((st = cu_use(op, dev))) return st;
     cudaStream_t s = cu_stream(dev.index);
-    lpx_dtype gwdt = w ? lpx_tensor_dtype(w) : lpx_tensor_dtype(x);
+    lpx_dtype gwdt = a->grad_w_dtype;
     lpx_tensor *gx = NULL, *gw = NULL;
     float *acc = NULL, *part = NULL;
     size_t part_bytes = 0;
@@ -819,28 +796,24 @@ ce_bwd(nn_mat lg, nn_t tgt, int64_t N, int64_t C, int64_t ignore, double grad, c
     }
 }
 
-static lpx_status ce_check(const lpx_call *c, const lpx_tensor *logits, const lpx_tensor *target)
-{
-    lpx_status st;
-    if ((st = cu_check_float(c, "logits", logits)) || (st = cu_check_dense(c, "target", target))) return st;
-    return lpx_meta_cross_entropy(cu_op(c), logits, target, NULL, NULL);
-}
-
+/* The contract (dtypes, shapes) is the dispatcher's: spec family
+ * `cross_entropy` (op_args_nn.h). Targets out of range are data: checked
+ * here, on the device (nn_scan_indices, nn_finish_indices). */
 static lpx_status k_cross_entropy_any(lpx_call *c, bool backward)
 {
-    lpx_tensor *logits = cu_arg_tensor(c, 0), *target = cu_arg_tensor(c, 1);
-    int64_t ignore = c->args[2].u.i;
-    double grad = backward ? c->args[3].u.f : 0.0;
+    const lpx_cross_entropy_args *a = (const lpx_cross_entropy_args *)lpx_op_args_of(c);
+    lpx_tensor *logits = a->logits, *target = a->target;
+    int64_t ignore = a->ignore_index;
+    double grad = a->grad;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = ce_check(c, logits, target))) return st;
-    int64_t N = lpx_tensor_shape(logits)[0], C = lpx_tensor_shape(logits)[1];
+    int64_t N = a->n, C = a->classes;
     lpx_device dev = lpx_tensor_device(logits);
     if ((st = cu_use(op, dev))) return st;
     cudaStream_t s = cu_stream(dev.index);
     lpx_tensor *out = NULL;
-    if (backward) st = cu_new(c, lpx_tensor_dtype(logits), 2, lpx_tensor_shape(logits), dev, &out);
-    else st = cu_new(c, lpx_meta_cross_entropy_dtype(lpx_tensor_dtype(logits)), 0, NULL, dev, &out);
+    if (backward) st = cu_new(c, a->dtype, 2, lpx_tensor_shape(logits), dev, &out);
+    else st = cu_new(c, a->dtype, 0, NULL, dev, &out);
     if (st) return st;
     nn_acc *acc;
     if ((st = nn_acc_new(c, dev.index, &acc))) {
@@ -904,19 +877,14 @@ __global__ void mse_bwd(nn_t a, nn_t b, double k, void *out)
         nn_st(out, a.dt, i, (float)(k * ((double)nn_ld(a, i) - (double)nn_ld(b, i))));
 }
 
-static lpx_status mse_check(const lpx_call *c, const lpx_tensor *a, const lpx_tensor *b)
-{
-    lpx_status st;
-    if ((st = cu_check_float(c, "a", a)) || (st = cu_check_float(c, "b", b))) return st;
-    return nn_same_shape(c, "a", a, "b", b);
-}
-
+/* The contract (float dtypes, one shape) is the dispatcher's: spec
+ * family `mse_loss` (op_args_nn.h). */
 static lpx_status k_mse_loss(lpx_call *c)
 {
-    lpx_tensor *a = cu_arg_tensor(c, 0), *b = cu_arg_tensor(c, 1);
+    const lpx_mse_loss_args *m = (const lpx_mse_loss_args *)lpx_op_args_of(c);
+    lpx_tensor *a = m->a, *b = m->b;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = mse_check(c, a, b))) return st;
     lpx_device dev = lpx_tensor_device(a);
     if ((st = cu_use(op, dev))) return st;
     cudaStream_t s = cu_stream(dev.index);
@@ -947,10 +915,10 @@ static lpx_status k_mse_loss(lpx_call *c)
 
 static lpx_status k_mse_loss_backward(lpx_call *c)
 {
-    lpx_tensor *a = cu_arg_tensor(c, 0), *b = cu_arg_tensor(c, 1);
-    double grad = c->args[2].u.f;
+    const lpx_mse_loss_args *m = (const lpx_mse_loss_args *)lpx_op_args_of(c);
+    lpx_tensor *a = m->a, *b = m->b;
+    double grad = m->grad;
     lpx_status st;
-    if ((st = mse_check(c, a, b))) return st;
     lpx_device dev = lpx_tensor_device(a);
     if ((st = cu_use(cu_op(c), dev))) return st;
     lpx_tensor *ga;
@@ -990,22 +958,22 @@ __global__ void emb_fwd(const char *w, int64_t ws0, int64_t ws1, int es, nn_t id
     }
 }
 
+/* The contracts of embedding and its backward (dtypes, shapes) are the
+ * dispatcher's: spec families `embedding`, `embedding_backward`
+ * (op_args_nn.h). Indices out of range are data: checked here, on the
+ * device (nn_scan_indices, nn_finish_indices). */
 static lpx_status k_embedding(lpx_call *c)
 {
-    lpx_tensor *w = cu_arg_tensor(c, 0), *idx = cu_arg_tensor(c, 1);
+    const lpx_embedding_args *a = (const lpx_embedding_args *)lpx_op_args_of(c);
+    lpx_tensor *w = a->weight, *idx = a->indices;
     const char *op = cu_op(c);
     lpx_status st;
-    int ond;
-    int64_t oshape[LPX_MAX_DIMS];
-    if ((st = cu_check_dense(c, "weight", w)) || (st = cu_check_dense(c, "indices", idx)) ||
-        (st = lpx_meta_embedding(op, w, idx, &ond, oshape)))
-        return st;
-    int64_t V = lpx_tensor_shape(w)[0], D = lpx_tensor_shape(w)[1], ni = lpx_tensor_numel(idx);
+    int64_t V = a->num, D = a->dim, ni = lpx_tensor_numel(idx);
     lpx_device dev = lpx_tensor_device(w);
     if ((st = cu_use(op, dev))) return st;
     cudaStream_t s = cu_stream(dev.index);
     lpx_tensor *out;
-    if ((st = cu_new(c, lpx_tensor_dtype(w), ond, oshape, dev, &out))) return st;
+    if ((st = cu_new(c, lpx_tensor_dtype(w), a->out_ndim, a->out_shape, dev, &out))) return st;
     if (ni == 0) {
         cu_ret(c, out);
         return LPX_OK;
@@ -1048,14 +1016,11 @@ __global__ void emb_bwd(nn_t g, nn_t idx, int64_t V, int64_t D, float *acc)
 
 static lpx_status k_embedding_backward(lpx_call *c)
 {
-    lpx_tensor *g = cu_arg_tensor(c, 0), *idx = cu_arg_tensor(c, 1);
-    int64_t V = c->args[2].u.i;
+    const lpx_embedding_backward_args *a = (const lpx_embedding_backward_args *)lpx_op_args_of(c);
+    lpx_tensor *g = a->grad, *idx = a->indices;
+    int64_t V = a->num_weights, D = a->dim;
     const char *op = cu_op(c);
     lpx_status st;
-    int64_t D;
-    if ((st = cu_check_float(c, "grad", g)) || (st = cu_check_dense(c, "indices", idx)) ||
-        (st = lpx_meta_embedding_backward(op, g, idx, V, &D)))
-        return st;
     int64_t ni = lpx_tensor_numel(idx);
     lpx_device dev = lpx_tensor_device(g);
     if ((st = cu_use(op, dev))) return st;
