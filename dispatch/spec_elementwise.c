@@ -32,9 +32,10 @@ static __attribute__((noinline)) lpx_status unary_slow(const lpx_call *c, lpx_un
     return LPX_OK;
 }
 
-/* The common case in one pass, with no call (so no registers to save):
- * x dense of a built-in dtype; out (when given) dense, writable, of x's
- * dtype and shape. Anything else is unary_slow's, which fills the same. */
+/* The common case in one pass, no call but the tail call to unary_slow
+ * (the dispatcher runs this before every unary op's kernel): x dense of a
+ * built-in dtype; out (when given) dense, writable, of x's dtype and
+ * shape. Anything else is unary_slow's, which fills the same fields. */
 lpx_status lpx__spec_unary(const lpx_call *c, void *p)
 {
     lpx_unary_args *a = p;
