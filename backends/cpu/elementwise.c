@@ -5,14 +5,18 @@
  * Arithmetic is done in f32 whatever the storage dtype; the result has the
  * first input's dtype and is encoded with RNE (non-saturating).
  *
+ * The arguments come checked and normalised by the dispatcher (spec
+ * families `binary`, `unary`, `cast`, `copy`, `fill`: op_args.h,
+ * op_args_elementwise.h); their kernels hold arithmetic only.
+ *
  * Two paths per op:
  *  - fast: every operand a dense, contiguous CPU f32 tensor of the same
- *    shape (and `out`, when given, not partially overlapping an input).
- *    The test is a handful of compares and the loop runs straight over the
- *    float pointers: this is what a dispatched small add_out costs.
- *  - generic: full validation with messages, broadcasting, any byte-sized
- *    dtype and layout, in chunks of CPU_CHUNK through cpu_load_f32 /
- *    cpu_store_f32 (skipped for operands that are contiguous f32).
+ *    shape (the family's `flat`, and `out`, when given, not partially
+ *    overlapping an input). The loop runs straight over the float
+ *    pointers: this is what a dispatched small add_out costs.
+ *  - generic: broadcasting, any byte-sized dtype and layout, in chunks of
+ *    CPU_CHUNK through cpu_load_f32 / cpu_store_f32 (skipped for operands
+ *    that are contiguous f32).
  * An `out` that overlaps an input without having exactly its layout
  * (e.g. a shifted view of the same storage) gets a private f32 copy of
  * that input first, so results never depend on the chunk order. */
@@ -128,18 +132,6 @@ static lpx_status unalias(const lpx_call *c, const lpx_tensor *out, const lpx_te
     return LPX_OK;
 }
 
-/* The result tensor: `out` (validated, retained) or a new one. */
-static lpx_status result(const lpx_call *c, lpx_tensor *out, lpx_dtype dtype, int ndim, const int64_t *shape,
-                         lpx_tensor **res)
-{
-    if (!out) return cpu_new(c, dtype, ndim, shape, res);
-    lpx_status st = cpu_check_out(c, out, dtype, ndim, shape);
-    if (st) return st;
-    lpx_tensor_retain(out);
-    *res = out;
-    return LPX_OK;
-}
-
 /* ---- binary ops ------------------------------------------------------- */
 
 static void bin_run(bop op, const cpu_view *va, const cpu_view *vb, const cpu_view *vo)
@@ -188,28 +180,11 @@ static lpx_status binary_slow(lpx_call *c, bop op, const lpx_binary_args *g)
     return LPX_OK;
 }
 
-/* The fast-path test for a (, b) and the result tensor r (out, or a when
- * the result will be new): all CPU f32 (LPX_F32 is 0, so one OR of the
- * dtypes), one shape, all contiguous, in one pass over the dims. */
+/* The fast-path test on the dispatcher's checked arguments: its `flat`
+ * says one shape and contiguous (out, when given, has a's dtype), so what
+ * is left is the CPU's: every operand a plain CPU tensor, f32 (LPX_F32 is
+ * 0: one OR of the dtypes). */
 _Static_assert(LPX_F32 == 0, "the fast-path dtype test ORs dtypes against LPX_F32 == 0");
-static ALWAYS_INLINE bool fast3(const lpx_tensor *a, const lpx_tensor *b, const lpx_tensor *r)
-{
-    if (((a->keys | b->keys | r->keys) != CPU_ONLY_KEYS) | ((a->dtype | b->dtype | r->dtype) != LPX_F32) |
-        (a->ndim != b->ndim) | (a->ndim != r->ndim))
-        return false;
-    int64_t s = 1;
-    for (int i = a->ndim - 1; i >= 0; i--) {
-        int64_t n = a->shape[i];
-        if ((n != b->shape[i]) | (n != r->shape[i])) return false;
-        if (n != 1 && ((a->strides[i] != s) | (b->strides[i] != s) | (r->strides[i] != s))) return false;
-        s *= n;
-    }
-    return true;
-}
-
-/* The same test on the dispatcher's checked arguments: its `flat` says
- * one shape and contiguous (out, when given, has a's dtype), so what is
- * left is the CPU's: every operand a plain CPU tensor, f32. */
 static ALWAYS_INLINE bool fast2(const lpx_binary_args *g)
 {
     const lpx_tensor *a = g->a, *b = g->b, *r = g->out ? g->out : g->a;
@@ -321,11 +296,18 @@ static void un_run(uop op, const cpu_view *vx, const cpu_view *vo, float s)
     }
 }
 
-static lpx_status unary_slow(lpx_call *c, uop op, lpx_tensor *x, lpx_tensor *out, float s)
+/* The generic path: any byte-sized dtype and layout; an out that
+ * overlaps x without its layout reads x from a private copy. */
+static lpx_status unary_slow(lpx_call *c, uop op, const lpx_unary_args *u)
 {
-    lpx_status st = cpu_check_dense(c, op == U_ADDS || op == U_MULS ? "a" : "x", x);
-    lpx_tensor *res, *cx = NULL;
-    if (st || (st = result(c, out, x->dtype, x->ndim, x->shape, &res))) return st;
+    lpx_tensor *x = u->x, *out = u->out, *res, *cx = NULL;
+    lpx_status st;
+    if (out) {
+        lpx_tensor_retain(out);
+        res = out;
+    } else if ((st = cpu_new(c, x->dtype, x->ndim, x->shape, &res))) {
+        return st;
+    }
     if ((st = unalias(c, out, x, &cx))) {
         lpx_tensor_release(res);
         return st;
@@ -333,90 +315,93 @@ static lpx_status unary_slow(lpx_call *c, uop op, lpx_tensor *x, lpx_tensor *out
     cpu_view vx, vo;
     cpu_view_of(&vx, cx ? cx : x);
     cpu_view_of(&vo, res);
-    un_run(op, &vx, &vo, s);
+    un_run(op, &vx, &vo, u->s);
     lpx_tensor_release(cx);
     cpu_ret(c, res);
     return LPX_OK;
 }
 
-static __attribute__((noinline)) lpx_status unary_rest(lpx_call *c, uop op, lpx_tensor *x, lpx_tensor *o, float s)
+/* The dispatcher's `flat` (x and out contiguous, one shape; out of x's
+ * dtype), and what is the CPU's: plain CPU tensors, f32. */
+static ALWAYS_INLINE bool unary_fast(const lpx_unary_args *u)
 {
-    if (!o && fast3(x, x, x)) {
+    const lpx_tensor *x = u->x, *r = u->out ? u->out : u->x;
+    return u->flat & ((x->keys | r->keys) == CPU_ONLY_KEYS) & (x->dtype == LPX_F32);
+}
+
+static __attribute__((noinline)) lpx_status unary_rest(lpx_call *c, uop op, const lpx_unary_args *u)
+{
+    lpx_tensor *x = u->x;
+    if (!u->out && unary_fast(u)) {
         lpx_tensor *r;
         lpx_status st = cpu_new(c, LPX_F32, x->ndim, x->shape, &r);
         if (st) return st;
-        un_loop(op, f32_data(r), f32_data(x), s, x->numel);
+        un_loop(op, f32_data(r), f32_data(x), u->s, x->numel);
         cpu_ret(c, r);
         return LPX_OK;
     }
-    return unary_slow(c, op, x, o, s);
+    return unary_slow(c, op, u);
 }
 
-/* scalar: the op takes (a, float s, out?), else (x, out?). */
-static ALWAYS_INLINE lpx_status unary(lpx_call *c, uop op, bool scalar)
+/* The contract (x dense, the result's shape and dtype, a valid `out`) is
+ * the dispatcher's: spec family `unary` (op_args_elementwise.h). */
+static ALWAYS_INLINE lpx_status unary(lpx_call *c, uop op)
 {
-    lpx_tensor *x = c->args[0].u.t;
-    float s = scalar ? (float)c->args[1].u.f : 0.0f;
-    lpx_tensor *o = cpu_tensor_arg(c, scalar ? 2 : 1);
-    if (o && LPX_LIKELY(fast3(x, x, o) && !o->storage->readonly)) {
+    const lpx_unary_args *u = lpx_op_args_of(c);
+    lpx_tensor *x = u->x, *o = u->out;
+    if (o && LPX_LIKELY(unary_fast(u))) {
         const float *px = f32_data(x);
         float *po = f32_data(o);
         if (LPX_LIKELY(same_or_disjoint(po, px, x->numel))) {
-            un_loop(op, po, px, s, x->numel);
+            un_loop(op, po, px, u->s, x->numel);
             atomic_fetch_add_explicit(&o->refcount, 1, memory_order_relaxed);
             cpu_ret(c, o);
             return LPX_OK;
         }
     }
-    return unary_rest(c, op, x, o, s);
+    return unary_rest(c, op, u);
 }
 
-static lpx_status k_add_scalar(lpx_call *c) { return unary(c, U_ADDS, true); }
-static lpx_status k_mul_scalar(lpx_call *c) { return unary(c, U_MULS, true); }
-static lpx_status k_neg(lpx_call *c) { return unary(c, U_NEG, false); }
-static lpx_status k_abs(lpx_call *c) { return unary(c, U_ABS, false); }
-static lpx_status k_sqrt(lpx_call *c) { return unary(c, U_SQRT, false); }
-static lpx_status k_exp(lpx_call *c) { return unary(c, U_EXP, false); }
-static lpx_status k_relu(lpx_call *c) { return unary(c, U_RELU, false); }
-static lpx_status k_silu(lpx_call *c) { return unary(c, U_SILU, false); }
-static lpx_status k_gelu(lpx_call *c) { return unary(c, U_GELU, false); }
+static lpx_status k_add_scalar(lpx_call *c) { return unary(c, U_ADDS); }
+static lpx_status k_mul_scalar(lpx_call *c) { return unary(c, U_MULS); }
+static lpx_status k_neg(lpx_call *c) { return unary(c, U_NEG); }
+static lpx_status k_abs(lpx_call *c) { return unary(c, U_ABS); }
+static lpx_status k_sqrt(lpx_call *c) { return unary(c, U_SQRT); }
+static lpx_status k_exp(lpx_call *c) { return unary(c, U_EXP); }
+static lpx_status k_relu(lpx_call *c) { return unary(c, U_RELU); }
+static lpx_status k_silu(lpx_call *c) { return unary(c, U_SILU); }
+static lpx_status k_gelu(lpx_call *c) { return unary(c, U_GELU); }
 
 /* ---- cast, copy_, fill_ ---------------------------------------------- */
 
-/* Dense CPU tensor of any dtype (cast also takes packed dtypes). */
-static lpx_status check_host(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    if (t->kind)
-        return lpx_error(LPX_EINVAL, "%s: tensor '%s' is of kind '%s'; the cpu kernel takes dense tensors",
-                         cpu_op_name(c), arg, lpx_kind_name(t->kind));
-    if (t->device.type != LPX_DEVICE_CPU)
-        return lpx_error(LPX_EDEVICE, "%s: tensor '%s' is on device type %d, not the CPU", cpu_op_name(c), arg,
-                         (int)t->device.type);
-    return LPX_OK;
-}
-
-/* Packed dtypes (elements not a whole number of bytes, or encoded in
- * groups: block > 1) go
- * through lpx_convert over the whole buffer, which needs x contiguous and
- * starting on a byte-group boundary. Byte-sized dtypes take any layout. */
+/* The contract of cast, copy_ and fill_ (the dtypes and shapes they
+ * take, dst writable) is the dispatcher's: spec families `cast`, `copy`
+ * and `fill` (op_args_elementwise.h).
+ *
+ * cast: packed dtypes (elements not a whole number of bytes, or encoded in
+ * groups: block > 1) go through lpx_convert over the whole buffer, which
+ * needs x contiguous and starting on a byte-group boundary. Byte-sized
+ * dtypes take any layout. */
 static lpx_status k_cast(lpx_call *c)
 {
-    lpx_tensor *x = c->args[0].u.t;
-    lpx_dtype dt = c->args[1].u.d;
-    unsigned flags = c->args[2].u.b ? LPX_CONVERT_SATURATE : 0u;
-    lpx_status st = lpx_meta_cast("cast", x, dt);
-    if (st || (st = check_host(c, "x", x))) return st;
+    const lpx_cast_args *a = lpx_op_args_of(c);
+    lpx_tensor *x = a->x;
+    lpx_dtype dt = a->dtype;
+    unsigned flags = a->saturate ? LPX_CONVERT_SATURATE : 0u;
+    lpx_status st;
     const lpx_dtype_traits *td = lpx_dtype_get(dt);
     const lpx_dtype_traits *tx = lpx_dtype_get(x->dtype);
     lpx_tensor *y;
     bool packed = td->bits % 8 || td->block > 1 || tx->bits % 8 || tx->block > 1;
     if (!packed) {
-        if ((st = cpu_check_dense(c, "x", x)) || (st = cpu_new(c, dt, x->ndim, x->shape, &y))) return st;
+        if ((st = cpu_new(c, dt, x->ndim, x->shape, &y))) return st;
         cpu_view vy, vx;
         cpu_view_of(&vy, y);
         cpu_view_of(&vx, x);
         st = cpu_view_copy(&vy, &vx, flags);
     } else {
+        /* the CPU's own limit (it has no code for a strided packed
+         * layout), not the op's contract */
         if (!lpx_tensor_is_contiguous(x) || x->offset % tx->block) {
             char s[160];
             return lpx_error(LPX_EDTYPE,
@@ -437,11 +422,9 @@ static lpx_status k_cast(lpx_call *c)
 
 static lpx_status k_copy_(lpx_call *c)
 {
-    lpx_tensor *dst = c->args[0].u.t, *src = c->args[1].u.t;
+    const lpx_copy_args *a = lpx_op_args_of(c);
+    lpx_tensor *dst = a->dst, *src = a->src;
     lpx_status st;
-    if ((st = cpu_check_dense(c, "dst", dst)) || (st = cpu_check_dense(c, "src", src)) ||
-        (st = lpx_meta_copy("copy_", dst, src)))
-        return st;
     lpx_tensor *tmp = NULL;
     if (may_overlap(dst, src)) {
         if (same_layout(dst, src)) goto done; /* copying onto itself */
@@ -469,11 +452,11 @@ done:
 
 static lpx_status k_fill_(lpx_call *c)
 {
-    lpx_tensor *dst = c->args[0].u.t;
-    lpx_status st = cpu_check_dense(c, "dst", dst);
-    if (st || (st = lpx_meta_fill("fill_", dst))) return st;
+    const lpx_fill_args *a = lpx_op_args_of(c);
+    lpx_tensor *dst = a->dst;
+    lpx_status st;
     const lpx_dtype_traits *tr = lpx_dtype_get(dst->dtype);
-    float v = (float)c->args[1].u.f;
+    float v = a->value;
     _Alignas(8) unsigned char pat[8];
     tr->from_f32(&v, pat, 1, 0);
     cpu_view vd;

@@ -19,29 +19,11 @@
 
 typedef enum red_kind { RED_SUM, RED_MEAN, RED_MAX, RED_AMAX, RED_NORM } red_kind;
 
-/* The reduction plan: which dims fold, where each input dim moves the
- * accumulator index, and the output shape. */
-/* The reduction's geometry (lpx_meta_reduce) plus where each element of
- * x accumulates: acc_stride[d] is 0 for reduced dims. */
-typedef struct red_plan {
-    lpx_reduce_geom g;
-    int64_t acc_stride[LPX_MAX_DIMS];
-} red_plan;
-
-static lpx_status plan_dims(const lpx_call *c, const lpx_tensor *x, bool keepdim, bool has_identity, red_plan *p)
-{
-    const lpx_value *dv = &c->args[1];
-    bool some = dv->tag == LPX_TAG_INTS && dv->len > 0;
-    lpx_status st = lpx_meta_reduce(cpu_op_name(c), x, some ? dv->u.ints : NULL, some ? (int)dv->len : 0, keepdim,
-                                    has_identity, &p->g);
-    if (st) return st;
-    int64_t s = 1;
-    for (int d = x->ndim - 1; d >= 0; d--) {
-        p->acc_stride[d] = p->g.reduced[d] ? 0 : s;
-        if (!p->g.reduced[d]) s *= x->shape[d];
-    }
-    return LPX_OK;
-}
+/* The reduction's geometry comes checked from the dispatcher (spec family
+ * `reduce`, op_args_elementwise.h): the dims folded, the output's shape,
+ * and out_stride[d], where a step along x's dim d moves the accumulator
+ * index (0 for a folded dim). */
+typedef lpx_reduce_args red_plan;
 
 /* Accumulator index of the first element of row `row` (rows = runs along
  * the last dim, counted in logical order). */
@@ -49,7 +31,7 @@ static int64_t row_acc_base(const lpx_tensor *x, const red_plan *p, int64_t row)
 {
     int64_t off = 0;
     for (int d = x->ndim - 2; d >= 0 && row; d--) {
-        off += (row % x->shape[d]) * p->acc_stride[d];
+        off += (row % x->shape[d]) * p->out_stride[d];
         row /= x->shape[d];
     }
     return off;
@@ -130,38 +112,35 @@ static void accumulate(red_kind k, const lpx_tensor *x, const red_plan *p, doubl
 static lpx_status reduce_kernel(lpx_call *c, red_kind k)
 {
     const char *op = cpu_op_name(c);
-    lpx_tensor *x = cpu_tensor_arg(c, 0);
-    lpx_status st = cpu_check_dense(c, "x", x);
-    if (st) return st;
-    bool keepdim = c->args[2].u.b;
-    red_plan p;
-    if ((st = plan_dims(c, x, keepdim, !(k == RED_MAX || k == RED_AMAX), &p))) return st;
+    const red_plan *p = lpx_op_args_of(c);
+    lpx_tensor *x = p->x;
+    lpx_status st;
     lpx_tensor *out;
-    if ((st = cpu_new(c, x->dtype, p.g.out_ndim, p.g.out_shape, &out))) return st;
-    if (p.g.out_numel == 0) {
+    if ((st = cpu_new(c, x->dtype, p->g.out_ndim, p->g.out_shape, &out))) return st;
+    if (p->g.out_numel == 0) {
         cpu_ret(c, out);
         return LPX_OK;
     }
-    double *acc = lpx_malloc((size_t)p.g.out_numel * sizeof *acc);
-    float *res = lpx_malloc((size_t)p.g.out_numel * sizeof *res);
+    double *acc = lpx_malloc((size_t)p->g.out_numel * sizeof *acc);
+    float *res = lpx_malloc((size_t)p->g.out_numel * sizeof *res);
     if (!acc || !res) {
         lpx_free(acc);
         lpx_free(res);
         lpx_tensor_release(out);
-        return lpx_error(LPX_ENOMEM, "%s: cannot allocate %lld accumulators", op, (long long)p.g.out_numel);
+        return lpx_error(LPX_ENOMEM, "%s: cannot allocate %lld accumulators", op, (long long)p->g.out_numel);
     }
     double init = k == RED_MAX ? -INFINITY : 0.0;
-    for (int64_t i = 0; i < p.g.out_numel; i++) acc[i] = init;
-    if (x->numel) accumulate(k, x, &p, acc);
-    for (int64_t i = 0; i < p.g.out_numel; i++) {
+    for (int64_t i = 0; i < p->g.out_numel; i++) acc[i] = init;
+    if (x->numel) accumulate(k, x, p, acc);
+    for (int64_t i = 0; i < p->g.out_numel; i++) {
         double r = acc[i];
-        if (k == RED_MEAN) r = r / (double)p.g.count;  /* 0/0 = NaN for an empty mean */
+        if (k == RED_MEAN) r = r / (double)p->g.count;  /* 0/0 = NaN for an empty mean */
         else if (k == RED_NORM) r = sqrt(r);
         res[i] = (float)r;
     }
     cpu_view ov;
     cpu_view_of(&ov, out);
-    cpu_store_f32(&ov, 0, p.g.out_numel, res, 0);
+    cpu_store_f32(&ov, 0, p->g.out_numel, res, 0);
     lpx_free(acc);
     lpx_free(res);
     cpu_ret(c, out);

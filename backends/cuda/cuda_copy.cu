@@ -392,13 +392,17 @@ extern "C" lpx_status cu_fill_bytes(const lpx_call *c, lpx_tensor *t, const void
 
 /* ---- cast ------------------------------------------------------------- */
 
+/* The contract (dtype registered, x not of a kind) is the dispatcher's:
+ * spec family `cast` (op_args_elementwise.h). lpx-cuda's own limit: code
+ * for the built-in dtypes, on either side. */
 static lpx_status k_cast(lpx_call *c)
 {
-    lpx_tensor *x = cu_arg_tensor(c, 0);
-    lpx_dtype dt = c->args[1].u.d;
-    bool sat = c->args[2].u.b;
-    lpx_status st = lpx_meta_cast("cast", x, dt);
-    if (st || (st = cu_check_dense(c, "x", x))) return st;
+    const lpx_cast_args *a = (const lpx_cast_args *)lpx_op_args_of(c);
+    lpx_tensor *x = a->x;
+    lpx_dtype dt = a->dtype;
+    bool sat = a->saturate;
+    lpx_status st = cu_builtin_dtype(c, "x", x);
+    if (st) return st;
     const lpx_dtype_traits *td = lpx_dtype_get(dt);
     if (dt >= LPX_DTYPE_BUILTIN_COUNT)
         return lpx_error(LPX_EDTYPE,
@@ -442,7 +446,6 @@ static lpx_status copy_to_cuda(lpx_call *c, lpx_tensor *dst, lpx_tensor *src)
                          "copy_: src has dtype %s, which the cuda kernels do not support (convert it on the CPU "
                          "first)", lpx_dtype_name(lpx_tensor_dtype(src)));
     if (peer) {
-        if ((st = cu_check_dense(c, "src", src))) return st;
         /* the staging buffer is allocated in dst's stream order but written
          * on src's stream: let dst's queue drain first */
         CU_CHECK(op, cudaStreamSynchronize(cu_stream(dd.index)));
@@ -481,7 +484,7 @@ static lpx_status copy_to_cuda(lpx_call *c, lpx_tensor *dst, lpx_tensor *src)
 static lpx_status copy_to_host(lpx_call *c, lpx_tensor *dst, lpx_tensor *src)
 {
     const char *op = cu_op(c);
-    lpx_status st = cu_check_dense(c, "src", src);
+    lpx_status st = cu_builtin_dtype(c, "src", src);
     if (st) return st;
     if (lpx_tensor_dtype(dst) == lpx_tensor_dtype(src) && same_shape(dst, src) && lpx_tensor_is_contiguous(dst) &&
         lpx_tensor_is_contiguous(src)) {
@@ -498,17 +501,21 @@ static lpx_status copy_to_host(lpx_call *c, lpx_tensor *dst, lpx_tensor *src)
     return st;
 }
 
+/* The contract (dst and src dense, dst writable, src broadcasting to dst;
+ * devices may differ) is the dispatcher's: spec family `copy`
+ * (op_args_elementwise.h). lpx-cuda's own limit: code for the built-in
+ * dtypes on its side. */
 static lpx_status k_copy_(lpx_call *c)
 {
-    lpx_tensor *dst = cu_arg_tensor(c, 0), *src = cu_arg_tensor(c, 1);
-    lpx_status st = lpx_meta_copy("copy_", dst, src);
-    if (st) return st;
+    const lpx_copy_args *a = (const lpx_copy_args *)lpx_op_args_of(c);
+    lpx_tensor *dst = a->dst, *src = a->src;
+    lpx_status st;
     lpx_device dd = lpx_tensor_device(dst), sd = lpx_tensor_device(src);
     if (dd.type == LPX_DEVICE_CUDA && same_device(dd, sd)) {
-        if ((st = cu_check_dense(c, "dst", dst)) || (st = cu_check_dense(c, "src", src))) return st;
+        if ((st = cu_builtin_dtype(c, "dst", dst)) || (st = cu_builtin_dtype(c, "src", src))) return st;
         st = cu_copy_convert(c, dst, src, false);
     } else if (dd.type == LPX_DEVICE_CUDA) {
-        if ((st = cu_check_dense(c, "dst", dst))) return st;
+        if ((st = cu_builtin_dtype(c, "dst", dst))) return st;
         st = copy_to_cuda(c, dst, src);
     } else if (dd.type == LPX_DEVICE_CPU && sd.type == LPX_DEVICE_CUDA) {
         st = copy_to_host(c, dst, src);
@@ -524,13 +531,17 @@ static lpx_status k_copy_(lpx_call *c)
 
 /* ---- fill_ ------------------------------------------------------------ */
 
+/* The contract (dst dense, writable, of a dtype of single elements) is the
+ * dispatcher's: spec family `fill` (op_args_elementwise.h). */
 static lpx_status k_fill_(lpx_call *c)
 {
-    lpx_tensor *dst = cu_arg_tensor(c, 0);
-    lpx_status st = cu_check_dense(c, "dst", dst);
-    if (st || (st = lpx_meta_fill("fill_", dst))) return st;
+    const lpx_fill_args *a = (const lpx_fill_args *)lpx_op_args_of(c);
+    lpx_tensor *dst = a->dst;
+    /* lpx-cuda's own limit: code for the built-in dtypes */
+    lpx_status st = cu_builtin_dtype(c, "dst", dst);
+    if (st) return st;
     lpx_dtype dt = lpx_tensor_dtype(dst);
-    float v = (float)c->args[1].u.f;
+    float v = a->value;
     /* encoded on the host with the dtype's from_f32, as the CPU kernel does */
     unsigned char pat[8] = {0};
     if ((st = lpx_convert(pat, dt, &v, LPX_F32, 1, 0))) return st;

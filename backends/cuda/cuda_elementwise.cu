@@ -283,30 +283,6 @@ static lpx_status un_dispatch(int op, const ew_args *w)
 
 /* ---- argument handling ------------------------------------------------ */
 
-/* Numpy broadcast of a and b shapes (message as the CPU's). */
-/* Validates a caller-provided `out`: its contract is lpx_meta_out's; what
- * is lpx-cuda's own is that it is a CUDA tensor on x's device. */
-static lpx_status check_out(const lpx_call *c, const char *xn, const lpx_tensor *x, const lpx_tensor *out,
-                            lpx_dtype dtype, int ndim, const int64_t *shape)
-{
-    lpx_status st = cu_check_dense(c, "out", out);
-    if (st || (st = cu_check_same_device(c, xn, x, "out", out))) return st;
-    return lpx_meta_out(cu_op(c), out, dtype, ndim, shape);
-}
-
-/* The result: `out` (validated, retained) or a new tensor on x's device. */
-static lpx_status result(const lpx_call *c, const char *xn, const lpx_tensor *x, lpx_tensor *out, int ndim,
-                         const int64_t *shape, lpx_tensor **res)
-{
-    lpx_dtype dt = lpx_tensor_dtype(x);
-    if (!out) return cu_new(c, dt, ndim, shape, lpx_tensor_device(x), res);
-    lpx_status st = check_out(c, xn, x, out, dt, ndim, shape);
-    if (st) return st;
-    lpx_tensor_retain(out);
-    *res = out;
-    return LPX_OK;
-}
-
 /* A private contiguous copy of x when `out` overlaps it in a way an
  * in-place kernel cannot handle; *copy stays NULL otherwise. */
 static lpx_status unalias(const lpx_call *c, const lpx_tensor *out, const lpx_tensor *x, lpx_tensor **copy)
@@ -447,16 +423,25 @@ fail:
     return st;
 }
 
-/* scalar: the op takes (a, float s, out?), else (x, out?). */
-static lpx_status unary(lpx_call *c, int op, bool scalar)
+/* The contract (x dense, the result's shape and dtype, a valid `out` on
+ * x's device) is the dispatcher's: spec family `unary`
+ * (op_args_elementwise.h). */
+static lpx_status unary(lpx_call *c, int op)
 {
-    const char *opn = cu_op(c), *xn = scalar ? "a" : "x";
-    lpx_tensor *x = cu_arg_tensor(c, 0);
-    lpx_tensor *o = cu_arg_tensor(c, scalar ? 2 : 1);
-    float s = scalar ? (float)c->args[1].u.f : 0.0f;
-    lpx_status st = cu_check_dense(c, xn, x);
+    const lpx_unary_args *u = (const lpx_unary_args *)lpx_op_args_of(c);
+    const char *opn = cu_op(c);
+    lpx_tensor *x = u->x, *o = u->out;
+    /* lpx-cuda's own limit: code for the built-in dtypes (out has x's) */
+    lpx_status st = cu_builtin_dtype(c, c->nargs == 3 ? "a" : "x", x);
     lpx_tensor *res, *cx = NULL;
-    if (st || (st = result(c, xn, x, o, lpx_tensor_ndim(x), lpx_tensor_shape(x), &res))) return st;
+    if (st) return st;
+    if (o) {
+        lpx_tensor_retain(o);
+        res = o;
+    } else if ((st = cu_new(c, lpx_tensor_dtype(x), lpx_tensor_ndim(x), lpx_tensor_shape(x), lpx_tensor_device(x),
+                            &res))) {
+        return st;
+    }
     if ((st = cu_use(opn, lpx_tensor_device(x))) || (st = unalias(c, o, x, &cx))) {
         lpx_tensor_release(res);
         return st;
@@ -472,7 +457,7 @@ static lpx_status unary(lpx_call *c, int op, bool scalar)
     cu_geom_of(&w.go, res);
     w.da = lpx_tensor_dtype(ux);
     w.dO = lpx_tensor_dtype(res);
-    w.s = s;
+    w.s = u->s;
     if (w.go.numel) st = un_dispatch(op, &w);
     lpx_tensor_release(cx);
     if (st) {
@@ -483,15 +468,15 @@ static lpx_status unary(lpx_call *c, int op, bool scalar)
     return LPX_OK;
 }
 
-static lpx_status k_add_scalar(lpx_call *c) { return unary(c, U_ADDS, true); }
-static lpx_status k_mul_scalar(lpx_call *c) { return unary(c, U_MULS, true); }
-static lpx_status k_neg(lpx_call *c) { return unary(c, U_NEG, false); }
-static lpx_status k_abs(lpx_call *c) { return unary(c, U_ABS, false); }
-static lpx_status k_sqrt(lpx_call *c) { return unary(c, U_SQRT, false); }
-static lpx_status k_exp(lpx_call *c) { return unary(c, U_EXP, false); }
-static lpx_status k_relu(lpx_call *c) { return unary(c, U_RELU, false); }
-static lpx_status k_silu(lpx_call *c) { return unary(c, U_SILU, false); }
-static lpx_status k_gelu(lpx_call *c) { return unary(c, U_GELU, false); }
+static lpx_status k_add_scalar(lpx_call *c) { return unary(c, U_ADDS); }
+static lpx_status k_mul_scalar(lpx_call *c) { return unary(c, U_MULS); }
+static lpx_status k_neg(lpx_call *c) { return unary(c, U_NEG); }
+static lpx_status k_abs(lpx_call *c) { return unary(c, U_ABS); }
+static lpx_status k_sqrt(lpx_call *c) { return unary(c, U_SQRT); }
+static lpx_status k_exp(lpx_call *c) { return unary(c, U_EXP); }
+static lpx_status k_relu(lpx_call *c) { return unary(c, U_RELU); }
+static lpx_status k_silu(lpx_call *c) { return unary(c, U_SILU); }
+static lpx_status k_gelu(lpx_call *c) { return unary(c, U_GELU); }
 
 extern "C" lpx_status cu_register_elementwise(const lpx_host *h)
 {

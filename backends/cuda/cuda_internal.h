@@ -81,6 +81,17 @@ static inline const char *cu_op(const lpx_call *c) { return lpx_op_name(c->op); 
 lpx_status cu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t);
 /* cu_check_dense and a floating-point dtype. */
 lpx_status cu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t);
+/* A kernel's own dtype limit, not an op's contract (that is the
+ * dispatcher's: op_args.h): lpx-cuda has code for the built-in dtypes
+ * only (plugin dtypes stay on the CPU). `arg` names t in the message
+ * (cu_check_dense's). */
+static inline lpx_status cu_builtin_dtype(const lpx_call *c, const char *arg, const lpx_tensor *t)
+{
+    lpx_dtype d = lpx_tensor_dtype(t);
+    if ((unsigned)d < LPX_DTYPE_BUILTIN_COUNT) return LPX_OK;
+    return lpx_error(LPX_EDTYPE, "%s: tensor '%s' has dtype %s, which the cuda kernels do not support", cu_op(c), arg,
+                     lpx_dtype_name(d));
+}
 /* Fails unless b lives on a's device. */
 lpx_status cu_check_same_device(const lpx_call *c, const char *an, const lpx_tensor *a, const char *bn,
                                 const lpx_tensor *b);

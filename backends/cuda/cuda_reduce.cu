@@ -154,16 +154,10 @@ __global__ void k_reduce_final(const double *partial, int nsplit, int64_t nout, 
 
 /* ---- plan ------------------------------------------------------------- */
 
-/* The reduction's geometry: lpx_meta_reduce's, the contract every backend
- * shares. */
+/* The reduction's geometry (the dims folded, the output's shape, the
+ * count): the dispatcher's, spec family `reduce` (op_args_elementwise.h),
+ * the contract every backend shares. */
 typedef lpx_reduce_geom red_plan;
-
-static lpx_status plan_dims(const lpx_call *c, const lpx_tensor *x, bool keepdim, bool has_identity, red_plan *p)
-{
-    const lpx_value *dv = &c->args[1];
-    bool some = dv->tag == LPX_TAG_INTS && dv->len > 0;
-    return lpx_meta_reduce(cu_op(c), x, some ? dv->u.ints : NULL, some ? (int)dv->len : 0, keepdim, has_identity, p);
-}
 
 /* Geometry of x's dims with reduced[d] == want, in order. */
 static void sub_geom(cu_geom *g, const lpx_tensor *x, const red_plan *p, bool want)
@@ -271,22 +265,22 @@ static lpx_status launch(const char *op, const lpx_tensor *x, const red_plan *p,
 static lpx_status reduce_kernel(lpx_call *c, int k)
 {
     const char *op = cu_op(c);
-    lpx_tensor *x = cu_arg_tensor(c, 0);
-    lpx_status st = cu_check_dense(c, "x", x);
+    const lpx_reduce_args *a = (const lpx_reduce_args *)lpx_op_args_of(c);
+    lpx_tensor *x = a->x;
+    const red_plan *p = &a->g;
+    /* lpx-cuda's own limit: code for the built-in dtypes */
+    lpx_status st = cu_builtin_dtype(c, "x", x);
     if (st) return st;
-    bool keepdim = c->args[2].u.b;
-    red_plan p;
-    if ((st = plan_dims(c, x, keepdim, !(k == RED_MAX || k == RED_AMAX), &p))) return st;
     lpx_tensor *out;
-    if ((st = cu_new(c, lpx_tensor_dtype(x), p.out_ndim, p.out_shape, lpx_tensor_device(x), &out))) return st;
-    if (p.out_numel > 0) {
+    if ((st = cu_new(c, lpx_tensor_dtype(x), p->out_ndim, p->out_shape, lpx_tensor_device(x), &out))) return st;
+    if (p->out_numel > 0) {
         if (!(st = cu_use(op, lpx_tensor_device(x)))) {
             switch (k) {
-            case RED_SUM: st = launch<RED_SUM>(op, x, &p, out); break;
-            case RED_MEAN: st = launch<RED_MEAN>(op, x, &p, out); break;
-            case RED_MAX: st = launch<RED_MAX>(op, x, &p, out); break;
-            case RED_AMAX: st = launch<RED_AMAX>(op, x, &p, out); break;
-            default: st = launch<RED_NORM>(op, x, &p, out); break;
+            case RED_SUM: st = launch<RED_SUM>(op, x, p, out); break;
+            case RED_MEAN: st = launch<RED_MEAN>(op, x, p, out); break;
+            case RED_MAX: st = launch<RED_MAX>(op, x, p, out); break;
+            case RED_AMAX: st = launch<RED_AMAX>(op, x, p, out); break;
+            default: st = launch<RED_NORM>(op, x, p, out); break;
             }
         }
         if (st) {
