@@ -70,6 +70,44 @@ static const bad_case bad[] = {
 static void test_refused_by_dispatcher(void) { spec_check_bad(bad, sizeof bad / sizeof *bad); }
 
 /* Good arguments reach the kernel with the normalised ones. */
+/* The families' op lists (LPX_BINARY_OPS, LPX_UNARY_OPS, LPX_REDUCE_OPS),
+ * from which the backends derive their kernels and registrations, name
+ * exactly the ops.def rows of that family. */
+static const struct { const char *name, *spec; } rows[] = {
+#define LPX_OP(name, spec, schema) {#name, #spec},
+#include "lpx/ops.def"
+#undef LPX_OP
+};
+
+#define NAME_OF(op, N) #op,
+static void check_list(const char *family, const char *const *list, size_t n)
+{
+    size_t in_def = 0;
+    for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+        if (strcmp(rows[r].spec, family)) continue;
+        in_def++;
+        bool listed = false;
+        for (size_t i = 0; i < n; i++) listed |= !strcmp(list[i], rows[r].name);
+        CHECKF(listed, "ops.def row %s has family %s but is missing from its op list", rows[r].name, family);
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool found = false;
+        for (size_t r = 0; r < sizeof rows / sizeof *rows; r++)
+            found |= !strcmp(rows[r].name, list[i]) && !strcmp(rows[r].spec, family);
+        CHECKF(found, "op list of family %s names %s, whose ops.def row has another family", family, list[i]);
+    }
+    CHECKF(in_def == n, "family %s: %zu rows in ops.def, %zu in its op list", family, in_def, n);
+}
+
+static void test_family_op_lists_match_ops_def(void)
+{
+    static const char *const binary[] = {LPX_BINARY_OPS(NAME_OF)}, *const unary[] = {LPX_UNARY_OPS(NAME_OF)},
+                             *const reduce[] = {LPX_REDUCE_OPS(NAME_OF)};
+    check_list("binary", binary, sizeof binary / sizeof *binary);
+    check_list("unary", unary, sizeof unary / sizeof *unary);
+    check_list("reduce", reduce, sizeof reduce / sizeof *reduce);
+}
+
 static void test_good_args_reach_kernel(void)
 {
     lpx_device nc = {NOCHK_DEVICE, 0};
@@ -279,6 +317,7 @@ int main(void)
     setup();
     RUN(test_refused_by_dispatcher);
     RUN(test_good_args_reach_kernel);
+    RUN(test_family_op_lists_match_ops_def);
     RUN(test_old_call_layout_not_overrun);
     RUN(test_typed_api_same_as_dispatch);
     return CHECK_DONE();

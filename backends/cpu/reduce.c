@@ -17,7 +17,8 @@
 #include <string.h>
 #include "cpu_internal.h"
 
-typedef enum red_kind { RED_SUM, RED_MEAN, RED_MAX, RED_AMAX, RED_NORM } red_kind;
+#define RED_CODE(op, N) RED_##N,
+typedef enum red_kind { LPX_REDUCE_OPS(RED_CODE) } red_kind;   /* op_args_elementwise.h */
 
 /* The reduction's geometry comes checked from the dispatcher (spec family
  * `reduce`, op_args_elementwise.h): the dims folded, the output's shape,
@@ -147,18 +148,14 @@ static lpx_status reduce_kernel(lpx_call *c, red_kind k)
     return LPX_OK;
 }
 
-static lpx_status k_sum(lpx_call *c) { return reduce_kernel(c, RED_SUM); }
-static lpx_status k_mean(lpx_call *c) { return reduce_kernel(c, RED_MEAN); }
-static lpx_status k_max(lpx_call *c) { return reduce_kernel(c, RED_MAX); }
-static lpx_status k_amax(lpx_call *c) { return reduce_kernel(c, RED_AMAX); }
-static lpx_status k_norm(lpx_call *c) { return reduce_kernel(c, RED_NORM); }
+#define K_REDUCE(op, N) static lpx_status k_##op(lpx_call *c) { return reduce_kernel(c, RED_##N); }
+LPX_REDUCE_OPS(K_REDUCE)
 
 lpx_status lpx_cpu_register_reduce(void)
 {
     lpx_status st;
-    if ((st = cpu_reg(LPX_OP_sum, k_sum))) return st;
-    if ((st = cpu_reg(LPX_OP_mean, k_mean))) return st;
-    if ((st = cpu_reg(LPX_OP_max, k_max))) return st;
-    if ((st = cpu_reg(LPX_OP_amax, k_amax))) return st;
-    return cpu_reg(LPX_OP_norm, k_norm);
+#define REG(op, N) if ((st = cpu_reg(LPX_OP_##op, k_##op))) return st;
+    LPX_REDUCE_OPS(REG)
+#undef REG
+    return LPX_OK;
 }

@@ -26,8 +26,11 @@
 
 #define CU_THREADS 256
 
-enum { B_ADD, B_SUB, B_MUL, B_DIV, B_RELU_BW, B_SILU_BW, B_GELU_BW, B_SWIGLU };
-enum { U_NEG, U_ABS, U_SQRT, U_EXP, U_RELU, U_SILU, U_GELU, U_ADDS, U_MULS };
+/* the op codes, from the families' op lists (op_args*.h) */
+#define B_CODE(op, N) B_##N,
+#define U_CODE(op, N) U_##N,
+enum { LPX_BINARY_OPS(B_CODE) };
+enum { LPX_UNARY_OPS(U_CODE) };
 
 /* ---- scalar math (f32): core/numerics/activations.h, shared with the CPU */
 
@@ -348,14 +351,8 @@ static lpx_status binary(lpx_call *c, int op)
     return LPX_OK;
 }
 
-static lpx_status k_add(lpx_call *c) { return binary(c, B_ADD); }
-static lpx_status k_sub(lpx_call *c) { return binary(c, B_SUB); }
-static lpx_status k_mul(lpx_call *c) { return binary(c, B_MUL); }
-static lpx_status k_div(lpx_call *c) { return binary(c, B_DIV); }
-static lpx_status k_relu_backward(lpx_call *c) { return binary(c, B_RELU_BW); }
-static lpx_status k_silu_backward(lpx_call *c) { return binary(c, B_SILU_BW); }
-static lpx_status k_gelu_backward(lpx_call *c) { return binary(c, B_GELU_BW); }
-static lpx_status k_swiglu(lpx_call *c) { return binary(c, B_SWIGLU); }
+#define K_BINARY(op, N) static lpx_status k_##op(lpx_call *c) { return binary(c, B_##N); }
+LPX_BINARY_OPS(K_BINARY)
 
 /* swiglu_backward: the contract is the dispatcher's (spec family
  * `swiglu_backward`, op_args_nn.h): dense tensors of one shape on one
@@ -468,26 +465,16 @@ static lpx_status unary(lpx_call *c, int op)
     return LPX_OK;
 }
 
-static lpx_status k_add_scalar(lpx_call *c) { return unary(c, U_ADDS); }
-static lpx_status k_mul_scalar(lpx_call *c) { return unary(c, U_MULS); }
-static lpx_status k_neg(lpx_call *c) { return unary(c, U_NEG); }
-static lpx_status k_abs(lpx_call *c) { return unary(c, U_ABS); }
-static lpx_status k_sqrt(lpx_call *c) { return unary(c, U_SQRT); }
-static lpx_status k_exp(lpx_call *c) { return unary(c, U_EXP); }
-static lpx_status k_relu(lpx_call *c) { return unary(c, U_RELU); }
-static lpx_status k_silu(lpx_call *c) { return unary(c, U_SILU); }
-static lpx_status k_gelu(lpx_call *c) { return unary(c, U_GELU); }
+#define K_UNARY(op, N) static lpx_status k_##op(lpx_call *c) { return unary(c, U_##N); }
+LPX_UNARY_OPS(K_UNARY)
 
 extern "C" lpx_status cu_register_elementwise(const lpx_host *h)
 {
     static const struct { lpx_op op; lpx_kernel_fn fn; } table[] = {
-        {LPX_OP_add, k_add}, {LPX_OP_sub, k_sub}, {LPX_OP_mul, k_mul}, {LPX_OP_div, k_div},
-        {LPX_OP_add_scalar, k_add_scalar}, {LPX_OP_mul_scalar, k_mul_scalar},
-        {LPX_OP_neg, k_neg}, {LPX_OP_abs, k_abs}, {LPX_OP_sqrt, k_sqrt}, {LPX_OP_exp, k_exp},
-        {LPX_OP_relu, k_relu}, {LPX_OP_silu, k_silu}, {LPX_OP_gelu, k_gelu},
-        {LPX_OP_relu_backward, k_relu_backward}, {LPX_OP_silu_backward, k_silu_backward},
-        {LPX_OP_gelu_backward, k_gelu_backward},
-        {LPX_OP_swiglu, k_swiglu}, {LPX_OP_swiglu_backward, k_swiglu_backward},
+#define ROW(op, N) {LPX_OP_##op, k_##op},
+        LPX_BINARY_OPS(ROW) LPX_UNARY_OPS(ROW)
+#undef ROW
+        {LPX_OP_swiglu_backward, k_swiglu_backward},
     };
     for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
         lpx_status st = cu_reg(h, table[i].op, table[i].fn);

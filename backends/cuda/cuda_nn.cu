@@ -1077,21 +1077,15 @@ done:
 
 extern "C" lpx_status cu_register_nn(const lpx_host *h)
 {
+#define R(op) {LPX_OP_##op, k_##op}
     static const struct {
         lpx_op op;
         lpx_kernel_fn fn;
     } ks[] = {
-        {LPX_OP_rmsnorm, k_rmsnorm},
-        {LPX_OP_rmsnorm_backward, k_rmsnorm_backward},
-        {LPX_OP_softmax, k_softmax},
-        {LPX_OP_softmax_backward, k_softmax_backward},
-        {LPX_OP_cross_entropy, k_cross_entropy},
-        {LPX_OP_cross_entropy_backward, k_cross_entropy_backward},
-        {LPX_OP_mse_loss, k_mse_loss},
-        {LPX_OP_mse_loss_backward, k_mse_loss_backward},
-        {LPX_OP_embedding, k_embedding},
-        {LPX_OP_embedding_backward, k_embedding_backward},
+        R(rmsnorm), R(rmsnorm_backward), R(softmax), R(softmax_backward), R(cross_entropy),
+        R(cross_entropy_backward), R(mse_loss), R(mse_loss_backward), R(embedding), R(embedding_backward),
     };
+#undef R
     for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
         lpx_status st = cu_reg(h, ks[i].op, ks[i].fn);
         if (st) return st;

@@ -24,7 +24,8 @@
 #define CU_RED_THREADS 256
 #define CU_RED_MAX_SPLITS 1024
 
-enum { RED_SUM, RED_MEAN, RED_MAX, RED_AMAX, RED_NORM };
+#define RED_CODE(op, N) RED_##N,
+enum { LPX_REDUCE_OPS(RED_CODE) };   /* op_args_elementwise.h */
 
 /* ---- device folds ----------------------------------------------------- */
 
@@ -292,18 +293,14 @@ static lpx_status reduce_kernel(lpx_call *c, int k)
     return LPX_OK;
 }
 
-static lpx_status k_sum(lpx_call *c) { return reduce_kernel(c, RED_SUM); }
-static lpx_status k_mean(lpx_call *c) { return reduce_kernel(c, RED_MEAN); }
-static lpx_status k_max(lpx_call *c) { return reduce_kernel(c, RED_MAX); }
-static lpx_status k_amax(lpx_call *c) { return reduce_kernel(c, RED_AMAX); }
-static lpx_status k_norm(lpx_call *c) { return reduce_kernel(c, RED_NORM); }
+#define K_REDUCE(op, N) static lpx_status k_##op(lpx_call *c) { return reduce_kernel(c, RED_##N); }
+LPX_REDUCE_OPS(K_REDUCE)
 
 extern "C" lpx_status cu_register_reduce(const lpx_host *h)
 {
     lpx_status st;
-    if ((st = cu_reg(h, LPX_OP_sum, k_sum))) return st;
-    if ((st = cu_reg(h, LPX_OP_mean, k_mean))) return st;
-    if ((st = cu_reg(h, LPX_OP_max, k_max))) return st;
-    if ((st = cu_reg(h, LPX_OP_amax, k_amax))) return st;
-    return cu_reg(h, LPX_OP_norm, k_norm);
+#define REG(op, N) if ((st = cu_reg(h, LPX_OP_##op, k_##op))) return st;
+    LPX_REDUCE_OPS(REG)
+#undef REG
+    return LPX_OK;
 }

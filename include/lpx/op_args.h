@@ -50,6 +50,13 @@ typedef struct lpx_binary_args {
     int64_t shape[LPX_MAX_DIMS];
 } lpx_binary_args;
 
+/** The ops of family `binary`, X(op, NAME) each, in one order: a backend
+ *  derives its per-op kernels, its op codes and its registration from this
+ *  one list (tests/test_spec.c checks it against ops.def's spec column). */
+#define LPX_BINARY_OPS(X)                                                                            \
+    X(add, ADD) X(sub, SUB) X(mul, MUL) X(div, DIV) X(relu_backward, RELU_BW) X(silu_backward, SILU_BW) \
+    X(gelu_backward, GELU_BW) X(swiglu, SWIGLU)
+
 /** family `softmax`: x floating-point; dim normalised against x (a
  *  scalar takes 0 and -1); the result has x's shape and dtype. */
 typedef struct lpx_softmax_args {

@@ -16,6 +16,11 @@ typedef struct lpx_unary_args {
                                       * free): one flat loop over x's numel elements */
 } lpx_unary_args;
 
+/** The ops of family `unary`, X(op, NAME) each (as LPX_BINARY_OPS). */
+#define LPX_UNARY_OPS(X)                                                                             \
+    X(neg, NEG) X(abs, ABS) X(sqrt, SQRT) X(exp, EXP) X(relu, RELU) X(silu, SILU) X(gelu, GELU)       \
+    X(add_scalar, ADDS) X(mul_scalar, MULS)
+
 /** family `cast`: x not of a kind, of any registered dtype (packed ones
  *  included: a backend says which it has code for); dtype registered; the
  *  result has x's shape and `dtype`. */
@@ -51,6 +56,9 @@ typedef struct lpx_reduce_args {
     int64_t out_stride[LPX_MAX_DIMS];/* per dim of x: how far one step along it moves in the
                                       * output's row-major order (0 for a folded dim) */
 } lpx_reduce_args;
+
+/** The ops of family `reduce`, X(op, NAME) each (as LPX_BINARY_OPS). */
+#define LPX_REDUCE_OPS(X) X(sum, SUM) X(mean, MEAN) X(max, MAX) X(amax, AMAX) X(norm, NORM)
 
 /** This group's families, by name: X(family) each (op_args.h). */
 #define LPX_SPEC_FAMILIES_ELEMENTWISE(X) X(unary) X(cast) X(copy) X(fill) X(reduce)
