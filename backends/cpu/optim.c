@@ -9,8 +9,8 @@
  * double and rounded to f32. Parameters and grads are decoded to f32 in
  * tiles and the parameters encoded back with one RNE rounding; the CUDA
  * kernel (backends/cuda/cuda_adamw.cu) repeats this bit for bit. Every
- * argument is checked before anything is written, so a refused call
- * leaves all tensors as they were. */
+ * argument is checked by the dispatcher before the kernel runs (family
+ * `adamw`), so a refused call leaves all tensors as they were. */
 #include <math.h>
 #include "cpu_internal.h"
 
@@ -47,22 +47,14 @@ static lpx_status step_one(lpx_tensor *p, const lpx_tensor *g, float *m, float *
     return LPX_OK;
 }
 
+/* adamw_: the arguments are checked by the dispatcher (family `adamw`,
+ * include/lpx/op_args_optim.h); every tensor is a dense CPU tensor. */
 static lpx_status k_adamw(lpx_call *c)
 {
-    const lpx_value *a = c->args;
-    lpx_adamw_consts k;
-    lpx_status st = lpx_meta_adamw(cpu_op_name(c), a, &k);
-    if (st) return st;
-    /* what is the CPU's own: every tensor a dense CPU tensor */
-    static const char *const names[4] = {"params", "grads", "exp_avg", "exp_avg_sq"};
-    for (uint32_t i = 0; i < a[0].len; i++)
-        for (int j = 0; j < 4; j++) {
-            char arg[48];
-            snprintf(arg, sizeof arg, "%s[%u]", names[j], i);
-            if ((st = cpu_check_dense(c, arg, a[j].u.ts[i]))) return st;
-        }
-    for (uint32_t i = 0; i < a[0].len; i++) {
-        st = step_one(a[0].u.ts[i], a[1].u.ts[i], lpx_tensor_data(a[2].u.ts[i]), lpx_tensor_data(a[3].u.ts[i]), &k);
+    const lpx_adamw_args *a = lpx_op_args_of(c);
+    for (uint32_t i = 0; i < a->n; i++) {
+        lpx_status st = step_one(a->params[i], a->grads[i], lpx_tensor_data(a->exp_avg[i]),
+                                 lpx_tensor_data(a->exp_avg_sq[i]), &a->k);
         if (st) return st;
     }
     return LPX_OK;

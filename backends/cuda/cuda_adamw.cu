@@ -35,7 +35,8 @@ struct aw_entry {
     int32_t pdt, gdt;
 };
 
-/* the update's f32 constants, computed once by lpx_meta_adamw */
+/* the update's f32 constants, computed once by lpx_meta_adamw (the
+ * dispatcher's, lpx_adamw_args.k) */
 typedef lpx_adamw_consts aw_consts;
 
 struct aw_small {
@@ -127,28 +128,19 @@ __global__ void __launch_bounds__(AW_THREADS) aw_kernel_table(const aw_entry *en
 
 static void CUDART_CB aw_free_host(void *p) { free(p); }
 
+/* adamw_: the arguments are checked by the dispatcher (family `adamw`,
+ * include/lpx/op_args_optim.h); every tensor is a dense CUDA tensor, all
+ * on one device. */
 static lpx_status k_adamw(lpx_call *c)
 {
     const char *op = cu_op(c);
-    const lpx_value *a = c->args;
-    lpx_adamw_consts mk;
-    lpx_status st = lpx_meta_adamw(op, a, &mk);
-    if (st) return st;
-    uint32_t n = a[0].len;
+    const lpx_adamw_args *a = (const lpx_adamw_args *)lpx_op_args_of(c);
+    uint32_t n = a->n;
     if (n == 0) return LPX_OK;
-    /* what is lpx-cuda's own: every tensor a dense CUDA tensor (on one
-     * device: the dispatcher refuses tensors on different devices) */
-    static const char *const names[4] = {"params", "grads", "exp_avg", "exp_avg_sq"};
-    const lpx_tensor *first = a[0].u.ts[0];
+    lpx_status st;
+    const lpx_tensor *first = a->params[0];
     int64_t blocks = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        for (int j = 0; j < 4; j++) {
-            char arg[48];
-            snprintf(arg, sizeof arg, "%s[%u]", names[j], i);
-            if ((st = cu_check_dense(c, arg, a[j].u.ts[i]))) return st;
-        }
-        blocks += (lpx_tensor_numel(a[0].u.ts[i]) + AW_CHUNK - 1) / AW_CHUNK;
-    }
+    for (uint32_t i = 0; i < n; i++) blocks += (lpx_tensor_numel(a->params[i]) + AW_CHUNK - 1) / AW_CHUNK;
     if (blocks > INT32_MAX)
         return lpx_error(LPX_ERANGE, "%s: %lld chunks of %d elements exceed one launch", op, (long long)blocks,
                          AW_CHUNK);
@@ -157,7 +149,7 @@ static lpx_status k_adamw(lpx_call *c)
     if ((st = cu_use(op, dev))) return st;
     cudaStream_t s = cu_stream(dev.index);
 
-    const aw_consts k = mk;
+    const aw_consts k = a->k;
 
     /* the table: entries and block prefix sums */
     bool small = n <= AW_MAX_PARAM;
@@ -171,15 +163,15 @@ static lpx_status k_adamw(lpx_call *c)
     aw_entry *ents = small ? tab->t : (aw_entry *)(host + start_bytes);
     int64_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
-        lpx_tensor *p = a[0].u.ts[i];
+        lpx_tensor *p = a->params[i];
         aw_entry *e = &ents[i];
         e->p = lpx_tensor_data(p);
-        e->g = lpx_tensor_data(a[1].u.ts[i]);
-        e->m = (float *)lpx_tensor_data(a[2].u.ts[i]);
-        e->v = (float *)lpx_tensor_data(a[3].u.ts[i]);
+        e->g = lpx_tensor_data(a->grads[i]);
+        e->m = (float *)lpx_tensor_data(a->exp_avg[i]);
+        e->v = (float *)lpx_tensor_data(a->exp_avg_sq[i]);
         e->n = lpx_tensor_numel(p);
         e->pdt = (int32_t)lpx_tensor_dtype(p);
-        e->gdt = (int32_t)lpx_tensor_dtype(a[1].u.ts[i]);
+        e->gdt = (int32_t)lpx_tensor_dtype(a->grads[i]);
         start[i] = (int32_t)at;
         at += (e->n + AW_CHUNK - 1) / AW_CHUNK;
     }
