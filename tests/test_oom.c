@@ -134,7 +134,7 @@ static const struct {
     {"lpx_float8_linear_ctx_free", FREES},
     /* nf4.h */
     {"lpx_optim_state_default_block", NOALLOC}, {"lpx_optim_state_kind", NOALLOC}, {"lpx_is_optim_state", NOALLOC},
-    {"lpx_optim_state_get_info", NOALLOC},
+    {"lpx_optim_state_get_info", NOALLOC}, {"lpx_optim_adamw_opts_default", NOALLOC},
     {"lpx_nf4_config_default", NOALLOC}, {"lpx_nf4_config_resolve", NOALLOC}, {"lpx_nf4_kind", NOALLOC}, {"lpx_nf4_is", NOALLOC},
     {"lpx_qlora_opts_default", NOALLOC}, {"lpx_nf4_set_fallback", "an atomic flag, never allocates"},
     {"lpx_nf4_fallback_enabled", NOALLOC},

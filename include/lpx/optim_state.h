@@ -124,6 +124,51 @@ LPX_API lpx_status lpx_optim_state_get_info(const lpx_tensor *t, lpx_optim_state
 /** Whether t is a tensor of one of the state kinds. */
 LPX_API bool lpx_is_optim_state(const lpx_tensor *t);
 
+/** Options of lpx_optim_adamw_ (start from lpx_optim_adamw_opts_default). */
+typedef struct lpx_optim_adamw_opts {
+    double lr, beta1, beta2, eps, weight_decay; /* torch.optim.AdamW's; default 1e-3, 0.9, 0.999, 1e-8, 1e-2 */
+    lpx_optim_master master;                    /* default LPX_OPTIM_MASTER_PLAIN */
+    uint64_t seed;                              /* stochastic rounding: the run's seed */
+    uint32_t rank;                              /* ... this rank */
+    int64_t index0;                             /* ... the flat index of params[0]'s first element */
+} lpx_optim_adamw_opts;
+
+/** The defaults above. */
+LPX_API lpx_optim_adamw_opts lpx_optim_adamw_opts_default(void);
+
+/** One fused AdamW step, in place, over n parameters whose moments
+ *  exp_avg[i] / exp_avg_sq[i] are state tensors (one kind for all, roles m
+ *  and v, params[i]'s numel, one block) at step `step` (>= 1): per block,
+ *  dequantize m and v, update in f32 exactly as adamw_ (lpx_adamw_),
+ *  write the parameter, requantize m and v with fresh scales. The master
+ *  is opts->master: PLAIN (params any float dtype), BF16_SR (params bf16;
+ *  element j of the concatenated list draws lpx_os_rand32(seed, rank,
+ *  step, index0 + j)), F16S / F16S_SR (params f16 codes with
+ *  master_scale[i] f32 [ceil(numel / block)] per parameter; master_scale
+ *  may be NULL otherwise). Runs the op adamw_state_ on the CPU or CUDA.
+ *  Errors: LPX_EINVAL / LPX_EDTYPE / LPX_ESHAPE naming op, kind and
+ *  argument (a state of another kind or role, a block mismatch, the
+ *  hyperparameters), those of adamw_state_. */
+LPX_API lpx_status lpx_optim_adamw_(lpx_tensor *const *params, lpx_tensor *const *grads,
+                                    lpx_tensor *const *exp_avg, lpx_tensor *const *exp_avg_sq,
+                                    lpx_tensor *const *master_scale, int n, const lpx_optim_adamw_opts *opts,
+                                    int64_t step);
+
+/** The dense op adamw_state_ (ops.def), typed: lists of n tensors each;
+ *  m / v are the state codes (u8, or f16 for the fp8 v), m_scale / v_scale
+ *  f32 block scales, master_scale (NULL unless master is F16S or F16S_SR)
+ *  f32 block scales of the f16 params. master: LPX_OPTIM_MASTER_*; seed,
+ *  rank, index0: the stochastic rounding's key (lpx_optim_adamw_). The
+ *  checks (lengths, dtypes, numel, block a power of two in 2..256, the
+ *  hyperparameters) are the op's spec family `adamw_state`
+ *  (include/lpx/op_args_optim.h). n = 0 does nothing. */
+LPX_API lpx_status lpx_adamw_state_(lpx_tensor *const *params, lpx_tensor *const *grads, lpx_tensor *const *m,
+                                    lpx_tensor *const *m_scale, lpx_tensor *const *v, lpx_tensor *const *v_scale,
+                                    int n, lpx_optim_state_format format, int64_t block, double lr, double beta1,
+                                    double beta2, double eps, double weight_decay, int64_t step,
+                                    lpx_optim_master master, uint64_t seed, uint32_t rank, int64_t index0,
+                                    lpx_tensor *const *master_scale);
+
 LPX_END_DECLS
 
 #endif

@@ -53,5 +53,6 @@ static lpx_status h_narrow(lpx_call *c)
 
 lpx_status os_register_handlers(int key)
 {
-    return lpx_kernel_register(LPX_OP_narrow, key, h_narrow, NULL);
+    lpx_status st = lpx_kernel_register(LPX_OP_narrow, key, h_narrow, NULL);
+    return st ? st : os_register_adamw(key);
 }

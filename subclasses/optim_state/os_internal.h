@@ -48,7 +48,8 @@ static inline int64_t os_nblocks(int64_t numel, int64_t block) { return numel / 
 lpx_status os_make(int format, int role, int64_t block, int ndim, const int64_t *shape, lpx_tensor *codes,
                    lpx_tensor *scales, lpx_tensor **out);
 
-/* The handlers of the state kinds (os_handlers.c). */
+/* The handlers of the state kinds (os_handlers.c; adamw_'s in os_adamw.c). */
 lpx_status os_register_handlers(int key);
+lpx_status os_register_adamw(int key);
 
 #endif
