@@ -133,7 +133,8 @@ lpx_status lpx__spec_adamw_state(const lpx_call *c, void *p)
             (st = as_item(c, AS_VS, i, v[AS_VS].u.ts[i], LPX_F32, B, true, swhy)) ||
             (f16s && (st = as_item(c, AS_MASTER_SCALE, i, v[AS_MASTER_SCALE].u.ts[i], LPX_F32, B, true, swhy))))
             return st;
-        if (__builtin_add_overflow(total, N, &total) || (ms->len == 4 && __builtin_add_overflow(total, index0, &(int64_t){0})))
+        int64_t end; /* index0 + the elements so far: the stochastic rounding's flat index */
+        if (__builtin_add_overflow(total, N, &total) || __builtin_add_overflow(total, index0, &end))
             return lpx_error(LPX_ERANGE, "%s: the flat index of params[%u]'s last element overflows int64", op, i);
     }
     a->params = v[AS_PARAMS].u.ts;
