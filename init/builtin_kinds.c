@@ -6,6 +6,7 @@ lpx_status lpx_float8_register_kind(void);
 lpx_status lpx_nf4_register_kind(void);
 lpx_status lpx_float8_weight_register_kind(void);
 lpx_status lpx_dtensor_register_kind(void);
+lpx_status lpx_optim_state_register_kinds(void);
 
 lpx_status lpx_builtin_kinds_init(void)
 {
@@ -13,5 +14,6 @@ lpx_status lpx_builtin_kinds_init(void)
     if (!st) st = lpx_nf4_register_kind();
     if (!st) st = lpx_float8_weight_register_kind();
     if (!st) st = lpx_dtensor_register_kind();
+    if (!st) st = lpx_optim_state_register_kinds();
     return st;
 }

@@ -45,7 +45,7 @@ LAYERS = [
     ["comm"],                                   # collectives API (traces, names kinds: above dispatch)
     ["backends/cpu", "backends/local"],         # the built-in compute and comm backends
     ["plugins"],                                # the plugin loader (rolls back every layer below)
-    ["subclasses/float8", "subclasses/nf4", "subclasses/dtensor"],  # kinds; dtensor holds the engine
+    ["subclasses/float8", "subclasses/nf4", "subclasses/dtensor", "subclasses/optim_state"],  # kinds; dtensor holds the engine
     ["interop"],                                # DLPack, safetensors (reads kinds through their vtables)
     ["init"],                                   # the composition root
 ]
@@ -66,6 +66,7 @@ ALLOWED_INCLUDES = {
     "subclasses/float8": {"subclasses/kind_author.h"},
     "subclasses/nf4": {"subclasses/kind_author.h"},
     "subclasses/dtensor": {"subclasses/kind_author.h"},
+    "subclasses/optim_state": {"subclasses/kind_author.h"},
     "interop": {"core", "dispatch"},
     "init": {"core"},
     # outside liblpx: plugins see the public headers only (and their own

@@ -88,8 +88,10 @@ HAND_TYPES = {
 
 # Ops with no function in ops.h: the dense ops behind the built-in kinds.
 # Their typed calls are the kind's own (include/lpx/float8.h, written in
-# subclasses/float8/float8_quantize.c) or internal (subclasses/nf4).
-NO_OPS_H = re.compile(r"^(fp8_|nf4_|qlora_dropout$)")
+# subclasses/float8/float8_quantize.c) or internal (subclasses/nf4), and
+# the optimizer states' fused op (include/lpx/optim_state.h: typed master
+# modes and seed, written in dispatch/api_optim_state.c).
+NO_OPS_H = re.compile(r"^(fp8_|nf4_|qlora_dropout$|adamw_state_$)")
 
 # ---- reading ops.def and ops.h -----------------------------------------
 

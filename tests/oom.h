@@ -45,6 +45,7 @@ typedef struct oom_case {
 
 /* The case tables of the oom_*.c files, each ended by {NULL}. */
 extern const oom_case oom_cases_core[], oom_cases_ops[], oom_cases_kinds[], oom_cases_dist[], oom_cases_io[];
+extern const oom_case oom_cases_optim[]; /* oom_optim.c */
 
 /* Fixture setup/teardown of the case files that share tensors between
  * cases (called by the driver, allocation hook disarmed). */

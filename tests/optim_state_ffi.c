@@ -4,9 +4,11 @@
  * compares them with torchao's AdamW8bit / AdamW4bit / AdamWFp8. Test
  * code only; not installed. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/numerics/optim_state.h"
+#include "lpx/lpx.h"
 
 #if defined(__GNUC__)
 #  define FFI __attribute__((visibility("default")))
@@ -17,6 +19,9 @@
 FFI int lpx_osffi_map(int map, float *out);
 FFI int lpx_osffi_quant_map(int map, const float *x, int64_t n, int block, uint8_t *codes, float *scales);
 FFI int lpx_osffi_quant_e4m3(const float *x, int64_t n, int block, uint8_t *codes, float *scales);
+FFI int lpx_osffi_run_op(int kind, int64_t block, int64_t n, int steps, const float *grads, float *p, double lr,
+                         double beta1, double beta2, double eps, double weight_decay, uint8_t *m_codes,
+                         float *m_scales, void *v_codes, float *v_scales);
 FFI int lpx_osffi_run(int kind, int64_t n, int steps, const float *grads, float *p, double lr, double beta1,
                       double beta2, double eps, double weight_decay, uint8_t *m_codes, float *m_scales,
                       void *v_codes, float *v_scales);
@@ -107,4 +112,44 @@ int lpx_osffi_run(int kind, int64_t n, int steps, const float *grads, float *p, 
         }
     }
     return 0;
+}
+
+/** The same run through liblpx: state tensors of kind os_8bit / os_4bit /
+ *  os_fp8 (kind 0..2) in blocks of `block`, `steps` calls of the dispatched
+ *  adamw_ (the kinds' handler, the op adamw_state_, the CPU kernel); the
+ *  final codes and scales copied out of the state tensors' inner tensors
+ *  (laid out as lpx_osffi_run's). Returns 0, or the failing lpx_status
+ *  (its message on stderr). */
+int lpx_osffi_run_op(int kind, int64_t block, int64_t n, int steps, const float *grads, float *p, double lr,
+                     double beta1, double beta2, double eps, double weight_decay, uint8_t *m_codes, float *m_scales,
+                     void *v_codes, float *v_scales)
+{
+    if (kind < 0 || kind > 2 || n < 1) return -1;
+    lpx_status st = lpx_init();
+    lpx_tensor *pt = NULL, *gt = NULL, *m = NULL, *v = NULL;
+    if (!st) st = lpx_tensor_new(LPX_F32, 1, &n, lpx_cpu(), &pt);
+    if (!st) st = lpx_tensor_new(LPX_F32, 1, &n, lpx_cpu(), &gt);
+    if (!st) st = lpx_optim_state_new((lpx_optim_state_format)kind, LPX_OPTIM_STATE_M, 1, &n, block, lpx_cpu(), &m);
+    if (!st) st = lpx_optim_state_new((lpx_optim_state_format)kind, LPX_OPTIM_STATE_V, 1, &n, block, lpx_cpu(), &v);
+    if (!st) memcpy(lpx_tensor_data(pt), p, (size_t)n * sizeof(float));
+    for (int t = 1; t <= steps && !st; t++) {
+        memcpy(lpx_tensor_data(gt), grads + (int64_t)(t - 1) * n, (size_t)n * sizeof(float));
+        st = lpx_adamw_(&pt, &gt, &m, &v, 1, lr, beta1, beta2, eps, weight_decay, t);
+    }
+    if (!st) {
+        memcpy(p, lpx_tensor_data(pt), (size_t)n * sizeof(float));
+        lpx_tensor *in[4] = {lpx_tensor_inner(m, 0), lpx_tensor_inner(m, 1), lpx_tensor_inner(v, 0),
+                             lpx_tensor_inner(v, 1)};
+        void *out[4] = {m_codes, m_scales, v_codes, v_scales};
+        for (int i = 0; i < 4; i++)
+            memcpy(out[i], lpx_tensor_data(in[i]),
+                   (size_t)lpx_dtype_nbytes(lpx_tensor_dtype(in[i]), lpx_tensor_numel(in[i])));
+    } else {
+        fprintf(stderr, "lpx_osffi_run_op: %s\n", lpx_last_error());
+    }
+    lpx_tensor_release(pt);
+    lpx_tensor_release(gt);
+    lpx_tensor_release(m);
+    lpx_tensor_release(v);
+    return (int)st;
 }

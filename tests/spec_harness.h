@@ -18,7 +18,7 @@
 #include "check.h"
 
 #define NOCHK_DEVICE 40   /* a device type no built-in uses */
-#define SPEC_MAX_ARGS 12
+#define SPEC_MAX_ARGS 16   /* adamw_state_ has 16 */
 #define SPEC_MAX_LIST 4
 
 static int reached;           /* kernel calls of the check-free backend */

@@ -133,6 +133,8 @@ static const struct {
     {"lpx_float8_fallback_enabled", NOALLOC}, {"lpx_float8_linear_state_destroy", FREES},
     {"lpx_float8_linear_ctx_free", FREES},
     /* nf4.h */
+    {"lpx_optim_state_default_block", NOALLOC}, {"lpx_optim_state_kind", NOALLOC}, {"lpx_is_optim_state", NOALLOC},
+    {"lpx_optim_state_get_info", NOALLOC}, {"lpx_optim_adamw_opts_default", NOALLOC},
     {"lpx_nf4_config_default", NOALLOC}, {"lpx_nf4_config_resolve", NOALLOC}, {"lpx_nf4_kind", NOALLOC}, {"lpx_nf4_is", NOALLOC},
     {"lpx_qlora_opts_default", NOALLOC}, {"lpx_nf4_set_fallback", "an atomic flag, never allocates"},
     {"lpx_nf4_fallback_enabled", NOALLOC},
@@ -606,6 +608,7 @@ static void test_sweep(void)
         {"kinds", oom_kinds_init, oom_kinds_fini, oom_cases_kinds},
         {"dist", NULL, NULL, oom_cases_dist},
         {"io", NULL, NULL, oom_cases_io},
+        {"optim", NULL, NULL, oom_cases_optim},
     };
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
         cur_case = groups[g].name;

@@ -75,7 +75,7 @@ static void test_op_ids_pinned(void)
     "mse_loss", "mse_loss_backward", "embedding", "embedding_backward", "fp8_quantize", "fp8_quantize_t",
     "fp8_dequantize", "fp8_scaled_mm", "fp8_scale_from_amax", "nf4_quantize", "nf4_dequantize", "nf4_mm",
     "qlora_dropout", "adamw_", "rope", "rope_backward", "attention", "attention_backward", "fp8_quantize_block",
-    "fp8_dequantize_block", "fp8_mm_block", "swiglu", "swiglu_backward",
+    "fp8_dequantize_block", "fp8_mm_block", "swiglu", "swiglu_backward", "adamw_state_",
     };
     int n = (int)(sizeof pinned / sizeof *pinned);
     CHECK_OK(lpx_init());
@@ -88,6 +88,7 @@ static void test_op_ids_pinned(void)
         }
     CHECK(LPX_OP_rope == 65 && LPX_OP_attention_backward == 68);
     CHECK(LPX_OP_fp8_mm_block == 71 && LPX_OP_swiglu == 72 && LPX_OP_swiglu_backward == 73);
+    CHECK(LPX_OP_adamw_state_ == 74);
 }
 
 int main(void)

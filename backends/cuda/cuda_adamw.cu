@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_dtype.cuh"
+#include "optim_state.h"
 
 #define AW_THREADS 256
 #define AW_CHUNK 16384      /* elements per block; a multiple of 4 */
@@ -35,7 +36,8 @@ struct aw_entry {
     int32_t pdt, gdt;
 };
 
-/* the update's f32 constants, computed once by lpx_meta_adamw */
+/* the update's f32 constants, computed once by lpx_meta_adamw (the
+ * dispatcher's, lpx_adamw_args.k) */
 typedef lpx_adamw_consts aw_consts;
 
 struct aw_small {
@@ -127,28 +129,19 @@ __global__ void __launch_bounds__(AW_THREADS) aw_kernel_table(const aw_entry *en
 
 static void CUDART_CB aw_free_host(void *p) { free(p); }
 
+/* adamw_: the arguments are checked by the dispatcher (family `adamw`,
+ * include/lpx/op_args_optim.h); every tensor is a dense CUDA tensor, all
+ * on one device. */
 static lpx_status k_adamw(lpx_call *c)
 {
     const char *op = cu_op(c);
-    const lpx_value *a = c->args;
-    lpx_adamw_consts mk;
-    lpx_status st = lpx_meta_adamw(op, a, &mk);
-    if (st) return st;
-    uint32_t n = a[0].len;
+    const lpx_adamw_args *a = (const lpx_adamw_args *)lpx_op_args_of(c);
+    uint32_t n = a->n;
     if (n == 0) return LPX_OK;
-    /* what is lpx-cuda's own: every tensor a dense CUDA tensor (on one
-     * device: the dispatcher refuses tensors on different devices) */
-    static const char *const names[4] = {"params", "grads", "exp_avg", "exp_avg_sq"};
-    const lpx_tensor *first = a[0].u.ts[0];
+    lpx_status st;
+    const lpx_tensor *first = a->params[0];
     int64_t blocks = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        for (int j = 0; j < 4; j++) {
-            char arg[48];
-            snprintf(arg, sizeof arg, "%s[%u]", names[j], i);
-            if ((st = cu_check_dense(c, arg, a[j].u.ts[i]))) return st;
-        }
-        blocks += (lpx_tensor_numel(a[0].u.ts[i]) + AW_CHUNK - 1) / AW_CHUNK;
-    }
+    for (uint32_t i = 0; i < n; i++) blocks += (lpx_tensor_numel(a->params[i]) + AW_CHUNK - 1) / AW_CHUNK;
     if (blocks > INT32_MAX)
         return lpx_error(LPX_ERANGE, "%s: %lld chunks of %d elements exceed one launch", op, (long long)blocks,
                          AW_CHUNK);
@@ -157,7 +150,7 @@ static lpx_status k_adamw(lpx_call *c)
     if ((st = cu_use(op, dev))) return st;
     cudaStream_t s = cu_stream(dev.index);
 
-    const aw_consts k = mk;
+    const aw_consts k = a->k;
 
     /* the table: entries and block prefix sums */
     bool small = n <= AW_MAX_PARAM;
@@ -171,15 +164,15 @@ static lpx_status k_adamw(lpx_call *c)
     aw_entry *ents = small ? tab->t : (aw_entry *)(host + start_bytes);
     int64_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
-        lpx_tensor *p = a[0].u.ts[i];
+        lpx_tensor *p = a->params[i];
         aw_entry *e = &ents[i];
         e->p = lpx_tensor_data(p);
-        e->g = lpx_tensor_data(a[1].u.ts[i]);
-        e->m = (float *)lpx_tensor_data(a[2].u.ts[i]);
-        e->v = (float *)lpx_tensor_data(a[3].u.ts[i]);
+        e->g = lpx_tensor_data(a->grads[i]);
+        e->m = (float *)lpx_tensor_data(a->exp_avg[i]);
+        e->v = (float *)lpx_tensor_data(a->exp_avg_sq[i]);
         e->n = lpx_tensor_numel(p);
         e->pdt = (int32_t)lpx_tensor_dtype(p);
-        e->gdt = (int32_t)lpx_tensor_dtype(a[1].u.ts[i]);
+        e->gdt = (int32_t)lpx_tensor_dtype(a->grads[i]);
         start[i] = (int32_t)at;
         at += (e->n + AW_CHUNK - 1) / AW_CHUNK;
     }
@@ -219,7 +212,187 @@ static lpx_status k_adamw(lpx_call *c)
     return st;
 }
 
+/* ---- adamw_state_: AdamW over block-quantized moments ---------------------
+ * One thread per quantization block (core/numerics/optim_state.h's block
+ * steps, written once for the CPU and the GPU: dequantize m and v, lpx's
+ * f32 AdamW per element, requantize with fresh scales), then the
+ * parameter written back as the CPU kernel does (backends/cpu/optim.c):
+ * RNE (cu_enc), bf16 stochastic rounding or scaled f16, with the same
+ * Philox bits. The arithmetic equals the CPU's bit for bit (f32, one
+ * rounding per operation, --fmad=false). A straightforward first kernel:
+ * each thread walks its block serially with the block in local memory;
+ * the bandwidth target (issue 37: >= 80% of copy speed) needs a
+ * warp-per-block version, measured on a GPU run. */
+
+#define AS_THREADS 64
+
+struct as_entry {
+    void *p;
+    const void *g;
+    uint8_t *m;
+    float *ms;
+    void *v;
+    float *vs;
+    float *xs;     /* the scaled-f16 master's block scales, or NULL */
+    int64_t n;     /* elements */
+    int64_t idx;   /* flat index of the first element (stochastic rounding) */
+    int32_t pdt, gdt;
+};
+
+struct as_head {
+    lpx_os_adamw k;
+    int64_t block, step, total;
+    uint64_t seed;
+    uint32_t rank;
+    int32_t format, master, nt;
+};
+
+__device__ __forceinline__ int as_find(const int64_t *start, int nt, int64_t b)
+{
+    int lo = 0, hi = nt - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (start[mid] <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+__global__ void __launch_bounds__(AS_THREADS) as_kernel(const as_entry *ents, const int64_t *start, as_head h)
+{
+    __shared__ float qm[256], qv[256];
+    if (h.format != LPX_OS_STATE_FP8) {
+        int mm = h.format == LPX_OS_STATE_8BIT ? LPX_OS_MAP8_SIGNED : LPX_OS_MAP4_SIGNED;
+        int mv = h.format == LPX_OS_STATE_8BIT ? LPX_OS_MAP8_UNSIGNED : LPX_OS_MAP4_UNSIGNED;
+        unsigned nc = 1u << lpx_os_map_bits(mm);
+        for (unsigned c = threadIdx.x; c < nc; c += blockDim.x) {
+            qm[c] = lpx_os_map_value(mm, c);
+            qv[c] = lpx_os_map_value(mv, c);
+        }
+    }
+    __syncthreads();
+    int64_t qb = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (qb >= h.total) return;
+    const as_entry &e = ents[as_find(start, h.nt, qb)];
+    int64_t b = qb - start[&e - ents], at = b * h.block;
+    int n = (int)(e.n - at < h.block ? e.n - at : h.block);
+    float pw[LPX_OS_BLOCK_MAX], gw[LPX_OS_BLOCK_MAX];
+    lpx_dtype pd = (lpx_dtype)e.pdt, gd = (lpx_dtype)e.gdt;
+    int pes = cu_esize(pd), ges = cu_esize(gd);
+    if (h.master >= 2) lpx_os_dequant_f16s((const uint16_t *)e.p + at, e.xs[b], n, pw);
+    else
+        for (int i = 0; i < n; i++) pw[i] = cu_dec(pd, (const char *)e.p + (at + i) * pes);
+    for (int i = 0; i < n; i++) gw[i] = cu_dec(gd, (const char *)e.g + (at + i) * ges);
+    switch (h.format) {
+    case LPX_OS_STATE_8BIT:
+        lpx_os_adamw8_block(&h.k, qm, qv, n, pw, gw, e.m + at, &e.ms[b], (uint8_t *)e.v + at, &e.vs[b]);
+        break;
+    case LPX_OS_STATE_4BIT:
+        lpx_os_adamw4_block(&h.k, qm, qv, n, pw, gw, e.m + at / 2, &e.ms[b], (uint8_t *)e.v + at / 2, &e.vs[b]);
+        break;
+    default: lpx_os_adamwfp8_block(&h.k, n, pw, gw, e.m + at, &e.ms[b], (uint16_t *)e.v + at, &e.vs[b]); break;
+    }
+    uint64_t j0 = (uint64_t)(e.idx + at);
+    if (h.master == 0)
+        for (int i = 0; i < n; i++) cu_enc(pd, (char *)e.p + (at + i) * pes, pw[i], 0);
+    else if (h.master == 1)
+        lpx_os_bf16_sr_store(pw, n, (uint16_t *)e.p + at, h.seed, h.rank, (uint64_t)h.step, j0);
+    else
+        e.xs[b] = lpx_os_f16s_store(pw, n, (uint16_t *)e.p + at, h.master == 3, h.seed, h.rank, (uint64_t)h.step, j0);
+}
+
+/* adamw_state_: the arguments are checked by the dispatcher (family
+ * `adamw_state`, include/lpx/op_args_optim.h); every tensor is a dense
+ * CUDA tensor, all on one device. */
+static lpx_status k_adamw_state(lpx_call *c)
+{
+    const char *op = cu_op(c);
+    const lpx_adamw_state_args *a = (const lpx_adamw_state_args *)lpx_op_args_of(c);
+    uint32_t n = a->n;
+    if (n == 0) return LPX_OK;
+    as_head h;
+    memset(&h, 0, sizeof h);
+    const lpx_adamw_consts &mk = a->k;
+    h.k = lpx_os_adamw{mk.b1, mk.omb1, mk.b2, mk.omb2, mk.lr, mk.eps, mk.decay, mk.bc1, mk.bc2};
+    h.block = a->block;
+    h.step = a->step;
+    h.seed = a->seed;
+    h.rank = a->rank;
+    h.format = a->format;
+    h.master = a->master;
+    h.nt = (int32_t)n;
+    size_t start_bytes = ((size_t)(n + 1) * sizeof(int64_t) + 15) & ~(size_t)15;
+    size_t table_bytes = start_bytes + (size_t)n * sizeof(as_entry);
+    char *host = (char *)malloc(table_bytes);
+    if (!host) return lpx_error(LPX_ENOMEM, "%s: cannot allocate the table of %u tensors", op, n);
+    memset(host, 0, table_bytes);
+    int64_t *start = (int64_t *)host;
+    as_entry *ents = (as_entry *)(host + start_bytes);
+    int64_t at = 0, idx = a->index0;
+    for (uint32_t i = 0; i < n; i++) {
+        as_entry *e = &ents[i];
+        lpx_tensor *p = a->params[i];
+        e->p = lpx_tensor_data(p);
+        e->g = lpx_tensor_data(a->grads[i]);
+        e->m = (uint8_t *)lpx_tensor_data(a->m[i]);
+        e->ms = (float *)lpx_tensor_data(a->m_scale[i]);
+        e->v = lpx_tensor_data(a->v[i]);
+        e->vs = (float *)lpx_tensor_data(a->v_scale[i]);
+        e->xs = a->master_scale ? (float *)lpx_tensor_data(a->master_scale[i]) : NULL;
+        e->n = lpx_tensor_numel(p);
+        e->idx = idx;
+        e->pdt = (int32_t)lpx_tensor_dtype(p);
+        e->gdt = (int32_t)lpx_tensor_dtype(a->grads[i]);
+        start[i] = at;
+        at += (e->n + a->block - 1) / a->block;
+        idx += e->n;
+    }
+    start[n] = at;
+    h.total = at;
+    int64_t grid = (at + AS_THREADS - 1) / AS_THREADS;
+    if (grid == 0) {
+        free(host);
+        return LPX_OK;
+    }
+    if (grid > INT32_MAX) {
+        free(host);
+        return lpx_error(LPX_ERANGE, "%s: %lld blocks of %lld elements exceed one launch", op, (long long)at,
+                         (long long)a->block);
+    }
+    lpx_device dev = lpx_tensor_device(a->params[0]);
+    lpx_status st;
+    if ((st = cu_use(op, dev))) {
+        free(host);
+        return st;
+    }
+    cudaStream_t s = cu_stream(dev.index);
+    void *dtab = cu_scratch_alloc(dev.index, table_bytes);
+    if (!dtab) {
+        free(host);
+        return lpx_error(LPX_ENOMEM, "%s: cannot allocate the %zu-byte device table of %u tensors", op, table_bytes, n);
+    }
+    cudaError_t ce = cudaMemcpyAsync(dtab, host, table_bytes, cudaMemcpyHostToDevice, s);
+    if (ce != cudaSuccess) {
+        free(host);
+        cu_scratch_free(dev.index, dtab, table_bytes);
+        return cu_fail(ce, op, "cudaMemcpyAsync(table)");
+    }
+    ce = cudaLaunchHostFunc(s, aw_free_host, host);
+    if (ce != cudaSuccess) {
+        cudaError_t e2 = cudaStreamSynchronize(s);
+        free(host);
+        cu_scratch_free(dev.index, dtab, table_bytes);
+        return cu_fail(e2 != cudaSuccess ? e2 : ce, op, "cudaLaunchHostFunc(free table)");
+    }
+    as_kernel<<<(unsigned)grid, AS_THREADS, 0, s>>>((const as_entry *)((char *)dtab + start_bytes),
+                                                    (const int64_t *)dtab, h);
+    st = cu_launched(op, "as_kernel");
+    cu_scratch_free(dev.index, dtab, table_bytes); /* stream-ordered: after the kernel */
+    return st;
+}
+
 extern "C" lpx_status cu_register_adamw(const lpx_host *h)
 {
-    return cu_reg(h, LPX_OP_adamw_, k_adamw);
+    lpx_status st = cu_reg(h, LPX_OP_adamw_, k_adamw);
+    return st ? st : cu_reg(h, LPX_OP_adamw_state_, k_adamw_state);
 }

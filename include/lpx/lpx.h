@@ -13,6 +13,7 @@
 #include "comm.h"
 #include "float8.h"
 #include "nf4.h"
+#include "optim_state.h"
 #include "dtensor.h"
 #include "fsdp.h"
 #include "plugin.h"

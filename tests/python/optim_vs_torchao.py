@@ -13,6 +13,12 @@ tests/optim_state_ffi.c and ctypes) against torchao's low-bit optimizers
   the f32 moments differ in the last bits and a code can land on the other
   side of a midpoint (docs/NUMERICS.md "Optimizer states").
 
+The same 20 steps also run through liblpx itself (lpx_osffi_run_op: state
+tensors of the kinds os_8bit / os_4bit / os_fp8 and the dispatched adamw_,
+whose handler runs the fused op adamw_state_ on the CPU): bit-equal to the
+header's run, hence within the same tolerances of torchao; the 4-bit kind's
+default block 256 against torchao's AdamW4bit(block_size=256).
+
 torchao's step is torch.compile'd; it is run eagerly here (torch.compile
 replaced by the identity) so no C++ toolchain is needed and the reference
 is torchao's Python as written. Run by meson with the project's test
@@ -245,6 +251,75 @@ def adamwfp8_20_steps():
     # the f16 v tracks f32 AdamW better than torchao's e4m3 v (whose small
     # entries flush to code 0, so m / (sqrt(0) + eps) steps far)
     assert e_lx <= 0.5 * e_ao
+
+
+def run_op(torch, kind, p0, g, block):
+    p = p0.clone()
+    nb = (N + block - 1) // block
+    cbytes = N // 2 if kind == STATE_4BIT else N
+    mc = torch.zeros(cbytes, dtype=torch.uint8)
+    vc = torch.zeros(cbytes * (2 if kind == STATE_FP8 else 1), dtype=torch.uint8)
+    ms = torch.zeros(nb, dtype=torch.float32)
+    vs = torch.zeros(nb, dtype=torch.float32)
+    rc = lib().lpx_osffi_run_op(kind, ctypes.c_int64(block), ctypes.c_int64(N), STEPS, ptr(g, ctypes.c_float),
+                                ptr(p, ctypes.c_float), ctypes.c_double(LR), ctypes.c_double(BETAS[0]),
+                                ctypes.c_double(BETAS[1]), ctypes.c_double(EPS), ctypes.c_double(WD),
+                                ptr(mc, ctypes.c_uint8), ptr(ms, ctypes.c_float), ctypes.c_void_p(vc.data_ptr()),
+                                ptr(vs, ctypes.c_float))
+    assert rc == 0, rc
+    return p, mc, ms, vc, vs
+
+
+# The dispatched op against torchao: tolerances in lr as above; the op
+# equals the header's run bit for bit, so these are the same bounds. The
+# lpx fp8 state (scaled-f16 v) is a different v format from AdamWFp8's
+# e4m3 v: against torchao it is bounded by TOL_FP8_VS_AO lr (measured 8.46
+# lr, nearly all of it torchao's e4m3 v flushing small entries, which puts
+# AdamWFp8 8.69 lr from f32 AdamW), and against f32 AdamW it must stay
+# within half of AdamWFp8's distance.
+TOL_FP8_VS_AO = 10.0
+
+
+@case(extra=("torch", "torchao"))
+def op_20_steps_vs_torchao():
+    torch = setup()
+    import torchao.optim as ao
+    p0 = (torch.randn(N) * 0.02).float()
+    g = grads(torch)
+    p32 = torch.nn.Parameter(p0.clone())
+    opt = torch.optim.AdamW([p32], lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+    for t in range(STEPS):
+        p32.grad = g[t].clone()
+        opt.step()
+    p32 = p32.detach()
+    for kind, block, name, kw, tol in ((STATE_8BIT, 256, "AdamW8bit", {}, TOL_LR[STATE_8BIT]),
+                                       (STATE_4BIT, 128, "AdamW4bit", {}, TOL_LR[STATE_4BIT]),
+                                       (STATE_4BIT, 256, "AdamW4bit", {"block_size": 256}, TOL_LR[STATE_4BIT]),
+                                       (STATE_FP8, 256, "AdamWFp8", {}, TOL_FP8_VS_AO)):
+        cls = getattr(ao, name)
+        p = torch.nn.Parameter(p0.clone())
+        opt = cls([p], lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, **kw)
+        for t in range(STEPS):
+            p.grad = g[t].clone()
+            opt.step()
+        p_ao = p.detach()
+        p_op, mc, ms, vc, vs = run_op(torch, kind, p0, g, block)
+        d = (p_op - p_ao).abs().max().item() / LR
+        e_op = (p_op - p32).abs().max().item() / LR
+        e_ao = (p_ao - p32).abs().max().item() / LR
+        extra = ""
+        if block == (128 if kind == STATE_4BIT else 256):  # the header's run uses torchao's default block
+            p_h, mch, msh, vch, vsh = run_lpx(torch, kind, p0, g)
+            same = (torch.equal(p_op.view(torch.int32), p_h.view(torch.int32)) and torch.equal(mc, mch)
+                    and torch.equal(vc, vch) and torch.equal(ms.view(torch.int32), msh.view(torch.int32))
+                    and torch.equal(vs.view(torch.int32), vsh.view(torch.int32)))
+            extra = f"; bit-equal to the header's run: {same}"
+            assert same
+        print(f"  op {name} block {block}{' ' + str(kw) if kw else ''}: max |p_op - p_torchao| = {d:.3g} lr "
+              f"(tolerance {tol} lr); vs f32 AdamW {e_op:.3g} lr (torchao {e_ao:.3g} lr){extra}")
+        assert d <= tol
+        if kind == STATE_FP8:
+            assert e_op <= 0.5 * e_ao
 
 
 finish()
