@@ -32,12 +32,6 @@ static inline lpx_status cpu_reg(lpx_op op, lpx_kernel_fn fn)
     return lpx_kernel_register(op, LPX_KEY_CPU, fn, NULL);
 }
 
-/* Argument i as a tensor (NULL when an optional tensor is absent). */
-static inline lpx_tensor *cpu_tensor_arg(const lpx_call *c, int i)
-{
-    return c->args[i].tag == LPX_TAG_TENSOR ? c->args[i].u.t : NULL;
-}
-
 /* Appends a result (takes over the caller's reference). */
 static inline void cpu_ret(lpx_call *c, lpx_tensor *t)
 {
@@ -46,15 +40,6 @@ static inline void cpu_ret(lpx_call *c, lpx_tensor *t)
 
 /* Name of the running op, for messages. */
 static inline const char *cpu_op_name(const lpx_call *c) { return lpx_op_name(c->op); }
-
-/* Fails unless t is a dense CPU tensor whose dtype the CPU math supports
- * (every dtype with 8+ bits per element). `arg` names it in the message. */
-lpx_status cpu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t);
-
-/* Validates a caller-provided `out` tensor: dense CPU, exact shape; dtype
- * must equal `dtype`. */
-lpx_status cpu_check_out(const lpx_call *c, const lpx_tensor *out, lpx_dtype dtype, int ndim,
-                         const int64_t *shape);
 
 /* A tensor seen through a broadcast to `shape`: element (i0..in) of the
  * logical shape is at base + sum(i_k * strides[k]) (elements; broadcast

@@ -1,29 +1,7 @@
-/* Strided, broadcasting f32 load/store in chunks, and small checks shared
- * by the CPU kernels. */
+/* Strided, broadcasting f32 load/store in chunks, and the small helpers
+ * the CPU kernels share (argument checks are the dispatcher's: op_args.h). */
 #include <string.h>
 #include "cpu_internal.h"
-
-lpx_status cpu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    const char *op = cpu_op_name(c);
-    if (!t) return lpx_error(LPX_EINVAL, "%s: tensor '%s' is NULL", op, arg);
-    if (t->kind)
-        return lpx_error(LPX_EINVAL, "%s: tensor '%s' is of kind '%s'; the cpu kernel takes dense tensors",
-                         op, arg, lpx_kind_name(t->kind));
-    if (t->device.type != LPX_DEVICE_CPU)
-        return lpx_error(LPX_EDEVICE, "%s: tensor '%s' is on device type %d, not the CPU", op, arg, (int)t->device.type);
-    const lpx_dtype_traits *tr = lpx_dtype_get(t->dtype);
-    if (!tr || tr->bits < 8 || tr->bits % 8)
-        return lpx_error(LPX_EDTYPE, "%s: tensor '%s' has dtype %s, which the cpu kernels do not support",
-                         op, arg, lpx_dtype_name(t->dtype));
-    return LPX_OK;
-}
-
-lpx_status cpu_check_out(const lpx_call *c, const lpx_tensor *out, lpx_dtype dtype, int ndim, const int64_t *shape)
-{
-    lpx_status st = cpu_check_dense(c, "out", out);
-    return st ? st : lpx_meta_out(cpu_op_name(c), out, dtype, ndim, shape);
-}
 
 lpx_status cpu_new(const lpx_call *c, lpx_dtype dtype, int ndim, const int64_t *shape, lpx_tensor **out)
 {

@@ -3,7 +3,7 @@
  * the CPU backend's dtype traits use (core/numerics, LPX_HD), so a value
  * round-trips through the GPU with the CPU's bits; strided addressing over
  * a cu_geom; grid sizing. Plugin dtypes (MX ...) are not handled here:
- * cu_check_dense refuses them. */
+ * cu_builtin_dtype refuses them. */
 #ifndef LPX_CUDA_DTYPE_CUH
 #define LPX_CUDA_DTYPE_CUH
 

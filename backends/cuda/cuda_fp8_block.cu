@@ -16,7 +16,6 @@
 #include <string.h>
 #include "cuda_fp8.cuh"
 #include "cuda_gemm_block.h"
-#include "cuda_lowp.h"
 
 using namespace cu_f8;
 
@@ -123,7 +122,7 @@ lpx_status k_fp8_quantize_block(lpx_call *c)
     const char *op = cu_op(c);
     const lpx_fp8_block_geom g = args->g;
     lpx_status st;
-    if ((st = cu_lowp_builtin(c, "x", x))) return st;
+    if ((st = cu_builtin_dtype(c, "x", x))) return st;
     lpx_device dev = lpx_tensor_device(x);
     int64_t gshape[2] = {g.grid_rows, g.grid_cols}, four = 4;
     lpx_tensor *q = NULL, *ts = NULL, *tsi = NULL, *tstats = NULL;
@@ -243,7 +242,7 @@ lpx_status k_fp8_dequantize_block(lpx_call *c)
     const char *op = cu_op(c);
     const lpx_fp8_block_geom g = args->g;
     lpx_status st;
-    if ((st = cu_lowp_builtin(c, "scale_inv", si))) return st;
+    if ((st = cu_builtin_dtype(c, "scale_inv", si))) return st;
     if (dt >= LPX_DTYPE_BUILTIN_COUNT)   /* the dtypes this backend writes */
         return lpx_error(LPX_EDTYPE, "%s: dtype %s: the cuda kernels write built-in dtypes only", op,
                          lpx_dtype_name(dt));
@@ -334,8 +333,8 @@ lpx_status k_fp8_mm_block(lpx_call *c)
     const char *op = cu_op(c);
     const lpx_fp8_block_mm_geom g = args->g;
     lpx_status st;
-    if ((st = cu_lowp_builtin(c, "a_scale_inv", asi)) || (st = cu_lowp_builtin(c, "b_scale_inv", bsi)) ||
-        (st = cu_lowp_builtin(c, "bias", bias)))
+    if ((st = cu_builtin_dtype(c, "a_scale_inv", asi)) || (st = cu_builtin_dtype(c, "b_scale_inv", bsi)) ||
+        (st = cu_builtin_dtype(c, "bias", bias)))
         return st;
     lpx_device dev = lpx_tensor_device(a);
     int64_t oshape[2] = {g.M, g.N};

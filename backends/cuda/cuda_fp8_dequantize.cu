@@ -9,7 +9,6 @@
 #include <math.h>
 #include <string.h>
 #include "cuda_fp8.cuh"
-#include "cuda_lowp.h"
 
 using namespace cu_f8;
 
@@ -132,7 +131,7 @@ lpx_status k_fp8_dequantize(lpx_call *c)
     if (on_host && !si_host)
         return lpx_error(LPX_EDEVICE, "%s: tensor 'scale_inv' is on device type %d, not a CUDA device (move it with "
                          "lpx_tensor_to)", op, (int)LPX_DEVICE_CPU);
-    if (!si_host && (st = cu_lowp_builtin(c, "scale_inv", si))) return st;
+    if (!si_host && (st = cu_builtin_dtype(c, "scale_inv", si))) return st;
     if (dt >= LPX_DTYPE_BUILTIN_COUNT)   /* the dtypes this backend writes */
         return lpx_error(LPX_EDTYPE, "%s: dtype %s: the cuda kernels write built-in dtypes only (dequantize to f32 "
                                      "and cast on the CPU)", op, lpx_dtype_name(dt));
@@ -232,7 +231,7 @@ lpx_status k_fp8_scale_from_amax(lpx_call *c)
     double smax = args->scale_max;
     const char *op = cu_op(c);
     lpx_status st;
-    if ((st = cu_lowp_builtin(c, "amax", am))) return st;
+    if ((st = cu_builtin_dtype(c, "amax", am))) return st;
     lpx_device dev = lpx_tensor_device(am);
     lpx_tensor *s = NULL, *si = NULL;
     int nd = lpx_tensor_ndim(am);

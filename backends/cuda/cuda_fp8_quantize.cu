@@ -60,7 +60,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_fp8.cuh"
-#include "cuda_lowp.h"
 
 using namespace cu_f8;
 
@@ -270,7 +269,7 @@ lpx_status k_fp8_quantize(lpx_call *c)
     /* the contract is the dispatcher's (spec family `fp8_quantize`); a
      * scale on the host is read there, one on the device decoded here */
     bool scale_on_device = sarg && lpx_tensor_device(sarg).type != LPX_DEVICE_CPU;
-    if ((st = cu_lowp_builtin(c, "x", x)) || (scale_on_device && (st = cu_lowp_builtin(c, "scale", sarg)))) return st;
+    if ((st = cu_builtin_dtype(c, "x", x)) || (scale_on_device && (st = cu_builtin_dtype(c, "scale", sarg)))) return st;
     int ndim = lpx_tensor_ndim(x);
     const int64_t *shape = lpx_tensor_shape(x);
     int sndim = g.scale_ndim;

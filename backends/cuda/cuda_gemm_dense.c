@@ -88,14 +88,6 @@ void cu_gemm_operand_release(gm_operand *o)
     o->own = NULL;
 }
 
-lpx_status cu_gemm_check_float_same(const lpx_call *c, const char *an, const lpx_tensor *a, const char *bn,
-                                      const lpx_tensor *b)
-{
-    lpx_status st;
-    if ((st = cu_check_float(c, bn, b))) return st;
-    return cu_check_same_device(c, an, a, bn, b);
-}
-
 /* Zero-fills n elements of dtype dt at p (0 bits are +0 in every float
  * dtype). */
 static lpx_status gm_zero(const char *op, int dev, void *p, size_t bytes)

@@ -20,7 +20,6 @@
 #include <stdint.h>
 #include <string.h>
 #include "cuda_gemm_internal.h"
-#include "cuda_lowp.h"
 
 /* ---- fp8_scaled_mm ---------------------------------------------------------- */
 
@@ -43,8 +42,8 @@ static lpx_status k_fp8_scaled_mm(lpx_call *c)
     const char *op = cu_op(c);
     lpx_status st;
     const lpx_fp8_mm_geom g = args->g;
-    if ((st = cu_lowp_builtin(c, "a_scale_inv", as)) || (st = cu_lowp_builtin(c, "b_scale_inv", bs)) ||
-        (st = cu_lowp_builtin(c, "bias", bias)))
+    if ((st = cu_builtin_dtype(c, "a_scale_inv", as)) || (st = cu_builtin_dtype(c, "b_scale_inv", bs)) ||
+        (st = cu_builtin_dtype(c, "bias", bias)))
         return st;
     int64_t M = g.M, K = g.K, N = g.N;
     bool a_per = g.a_rowwise, b_per = g.b_colwise;

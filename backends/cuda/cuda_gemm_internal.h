@@ -98,9 +98,6 @@ typedef struct gm_operand {
 lpx_status cu_gemm_operand_of(lpx_call *c, lpx_tensor *t, lpx_dtype want, bool batched, int64_t rows,
                               int64_t cols, bool prefer_col, gm_operand *o);
 void cu_gemm_operand_release(gm_operand *o);
-/* cu_check_float of b and b on a's device. */
-lpx_status cu_gemm_check_float_same(const lpx_call *c, const char *an, const lpx_tensor *a, const char *bn,
-                                    const lpx_tensor *b);
 
 /* A [n] vector of dtype dt with unit stride, as the bias pointer: t itself
  * or a converted copy (own). */

@@ -8,7 +8,6 @@
 #include <string.h>
 #include "cuda_gemm_internal.h"
 #include "cuda_nf4.h"
-#include "cuda_lowp.h"
 
 #define GM_NF4_TILE ((int64_t)1 << 24) /* elements of W dequantized at once */
 
@@ -50,7 +49,7 @@ static lpx_status k_nf4_mm(lpx_call *c)
     /* what this backend has no code for: plugin dtypes, and a bias that is
      * not floating-point (the GEMM's epilogue reads a float vector; the CPU
      * converts any dtype) */
-    if ((st = cu_lowp_builtin(c, "x", x)) || (st = cu_lowp_builtin(c, "bias", bias))) return st;
+    if ((st = cu_builtin_dtype(c, "x", x)) || (st = cu_builtin_dtype(c, "bias", bias))) return st;
     if (bias && !lpx_dtype_get(lpx_tensor_dtype(bias))->is_float)
         return lpx_error(LPX_EDTYPE, "%s: bias has dtype %s; %s takes floating-point tensors", op,
                          lpx_dtype_name(lpx_tensor_dtype(bias)), op);

@@ -63,38 +63,24 @@ lpx_status cu_launched(const char *op, const char *kernel);
 
 /* ---- kernel arguments (cuda_util.c) --------------------------------- */
 
-/* Argument i as a tensor (NULL when an optional tensor is absent). */
-static inline lpx_tensor *cu_arg_tensor(const lpx_call *c, int i)
-{
-    return c->args[i].tag == LPX_TAG_TENSOR ? c->args[i].u.t : NULL;
-}
-
 /* Appends a result (takes over the reference). */
 static inline void cu_ret(lpx_call *c, lpx_tensor *t) { c->rets[c->nrets++] = lpx_v_tensor(t); }
 
 /* Name of the running op, for messages. */
 static inline const char *cu_op(const lpx_call *c) { return lpx_op_name(c->op); }
 
-/* Fails unless t is a dense tensor on a CUDA device with a built-in dtype
- * (the kernels decode those; plugin dtypes stay on the CPU); `arg` names it
- * in the message. */
-lpx_status cu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t);
-/* cu_check_dense and a floating-point dtype. */
-lpx_status cu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t);
 /* A kernel's own dtype limit, not an op's contract (that is the
  * dispatcher's: op_args.h): lpx-cuda has code for the built-in dtypes
- * only (plugin dtypes stay on the CPU). `arg` names t in the message
- * (cu_check_dense's). */
+ * only (plugin dtypes stay on the CPU). `arg` names t in the message; a
+ * NULL t (an absent optional tensor) passes. */
 static inline lpx_status cu_builtin_dtype(const lpx_call *c, const char *arg, const lpx_tensor *t)
 {
+    if (!t) return LPX_OK;
     lpx_dtype d = lpx_tensor_dtype(t);
     if ((unsigned)d < LPX_DTYPE_BUILTIN_COUNT) return LPX_OK;
     return lpx_error(LPX_EDTYPE, "%s: tensor '%s' has dtype %s, which the cuda kernels do not support", cu_op(c), arg,
                      lpx_dtype_name(d));
 }
-/* Fails unless b lives on a's device. */
-lpx_status cu_check_same_device(const lpx_call *c, const char *an, const lpx_tensor *a, const char *bn,
-                                const lpx_tensor *b);
 /* New contiguous tensor on `dev`; the message names the op. */
 lpx_status cu_new(const lpx_call *c, lpx_dtype dtype, int ndim, const int64_t *shape, lpx_device dev,
                   lpx_tensor **out);

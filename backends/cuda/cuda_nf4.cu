@@ -42,7 +42,6 @@
 #include "cuda_dtype.cuh"
 #include "lpx/cuda_launch.cuh"
 #include "cuda_nf4.h"
-#include "cuda_lowp.h"
 #include "nf4.h"
 
 namespace {
@@ -345,7 +344,7 @@ lpx_status k_nf4_quantize(lpx_call *c)
     const char *op = cu_op(c);
     lpx_status st;
     const lpx_nf4_sizes sz = args->sz;
-    if ((st = cu_lowp_builtin(c, "x", x))) return st;
+    if ((st = cu_builtin_dtype(c, "x", x))) return st;
     int64_t n = lpx_tensor_numel(x), padded = sz.padded, nb = sz.blocks;
     int64_t shapes[4] = {padded / 2, nb, sz.scaler_blocks, 1};
     lpx_dtype dts[4] = {LPX_U8, LPX_I8, LPX_F32, LPX_F32};
@@ -485,7 +484,7 @@ lpx_status k_qlora_dropout_op(lpx_call *c)
     lpx_dtype dtype = args->dtype;
     lpx_status st;
     const char *op = cu_op(c);
-    if ((st = cu_lowp_builtin(c, "x", x))) return st;
+    if ((st = cu_builtin_dtype(c, "x", x))) return st;
     if (dtype >= LPX_DTYPE_BUILTIN_COUNT)   /* the dtypes this backend writes */
         return lpx_error(LPX_EDTYPE, "%s: dtype %s: the cuda kernels write built-in dtypes only", op,
                          lpx_dtype_name(dtype));

@@ -18,46 +18,6 @@ lpx_status cu_launched(const char *op, const char *kernel)
                      cudaGetErrorString(e));
 }
 
-lpx_status cu_check_dense(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    const char *op = cu_op(c);
-    if (!t) return lpx_error(LPX_EINVAL, "%s: tensor '%s' is NULL", op, arg);
-    if (lpx_tensor_kind(t))
-        return lpx_error(LPX_EINVAL, "%s: tensor '%s' is of kind '%s'; the cuda kernel takes dense tensors", op, arg,
-                         lpx_kind_name(lpx_tensor_kind(t)));
-    lpx_device d = lpx_tensor_device(t);
-    if (d.type != LPX_DEVICE_CUDA)
-        return lpx_error(LPX_EDEVICE, "%s: tensor '%s' is on device type %d, not a CUDA device (move it with "
-                         "lpx_tensor_to)", op, arg, (int)d.type);
-    if (d.index < 0 || d.index >= cu_device_count())
-        return lpx_error(LPX_EDEVICE, "%s: tensor '%s' is on cuda:%d; lpx-cuda serves %d devices", op, arg,
-                         (int)d.index, cu_device_count());
-    const lpx_dtype_traits *tr = lpx_dtype_get(lpx_tensor_dtype(t));
-    if (!tr || lpx_tensor_dtype(t) >= LPX_DTYPE_BUILTIN_COUNT)
-        return lpx_error(LPX_EDTYPE, "%s: tensor '%s' has dtype %s, which the cuda kernels do not support", op, arg,
-                         lpx_dtype_name(lpx_tensor_dtype(t)));
-    return LPX_OK;
-}
-
-lpx_status cu_check_float(const lpx_call *c, const char *arg, const lpx_tensor *t)
-{
-    lpx_status st = cu_check_dense(c, arg, t);
-    if (st) return st;
-    if (!lpx_dtype_get(lpx_tensor_dtype(t))->is_float)
-        return lpx_error(LPX_EDTYPE, "%s: %s has dtype %s; %s takes floating-point tensors", cu_op(c), arg,
-                         lpx_dtype_name(lpx_tensor_dtype(t)), cu_op(c));
-    return LPX_OK;
-}
-
-lpx_status cu_check_same_device(const lpx_call *c, const char *an, const lpx_tensor *a, const char *bn,
-                                const lpx_tensor *b)
-{
-    lpx_device da = lpx_tensor_device(a), db = lpx_tensor_device(b);
-    if (da.type == db.type && da.index == db.index) return LPX_OK;
-    return lpx_error(LPX_EDEVICE, "%s: %s is on device %d:%d but %s on %d:%d", cu_op(c), an, (int)da.type,
-                     (int)da.index, bn, (int)db.type, (int)db.index);
-}
-
 lpx_status cu_new(const lpx_call *c, lpx_dtype dtype, int ndim, const int64_t *shape, lpx_device dev,
                   lpx_tensor **out)
 {
