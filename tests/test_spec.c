@@ -44,6 +44,10 @@ static const bad_case bad[] = {
      "div: shapes [3] and [5, 2] do not broadcast (dim 1: 3 vs 2)"},
     {"relu_backward", 2, {T(LPX_F32, 1, 3), T(LPX_F32, 1, 2)}, LPX_ESHAPE,
      "relu_backward: shapes [3] and [2] do not broadcast (dim 0: 3 vs 2)"},
+    {"silu_backward", 2, {T(LPX_F32, 2, 2, 3), T(LPX_F32, 1, 4)}, LPX_ESHAPE,
+     "silu_backward: shapes [2, 3] and [4] do not broadcast (dim 1: 3 vs 4)"},
+    {"gelu_backward", 2, {T(LPX_BF16, 1, 5), T(LPX_F32, 2, 5, 2)}, LPX_ESHAPE,
+     "gelu_backward: shapes [5] and [5, 2] do not broadcast (dim 1: 5 vs 2)"},
     {"swiglu", 3, {T(LPX_F32, 1, 4), T(LPX_F32, 1, 4), T(LPX_F32, 1, 3)}, LPX_ESHAPE,
      "swiglu: out has shape [3], the result needs [4]"},
     /* softmax */

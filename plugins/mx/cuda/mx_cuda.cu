@@ -170,10 +170,11 @@ lpx_status check_inner(const char *op, const char *fmt, const char *what, const 
     return LPX_OK;
 }
 
-lpx_status k_dequantize(lpx_call *c)
+/* mx_dequantize(Tensor x) -> Tensor on the cuda key, a typed kernel
+ * (its arguments by name, through the host's libffi path). */
+lpx_status k_dequantize(lpx_tensor *x, lpx_tensor **res)
 {
-    const char *op = lpx_op_name(c->op);
-    lpx_tensor *x = c->args[0].u.t;
+    const char *op = "mx_dequantize";
     mx_format f = format_of(x);
     if (!f) {
         const lpx_kind *k = lpx_tensor_kind(x);
@@ -219,7 +220,7 @@ lpx_status k_dequantize(lpx_call *c)
         lpx_tensor_release(out);
         return st;
     }
-    c->rets[c->nrets++] = lpx_v_tensor(out);
+    *res = out;
     return LPX_OK;
 }
 
@@ -267,10 +268,9 @@ template <int FP4> __global__ void __launch_bounds__(256) k_mx_quant(QArgs a)
     }
 }
 
-lpx_status k_quantize(lpx_call *c)
+/* mx_quantize(Tensor x, str format) -> Tensor on the cuda key, typed */
+lpx_status k_quantize(lpx_tensor *x, const char *format, lpx_tensor **res)
 {
-    lpx_tensor *x = c->args[0].u.t;
-    const char *format = c->args[1].u.s;
     mx_format f = !format ? (mx_format)0 : !strcmp(format, "mxfp8") ? MX_FP8 : !strcmp(format, "mxfp4") ? MX_FP4
                                                                                                         : (mx_format)0;
     if (!f)
@@ -318,7 +318,7 @@ lpx_status k_quantize(lpx_call *c)
         lpx_tensor *out = NULL;
         st = lpx_tensor_new_kind(f == MX_FP8 ? g_fp8 : g_fp4, lpx_tensor_dtype(x), ndim, shape, dev, inner, 2, &m,
                                  sizeof m, &out);
-        if (!st) c->rets[c->nrets++] = lpx_v_tensor(out);
+        if (!st) *res = out;
     }
     lpx_tensor_release(xf);
     lpx_tensor_release(xc);
@@ -381,8 +381,10 @@ LPX_PLUGIN_EXPORT lpx_status lpx_plugin_init(const lpx_host *host, lpx_plugin_in
                          LPX_PLUGIN_ABI_MAJOR);
     char why[256];
     if (find_deps(why, sizeof why)) return lpx_error(LPX_EPLUGIN, "mx-cuda: %s", why);
-    lpx_status st = host->kernel_register(host, g_dequantize, g_key, k_dequantize, NULL);
-    if (!st) st = host->kernel_register(host, g_quantize, g_key, k_quantize, NULL);
+    lpx_status st = host->kernel_register_typed(host, g_dequantize, g_key, "Tensor -> Tensor",
+                                                (void (*)(void))k_dequantize);
+    if (!st) st = host->kernel_register_typed(host, g_quantize, g_key, "Tensor, str -> Tensor",
+                                              (void (*)(void))k_quantize);
     return st;
 }
 
