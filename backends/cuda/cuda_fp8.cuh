@@ -61,11 +61,6 @@ constexpr uint32_t F32_INF = 0x7F800000u;
 
 inline bool is_fp8(lpx_dtype d) { return d == LPX_F8E4M3FN || d == LPX_F8E5M2; }
 
-inline lpx_status check_fp8_dtype(const lpx_call *c, const char *arg, lpx_dtype d)
-{
-    return lpx_meta_fp8_dtype(cu_op(c), arg, d);
-}
-
 /* ---- the dynamic scale formula (host and device, same bits) ----------- */
 
 /* fp8_max / max(amax, 1e-12) in double, clamped to scale_max (> 0),
