@@ -248,7 +248,7 @@ int lpx_cmd_plan(int argc, char **argv)
            "of the SMs\n", g.layers, g.dim, (long long)tr_geom_numel(&g), gpus, gpn, batch, seq, ac ? "full" : "none",
            chip.name, chip.source, net.intra_bw / 1e9, net.inter_bw / 1e9, net.latency * 1e6, ctas, 100 * share);
     if (optim_given)
-        printf("  optimizer: %s, masters %s: %.4f + %.4f bytes per parameter (state + master, rank 0's shards); "
+        printf("  optimizer: %s, masters %s: %.5f + %.5f bytes per parameter (state + master, rank 0's shards); "
                "its step moves %.2f bytes per local element\n", pl_optim_name((pl_optim)optim),
                pl_master_name((pl_master)master), om.elems ? (double)om.state / (double)om.elems : 0.0,
                om.elems ? (double)om.master / (double)om.elems : 0.0, pl_optim_step_bytes(&om));
