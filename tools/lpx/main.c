@@ -45,7 +45,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "bench")) return lpx_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "conformance")) return lpx_cmd_conformance(argc - 1, argv + 1);
     if (!strcmp(cmd, "train")) return lpx_cmd_train(argc - 1, argv + 1);
-    if (!strcmp(cmd, "mem")) return lpx_cmd_mem(argc - 1, argv + 1);
+    if (!strcmp(cmd, "mem")) return lpx_cmd_mem_optim(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return lpx_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return lpx_cmd_plan(argc - 1, argv + 1);
     fprintf(stderr, "lpx: unknown command '%s'\n\n", cmd);

@@ -7,6 +7,7 @@
 #include "plan.h"
 #include "../train/train.h"
 #include "../train/mem.h"
+#include "optim_mem.h"
 #include "../lpx/commands.h"
 
 #ifndef LPX_PLAN_DATA
@@ -20,13 +21,16 @@ static void usage(FILE *f)
             "                [--recipe bf16|float8-tensorwise|float8-rowwise] [--gpus N] [--gpus-per-node G]\n"
             "                [--chip h100|h200|FILE] [--net intra=GB/s,inter=GB/s,latency=us] [--batch B]\n"
             "                [--seq S] [--ac none|full] [--max-ctas K] [--reduce f32|bf16] [--explain] [--json]\n"
+            "                [--optim adamw|adamw8bit|adamw4bit|adamw-fp8] [--master f32|bf16-sr]\n"
             "  predicts one FSDP training step (one group per block) from the chip's rates and the\n"
             "  network's: per block its GEMMs, attention, elementwise ops, casts and collectives,\n"
             "  what prefetching hides, the optimizer; step time, tokens/s per GPU, MFU, memory per\n"
             "  GPU; bf16 beside the recipe, the float8 speedup decomposed. Defaults: --model llama3-8b,\n"
             "  --gpus 8, --gpus-per-node 8, --chip h100 (published peaks), --net intra=450,inter=50,\n"
             "  latency=5 (NVLink 4 and 400 Gb/s per GPU, published; the latency assumed), --batch 1,\n"
-            "  --seq 8192, --ac full, --max-ctas 32 (NCCL's default channel count), --reduce f32.\n");
+            "  --seq 8192, --ac full, --max-ctas 32 (NCCL's default channel count), --reduce f32,\n"
+            "  --optim adamw --master f32 (lpx train's optimizer state and masters: lpx mem counts\n"
+            "  them; the optimizer step moves their bytes).\n");
 }
 
 static int bad(const char *what, const char *v)
@@ -86,11 +90,12 @@ int lpx_cmd_plan(int argc, char **argv)
     long batch = 1, seq = 8192, gpus = 8, gpn = 8, ctas = 32;
     const char *chip_name = "h100";
     int recipe = TR_F8_TENSORWISE;
-    bool ac = true, explain = false, json = false, reduce_f32 = true;
+    bool ac = true, explain = false, json = false, reduce_f32 = true, optim_given = false;
+    int optim = PL_OPTIM_ADAMW, master = PL_MASTER_F32;
     pl_net net = {.intra_bw = 450e9, .inter_bw = 50e9, .latency = 5e-6, .gpus_per_node = 8};
     static const char *const valued[] = {"--model", "--dim", "--layers", "--heads", "--kv-heads", "--ffn", "--vocab",
                                          "--rope-theta", "--recipe", "--gpus", "--gpus-per-node", "--chip", "--net",
-                                         "--batch", "--seq", "--ac", "--max-ctas", "--reduce"};
+                                         "--batch", "--seq", "--ac", "--max-ctas", "--reduce", "--optim", "--master"};
     for (int i = 1; i < argc; i++) {
         char buf[64];
         const char *iv = NULL, *o = tr_split_opt(argv[i], buf, sizeof buf, &iv);
@@ -114,7 +119,15 @@ int lpx_cmd_plan(int argc, char **argv)
         if (rc == 2) return 2;
         if (rc == 0) continue;
         char *end;
-        if (!strcmp(o, "--recipe")) {
+        if (!strcmp(o, "--optim")) {
+            optim = pl_optim_from_name(v);
+            if (optim < 0) return bad("--optim expects " PL_OPTIM_CHOICES ", got", v);
+            optim_given = true;
+        } else if (!strcmp(o, "--master")) {
+            master = pl_master_from_name(v);
+            if (master < 0) return bad("--master expects " PL_MASTER_CHOICES ", got", v);
+            optim_given = true;
+        } else if (!strcmp(o, "--recipe")) {
             recipe = tr_recipe_from_name(v);
             if (recipe != TR_BF16 && recipe != TR_F8_TENSORWISE && recipe != TR_F8_ROWWISE)
                 return bad("--recipe: bf16, float8-tensorwise or float8-rowwise, got", v);
@@ -168,7 +181,19 @@ int lpx_cmd_plan(int argc, char **argv)
         return 2;
     }
     double share = (double)ctas / chip.sms;
-    pl_step_opts base = {.gpus = (int)gpus, .batch = (int)batch, .ac = ac, .reduce_f32 = reduce_f32, .sm_share = share};
+    /* lpx mem's estimate, with the optimizer choice's masters and state */
+    tr_mem_est me;
+    pl_optim_mem om;
+    tr_mem_estimate_geom(&g, (tr_recipe)recipe, (int)gpus, 8, (int)batch, 1, false, 2, ac, &me);
+    if (pl_mem_apply_optim(&g, recipe, (int)gpus, 8, (pl_optim)optim, (pl_master)master, &me, &om)) {
+        fprintf(stderr, "lpx plan: %s\n", lpx_last_error());
+        tr_geom_free(&g);
+        return 2;
+    }
+    /* the optimizer step's bytes per local element (f32 AdamW: 28, cost.c's default) */
+    double step_bytes = optim == PL_OPTIM_ADAMW && master == PL_MASTER_F32 ? 0.0 : pl_optim_step_bytes(&om);
+    pl_step_opts base = {.gpus = (int)gpus, .batch = (int)batch, .ac = ac, .reduce_f32 = reduce_f32, .sm_share = share,
+                         .optim_bytes = step_bytes};
     /* bf16; float8 compute with bf16 all-gather; fp8 all-gather with one
      * amax all-reduce per linear; with one combined per step (the table of
      * PyTorch's float8 all-gather account); then the recipe as lpx runs it */
@@ -189,8 +214,6 @@ int lpx_cmd_plan(int argc, char **argv)
             tr_geom_free(&g);
             return 2;
         }
-    tr_mem_est me;
-    tr_mem_estimate_geom(&g, (tr_recipe)recipe, (int)gpus, 8, (int)batch, 1, false, 2, ac, &me);
     /* lpx mem's device total: the loss's chunk (logits, their grad, the head's grad) included */
     double mem = (double)(me.params + me.grads + me.optimizer + me.unsharded + me.activations + me.transient);
     static const char *const names[5] = {"bf16", "float8 compute, bf16 all-gather", "+ float8 all-gather, amax per param",
@@ -204,9 +227,16 @@ int lpx_cmd_plan(int argc, char **argv)
     if (json) {
         printf("{\n  \"model\": {\"dim\": %d, \"layers\": %d, \"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, "
                "\"params\": %lld},\n  \"gpus\": %ld, \"gpus_per_node\": %ld, \"batch\": %ld, \"seq\": %ld, \"chip\": \"%s\", "
-               "\"memory_per_gpu_bytes\": %.0f, \"chip_memory_bytes\": %.0f, \"fits\": %s,\n  \"steps\": [%s",
+               "\"memory_per_gpu_bytes\": %.0f, \"chip_memory_bytes\": %.0f, \"fits\": %s,\n",
                g.dim, g.layers, g.heads, g.kv_heads, g.hidden, g.vocab, (long long)tr_geom_numel(&g), gpus, gpn, batch,
-               seq, chip.name, mem, chip.memory, fits ? "true" : "false", "\n");
+               seq, chip.name, mem, chip.memory, fits ? "true" : "false");
+        if (optim_given)
+            printf("  \"optim\": \"%s\", \"master\": \"%s\", \"optim_state_bytes_per_param\": %.6f, "
+                   "\"master_bytes_per_param\": %.6f, \"optim_step_bytes_per_element\": %.4f,\n",
+                   pl_optim_name((pl_optim)optim), pl_master_name((pl_master)master),
+                   om.elems ? (double)om.state / (double)om.elems : 0.0,
+                   om.elems ? (double)om.master / (double)om.elems : 0.0, pl_optim_step_bytes(&om));
+        printf("  \"steps\": [\n");
         /* (JSON keeps the steps, marked by "fits": a reader decides) */
         for (int k = 0; k < 5; k++) json_step(k < 4 ? names[k] : mine_label, &st[k], &st[0], k == 4);
         printf("  ]\n}\n");
@@ -217,6 +247,11 @@ int lpx_cmd_plan(int argc, char **argv)
            "ac %s\n  chip: %s (%s)\n  net: intra %.0f GB/s, inter %.0f GB/s, latency %.1f us; NCCL %ld CTAs = %.0f%% "
            "of the SMs\n", g.layers, g.dim, (long long)tr_geom_numel(&g), gpus, gpn, batch, seq, ac ? "full" : "none",
            chip.name, chip.source, net.intra_bw / 1e9, net.inter_bw / 1e9, net.latency * 1e6, ctas, 100 * share);
+    if (optim_given)
+        printf("  optimizer: %s, masters %s: %.5f + %.5f bytes per parameter (state + master, rank 0's shards); "
+               "its step moves %.2f bytes per local element\n", pl_optim_name((pl_optim)optim),
+               pl_master_name((pl_master)master), om.elems ? (double)om.state / (double)om.elems : 0.0,
+               om.elems ? (double)om.master / (double)om.elems : 0.0, pl_optim_step_bytes(&om));
     if (!fits) {
         printf("\nDOES NOT FIT: %.1f GiB per GPU (lpx mem's model) of the chip's %.0f GiB; no speed is given for a run "
                "that cannot start (more GPUs, a smaller --batch, or --ac full lower it: lpx mem shows the parts)\n",
@@ -241,6 +276,9 @@ int lpx_cmd_plan(int argc, char **argv)
     for (int k = 0; k < 4; k++) print_step(names[k], &st[k], &st[0]);
     print_step(mine_label, &st[4], &st[0]);
     if (explain) {
+        char step_label[96];
+        /* read and write the master and m + v, read the f32 grad */
+        snprintf(step_label, sizeof step_label, "%.2f (2 x master + 2 x state + 4)", step_bytes);
         printf("\nformulas (T = batch x seq tokens per GPU, W a block's linear weights, P its parameters, N GPUs):\n"
                "  GEMMs       (2 T W forward + 4 T W backward [+ 2 T W recompute with --ac full]) / GEMM rate (bf16 or fp8)\n"
                "  attention   forward 2 b s^2 D, backward 2.5x [+ forward with --ac full], / attention rate\n"
@@ -251,11 +289,12 @@ int lpx_cmd_plan(int argc, char **argv)
                "  amax        per param: 7 tree all-reduces of 4 bytes, 2 log2(N) latencies each, per all-gather;\n"
                "              combined: one all-reduce of 28 L bytes after the optimizer\n"
                "  reduce-scatter  ring, 4 P bytes (f32) or 2 P (bf16)\n"
-               "  optimizer   28 bytes per local element (P / N) / copy rate\n"
+               "  optimizer   %s bytes per local element (P / N) / copy rate\n"
                "  overlap     the all-gather of block i+1 runs beside block i's forward, of i-1 beside i's\n"
                "              backward, i's reduce-scatter after it; compute at (1 - CTAs/SMs) speed meanwhile\n"
                "  MFU         the time the model's FLOPs (6 T (L W + V D) + 3 L attention forward) take at the peak\n"
-               "              of the precision each runs in (fp8 GEMMs at the fp8 peak, the rest at bf16's) / step\n");
+               "              of the precision each runs in (fp8 GEMMs at the fp8 peak, the rest at bf16's) / step\n",
+               step_bytes > 0 ? step_label : "28");
     }
     tr_geom_free(&g);
     return 0;

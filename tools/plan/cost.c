@@ -94,7 +94,7 @@ int pl_step_predict(const tr_geom *g, const pl_chip *c, const pl_net *net, const
 
     /* the optimizer on every local element; one combined amax all-reduce after it */
     double total = L * P + emb + (g->tied ? D : root_p);
-    out->optimizer = 28 * total / N / c->hbm_bw;
+    out->optimizer = (o->optim_bytes > 0 ? o->optim_bytes : 28) * total / N / c->hbm_bw;
     out->amax_tail = o->fp8_all_gather && o->amax == PL_AMAX_COMBINED
                          ? pl_coll_time(PL_ALL_REDUCE, 4.0 * TR_LIN_PER_BLOCK * L, N, net) : 0;
     pl_sched_opts so = {o->sm_share, out->optimizer, out->amax_tail};

@@ -110,6 +110,7 @@ typedef struct pl_step_opts {
     bool ac;                   /* activation checkpointing per block (the forward again in the backward) */
     bool reduce_f32;           /* grads reduce-scattered in f32 (else bf16) */
     double sm_share;           /* NCCL's share of the SMs while it runs */
+    double optim_bytes;        /* bytes the optimizer step moves per local element (0: 28, f32 AdamW and masters) */
 } pl_step_opts;
 
 typedef struct pl_step {
