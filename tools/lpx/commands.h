@@ -17,10 +17,8 @@ int lpx_bench_fsdp(int argc, char **argv);
 int lpx_bench_ckpt(int argc, char **argv);
 /* `lpx train [options]` (tools/train/): the reference training job */
 int lpx_cmd_train(int argc, char **argv);
-/* `lpx mem [options]`: memory per rank of the lpx train model */
-int lpx_cmd_mem(int argc, char **argv);
-/* `lpx mem` as the command runs it (tools/plan/cmd_mem.c): lpx_cmd_mem's
- * table with lpx train's --optim / --master choices counted (issue 37) */
+/* `lpx mem [options]` (tools/plan/cmd_mem.c): memory per rank of the lpx
+ * train model, with lpx train's --optim / --master choices counted */
 int lpx_cmd_mem_optim(int argc, char **argv);
 /* `lpx plan [options]`: one training step predicted from rates (tools/plan/) */
 int lpx_cmd_plan(int argc, char **argv);
