@@ -31,6 +31,10 @@ Layers:
   quantized scales) with optional LoRA adapters (QLoRA, r > 0); its
   state_dict holds the nf4 payload as plain tensors (codes, qscalers,
   factors, mean, meta), rebuilt and validated by lpx on load.
+
+Optimizers (python/lpx/torch_optim.py): AdamW8bit, AdamW4bit, AdamWFp8,
+torchao's names with torch.optim.AdamW's arguments, stepped by liblpx's
+fused AdamW over block-quantized states (docs/PYTORCH.md).
 """
 from __future__ import annotations
 
