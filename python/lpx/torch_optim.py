@@ -40,12 +40,18 @@ _FKEYS = ("step", "exp_avg", "exp_avg_sq")
 _META = struct.Struct("<IIiiq")   # lpx_optim_state_meta: magic, version, format, role, block
 
 
+_cuda_loaded = False
+
+
 def _cuda_plugin_loaded() -> bool:
-    lib, f = _ffi.L(), _ffi.ffi
-    p = f.new("const lpx_plugin **")
-    ok = lib.lpx_plugin_find(b"cuda", p) == 0
-    lib.lpx_clear_error()
-    return ok
+    """Whether lpx-cuda.so is loaded (once it is, it stays)."""
+    global _cuda_loaded
+    if not _cuda_loaded:
+        lib, f = _ffi.L(), _ffi.ffi
+        p = f.new("const lpx_plugin **")
+        _cuda_loaded = lib.lpx_plugin_find(b"cuda", p) == 0
+        lib.lpx_clear_error()
+    return _cuda_loaded
 
 
 def _arr(ts):
@@ -244,9 +250,10 @@ class _LpxAdamW(torch.optim.Optimizer):
             _check(lib.lpx_adamw_state_(_arr(P), _arr(G), _arr(M), _arr(MS), _arr(V), _arr(VS), len(items),
                                         self._FORMAT, block, *hyper, step, master, self.seed if sr else 0, 0,
                                         index0, f.NULL))
-            for d, w in work:
-                if w is not d:
-                    d.copy_(w)
+        # after _StreamOrder's exit: on CUDA torch's stream then waits for lpx's step
+        for d, w in work:
+            if w is not d:
+                d.copy_(w)
 
     def _run_plain(self, dev, items, step, hyper, sr):
         """f32 moments (small parameters): lpx's adamw_; with bf16
