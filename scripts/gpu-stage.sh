@@ -77,7 +77,7 @@ echo >>"$stage/lpx-commit.txt"
 mkdir -p "$stage/python" "$stage/tests/python"
 cp -r python/lpx "$stage/python/"
 rm -rf "$stage/python/lpx/__pycache__"
-cp tests/python/pycase.py tests/python/test_torch.py "$stage/tests/python/"
+cp tests/python/pycase.py tests/python/test_torch.py tests/python/test_torch_optim.py "$stage/tests/python/"
 # the Llama fixture the GPU suite checks its kernels' composition against
 cp -r tests/data/llama_tiny "$stage/llama_tiny"
 cp data/corpus.txt "$stage/corpus.txt"   # lpx train's default corpus (test_train_gpu, lpx train in gpu-stage)
@@ -291,6 +291,9 @@ if [ "$mode" != bench-only ]; then
     if [ "${GPU_TEST_PYTHON:-1}" = 1 ]; then
         run_test python_torch 600 python3 LPX_LIBRARY="$D/liblpx.so.0" LPX_PLUGIN_PATH="$D" \
             -- "$D/tests/python/test_torch.py"
+        # lpx.torch's optimizers: test_cuda_matches_cpu (the CUDA step bit-equal to the CPU's)
+        run_test python_torch_optim 600 python3 LPX_LIBRARY="$D/liblpx.so.0" LPX_PLUGIN_PATH="$D" \
+            -- "$D/tests/python/test_torch_optim.py"
     fi
     echo "$passed passed, $failed failed, $skipped skipped"
 fi

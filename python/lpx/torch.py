@@ -31,6 +31,10 @@ Layers:
   quantized scales) with optional LoRA adapters (QLoRA, r > 0); its
   state_dict holds the nf4 payload as plain tensors (codes, qscalers,
   factors, mean, meta), rebuilt and validated by lpx on load.
+
+Optimizers (python/lpx/torch_optim.py): AdamW8bit, AdamW4bit, AdamWFp8,
+torchao's names with torch.optim.AdamW's arguments, stepped by liblpx's
+fused AdamW over block-quantized states (docs/PYTORCH.md).
 """
 from __future__ import annotations
 
@@ -43,7 +47,8 @@ from torch import nn
 import lpx as _lpx
 
 __all__ = ["Float8Linear", "NF4Linear", "convert_to_float8_training", "convert_to_nf4", "to_lpx", "to_torch",
-           "RMSNorm", "SwiGLUMLP", "rms_norm", "swiglu", "convert_to_fused_ops"]
+           "RMSNorm", "SwiGLUMLP", "rms_norm", "swiglu", "convert_to_fused_ops",
+           "AdamW8bit", "AdamW4bit", "AdamWFp8"]
 
 _DENSE = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -566,3 +571,7 @@ def convert_to_nf4(module: nn.Module, *, r: int = 0, alpha: float = 16.0, dropou
     adapters)."""
     return _swap_linears(module, lambda m: NF4Linear.from_linear(m, r=r, alpha=alpha, dropout=dropout),
                          module_filter_fn)
+
+
+# the low-precision AdamW optimizers (torchao's names): python/lpx/torch_optim.py
+from .torch_optim import AdamW4bit, AdamW8bit, AdamWFp8  # noqa: E402
