@@ -110,4 +110,25 @@ static inline LPX_HD float lpx_i64_to_f32_odd(int64_t v)
     return v < 0 ? -f : f;
 }
 
+/** Greatest common divisor of a, b >= 0 (gcd(a, 0) = a). */
+static inline LPX_HD int64_t lpx_gcd_i64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/** The fewest whole rows of row_elems (> 0) elements that hold whole
+ *  blocks of `block` (> 0) elements laid on the flat index: block /
+ *  gcd(row_elems, block), 1 when a row is a multiple of the block. What a
+ *  shard unit must be a multiple of so that no block straddles two ranks
+ *  (the NF4 and optimizer-state kinds, and lpx plan's count of them). */
+static inline LPX_HD int64_t lpx_rows_for_whole_blocks(int64_t row_elems, int64_t block)
+{
+    return block / lpx_gcd_i64(row_elems, block);
+}
+
 #endif

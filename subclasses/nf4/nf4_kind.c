@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "nf4_internal.h"
+#include "../../core/numerics/integer.h"
 
 const lpx_kind *lpx__nf4_kind;
 
@@ -22,21 +23,11 @@ lpx_nf4_meta nf4_meta_init(int64_t block, int64_t sblock, int64_t padded, bool t
     return m;
 }
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 int64_t nf4_unit_rows(int64_t row_elems, int64_t block, int64_t sblock)
 {
     int64_t unit = block * sblock;
     if (row_elems <= 0) return 1;
-    return unit / gcd64(row_elems, unit);
+    return lpx_rows_for_whole_blocks(row_elems, unit);
 }
 
 lpx_status nf4_parts_of(const char *op, const char *arg, const lpx_tensor *t, nf4_parts *p)

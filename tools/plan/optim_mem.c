@@ -5,6 +5,7 @@
 #include "lpx/dtensor.h"
 #include "lpx/optim_state.h"
 #include "optim_mem.h"
+#include "../../core/numerics/integer.h"
 #include "../train/mem.h"
 
 static const char *const optim_names[PL_OPTIMS] = {"adamw", "adamw8bit", "adamw4bit", "adamw-fp8"};
@@ -56,23 +57,13 @@ int64_t pl_optim_state_bytes(pl_optim o, int64_t n)
     }
 }
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 int64_t pl_optim_row_unit(pl_optim o, int64_t cols, int64_t base_unit)
 {
     if (cols < 1 || base_unit < 1) return -1;
     int64_t block = pl_optim_block(o);
     if (block < 1) return base_unit;
-    int64_t rows = block / gcd64(cols, block);          /* a power of two <= 256 */
-    return base_unit / gcd64(base_unit, rows) * rows;   /* lcm: base_unit is 1 or 128 */
+    int64_t rows = lpx_rows_for_whole_blocks(cols, block);   /* a power of two <= 256 */
+    return base_unit / lpx_gcd_i64(base_unit, rows) * rows;   /* lcm: base_unit is 1 or 128 */
 }
 
 /* adds rank's shard of a trainable [rows, cols] parameter cut in units of base_unit rows */
