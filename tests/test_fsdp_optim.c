@@ -6,6 +6,7 @@
  * bad options refused. */
 #include "fsdp_util.h"
 #include "lpx/optim_state.h"
+#include "lpx/checkpoint.h"
 
 #define NP 3
 #define STEPS 3
@@ -22,6 +23,8 @@ typedef struct eq_ctx {
     lpx_tensor *grad[NP];   /* grads: k / 64, exact in any average of 1..4 copies */
     lpx_tensor *ref[NP];    /* unsharded reference after STEPS steps */
     lpx_tensor *rm[NP], *rv[NP];
+    const char *save_dir;   /* eq_rank saves there after its steps */
+    lpx_fsdp_state load_state; /* ck_rank: the loading engine's state */
 } eq_ctx;
 
 static const lpx_optim_state_format fmt_of[] = {0, LPX_OPTIM_STATE_8BIT, LPX_OPTIM_STATE_4BIT, LPX_OPTIM_STATE_FP8};
@@ -107,6 +110,73 @@ static lpx_status eq_rank(lpx_comm *comm, void *vctx)
         lpx_tensor_release(m);
         lpx_tensor_release(v);
     }
+    if (c->save_dir) RCHECK_OK(r, lpx_fsdp_save(f, c->save_dir));
+    lpx_fsdp_free(f);
+    return LPX_OK;
+}
+
+/* loads c->save_dir into an engine of c->load_state: params bit for bit;
+ * the same format: codes and scales equal the unsharded state's slices
+ * (blocks moved whole); f32 moments: the unsharded state dequantized, bit
+ * for bit; another format: requantized, within its quantization error */
+static lpx_status ck_rank(lpx_comm *comm, void *vctx)
+{
+    eq_ctx *c = vctx;
+    int r = lpx_comm_rank(comm);
+    lpx_fsdp *f = NULL;
+    lpx_status st = new_engine(comm, NULL, &f);
+    if (st) return st;
+    lpx_fsdp_group *g = NULL;
+    RCHECK_OK(r, lpx_fsdp_group_add(f, "g", &g));
+    lpx_fsdp_optim o = {sizeof o, c->load_state, BLOCK, c->master, 1234};
+    RCHECK_OK(r, lpx_fsdp_group_set_optim(g, &o));
+    for (int i = 0; i < NP; i++) RCHECK_OK(r, lpx_fsdp_param_add(g, "p", c->full[i], 0, NULL));
+    RCHECK_OK(r, lpx_fsdp_shard(f));
+    RCHECK_OK(r, lpx_fsdp_load(f, c->save_dir));
+    for (int i = 0; i < NP; i++) {
+        int64_t start, len, row = 1, step = 0;
+        RCHECK_OK(r, lpx_fsdp_param_rows(g, i, &start, &len, NULL));
+        for (int d = 1; d < nd[i]; d++) row *= shp[i][d];
+        lpx_tensor *rows = NULL, *m = NULL, *v = NULL;
+        RCHECK_OK(r, lpx_narrow(c->ref[i], 0, start, len, &rows));
+        if (!same_bits(lpx_fsdp_param_local(g, i), rows)) rfail(r, "param %d: loaded shard != saved", i);
+        lpx_tensor_release(rows);
+        if (c->load_state == c->state) {
+            RCHECK_OK(r, lpx_fsdp_param_optim_state(g, i, &m, &v, &step));
+            bool four = c->state == LPX_FSDP_STATE_4BIT;
+            if (!m || !state_slice_equal(m, c->rm[i], start * row, len * row, BLOCK, four) ||
+                !state_slice_equal(v, c->rv[i], start * row, len * row, BLOCK, four))
+                rfail(r, "param %d: loaded state != the saved blocks", i);
+        } else {
+            RCHECK_OK(r, lpx_fsdp_param_adamw_state(g, i, &m, &v, &step));
+            lpx_tensor *ref[2] = {c->rm[i], c->rv[i]}, *got[2] = {m, v};
+            for (int k = 0; k < 2; k++) {
+                lpx_tensor *d = NULL, *fl = NULL, *sl = NULL, *gf = NULL;
+                int64_t all = -1;
+                RCHECK_OK(r, lpx_kind_to_dense(ref[k], &d));
+                RCHECK_OK(r, lpx_reshape(d, 1, &all, &fl));
+                RCHECK_OK(r, lpx_narrow(fl, 0, start * row, len * row, &sl));
+                RCHECK_OK(r, lpx_reshape(got[k], 1, &all, &gf));
+                if (c->load_state == LPX_FSDP_STATE_F32) {
+                    if (!same_bits(sl, gf)) rfail(r, "param %d: f32 moment %d != the saved state dequantized", i, k);
+                } else {
+                    double amax = 0, err = len ? max_abs_diff(sl, gf) : 0;
+                    const float *x = lpx_tensor_data(sl);
+                    for (int64_t e = 0; e < len * row; e++) amax = fabs(x[e]) > amax ? fabs(x[e]) : amax;
+                    /* requantized into another format: its block error
+                     * (4-bit: half the widest step of the map, <= 0.25 absmax) */
+                    if (err > 0.25 * amax + 1e-30) rfail(r, "param %d moment %d: requantized error %g, absmax %g", i, k, err, amax);
+                }
+                lpx_tensor_release(d);
+                lpx_tensor_release(fl);
+                lpx_tensor_release(sl);
+                lpx_tensor_release(gf);
+            }
+        }
+        RCHECK(r, step == STEPS);
+        lpx_tensor_release(m);
+        lpx_tensor_release(v);
+    }
     lpx_fsdp_free(f);
     return LPX_OK;
 }
@@ -128,6 +198,24 @@ static void test_equals_unsharded(void)
             }
             make_ref(&c);
             for (int w = 1; w <= 4; w++) run_ranks(w, eq_rank, &c);
+            /* checkpoint at world 4, load at 4, 3, 2 and 1 (blocks move
+             * whole), into f32 moments (dequantized), and into another
+             * format (requantized) */
+            char dir[] = "/tmp/lpx-fsdp-optim-XXXXXX", ck[64];
+            CHECK(mkdtemp(dir) != NULL);
+            snprintf(ck, sizeof ck, "%s/ck", dir);
+            c.save_dir = ck;
+            run_ranks(4, eq_rank, &c);
+            c.load_state = c.state;
+            for (int w = 4; w >= 1; w--) run_ranks(w, ck_rank, &c);
+            c.load_state = LPX_FSDP_STATE_F32;
+            if (m == 0) run_ranks(3, ck_rank, &c);
+            c.load_state = c.state == LPX_FSDP_STATE_8BIT ? LPX_FSDP_STATE_FP8 : LPX_FSDP_STATE_8BIT;
+            if (m == 0) run_ranks(2, ck_rank, &c);
+            c.save_dir = NULL;
+            char cmd[128];
+            snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+            CHECK(system(cmd) == 0);
             for (int i = 0; i < NP; i++) {
                 lpx_tensor_release(c.full[i]);
                 lpx_tensor_release(c.grad[i]);
