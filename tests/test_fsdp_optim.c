@@ -7,6 +7,7 @@
 #include "fsdp_util.h"
 #include "lpx/optim_state.h"
 #include "lpx/checkpoint.h"
+#include "core/numerics/optim_state.h"
 
 #define NP 3
 #define STEPS 3
@@ -181,6 +182,93 @@ static lpx_status ck_rank(lpx_comm *comm, void *vctx)
     return LPX_OK;
 }
 
+/* f32 moments with a bf16-sr master: the engine's own f32 loop (the fsdp.h
+ * arithmetic) and then the stochastic rounding keyed by (seed, param
+ * number, step, global index): equal to that on the whole param */
+static void sr_ref(eq_ctx *c)
+{
+    lpx_adamw_opts o = hyper();
+    for (int i = 0; i < NP; i++) {
+        size_t n = (size_t)lpx_tensor_numel(c->full[i]);
+        lpx_tensor *pb = NULL;
+        CHECK_OK(lpx_cast(c->full[i], LPX_BF16, false, &pb));
+        float *x = calloc(n, 4), *m = calloc(n, 4), *v = calloc(n, 4);
+        const float *g = lpx_tensor_data(c->grad[i]);
+        for (int t = 1; t <= STEPS; t++) {
+            lpx_convert(x, LPX_F32, lpx_tensor_data(pb), LPX_BF16, n, 0);
+            const float b1 = (float)o.beta1, b2 = (float)o.beta2, omb1 = (float)(1.0 - o.beta1),
+                        omb2 = (float)(1.0 - o.beta2), lr = (float)o.lr, eps = (float)o.eps,
+                        decay = (float)(1.0 - o.lr * o.weight_decay), bc1 = (float)(1.0 - pow(o.beta1, (double)t)),
+                        bc2 = (float)(1.0 - pow(o.beta2, (double)t));
+            for (size_t k = 0; k < n; k++) {
+                m[k] = b1 * m[k] + omb1 * g[k];
+                v[k] = b2 * v[k] + omb2 * g[k] * g[k];
+                float mh = m[k] / bc1, vh = v[k] / bc2;
+                x[k] = x[k] * decay - lr * mh / (sqrtf(vh) + eps);
+            }
+            lpx_os_bf16_sr_store(x, (int)n, lpx_tensor_data(pb), 1234, (uint32_t)i, (uint64_t)t, 0);
+        }
+        c->ref[i] = pb;
+        free(x);
+        free(m);
+        free(v);
+    }
+}
+
+static lpx_status sr_rank(lpx_comm *comm, void *vctx)
+{
+    eq_ctx *c = vctx;
+    int r = lpx_comm_rank(comm);
+    lpx_fsdp *f = NULL;
+    lpx_status st = new_engine(comm, NULL, &f);
+    if (st) return st;
+    lpx_fsdp_group *g = NULL;
+    RCHECK_OK(r, lpx_fsdp_group_add(f, "g", &g));
+    lpx_fsdp_optim o = {sizeof o, LPX_FSDP_STATE_F32, 0, LPX_FSDP_MASTER_BF16_SR, 1234};
+    RCHECK_OK(r, lpx_fsdp_group_set_optim(g, &o));
+    for (int i = 0; i < NP; i++) RCHECK_OK(r, lpx_fsdp_param_add(g, "p", c->full[i], 0, NULL));
+    RCHECK_OK(r, lpx_fsdp_shard(f));
+    lpx_adamw_opts h = hyper();
+    for (int t = 1; t <= STEPS; t++) {
+        for (int i = 0; i < NP; i++) RCHECK_OK(r, lpx_fsdp_set_grad(g, i, c->grad[i]));
+        RCHECK_OK(r, lpx_fsdp_reduce_scatter_grads(g));
+        RCHECK_OK(r, lpx_fsdp_adamw_step(g, &h));
+    }
+    for (int i = 0; i < NP; i++) {
+        int64_t start, len;
+        lpx_tensor *rows = NULL;
+        RCHECK_OK(r, lpx_fsdp_param_rows(g, i, &start, &len, NULL));
+        RCHECK_OK(r, lpx_narrow(c->ref[i], 0, start, len, &rows));
+        if (!same_bits(lpx_fsdp_param_local(g, i), rows)) rfail(r, "f32 moments, bf16-sr: param %d != the reference", i);
+        lpx_tensor_release(rows);
+    }
+    int64_t sb = 0, mb = 0, np = 0;
+    RCHECK_OK(r, lpx_fsdp_optim_bytes(f, &sb, &mb, &np));
+    RCHECK(r, sb == 8 * np && mb == 2 * np);
+    lpx_fsdp_free(f);
+    return LPX_OK;
+}
+
+static void test_f32_moments_bf16_sr(void)
+{
+    eq_ctx c;
+    memset(&c, 0, sizeof c);
+    for (int i = 0; i < NP; i++) {
+        c.full[i] = rand_normal(nd[i], shp[i], 700 + (uint64_t)i, 1.0, LPX_F32);
+        lpx_tensor *gn = rand_normal(nd[i], shp[i], 800 + (uint64_t)i, 64.0, LPX_F32);
+        float *gv = lpx_tensor_data(gn);
+        for (int64_t k = 0; k < lpx_tensor_numel(gn); k++) gv[k] = roundf(gv[k]) / 64.0f;
+        c.grad[i] = gn;
+    }
+    sr_ref(&c);
+    for (int w = 1; w <= 4; w++) run_ranks(w, sr_rank, &c);
+    for (int i = 0; i < NP; i++) {
+        lpx_tensor_release(c.full[i]);
+        lpx_tensor_release(c.grad[i]);
+        lpx_tensor_release(c.ref[i]);
+    }
+}
+
 static void test_equals_unsharded(void)
 {
     for (int s = LPX_FSDP_STATE_8BIT; s <= LPX_FSDP_STATE_FP8; s++)
@@ -319,5 +407,6 @@ int main(void)
     RUN(test_bad_options);
     RUN(test_bytes_per_param);
     RUN(test_equals_unsharded);
+    RUN(test_f32_moments_bf16_sr);
     return CHECK_DONE();
 }
