@@ -111,7 +111,32 @@ static lpx_status eq_rank(lpx_comm *comm, void *vctx)
         lpx_tensor_release(m);
         lpx_tensor_release(v);
     }
-    if (c->save_dir) RCHECK_OK(r, lpx_fsdp_save(f, c->save_dir));
+    if (c->save_dir) {
+        RCHECK_OK(r, lpx_fsdp_save(f, c->save_dir));
+        /* the consolidated export with the moments: dequantized f32 at the
+         * parameter's global shape, equal to the unsharded state's */
+        char path[600];
+        snprintf(path, sizeof path, "%s.export.safetensors", c->save_dir);
+        RCHECK(r, lpx_fsdp_export_ex(f, path, LPX_F32, NULL, NULL, 0, NULL, 8u) == LPX_EINVAL);
+        RCHECK_OK(r, lpx_fsdp_export_ex(f, path, LPX_F32, NULL, NULL, 0, NULL, LPX_FSDP_EXPORT_OPTIM_STATE));
+        lpx_safetensors *sf = NULL;
+        RCHECK_OK(r, lpx_safetensors_open(path, &sf));
+        RCHECK(r, sf && lpx_safetensors_count(sf) == 3 * NP);
+        for (int i = 0; sf && i < NP; i++) {
+            lpx_tensor *ref[2] = {c->rm[i], c->rv[i]};
+            for (int k = 0; k < 2; k++) {
+                char nm[600];
+                lpx_tensor *t = NULL, *d = NULL;
+                snprintf(nm, sizeof nm, "%s%s", lpx_safetensors_name(sf, 3 * i), k ? ".exp_avg_sq" : ".exp_avg");
+                RCHECK_OK(r, lpx_safetensors_get(sf, nm, &t));
+                RCHECK_OK(r, lpx_kind_to_dense(ref[k], &d));
+                if (!same_bits(t, d)) rfail(r, "export: %s != the unsharded state dequantized", nm);
+                lpx_tensor_release(t);
+                lpx_tensor_release(d);
+            }
+        }
+        lpx_safetensors_close(sf);
+    }
     lpx_fsdp_free(f);
     return LPX_OK;
 }
