@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include "fsdp_ckpt_internal.h"
 #include "safetensors_internal.h"
+#include "lpx/optim_state.h"
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -163,6 +164,28 @@ static lpx_status write_rank(lpx_fsdp *f, const char *path, const lpx_fsdp_ckpt_
              * second copy of the state); none before the first step */
             lpx_tensor *m = NULL, *v = NULL;
             int64_t step = 0;
+            lpx_fsdp_optim oc;
+            if ((st = lpx_fsdp_group_get_optim(g, &oc))) break;
+            if (oc.state != LPX_FSDP_STATE_F32) {
+                /* low-precision moments: their codes and block scales as
+                 * they are ("<key>#m.codes", "#m.scales", "#v.codes",
+                 * "#v.scales"; the format and block are in the index) */
+                if ((st = lpx_fsdp_param_optim_state(g, i, &m, &v, &step))) break;
+                lpx_tensor *mv[2] = {m, v};
+                static const char *const part[4] = {"#m.codes", "#m.scales", "#v.codes", "#v.scales"};
+                for (int q = 0; q < 4 && !st && m && v; q++) {
+                    lpx_tensor *h2 = NULL;
+                    snprintf(name, sizeof name, "%s%s", key, part[q]);
+                    if (!(st = on_host(lpx_tensor_inner(mv[q / 2], q % 2), &h2))) st = list_add(&l, name, h2);
+                }
+                lpx_tensor_release(m);
+                lpx_tensor_release(v);
+                if (st) break;
+                snprintf(name, sizeof name, "step:%s", key);
+                snprintf(val, sizeof val, "%" PRId64, step);
+                st = meta_add(&l, name, val);
+                continue;
+            }
             if ((st = lpx_fsdp_param_adamw_view(g, i, &m, &v, &step))) break;
             if (m && v) {
                 snprintf(name, sizeof name, "%s#m", key);
@@ -249,6 +272,12 @@ static cJSON *index_json(lpx_fsdp *f, int world, const ck_file *files, cJSON *us
                 !cJSON_AddStringToObject(o, "kind", k ? lpx_kind_name(k) : "") ||
                 !cJSON_AddNumberToObject(o, "unit", (double)unit) ||
                 !cJSON_AddNumberToObject(o, "frozen", (lpx_fsdp_param_flags(g, i) & LPX_FSDP_FROZEN) ? 1 : 0))
+                goto oom_root;
+            /* low-precision moments: their format and block (absent: f32) */
+            lpx_fsdp_optim oc;
+            if (!lpx_fsdp_group_get_optim(g, &oc) && oc.state != LPX_FSDP_STATE_F32 &&
+                (!cJSON_AddNumberToObject(o, "optim_state", (double)oc.state) ||
+                 !cJSON_AddNumberToObject(o, "optim_block", (double)oc.block)))
                 goto oom_root;
         }
     }
@@ -754,6 +783,88 @@ static lpx_status recut_kind(const char *op, const char *key, lpx_tensor *loc, l
     return st;
 }
 
+/* ---- low-precision moments (issue 37) ------------------------------------ */
+
+/* codes of the first e elements of a state (4-bit: two per byte, per block) */
+static int64_t codes_at(int fmt, int64_t e, int64_t block)
+{
+    return fmt == LPX_OPTIM_STATE_4BIT ? e / block * (block / 2) + (e % block + 1) / 2 : e;
+}
+static int64_t blocks_at(int64_t e, int64_t block) { return e / block + (e % block != 0); }
+
+/* a saved inner tensor of old rank r's state, flat */
+static lpx_status saved_part(const char *op, ck_open *o, int r, const char *key, const char *part, lpx_tensor **out)
+{
+    char name[600];
+    lpx_safetensors *sf = NULL;
+    lpx_tensor *t = NULL;
+    int64_t all = -1;
+    snprintf(name, sizeof name, "%s%s", key, part);
+    lpx_status st = ck_open_rank(op, o, r, &sf);
+    if (!st && (st = lpx_safetensors_get(sf, name, &t))) st = lpx_error(st, "%s: rank %d's file lacks '%s'", op, r, name);
+    if (!st) st = lpx_reshape(t, 1, &all, out);
+    lpx_tensor_release(t);
+    return st;
+}
+
+/* n elements of old rank r's saved state from its element `from` into the
+ * new states qs (m, v) at element `to`: whole blocks (from and to are
+ * block multiples), codes and scales copied as they are */
+static lpx_status state_blocks(const char *op, ck_open *o, int r, const char *key, int fmt, int64_t block, int64_t from,
+                               int64_t to, int64_t n, lpx_tensor *const *qs)
+{
+    static const char *const part[4] = {"#m.codes", "#m.scales", "#v.codes", "#v.scales"};
+    if (from % block || to % block)
+        return lpx_error(LPX_EINVAL, "%s: parameter '%s': a saved shard piece at element %lld moves to %lld, not on a "
+                         "block of %lld", op, key, (long long)from, (long long)to, (long long)block);
+    lpx_status st = LPX_OK;
+    for (int q = 0; q < 4 && !st; q++) {
+        bool sc = q % 2;
+        int64_t f0 = sc ? from / block : codes_at(fmt, from, block);
+        int64_t cnt = sc ? blocks_at(from + n, block) - from / block : codes_at(fmt, from + n, block) - f0;
+        int64_t t0 = sc ? to / block : codes_at(fmt, to, block);
+        lpx_tensor *src = NULL, *a = NULL, *b = NULL;
+        if (!(st = saved_part(op, o, r, key, part[q], &src)) && !(st = lpx_narrow(src, 0, f0, cnt, &a)) &&
+            !(st = lpx_narrow(lpx_tensor_inner(qs[q / 2], q % 2), 0, t0, cnt, &b)))
+            st = lpx_copy_(b, a);
+        if (st) st = lpx_error(st, "%s: parameter '%s': state %s of rank %d: %s", op, key, part[q], r, lpx_last_error());
+        lpx_tensor_release(src);
+        lpx_tensor_release(a);
+        lpx_tensor_release(b);
+    }
+    return st;
+}
+
+/* the same piece dequantized into f32 moments m, v (another format or
+ * block, or f32 moments in the engine): old rank r's whole saved state of
+ * `numel` elements is rebuilt as a state tensor and dequantized */
+static lpx_status state_f32(const char *op, ck_open *o, int r, const char *key, int fmt, int64_t block, int64_t numel,
+                            int64_t from, int64_t to, int64_t n, lpx_tensor *m, lpx_tensor *v)
+{
+    static const char *const part[4] = {"#m.codes", "#m.scales", "#v.codes", "#v.scales"};
+    lpx_tensor *dst[2] = {m, v};
+    lpx_status st = LPX_OK;
+    for (int j = 0; j < 2 && !st; j++) {
+        lpx_tensor *in[2] = {NULL, NULL}, *t = NULL, *d = NULL, *flat = NULL, *src = NULL, *dv = NULL;
+        lpx_optim_state_meta meta = {LPX_OPTIM_STATE_META_MAGIC, LPX_OPTIM_STATE_META_VERSION, fmt, j, block};
+        int64_t all = -1;
+        const lpx_kind *k = lpx_optim_state_kind((lpx_optim_state_format)fmt);
+        if (!k) st = lpx_error(LPX_EINVAL, "%s: parameter '%s': optimizer-state format %d is not registered", op, key, fmt);
+        if (!st) st = saved_part(op, o, r, key, part[2 * j], &in[0]);
+        if (!st) st = saved_part(op, o, r, key, part[2 * j + 1], &in[1]);
+        if (!st) st = lpx_kind_unflatten(k, LPX_F32, 1, &numel, in, 2, &meta, sizeof meta, &t);
+        if (!st) st = lpx_kind_to_dense(t, &d);
+        if (!st) st = lpx_reshape(d, 1, &all, &flat);
+        if (!st) st = lpx_narrow(flat, 0, from, n, &src);
+        if (!st) st = lpx_narrow(dst[j], 0, to, n, &dv);
+        if (!st) st = lpx_copy_(dv, src);
+        if (st) st = lpx_error(st, "%s: parameter '%s': dequantizing rank %d's saved state: %s", op, key, r, lpx_last_error());
+        lpx_tensor *tmp[7] = {in[0], in[1], t, d, flat, src, dv};
+        for (int q = 0; q < 7; q++) lpx_tensor_release(tmp[q]);
+    }
+    return st;
+}
+
 static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int i, const cJSON *p, const char *key,
                              int64_t unit /* the saved shards' */)
 {
@@ -783,10 +894,32 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
                              sv ? "a malformed" : "no");
         step = n;
     }
+    /* low-precision moments: the saved format and block (index) and the
+     * engine's; the same on both sides: blocks are copied whole (both
+     * shardings start every shard on a block of the global flat index);
+     * otherwise through f32 (dequantized, and requantized by the engine) */
+    const cJSON *jsf = cJSON_GetObjectItemCaseSensitive(p, "optim_state");
+    const cJSON *jsb = cJSON_GetObjectItemCaseSensitive(p, "optim_block");
+    int sfmt = cJSON_IsNumber(jsf) ? (int)jsf->valuedouble : 0;
+    int64_t sblock = cJSON_IsNumber(jsb) ? (int64_t)jsb->valuedouble : 0;
+    if (sfmt < 0 || sfmt > 3 || (sfmt && (sblock < 2 || sblock > LPX_OPTIM_STATE_BLOCK_MAX || (sblock & (sblock - 1)))))
+        return lpx_error(LPX_EINVAL, "%s: parameter '%s': optim_state %d / optim_block %lld in the index out of range", op,
+                         key, sfmt, (long long)sblock);
+    lpx_fsdp_optim oc;
+    if ((st = lpx_fsdp_group_get_optim(g, &oc))) return st;
+    bool whole = sfmt && sfmt == (int)oc.state && sblock == oc.block;
+    lpx_tensor *qs[2] = {NULL, NULL};
     if (state && step > 0) {
         int64_t elems = lpx_tensor_numel(loc);
-        if ((st = lpx_zeros(1, &elems, LPX_F32, lpx_cpu(), &m)) || (st = lpx_zeros(1, &elems, LPX_F32, lpx_cpu(), &v)))
+        if (whole) {
+            for (int q = 0; q < 2 && !st; q++)
+                st = lpx_optim_state_new((lpx_optim_state_format)(sfmt - 1), (lpx_optim_state_role)q,
+                                         lpx_tensor_ndim(loc), lpx_tensor_shape(loc), sblock, lpx_cpu(), &qs[q]);
+            if (st) goto out;
+        } else if ((st = lpx_zeros(1, &elems, LPX_F32, lpx_cpu(), &m)) ||
+                   (st = lpx_zeros(1, &elems, LPX_F32, lpx_cpu(), &v))) {
             goto out;
+        }
     }
     int64_t row_elems = len ? lpx_tensor_numel(loc) / len : 0;
     /* a kind tensor with no dense master and shards that moved: its pieces
@@ -857,7 +990,17 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
         }
         st = put_rows(op, key, loc, a - start, b - a, len, piece);
         lpx_tensor_release(piece);
+        if (!st && qs[0]) {
+            st = state_blocks(op, o, r, key, sfmt - 1, sblock, (a - os) * row_elems, (a - start) * row_elems,
+                              (b - a) * row_elems, qs);
+            continue;
+        }
         if (st || !m) continue;
+        if (sfmt) {
+            st = state_f32(op, o, r, key, sfmt - 1, sblock, ol * row_elems, (a - os) * row_elems,
+                           (a - start) * row_elems, (b - a) * row_elems, m, v);
+            continue;
+        }
         /* the moments are flat f32 over the shard's elements: rows are runs */
         const char *mv[2] = {"#m", "#v"};
         lpx_tensor *dst[2] = {m, v};
@@ -879,10 +1022,13 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
     if (!st && recut) st = recut_kind(op, key, loc, pieces, npieces);
     for (int j = 0; j < npieces; j++) lpx_tensor_release(pieces[j]);
     lpx_free(pieces);
-    if (!st && state) st = lpx_fsdp_param_set_adamw_state(g, i, m, v, m ? step : 0);
+    if (!st && state && qs[0]) st = lpx_fsdp_param_set_optim_state(g, i, qs[0], qs[1], step);
+    else if (!st && state) st = lpx_fsdp_param_set_adamw_state(g, i, m, v, m ? step : 0);
 out:
     lpx_tensor_release(m);
     lpx_tensor_release(v);
+    lpx_tensor_release(qs[0]);
+    lpx_tensor_release(qs[1]);
     return st;
 }
 

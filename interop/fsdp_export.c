@@ -21,6 +21,7 @@
 typedef struct ex_param {
     lpx_fsdp_group *g;
     int i;
+    int what;            /* 0 the parameter, 1 AdamW's exp_avg, 2 exp_avg_sq (LPX_FSDP_EXPORT_OPTIM_STATE) */
     int64_t row_bytes;   /* bytes of one row (dim 0) in the output dtype */
     uint64_t offset;     /* of the tensor's data, from the data's start */
 } ex_param;
@@ -56,11 +57,12 @@ static void plan_free(ex_plan *x)
 /* The exported parameters, their offsets and the header: the same on every
  * rank (a function of the engine's parameters and name()). */
 static lpx_status make_plan(const char *op, lpx_fsdp *f, lpx_dtype dtype, lpx_fsdp_export_name_fn name, void *ctx,
-                            int nmeta, const lpx_safetensors_kv *meta, ex_plan *x)
+                            int nmeta, const lpx_safetensors_kv *meta, unsigned flags, ex_plan *x)
 {
     memset(x, 0, sizeof *x);
     int total = 0;
     for (int gi = 0; gi < lpx_fsdp_group_count(f); gi++) total += lpx_fsdp_param_count(lpx_fsdp_group_at(f, gi));
+    if (flags & LPX_FSDP_EXPORT_OPTIM_STATE) total *= 3;
     lpx_status st = LPX_OK;
     cJSON *root = cJSON_CreateObject();
     x->p = lpx_calloc((size_t)total + 1, sizeof *x->p);
@@ -84,8 +86,18 @@ static lpx_status make_plan(const char *op, lpx_fsdp *f, lpx_dtype dtype, lpx_fs
     char nm[512];
     for (int gi = 0; gi < lpx_fsdp_group_count(f) && !st; gi++) {
         lpx_fsdp_group *g = lpx_fsdp_group_at(f, gi);
-        for (int i = 0; i < lpx_fsdp_param_count(g) && !st; i++) {
-            if (!out_name(name, ctx, g, i, nm, sizeof nm)) continue;
+        for (int i = 0; i < lpx_fsdp_param_count(g) && !st; i++)
+        for (int what = 0; what < 3 && !st; what++) {
+            /* the moments (dequantized f32 copies) after their parameter,
+             * "<name>.exp_avg" and "<name>.exp_avg_sq", trainable only */
+            if (what && (!(flags & LPX_FSDP_EXPORT_OPTIM_STATE) || (lpx_fsdp_param_flags(g, i) & LPX_FSDP_FROZEN)))
+                break;
+            if (!out_name(name, ctx, g, i, nm, sizeof nm)) break;
+            if (what && strlen(nm) + 12 >= sizeof nm) {
+                st = lpx_error(LPX_EINVAL, "%s: parameter name '%s' too long for its moments' names", op, nm);
+                break;
+            }
+            if (what) strcat(nm, what == 1 ? ".exp_avg" : ".exp_avg_sq");
             if (!nm[0] || !strcmp(nm, "__metadata__")) {
                 st = lpx_error(LPX_EINVAL, "%s: parameter '%s' of group '%s' is given the name '%s'", op,
                                lpx_fsdp_param_name(g, i), lpx_fsdp_group_name(g), nm);
@@ -125,7 +137,7 @@ static lpx_status make_plan(const char *op, lpx_fsdp *f, lpx_dtype dtype, lpx_fs
                 st = lpx_error(LPX_ENOMEM, "%s: out of memory", op);
                 break;
             }
-            x->p[x->n++] = (ex_param){g, i, (int64_t)row, at};
+            x->p[x->n++] = (ex_param){g, i, what, (int64_t)row, at};
             at += bytes;
         }
     }
@@ -218,7 +230,16 @@ static lpx_status local_rows(const ex_param *P, lpx_dtype dtype, lpx_tensor **ou
     lpx_tensor *loc = lpx_fsdp_param_local(P->g, P->i), *dense = NULL, *host = NULL, *cast = NULL;
     const lpx_kind *k = lpx_tensor_kind(loc);
     lpx_status st = LPX_OK;
-    if (k && lpx_kind_vtable(k)->master) {
+    if (P->what) {
+        /* a moment: the engine's f32 copy (low-precision states dequantized;
+         * zeros before the first step), the local shard's element count */
+        lpx_tensor *mv[2] = {NULL, NULL};
+        st = lpx_fsdp_param_adamw_state(P->g, P->i, &mv[0], &mv[1], NULL);
+        if (!st) {
+            dense = mv[P->what - 1];
+            lpx_tensor_release(mv[2 - P->what]);
+        }
+    } else if (k && lpx_kind_vtable(k)->master) {
         dense = lpx_kind_vtable(k)->master(loc);
         lpx_tensor_retain(dense);
     } else if (k) {
@@ -276,6 +297,12 @@ static lpx_status write_rows(const char *tmp, const ex_plan *x, lpx_dtype dtype)
 lpx_status lpx_fsdp_export(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_fsdp_export_name_fn name, void *ctx,
                            int nmeta, const lpx_safetensors_kv *meta)
 {
+    return lpx_fsdp_export_ex(f, path, dtype, name, ctx, nmeta, meta, 0);
+}
+
+lpx_status lpx_fsdp_export_ex(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_fsdp_export_name_fn name, void *ctx,
+                              int nmeta, const lpx_safetensors_kv *meta, unsigned flags)
+{
     const char *op = "lpx_fsdp_export";
     ck_mesh cm;
     lpx_status st = lpx_ensure_init();
@@ -288,7 +315,9 @@ lpx_status lpx_fsdp_export(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_f
     else if (nmeta < 0 || (nmeta && !meta)) mine = lpx_error(LPX_EINVAL, "%s: nmeta %d with meta %p", op, nmeta, (const void *)meta);
     ex_plan x;
     memset(&x, 0, sizeof x);
-    if (!mine) mine = make_plan(op, f, dtype, name, ctx, nmeta, meta, &x);
+    if (!mine && (flags & ~(unsigned)LPX_FSDP_EXPORT_OPTIM_STATE))
+        mine = lpx_error(LPX_EINVAL, "%s: flags 0x%x: unknown bits (LPX_FSDP_EXPORT_*)", op, flags);
+    if (!mine) mine = make_plan(op, f, dtype, name, ctx, nmeta, meta, flags, &x);
     /* the file written: a link's target, never a FIFO or a device
      * (lpx_output_path); the temporary beside it, its name from the lead */
     char real[CK_PATH] = "", tmp[CK_PATH] = "";

@@ -618,6 +618,29 @@ static void test_resume_nf4_qlora(void)
     resume_exact("nf4-qlora", "--pretrain 10 --lora-rank 4 --lora-dropout 0.1 --lr 1e-2", false, true);
 }
 
+/* --optim adamw4bit --master bf16-sr (issue 37): the 4-bit moments' codes
+ * and scales and the bf16 masters come back bit for bit (the resumed run's
+ * stochastic rounding is keyed by seed, parameter, step and global index),
+ * also on 1 rank (the blocks move whole); the summary names the measured
+ * bytes per parameter */
+static void test_resume_low_precision_optim(void)
+{
+    resume_exact("bf16", "--optim adamw4bit --master bf16-sr", false, true);
+    static char out[65536];
+    char args[4096];
+    snprintf(args, sizeof args, "train --recipe bf16 --optim adamw8bit --ranks 2 --micro 2 --steps 2 " TINY
+             " --data '%s' --out '%s/optim8'", corpus, outdir);
+    CHECKF(run(args, out, sizeof out) == 0, "adamw8bit: %s", out);
+    const char *s = strstr(out, "optimizer adamw8bit, master f32: state ");
+    CHECKF(s && atof(s + strlen("optimizer adamw8bit, master f32: state ")) <= 2.05, "no measured bytes: %s", out);
+    static const char *const bad[][2] = {{"--optim adam8", "unknown --optim 'adam8'"},
+                                         {"--master f16", "unknown --master 'f16'"}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "train %s --steps 1", bad[k][0]);
+        CHECKF(run(args, out, sizeof out) != 0 && strstr(out, bad[k][1]), "%s: %s", bad[k][0], out);
+    }
+}
+
 /* a float8-delayed checkpoint resumes under bf16: the first loss is within
  * a few % of the float8 run's at that step */
 static void test_resume_cross_recipe(void)
@@ -1372,6 +1395,7 @@ int main(int argc, char **argv)
         RUN(test_resume_float8_delayed);
         RUN(test_resume_at_step_1);
         RUN(test_resume_nf4_qlora);
+        RUN(test_resume_low_precision_optim);
         RUN(test_resume_cross_recipe);
         RUN(test_resume_refusals);
         RUN(test_resume_other_ranks_every_recipe);

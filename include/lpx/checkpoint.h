@@ -177,6 +177,18 @@ typedef bool (*lpx_fsdp_export_name_fn)(void *ctx, lpx_fsdp_group *g, int i, cha
 LPX_API lpx_status lpx_fsdp_export(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_fsdp_export_name_fn name,
                                    void *ctx, int nmeta, const lpx_safetensors_kv *meta);
 
+/** lpx_fsdp_export_ex flag: also write AdamW's moments of every exported
+ *  trainable parameter, dequantized to f32 (then cast to `dtype`) at the
+ *  parameter's global shape, as "<name>.exp_avg" and "<name>.exp_avg_sq"
+ *  after it (zeros before the first step; low-precision states of
+ *  lpx_fsdp_group_set_optim through lpx_fsdp_param_adamw_state). */
+#define LPX_FSDP_EXPORT_OPTIM_STATE 1u
+
+/** lpx_fsdp_export with flags (LPX_FSDP_EXPORT_*; 0: lpx_fsdp_export).
+ *  Errors as lpx_fsdp_export, and LPX_EINVAL for unknown flag bits. */
+LPX_API lpx_status lpx_fsdp_export_ex(lpx_fsdp *f, const char *path, lpx_dtype dtype, lpx_fsdp_export_name_fn name,
+                                      void *ctx, int nmeta, const lpx_safetensors_kv *meta, unsigned flags);
+
 /** The inverse of lpx_fsdp_export: every rank reads only its own rows of
  *  each parameter name() keeps (NULL: all, under their engine keys) from
  *  the consolidated safetensors files `files` (opened by the caller:

@@ -305,6 +305,87 @@ LPX_API lpx_status lpx_fsdp_param_adamw_view(const lpx_fsdp_group *g, int i, lpx
 LPX_API lpx_status lpx_fsdp_param_set_adamw_state(lpx_fsdp_group *g, int i, const lpx_tensor *m,
                                                   const lpx_tensor *v, int64_t step);
 
+/* ---- optimizer state and masters per group (issue 37) ----------------
+ *
+ * By default a group keeps f32 AdamW moments and updates its params in
+ * their own dtype. lpx_fsdp_group_set_optim chooses low-precision moments
+ * (block-quantized kind tensors, include/lpx/optim_state.h) and a bf16
+ * master with stochastic rounding. The moments live in the rank's shards
+ * and are never gathered. Their quantization blocks are laid on the
+ * GLOBAL flat index of each parameter: the engine asks the state's kind
+ * for its shard unit (lpx_kind_i.shard_unit) and rounds the param's dim-0
+ * shard unit up to a multiple of it, so no block straddles two ranks and
+ * the concatenation of the shards' codes and scales is the unsharded
+ * parameter's state (docs/SHARDING.md "Low-precision optimizer state"). */
+
+/** The moments' format. */
+typedef enum lpx_fsdp_state {
+    LPX_FSDP_STATE_F32 = 0,  /* f32 m and v (8 bytes per parameter) */
+    LPX_FSDP_STATE_8BIT = 1, /* kind os_8bit (torchao AdamW8bit): ~2.03 bytes per parameter */
+    LPX_FSDP_STATE_4BIT = 2, /* kind os_4bit (torchao AdamW4bit): ~1.03 bytes per parameter */
+    LPX_FSDP_STATE_FP8 = 3   /* kind os_fp8 (e4m3 m, scaled-f16 v; FP8-LM): ~3.03 bytes per parameter */
+} lpx_fsdp_state;
+
+/** What the optimizer updates. */
+typedef enum lpx_fsdp_master {
+    LPX_FSDP_MASTER_F32 = 0,     /* the param's own shard (f32 for f32 params), rounded to nearest */
+    LPX_FSDP_MASTER_BF16_SR = 1  /* dense f32 params are kept as bf16 shards (2 bytes per parameter, no f32
+                                    copy) and written with stochastic rounding; the gathered weight is
+                                    that bf16 tensor */
+} lpx_fsdp_master;
+
+/** A group's optimizer choice. Zero-initialized (struct_size aside) = the
+ *  defaults in brackets. */
+typedef struct lpx_fsdp_optim {
+    size_t struct_size;     /* sizeof(lpx_fsdp_optim); 0 accepted as this size */
+    lpx_fsdp_state state;   /* [LPX_FSDP_STATE_F32] */
+    int64_t block;          /* quantization block: 0 = the format's default (256); else a power of two
+                               in 2..256 (ignored for f32) */
+    lpx_fsdp_master master; /* [LPX_FSDP_MASTER_F32] */
+    uint64_t seed;          /* the stochastic rounding's seed (bf16-sr). The draw of element j of a
+                               param is keyed by (seed, the param's number in the engine, its step,
+                               its GLOBAL flat index j): a run replays bit for bit at any world size */
+} lpx_fsdp_optim;
+
+/** Chooses the optimizer state and master of every trainable parameter of
+ *  g. Must be called before lpx_fsdp_shard (the block decides the shard
+ *  unit); *o is copied. NULL o restores the defaults. Errors: LPX_EINVAL
+ *  (NULL g; after lpx_fsdp_shard; an unknown state or master, a block
+ *  that is not a power of two in 2..256: one line naming the field and
+ *  the value), LPX_ENOTFOUND (the state's kind is not registered). */
+LPX_API lpx_status lpx_fsdp_group_set_optim(lpx_fsdp_group *g, const lpx_fsdp_optim *o);
+/** g's choice into *o (block resolved to the format's default once
+ *  sharded). Errors: LPX_EINVAL (NULL). */
+LPX_API lpx_status lpx_fsdp_group_get_optim(const lpx_fsdp_group *g, lpx_fsdp_optim *o);
+
+/** The low-precision moments of trainable parameter i of g (a group with
+ *  a state other than f32): new references to the engine's own state
+ *  tensors (kinds os_8bit / os_4bit / os_fp8, the local shard's shape;
+ *  read them, never write through them; release them), NULL before the
+ *  first step, and the steps taken. Any output may be NULL. Local.
+ *  Errors: LPX_EINVAL (NULL g, i out of range, frozen, before shard, a
+ *  group with f32 moments: use lpx_fsdp_param_adamw_view). */
+LPX_API lpx_status lpx_fsdp_param_optim_state(const lpx_fsdp_group *g, int i, lpx_tensor **m, lpx_tensor **v,
+                                              int64_t *step);
+/** Restores low-precision moments (a checkpoint being resumed): m and v
+ *  state tensors of the group's format and block, roles m and v, with the
+ *  local shard's element count, on the weight's device (retained, not
+ *  copied: the caller must not write them afterwards), step >= 0; m, v
+ *  NULL with step 0 drops the state. Nothing changes on error. Local.
+ *  Errors: LPX_EINVAL (as lpx_fsdp_param_set_adamw_state; a tensor of
+ *  another kind, role, block or count). */
+LPX_API lpx_status lpx_fsdp_param_set_optim_state(lpx_fsdp_group *g, int i, lpx_tensor *m, lpx_tensor *v,
+                                                  int64_t step);
+
+/** Bytes this rank's shards hold, measured on the tensors: *state the
+ *  AdamW moments of every trainable param (m + v: codes and scales, or
+ *  8 bytes per element for f32 moments; moments not made yet count as
+ *  what the first step makes), *master the tensors the optimizer updates
+ *  (the dense shards, or the wrappers' masters), *params their element
+ *  count. Any output may be NULL. Local. Errors: LPX_EINVAL (NULL f,
+ *  before shard). */
+LPX_API lpx_status lpx_fsdp_optim_bytes(const lpx_fsdp *f, int64_t *state, int64_t *master, int64_t *params);
+
 /** Agrees what the parameters of g need agreed before their next
  *  all-gather: each local tensor's kind says how many f32 values and which
  *  reduction (lpx_kind_i.sync_count; a tensorwise float8_weight: its amax,

@@ -54,6 +54,10 @@ void dt_local_shape(const lpx_mesh *mesh, const lpx_placement *pl, int ndim, con
  * at position `rank` (lpx_narrow, then lpx_clone so the shard owns its
  * storage; the view is kept when the kind has no clone). */
 lpx_status dt_chunk(const char *op, lpx_tensor *full, int dim, int world, int rank, lpx_tensor **out);
+/* dt_chunk with an explicit unit (a multiple of the kind's: the engine's
+ * shards of params with low-precision optimizer state) */
+lpx_status dt_chunk_unit(const char *op, lpx_tensor *full, int dim, int world, int rank, int64_t unit,
+                         lpx_tensor **out);
 
 /* ---- gathering kind tensors along dim 0 (dtensor_gather.c) ----------- */
 

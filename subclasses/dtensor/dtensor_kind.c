@@ -131,8 +131,14 @@ lpx_status lpx_dtensor_from_local(lpx_tensor *local, lpx_mesh *mesh, const lpx_p
 
 lpx_status dt_chunk(const char *op, lpx_tensor *full, int dim, int world, int rank, lpx_tensor **out)
 {
+    return dt_chunk_unit(op, full, dim, world, rank, dt_shard_unit(full, dim), out);
+}
+
+lpx_status dt_chunk_unit(const char *op, lpx_tensor *full, int dim, int world, int rank, int64_t unit,
+                         lpx_tensor **out)
+{
     int64_t c, s, l;
-    lpx_status st = lpx_shard_range(lpx_tensor_shape(full)[dim], world, rank, dt_shard_unit(full, dim), &c, &s, &l);
+    lpx_status st = lpx_shard_range(lpx_tensor_shape(full)[dim], world, rank, unit, &c, &s, &l);
     if (st) return st;
     lpx_tensor *v = NULL;
     if (!lpx_tensor_kind(full) && (l == 0 || lpx_tensor_numel(full) == 0)) {

@@ -118,6 +118,8 @@ void lpx_fsdp_free(lpx_fsdp *f)
             lpx_free(p->v);
             lpx_tensor_release(p->mt);
             lpx_tensor_release(p->vt);
+            lpx_tensor_release(p->ms);
+            lpx_tensor_release(p->vs);
         }
         lpx_free(g->p);
         lpx_free(g->name);
@@ -202,13 +204,44 @@ static lpx_status wire_src(const lpx_fsdp *f, const fsdp_param *p, lpx_tensor **
 /* Cuts every param, describes its wire inputs. Local (a kind's hook may
  * all-reduce, e.g. a float8_weight without an agreed scale: every rank does
  * it in the same order). */
-static lpx_status shard_param(lpx_fsdp *f, fsdp_param *p, dt_wire_desc *mine)
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static lpx_status shard_param(lpx_fsdp *f, const lpx_fsdp_group *g, fsdp_param *p, dt_wire_desc *mine)
 {
     const char *op = "lpx_fsdp_shard";
     lpx_tensor *local = NULL;
-    lpx_status st = lpx_shard_range(p->shape[0], f->world, f->rank, p->unit, &p->chunk, &p->start, &p->len);
-    if (!st) st = dt_chunk(op, p->full_in, 0, f->world, f->rank, &local);
+    lpx_status st = LPX_OK;
+    bool trainable = !(p->flags & LPX_FSDP_FROZEN);
+    if (trainable && g->optim.state != LPX_FSDP_STATE_F32) {
+        /* low-precision moments: a shard holds whole quantization blocks of
+         * the param's global flat index (the state kind's shard unit) */
+        int64_t su = 1;
+        if ((st = fsdp_state_unit(&g->optim, p->ndim, p->shape, &su)))
+            return dt_prefix(st, "%s: param '%s': optimizer state", op, p->name);
+        if (su > 1) p->unit = p->unit / gcd64(p->unit, su) * su;
+    }
+    st = lpx_shard_range(p->shape[0], f->world, f->rank, p->unit, &p->chunk, &p->start, &p->len);
+    if (!st) st = dt_chunk_unit(op, p->full_in, 0, f->world, f->rank, p->unit, &local);
     if (st) return dt_prefix(st, "%s: param '%s'", op, p->name);
+    lpx_dtype mdt = fsdp_master_dtype(&g->optim);
+    if (trainable && mdt && !lpx_tensor_kind(local) && dt_param_dtype_casts(lpx_tensor_dtype(local), mdt)) {
+        /* a low-precision master: the shard itself is kept in it (no f32
+         * copy); the gathered weight is that tensor */
+        lpx_tensor *c = NULL;
+        st = lpx_cast(local, mdt, false, &c);
+        lpx_tensor_release(local);
+        if (st) return dt_prefix(st, "%s: param '%s': master", op, p->name);
+        local = c;
+        p->dtype = mdt;
+    }
     lpx_placement pl[LPX_MESH_MAX_DIMS] = {lpx_replicate(), lpx_replicate()};
     pl[lpx_mesh_ndim(f->mesh) - 1] = lpx_shard(0);
     st = dt_make(local, f->mesh, pl, p->ndim, p->shape, p->dtype, &p->dt);
@@ -251,7 +284,8 @@ lpx_status lpx_fsdp_shard(lpx_fsdp *f)
     int k = 0;
     for (int gi = 0; gi < f->ng && !st; gi++)
         for (int i = 0; i < f->g[gi]->n && !st; i++, k++)
-            if ((st = shard_param(f, &f->g[gi]->p[i], &mine[k]))) st = dt_abort(f->comm, st);
+            if ((f->g[gi]->p[i].pid = (uint32_t)k), (st = shard_param(f, f->g[gi], &f->g[gi]->p[i], &mine[k])))
+                st = dt_abort(f->comm, st);
     /* one all-gather: every rank learns every other rank's wire layout */
     if (!st) st = fsdp_all_gather_host(f, f->comm, mine, all, (size_t)total * sizeof *mine);
     k = 0;

@@ -25,6 +25,9 @@ typedef struct fsdp_param {
     lpx_tensor *grad;          /* local grad shard after reduce-scatter */
     float *m, *v;              /* AdamW moments over the local shard (f32, host) */
     lpx_tensor *mt, *vt;       /* device-resident engine: the moments on the device instead */
+    lpx_tensor *ms, *vs;       /* low-precision moments (group optim.state not f32): state-kind tensors
+                                  over the local shard, on the weight's device */
+    uint32_t pid;              /* the param's number in the engine (the stochastic rounding's key) */
     int64_t step;
 } fsdp_param;
 
@@ -56,6 +59,7 @@ struct lpx_fsdp_group {
     bool kept;                 /* keep_storage: unsharded tensors held while resharded */
     size_t slot;               /* bytes of one rank's block of the group's all-gather */
     uint64_t bytes;            /* unsharded bytes while unsharded */
+    lpx_fsdp_optim optim;      /* lpx_fsdp_group_set_optim (block resolved) */
     fsdp_gather *pending;      /* offload: prefetched, all-gather in flight (unsharded is
                                   true; the params are rebuilt at the first use) */
 };
@@ -181,6 +185,36 @@ lpx_status fsdp_from_f32(lpx_dtype d, const float *src, void *dst, size_t n);
  * cast to param_dtype `to` before the all-gather. */
 lpx_status dt_param_dtype_check(lpx_dtype d);
 bool dt_param_dtype_casts(lpx_dtype from, lpx_dtype to);
+
+/* The optimizer-state formats (optim_formats.c): the kinds of the
+ * lpx_fsdp_state values found by name, their zero states, the step as the
+ * op adamw_state_, the bf16 master. */
+const char *fsdp_state_name(int state);
+/* validates *o (one line naming the field) and resolves its block */
+lpx_status fsdp_optim_check(const char *op, lpx_fsdp_optim *o);
+/* a zero state of role (0 m, 1 v) over a tensor of shape [ndim] */
+lpx_status fsdp_state_new(const lpx_fsdp_optim *o, int role, int ndim, const int64_t *shape, lpx_device dev,
+                          lpx_tensor **out);
+/* the state kind's dim-0 shard unit for a param of shape [ndim] */
+lpx_status fsdp_state_unit(const lpx_fsdp_optim *o, int ndim, const int64_t *shape, int64_t *unit);
+/* whether t is a state of o's kind, role and block with numel elements
+ * (LPX_EINVAL and *why, what it must be, otherwise; no message set) */
+lpx_status fsdp_state_check(const lpx_fsdp_optim *o, const lpx_tensor *t, int role, int64_t numel, const char **why);
+/* the dtype dense params are kept in (0: their own) */
+lpx_dtype fsdp_master_dtype(const lpx_fsdp_optim *o);
+/* whether a weight of dtype w is written with stochastic rounding */
+bool fsdp_master_is_sr(const lpx_fsdp_optim *o, lpx_dtype w);
+/* n f32 values into the master's dtype with stochastic rounding, element
+ * i keyed by (seed, pid, step, index0 + i) */
+void fsdp_store_sr(const float *x, void *dst, size_t n, uint64_t seed, uint32_t pid, int64_t step, int64_t index0);
+/* one step of the low-precision moments m, v of weight w */
+lpx_status fsdp_state_step(const lpx_fsdp_optim *o, lpx_tensor *w, lpx_tensor *g, lpx_tensor *m, lpx_tensor *v,
+                           const lpx_adamw_opts *h, int64_t step, uint32_t pid, int64_t index0);
+
+/* a new CPU state of role over a shape [ndim], quantized from the dense
+ * contiguous f32 CPU tensor x of as many elements */
+lpx_status fsdp_state_quantize(const lpx_fsdp_optim *o, int role, const lpx_tensor *x, int ndim, const int64_t *shape,
+                               lpx_tensor **out);
 
 /* The gradient codec (fsdp_grads.c): lpx_fsdp_new looks it up
  * (grad_codec, or fp8_grad_reduce) and configures it; free releases its

@@ -122,6 +122,14 @@ static lpx_status parse_run(const char *dir, const cJSON *root, tr_ckpt *ck)
     o->lora_dropout = drop->valuedouble;
     o->wrap_linear = !strcmp(wrap, "linear");
     snprintf(o->comm, sizeof o->comm, "%s", comm);
+    /* --optim / --master (absent in older records: adamw, f32) */
+    const cJSON *ad = cJSON_GetObjectItemCaseSensitive(c, "adamw");
+    const char *on = tr_json_str(ad, "optim"), *ms = tr_json_str(ad, "master");
+    static const char *const onames[] = {"adamw", "adamw8bit", "adamw4bit", "adamw-fp8"};
+    o->optim = 0;
+    o->master = ms && !strcmp(ms, "bf16-sr");
+    for (int k = 0; on && k < 4; k++)
+        if (!strcmp(on, onames[k])) o->optim = k;
 
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
     const char *dp = tr_json_str(data, "path"), *dh = tr_json_str(data, "fnv1a64");
@@ -236,6 +244,8 @@ int tr_ckpt_apply(const tr_ckpt *ck, tr_opts *o)
     if (o->given & TR_GIVEN_TIED) m.tied = true;
     o->m = m;
     if (!(o->given & TR_GIVEN_LR)) o->lr = c->lr;
+    if (!o->optim_given) o->optim = c->optim;
+    if (!o->master_given) o->master = c->master;
     if (!(o->given & TR_GIVEN_SEED)) o->seed = c->seed;
     if (!(o->given & TR_GIVEN_STEPS)) o->steps = c->steps;
     if (!(o->given & TR_GIVEN_WRAP)) o->wrap_linear = c->wrap_linear;

@@ -30,6 +30,7 @@ typedef struct tr_result {
     int64_t gpu_peak;               /* --device cuda: lpx-cuda's peak bytes on rank 0's GPU over the steps (-1: none) */
     int64_t nf4_bytes, nf4_numel;   /* frozen NF4 base weights (rank 0) */
     int64_t trainable;              /* parameters that get grads */
+    int64_t optim_state_bytes, optim_master_bytes, optim_params; /* lpx_fsdp_optim_bytes on rank 0's shards */
     int start;                      /* first step this process ran (a resumed run: the checkpoint's) */
     int skipped;                    /* optimizer steps skipped for non-finite grads (--skip-nonfinite) */
     char sample[1024];

@@ -14,7 +14,8 @@ void tr_train_usage(FILE *f)
             "  --recipe R      bf16 | float8-tensorwise (default) | float8-rowwise | float8-delayed |\n"
             "                  float8-blockwise | nf4-qlora | mxfp8 | mxfp4 (MX recipes need the lpx-mx.so\n"
             "                  plugin) | f32\n"
-            "  --compare       also train the bf16 baseline and report the gap\n"
+            "  --compare       also train the bf16 baseline and report the gap (with --optim or\n"
+            "                  --master: bf16-adamw-f32, f32 AdamW state and f32 masters)\n"
             "  --ranks N       ranks (local comm: threads), default 4; with --comm mpi the MPI\n"
             "                  world size (given: must equal it)\n"
             "  --comm C        local (default) | mpi (one rank per process: mpirun -np N lpx train\n"
@@ -37,6 +38,11 @@ void tr_train_usage(FILE *f)
             "                  to 32), vocabulary (default: the data's:\n"
             "                  256 for text), rope base, LM head tied to the embedding\n"
             "  --lr X          peak learning rate (default 3e-3)\n"
+            "  --optim O       adamw (default: f32 moments, 8 bytes/param) | adamw8bit (block-wise\n"
+            "                  8-bit moments, 2.03) | adamw4bit (4-bit, 1.03) | adamw-fp8 (e4m3 m,\n"
+            "                  scaled-f16 v, 3.03): AdamW's state in the shards, blocks of 256\n"
+            "  --master M      f32 (default) | bf16-sr: dense params kept as bf16 shards (2\n"
+            "                  bytes/param), updated with stochastic rounding seeded by --seed\n"
             "  --seed N        seed of init and data (default 1)\n"
             "  --wrap W        block (default) | linear: one shard group per block or per linear\n"
             "  --ac A          none (default) | full: activation checkpointing, each block keeps\n"
@@ -249,7 +255,7 @@ const char *tr_split_opt(const char *arg, char *buf, size_t n, const char **inli
 /* the options of `lpx train` that take a value, and those that do not */
 static const char *const valued[] = {
     "--recipe", "--ranks", "--comm", "--device", "--steps", "--batch", "--micro", "--seq", "--model", "--dim",
-    "--layers", "--heads", "--kv-heads", "--ffn", "--vocab", "--rope-theta", "--lr", "--seed", "--wrap", "--ac",
+    "--layers", "--heads", "--kv-heads", "--ffn", "--vocab", "--rope-theta", "--lr", "--seed", "--wrap", "--ac", "--optim", "--master",
     "--lora-rank", "--pretrain", "--init", "--save-hf", "--data", "--data-dtype", "--out", "--log-every", "--eval",
     "--sample", "--lora-dropout", "--save", "--save-every", "--resume", "--stop-after", "--inject-nan",
     "--inject-comm-fault", "--act", "--loss-chunk",
@@ -377,6 +383,18 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
             const char *rest;
             if ((rc = parse_step_arg(a, v, &o->inject_comm_step, &rest))) return rc;
             if (!rest || parse_int(a, rest, 0, 63, &o->inject_comm_rank)) return bad("--inject-comm-fault '%s': expected STEP:RANK%s", v, "");
+        }
+        else if (!strcmp(a, "--optim")) {
+            static const char *const names[] = {"adamw", "adamw8bit", "adamw4bit", "adamw-fp8"};
+            o->optim = -1;
+            for (int k = 0; k < 4; k++)
+                if (!strcmp(v, names[k])) o->optim = k;
+            if (o->optim < 0) return bad("unknown --optim '%s' (%s)", v, "adamw, adamw8bit, adamw4bit, adamw-fp8");
+            o->optim_given = true;
+        } else if (!strcmp(a, "--master")) {
+            if (strcmp(v, "f32") && strcmp(v, "bf16-sr")) return bad("unknown --master '%s' (%s)", v, "f32, bf16-sr");
+            o->master = !strcmp(v, "bf16-sr");
+            o->master_given = true;
         }
         else if (!strcmp(a, "--lr")) {
             char *end;

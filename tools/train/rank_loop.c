@@ -474,6 +474,9 @@ static lpx_status rank_main(lpx_comm *comm, void *arg)
     if (sh->final) TRY(tr_gather_masters(R, writes_shared(R, sh) ? sh->final : NULL));
     if (sh->main && o->save_hf) TRY(tr_hf_export(R, o->save_hf));
     if (R->rank == 0) {
+        /* the optimizer's bytes as held by rank 0's shards (measured) */
+        TRY(lpx_fsdp_optim_bytes(R->fsdp, &sh->res->optim_state_bytes, &sh->res->optim_master_bytes,
+                                 &sh->res->optim_params));
         memcpy(sh->res->mem_peak, R->mem.peak, sizeof sh->res->mem_peak);
         /* the engine's peak of unsharded bytes (wire form: fp8, bf16, nf4) */
         sh->res->mem_peak[TR_MEM_UNSHARDED] = sh->res->peak_unsharded;

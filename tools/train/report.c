@@ -90,6 +90,14 @@ void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, 
                    x->gpu_peak ? 100.0 * ((double)dev - (double)x->gpu_peak) / (double)x->gpu_peak : 0.0);
         }
     }
+    if (M->optim_params) {
+        static const char *const on[] = {"adamw", "adamw8bit", "adamw4bit", "adamw-fp8"};
+        printf("  optimizer %s, master %s: state %.4f bytes/param (m + v%s), masters %.4f "
+               "bytes/param (measured on rank 0's shards: %lld params)\n", on[o->optim & 3],
+               o->master ? "bf16-sr" : "f32", (double)M->optim_state_bytes / (double)M->optim_params,
+               o->optim ? " with block scales" : ", f32", (double)M->optim_master_bytes / (double)M->optim_params,
+               (long long)M->optim_params);
+    }
     if (M->skipped || o->skip_nonfinite)
         printf("  optimizer steps skipped for non-finite gradients (--skip-nonfinite): %d\n", M->skipped);
     if (M->start) printf("  %s resumed at step %d (steps 1..%d from the checkpoint)\n", M->label, M->start, M->start);

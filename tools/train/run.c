@@ -326,12 +326,19 @@ int tr_train_run(tr_opts *op, const tr_ckpt *ck, bool lead, bool hf_init)
         TRY(tr_hf_write_config(o.save_hf, g, hf_init ? o.init_path : NULL));
         if (!o.quiet) printf("  wrote %s (Hugging Face: config.json, model.safetensors)\n", o.save_hf);
     }
-    if (o.compare && o.recipe != TR_BF16) {
+    /* --compare: the baseline is bf16 with f32 AdamW state and f32 masters
+     * (so --optim / --master are compared against it too) */
+    bool lowp = o.optim || o.master;
+    if (o.compare && (o.recipe != TR_BF16 || lowp)) {
         base_idx = nres;
         tr_span all = {.start = 0, .end = o.steps, .hf_import = hf_rows};
-        TRY(tr_run_recipe(&o, TR_BF16, "bf16", o.steps, &all, g, &corpus, start, NULL, true, &res[nres]));
+        tr_opts ob = o;
+        ob.optim = 0;
+        ob.master = 0;
+        TRY(tr_run_recipe(&ob, TR_BF16, lowp ? "bf16-adamw-f32" : "bf16", o.steps, &all, g, &corpus, start, NULL, true,
+                          &res[nres]));
         nres++;
-    } else if (o.recipe == TR_BF16) {
+    } else if (o.recipe == TR_BF16 && !lowp) {
         base_idx = main_idx;
     }
     if (!lead) goto out;    /* the other MPI ranks: rank 0 reports */

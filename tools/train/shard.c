@@ -86,6 +86,11 @@ lpx_status tr_shard_setup(tr_rank *R, float *const *init)
         else if (grp == g->ngroups - 1) snprintf(name, sizeof name, "root");
         else snprintf(name, sizeof name, "group%d", grp);
         TRY(lpx_fsdp_group_add(R->fsdp, name, &R->grp[grp]));
+        if (R->o->optim || R->o->master) {
+            /* --optim / --master: low-precision AdamW state and masters in the shards */
+            lpx_fsdp_optim oo = {sizeof oo, (lpx_fsdp_state)R->o->optim, 0, (lpx_fsdp_master)R->o->master, R->o->seed};
+            TRY(lpx_fsdp_group_set_optim(R->grp[grp], &oo));
+        }
     }
     for (int p = 0; p < g->nparams; p++) {
         const tr_param *P = &g->p[p];

@@ -130,6 +130,9 @@ typedef struct tr_opts {
     int sample_len;
     double lr;
     uint64_t seed;
+    int optim;              /* --optim: an lpx_fsdp_state (adamw: f32 moments) */
+    int master;             /* --master: an lpx_fsdp_master */
+    bool optim_given, master_given; /* on the command line (--resume: else the checkpoint's) */
     bool wrap_linear;       /* shard groups per linear instead of per block */
     bool ac;                /* --ac full: activation checkpointing per block */
     bool compare;
