@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "os_internal.h"
+#include "../../core/numerics/integer.h"
 
 const lpx_kind *lpx__os_kinds[LPX_OPTIM_STATE_FORMATS];
 
@@ -272,16 +273,6 @@ static lpx_status os_unflatten(const lpx_kind *kind, lpx_dtype dtype, int ndim, 
                                out);
 }
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 /* a dim-0 shard holds whole blocks: rows * row_elems a multiple of block */
 static int64_t os_shard_unit(const lpx_tensor *t)
 {
@@ -289,7 +280,7 @@ static int64_t os_shard_unit(const lpx_tensor *t)
     if (os_parts_of("optimizer state shard_unit", "t", t, &p)) return 1;
     int64_t row = 1;
     for (int d = 1; d < lpx_tensor_ndim(t); d++) row *= lpx_tensor_shape(t)[d];
-    return row > 0 ? p.m.block / gcd64(row, p.m.block) : 1;
+    return row > 0 ? lpx_rows_for_whole_blocks(row, p.m.block) : 1;
 }
 
 static int os_describe(const lpx_tensor *t, char *buf, size_t len)
