@@ -1,0 +1,604 @@
+/* A deterministic pseudo-random property test of the op spec (include/
+ * lpx/op_args.h): every built-in op is called through lpx_dispatch with
+ * many argument sets built from its schema (right and wrong tags, absent
+ * optionals, NULL tensors, every built-in dtype, 0-d / empty / size-1 /
+ * broadcastable / mismatched / huge shapes and dims, strided, transposed,
+ * offset and stride-0 views, read-only tensors, lists of length 0, 1 and
+ * mismatched, INT64_MIN/MAX, NaN/inf). Each call must either succeed (its
+ * results released, nothing huge allocated) or fail with a non-zero status
+ * and a message that starts with the op's name; a refusal writes no input
+ * (checksums) and keeps no reference (refcounts); nothing crashes, hangs,
+ * leaks or trips ASan/UBSan. The seed and the failing case are printed.
+ * LPX_RAND_SEED / LPX_RAND_ITERS override the defaults; LPX_RAND_VERBOSE=1
+ * prints every case before it runs. */
+#include <float.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include "check.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RAND_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RAND_ASAN 1
+#endif
+#endif
+#ifndef RAND_ASAN
+#define RAND_ASAN 0
+#endif
+
+#define SEED_DEFAULT 0x5eed1234abcdull
+#define MAX_TENSORS 64
+#define RESULT_CAP_BYTES ((size_t)64 << 20)   /* no successful call returns more new memory */
+
+/* ---- the case being run, for every failure report -------------------- */
+static char cur_case[4096];
+static size_t cur_len;
+static uint64_t cur_seed;
+static long cur_iter;
+
+static void desc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void desc(const char *fmt, ...)
+{
+    if (cur_len >= sizeof cur_case - 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(cur_case + cur_len, sizeof cur_case - cur_len, fmt, ap);
+    va_end(ap);
+    if (n > 0) cur_len += (size_t)n;
+    if (cur_len > sizeof cur_case - 1) cur_len = sizeof cur_case - 1;
+}
+
+static void print_case(void)
+{
+    char buf[4400];
+    int n = snprintf(buf, sizeof buf, "\n  spec_random: seed 0x%llx iteration %ld: %s\n", (unsigned long long)cur_seed,
+                     cur_iter, cur_case);
+    if (n > 0) (void)!write(2, buf, (size_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1));
+}
+
+/* both sanitizers call this when they report; so does a crash or a hang */
+void __sanitizer_report_error_summary(const char *summary);
+void __sanitizer_report_error_summary(const char *summary)
+{
+    (void)!write(2, summary, strlen(summary));
+    print_case();
+}
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1:max_allocation_size_mb=1024"; }
+const char *__ubsan_default_options(void);
+const char *__ubsan_default_options(void) { return "halt_on_error=1:print_stacktrace=1"; }
+
+static void on_signal(int sig)
+{
+    const char *m = sig == SIGALRM ? "\n  spec_random: a call hung" : "\n  spec_random: crashed";
+    (void)!write(2, m, strlen(m));
+    print_case();
+    signal(sig, SIG_DFL);
+    raise(sig == SIGALRM ? SIGABRT : sig);
+}
+
+/* ---- pseudo-random numbers ------------------------------------------ */
+static uint64_t rng;
+static uint64_t rnext(void)
+{
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static int rint_(int n) { return (int)(rnext() % (uint64_t)n); }
+static bool chance(int pct) { return rint_(100) < pct; }
+
+/* ---- schemas ---------------------------------------------------------- */
+enum { K_T, K_TOPT, K_TS, K_I, K_IOPT, K_IS, K_ISOPT, K_F, K_B, K_D, K_DEV };
+typedef struct opinfo {
+    lpx_op op;
+    const char *name;
+    int nargs;
+    int kind[LPX_MAX_ARGS];
+    char argname[LPX_MAX_ARGS][32];
+} opinfo;
+
+static int parse_kind(const char *ty)
+{
+    if (!strcmp(ty, "Tensor") || !strcmp(ty, "Tensor(host)")) return K_T;
+    if (!strcmp(ty, "Tensor?") || !strcmp(ty, "Tensor(host)?")) return K_TOPT;
+    if (!strcmp(ty, "Tensor[]")) return K_TS;
+    if (!strcmp(ty, "int")) return K_I;
+    if (!strcmp(ty, "int?")) return K_IOPT;
+    if (!strcmp(ty, "int[]")) return K_IS;
+    if (!strcmp(ty, "int[]?")) return K_ISOPT;
+    if (!strcmp(ty, "float")) return K_F;
+    if (!strcmp(ty, "bool")) return K_B;
+    if (!strcmp(ty, "dtype")) return K_D;
+    if (!strcmp(ty, "device")) return K_DEV;
+    return -1;
+}
+
+static bool parse_schema(lpx_op op, opinfo *o)
+{
+    memset(o, 0, sizeof *o);
+    o->op = op;
+    o->name = lpx_op_name(op);
+    const char *s = lpx_op_schema(op);
+    const char *p = strchr(s, '(');
+    const char *end = strstr(s, ") ->");
+    if (!p || !end) return false;
+    p++;
+    while (p < end) {
+        while (*p == ' ' || *p == ',') p++;
+        if (p >= end) break;
+        char ty[32] = {0}, nm[32] = {0};
+        int i = 0;
+        while (*p != ' ' && i < 31) ty[i++] = *p++;
+        while (*p == ' ') p++;
+        i = 0;
+        while (p < end && *p != ',' && i < 31) nm[i++] = *p++;
+        int k = parse_kind(ty);
+        if (k < 0 || o->nargs >= LPX_MAX_ARGS) return false;
+        o->kind[o->nargs] = k;
+        snprintf(o->argname[o->nargs], sizeof o->argname[0], "%s", nm);
+        o->nargs++;
+    }
+    return true;
+}
+
+/* ---- the tensors of one case ----------------------------------------- */
+typedef struct tracked {
+    lpx_tensor *base;   /* what was allocated: checksummed whole */
+    uint64_t sum;
+} tracked;
+
+static lpx_tensor *args_t[MAX_TENSORS]; /* every tensor handed to the op */
+static int args_ref[MAX_TENSORS];
+static int nargs_t;
+static tracked bases[MAX_TENSORS];
+static int nbases;
+
+static size_t esize(lpx_dtype d) { return (size_t)lpx_dtype_get(d)->bits / 8; }
+
+static uint64_t checksum(const lpx_tensor *t)
+{
+    const unsigned char *p = lpx_tensor_data(t);
+    size_t n = (size_t)lpx_tensor_numel(t) * esize(lpx_tensor_dtype(t));
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static const lpx_dtype all_dtypes[] = {LPX_F32, LPX_F16, LPX_BF16, LPX_F8E4M3FN, LPX_F8E5M2,
+                                       LPX_U8,  LPX_I8,  LPX_I32,  LPX_I64,      LPX_BOOL};
+
+static void fill(lpx_tensor *t, bool index_like)
+{
+    lpx_dtype d = lpx_tensor_dtype(t);
+    int64_t n = lpx_tensor_numel(t);
+    unsigned char *p = lpx_tensor_data(t);
+    if (chance(15)) {   /* raw bytes: NaN, inf, huge indices */
+        for (size_t i = 0; i < (size_t)n * esize(d); i++) p[i] = (unsigned char)rnext();
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float v = index_like ? (float)(rint_(10) - 1) : (float)((int)(rnext() % 2001) - 1000) / 500.0f;
+        if (!lpx_dtype_get(d)->is_float) v = d == LPX_BOOL ? (float)(rint_(2)) : (float)rint_(4);
+        lpx_convert(p + (size_t)i * esize(d), d, &v, LPX_F32, 1, LPX_CONVERT_SATURATE);
+    }
+}
+
+typedef struct shape_ctx {
+    int ndim;
+    int64_t shape[4];
+    lpx_dtype dtype;
+    bool huge_ok;   /* the op only views or allocates first: huge stride-0 views are refused fast */
+} shape_ctx;
+
+static const char *layout_names[] = {"contig", "transposed", "strided", "offset", "stride0", "huge0"};
+
+/* A tensor for argument `name`, or NULL when the allocation failed. */
+static lpx_tensor *make_tensor(const shape_ctx *sc, const char *name)
+{
+    bool index_like = !strcmp(name, "indices") || !strcmp(name, "target");
+    int nd = sc->ndim;
+    int64_t sh[4];
+    memcpy(sh, sc->shape, sizeof sh);
+    int r = rint_(100);
+    if (r < 55) {
+    } else if (r < 68) {   /* broadcastable: dims to 1, or fewer leading dims */
+        for (int i = 0; i < nd; i++)
+            if (chance(40)) sh[i] = 1;
+        if (nd && chance(40)) {
+            int drop = 1 + rint_(nd);
+            memmove(sh, sh + drop, sizeof(int64_t) * (size_t)(nd - drop));
+            nd -= drop;
+        }
+    } else if (r < 75) {   /* reversed */
+        for (int i = 0; i < nd / 2; i++) {
+            int64_t tmp = sh[i];
+            sh[i] = sh[nd - 1 - i];
+            sh[nd - 1 - i] = tmp;
+        }
+    } else if (r < 90) {   /* random */
+        nd = rint_(5);
+        for (int i = 0; i < nd; i++) sh[i] = (int64_t[]){0, 1, 2, 3, 4, 5, 8, 16}[rint_(8)];
+    } else if (r < 95) {   /* one more dim */
+        if (nd < 4) {
+            memmove(sh + 1, sh, sizeof(int64_t) * (size_t)nd);
+            sh[0] = 1 + rint_(3);
+            nd++;
+        }
+    } else {   /* empty */
+        if (nd) sh[rint_(nd)] = 0;
+    }
+    lpx_dtype d = sc->dtype;
+    if (index_like) d = chance(70) ? LPX_I64 : chance(50) ? LPX_I32 : all_dtypes[rint_(10)];
+    else if (chance(15)) d = all_dtypes[rint_(10)];
+
+    int layout = rint_(100);
+    layout = layout < 70 ? 0 : layout < 80 ? 1 : layout < 88 ? 2 : layout < 93 ? 3 : layout < 98 ? 4 : 5;
+    if (layout == 1 && nd < 2) layout = 0;
+    if ((layout == 2 || layout == 3) && nd < 1) layout = 0;
+    if (layout == 5 && (!sc->huge_ok || nd < 1)) layout = 4;
+
+    int64_t bsh[4];
+    memcpy(bsh, sh, sizeof bsh);
+    int64_t st[4];
+    int64_t off = 0;
+    int bnd = nd;
+    if (layout == 1) {
+        bsh[nd - 2] = sh[nd - 1];
+        bsh[nd - 1] = sh[nd - 2];
+    } else if (layout == 2) {
+        bsh[nd - 1] = 2 * sh[nd - 1] + 1;
+    } else if (layout == 3) {
+        bsh[0] = sh[0] + 1;
+    } else if (layout >= 4) {
+        bnd = 1;
+        bsh[0] = 1;
+    }
+    lpx_tensor *base = NULL, *t = NULL;
+    if (lpx_tensor_new(d, bnd, bsh, lpx_cpu(), &base)) return NULL;
+    fill(base, index_like);
+    if (layout == 0) {
+        t = base;
+        lpx_tensor_retain(t);
+    } else {
+        int64_t acc = 1;
+        for (int i = bnd - 1; i >= 0; i--) {
+            st[i] = acc;
+            acc *= bsh[i] ? bsh[i] : 1;
+        }
+        int64_t vst[4];
+        memcpy(vst, st, sizeof vst);
+        if (layout == 1) {
+            vst[nd - 2] = st[nd - 1];
+            vst[nd - 1] = st[nd - 2];
+        } else if (layout == 2) {
+            vst[nd - 1] = 2;
+            off = 1;
+        } else if (layout == 3) {
+            off = st[0];
+        } else {
+            for (int i = 0; i < nd; i++) vst[i] = 0;
+            if (layout == 5) {   /* numel > 2^40: anything that allocates it is refused */
+                sh[0] = (int64_t)1 << (41 + rint_(20));
+                if (chance(30)) sh[0] = INT64_MAX / 2;
+            }
+        }
+        if (lpx_tensor_view_of(base, nd, sh, vst, off, &t)) {
+            lpx_tensor_release(base);
+            return NULL;
+        }
+    }
+    if (chance(5)) lpx_tensor_mark_readonly(base);
+    bases[nbases].base = base;
+    bases[nbases].sum = checksum(base);
+    nbases++;
+    desc("%s[", lpx_dtype_name(d));
+    for (int i = 0; i < nd; i++) desc(i ? ",%lld" : "%lld", (long long)sh[i]);
+    desc("]%s%s", layout ? layout_names[layout] : "", lpx_tensor_is_readonly(base) ? ",ro" : "");
+    args_t[nargs_t] = t;
+    nargs_t++;
+    return t;
+}
+
+static int64_t rand_int(const shape_ctx *sc)
+{
+    int r = rint_(100);
+    if (r < 45) return rint_(9) - 3;
+    if (r < 60) return (int64_t[]){0, 1, 2, 4, 8, 16, 32, 64, 128, 256}[rint_(10)];
+    if (r < 70 && sc->ndim) return sc->shape[rint_(sc->ndim)];
+    if (r < 85)
+        return (int64_t[]){INT64_MIN,       INT64_MAX,  INT32_MAX, INT32_MIN,           (int64_t)INT32_MAX + 1,
+                           (int64_t)1 << 62, -((int64_t)1 << 62), -1, INT64_MIN + 1, INT64_MAX - 1, (int64_t)1 << 33,
+                           (int64_t)1 << 40}[rint_(12)];
+    return (int64_t)(rnext() % 41) - 20;
+}
+
+static double rand_float(void)
+{
+    int r = rint_(100);
+    if (r < 70) return (double)((int)(rnext() % 2001) - 1000) / 500.0;
+    if (r < 80) return (double[]){0.0, 1.0, 0.5, 1e-5, 0.9, 0.999, 1e-8, 448.0}[rint_(8)];
+    return (double[]){NAN, INFINITY, -INFINITY, -0.0, 1e308, -1e308, 1e-310, DBL_MAX, -DBL_MAX, 1e19, -1e19,
+                      9.3e18}[rint_(12)];
+}
+
+/* ---- one call --------------------------------------------------------- */
+typedef struct call_store {
+    lpx_value v[LPX_MAX_ARGS + 1];
+    int64_t ints[LPX_MAX_ARGS][8];
+    lpx_tensor *lists[LPX_MAX_ARGS][5];
+} call_store;
+
+static const char *views_ops[] = {"view",  "reshape",  "transpose", "t",     "permute", "slice", "narrow",
+                                  "expand", "contiguous", "clone",     "detach", "neg",     "abs",   "cast",
+                                  "add",   "mul",      "mul_scalar", NULL};
+
+static bool in_list(const char *name, const char *const *l)
+{
+    for (; *l; l++)
+        if (!strcmp(*l, name)) return true;
+    return false;
+}
+
+static long n_ok, n_refused, n_nomem, n_skipped;
+
+static void run_one(const opinfo *o)
+{
+    call_store cs;
+    memset(&cs, 0, sizeof cs);
+    cur_len = 0;
+    cur_case[0] = 0;
+    nargs_t = 0;
+    nbases = 0;
+    desc("%s(", o->name);
+
+    shape_ctx sc;
+    sc.ndim = rint_(100) < 10 ? 0 : 1 + rint_(rint_(100) < 70 ? 3 : 4);
+    for (int i = 0; i < sc.ndim; i++) sc.shape[i] = (int64_t[]){1, 2, 2, 3, 3, 4, 4, 5, 8, 16, 0}[rint_(11)];
+    if (sc.ndim == 4 && chance(50)) sc.shape[3] = 128 + 32 * rint_(3);
+    sc.dtype = chance(60) ? LPX_F32 : all_dtypes[rint_(10)];
+    sc.huge_ok = in_list(o->name, views_ops);
+    int list_len = chance(10) ? 0 : chance(60) ? 1 : 1 + rint_(3);
+    bool alloc_failed = false;
+
+    int nargs = o->nargs;
+    for (int i = 0; i < nargs; i++) {
+        desc("%s%s=", i ? ", " : "", o->argname[i]);
+        int k = o->kind[i];
+        lpx_value *v = &cs.v[i];
+        if (chance(2)) {   /* a wrong tag */
+            int w = rint_(8);
+            switch (w) {
+            case 0: *v = lpx_v_none(); desc("NONE"); break;
+            case 1: *v = lpx_v_i64(1); desc("I64(1)"); break;
+            case 2: *v = lpx_v_f64(1.0); desc("F64(1)"); break;
+            case 3: *v = lpx_v_str("x"); desc("STR"); break;
+            case 4: *v = lpx_v_ptr(NULL); desc("PTR(NULL)"); break;
+            case 5: *v = lpx_v_ints(NULL, 3); desc("INTS(NULL,3)"); break;
+            case 6: *v = lpx_v_tensors(NULL, 2); desc("TENSORS(NULL,2)"); break;
+            default:
+                *v = lpx_v_none();
+                v->tag = (uint16_t)(77 + rint_(1000));
+                desc("tag %u", v->tag);
+                break;
+            }
+            continue;
+        }
+        switch (k) {
+        case K_T:
+        case K_TOPT: {
+            if (k == K_TOPT && chance(40)) {
+                *v = lpx_v_none();
+                desc("none");
+                break;
+            }
+            if (chance(2)) {
+                *v = lpx_v_tensor(NULL);
+                desc("NULL");
+                break;
+            }
+            lpx_tensor *t = make_tensor(&sc, o->argname[i]);
+            if (!t) alloc_failed = true;
+            *v = lpx_v_tensor(t);
+            break;
+        }
+        case K_TS: {
+            int n = chance(85) ? list_len : rint_(4);
+            desc("[");
+            for (int j = 0; j < n; j++) {
+                if (j) desc(" ");
+                cs.lists[i][j] = make_tensor(&sc, o->argname[i]);
+                if (!cs.lists[i][j]) alloc_failed = true;
+            }
+            desc("]");
+            if (n && chance(2)) {
+                int j = rint_(n);
+                desc("(entry %d NULL)", j);
+                cs.lists[i][j] = NULL;   /* make_tensor tracked it for release */
+            }
+            *v = lpx_v_tensors(cs.lists[i], (uint32_t)n);
+            break;
+        }
+        case K_I:
+        case K_IOPT:
+            if (k == K_IOPT && chance(30)) {
+                *v = lpx_v_none();
+                desc("none");
+                break;
+            }
+            *v = lpx_v_i64(rand_int(&sc));
+            desc("%lld", (long long)v->u.i);
+            break;
+        case K_IS:
+        case K_ISOPT: {
+            if (k == K_ISOPT && chance(30)) {
+                *v = lpx_v_none();
+                desc("none");
+                break;
+            }
+            int n;
+            int r = rint_(100);
+            if (r < 40 && sc.ndim) {   /* a shape or dims like x's */
+                n = sc.ndim;
+                for (int j = 0; j < n; j++) cs.ints[i][j] = chance(50) ? sc.shape[j] : j;
+                if (chance(30)) cs.ints[i][rint_(n)] = chance(50) ? -1 : rand_int(&sc);
+                if (chance(30)) {   /* reversed */
+                    for (int j = 0; j < n / 2; j++) {
+                        int64_t tmp = cs.ints[i][j];
+                        cs.ints[i][j] = cs.ints[i][n - 1 - j];
+                        cs.ints[i][n - 1 - j] = tmp;
+                    }
+                }
+            } else {
+                n = chance(15) ? 0 : 1 + rint_(chance(5) ? 8 : 4);
+                for (int j = 0; j < n; j++) cs.ints[i][j] = chance(60) ? rint_(6) - 1 : rand_int(&sc);
+            }
+            *v = lpx_v_ints(cs.ints[i], (uint32_t)n);
+            desc("{");
+            for (int j = 0; j < n; j++) desc(j ? ",%lld" : "%lld", (long long)cs.ints[i][j]);
+            desc("}");
+            break;
+        }
+        case K_F:
+            *v = lpx_v_f64(rand_float());
+            desc("%g", v->u.f);
+            break;
+        case K_B:
+            *v = lpx_v_bool(chance(50));
+            desc("%s", v->u.b ? "true" : "false");
+            break;
+        case K_D: {
+            int r = rint_(100);
+            lpx_dtype d = r < 90 ? all_dtypes[rint_(10)] : (lpx_dtype)(int[]){-1, 10, 63, 64, 1000, INT32_MIN}[rint_(6)];
+            *v = lpx_v_dtype(d);
+            if (lpx_dtype_valid(d)) desc("%s", lpx_dtype_name(d));
+            else desc("dtype %d", (int)d);
+            break;
+        }
+        case K_DEV: {
+            lpx_device dev = lpx_cpu();
+            if (chance(5)) dev.type = 99;
+            if (chance(5)) dev.index = 7;
+            *v = lpx_v_device(dev);
+            desc("dev(%d,%d)", (int)dev.type, (int)dev.index);
+            break;
+        }
+        }
+    }
+    if (chance(1)) {
+        nargs += chance(50) ? 1 : -1;
+        if (nargs > o->nargs) cs.v[o->nargs] = lpx_v_i64(0);
+        desc(" | nargs %d", nargs);
+    }
+    desc(")");
+    for (int j = 0; j < nargs_t; j++) args_ref[j] = args_t[j] ? lpx_tensor_refcount(args_t[j]) : 0;
+
+    if (getenv("LPX_RAND_VERBOSE")) fprintf(stderr, "%ld %s\n", cur_iter, cur_case);
+    if (alloc_failed) {
+        n_skipped++;
+    } else {
+        lpx_clear_error();
+        lpx_call c;
+        lpx_call_init(&c, o->op, cs.v, nargs < 0 ? 0 : nargs);
+        alarm(RAND_ASAN ? 30 : 10);
+        lpx_status st = lpx_dispatch(&c);
+        alarm(0);
+        if (st == LPX_OK) {
+            n_ok++;
+            for (int r = 0; r < c.nrets; r++) {
+                if (c.rets[r].tag != LPX_TAG_TENSOR) continue;
+                lpx_tensor *t = c.rets[r].u.t;
+                CHECKF(t != NULL, "%s: ret %d is a NULL tensor", o->name, r);
+                if (!t || lpx_tensor_kind(t)) continue;
+                bool shares = false;
+                for (int j = 0; j < nargs_t; j++)
+                    if (args_t[j] && lpx_tensor_shares_storage(t, args_t[j])) shares = true;
+                size_t nb = lpx_dtype_nbytes(lpx_tensor_dtype(t), lpx_tensor_numel(t));
+                CHECKF(shares || nb <= RESULT_CAP_BYTES, "%s: ret %d allocated %zu bytes", o->name, r, nb);
+            }
+            lpx_call_release_rets(&c);
+        } else {
+            n_refused++;
+            if (st == LPX_ENOMEM) n_nomem++;
+            const char *m = lpx_last_error();
+            size_t ln = strlen(o->name);
+            CHECKF(m && m[0], "%s refused (%s) without a message", o->name, lpx_status_string(st));
+            CHECKF(m && !strncmp(m, o->name, ln) && (m[ln] == ':' || m[ln] == ' ' || m[ln] == '('),
+                   "%s refused (%s): the message does not start with the op's name: '%s'", o->name,
+                   lpx_status_string(st), m ? m : "(null)");
+            for (int j = 0; j < nbases; j++)
+                CHECKF(checksum(bases[j].base) == bases[j].sum, "%s refused (%s: %s) but wrote input tensor %d",
+                       o->name, lpx_status_string(st), m, j);
+        }
+        for (int j = 0; j < nargs_t; j++)
+            if (args_t[j])
+                CHECKF(lpx_tensor_refcount(args_t[j]) == args_ref[j], "%s (%s): tensor %d's refcount %d -> %d",
+                       o->name, st ? "refused" : "ok", j, args_ref[j], lpx_tensor_refcount(args_t[j]));
+    }
+    if (check_case_failures) {
+        print_case();
+        check_total_failures += check_case_failures;
+        check_case_failures = 0;
+        /* keep going: every failure is reported with its case */
+    }
+    for (int j = 0; j < nargs_t; j++) lpx_tensor_release(args_t[j]);
+    for (int j = 0; j < nbases; j++) lpx_tensor_release(bases[j].base);
+}
+
+static opinfo ops[LPX_MAX_OPS];
+static int nops;
+
+static void test_random_calls(void)
+{
+    const char *e = getenv("LPX_RAND_SEED");
+    cur_seed = e ? strtoull(e, NULL, 0) : SEED_DEFAULT;
+    e = getenv("LPX_RAND_ITERS");
+    long iters = e ? strtol(e, NULL, 0) : (RAND_ASAN ? 600 : 1500);
+    const char *only = getenv("LPX_RAND_OP");
+    printf("  seed 0x%llx, %ld calls per op\n", (unsigned long long)cur_seed, iters);
+    nops = 0;
+    for (lpx_op op = 0; op < lpx_op_count() && op < LPX_MAX_OPS; op++) {
+        if (!lpx_op_spec_size(op)) continue;
+        if (only && strcmp(only, lpx_op_name(op))) continue;
+        if (!parse_schema(op, &ops[nops])) {
+            fprintf(stderr, "  cannot parse the schema of %s: %s\n", lpx_op_name(op), lpx_op_schema(op));
+            check_case_failures++;
+            continue;
+        }
+        nops++;
+    }
+    CHECKF(only || nops >= 75, "%d ops with a spec family, want the 75 built-ins", nops);
+    for (int k = 0; k < nops; k++) {
+        rng = cur_seed ^ ((uint64_t)ops[k].op * 0x9e3779b97f4a7c15ull);
+        for (long it = 0; it < iters; it++) {
+            cur_iter = it;
+            run_one(&ops[k]);
+        }
+    }
+    int total = check_total_failures;
+    check_total_failures = 0;
+    check_case_failures += total;
+    printf("  %ld ok, %ld refused (%ld ENOMEM), %ld not run (an input could not be built)\n", n_ok, n_refused,
+           n_nomem, n_skipped);
+}
+
+int main(void)
+{
+    signal(SIGALRM, on_signal);
+#if !RAND_ASAN   /* ASan reports these itself (then calls the summary hook above) */
+    signal(SIGSEGV, on_signal);
+    signal(SIGBUS, on_signal);
+    signal(SIGFPE, on_signal);
+    /* a call that tries to allocate gigabytes gets ENOMEM, not the machine */
+    struct rlimit rl = {(rlim_t)6 << 30, (rlim_t)6 << 30};
+    setrlimit(RLIMIT_AS, &rl);
+#endif
+    CHECK_OK(lpx_init());
+    RUN(test_random_calls);
+    return CHECK_DONE();
+}
