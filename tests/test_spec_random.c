@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <unistd.h>
 #include <sys/resource.h>
-#include "check.h"
+#include "spec_harness.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define RAND_ASAN 1
@@ -198,6 +198,8 @@ typedef struct shape_ctx {
 
 static const char *layout_names[] = {"contig", "transposed", "strided", "offset", "stride0", "huge0"};
 
+static lpx_tensor *make_exact(const shape_ctx *sc, bool index_like, lpx_dtype d, int nd, const int64_t *shape_in);
+
 /* A tensor for argument `name`, or NULL when the allocation failed. */
 static lpx_tensor *make_tensor(const shape_ctx *sc, const char *name)
 {
@@ -237,6 +239,15 @@ static lpx_tensor *make_tensor(const shape_ctx *sc, const char *name)
     if (index_like) d = chance(70) ? LPX_I64 : chance(50) ? LPX_I32 : all_dtypes[rint_(10)];
     else if (chance(15)) d = all_dtypes[rint_(10)];
 
+    return make_exact(sc, index_like, d, nd, sh);
+}
+
+/* A tensor of exactly this dtype and shape, in a random layout, with
+ * random data; NULL when the allocation failed. */
+static lpx_tensor *make_exact(const shape_ctx *sc, bool index_like, lpx_dtype d, int nd, const int64_t *shape_in)
+{
+    int64_t sh[4] = {0};
+    memcpy(sh, shape_in, sizeof(int64_t) * (size_t)nd);
     int layout = rint_(100);
     layout = layout < 70 ? 0 : layout < 80 ? 1 : layout < 88 ? 2 : layout < 93 ? 3 : layout < 98 ? 4 : 5;
     if (layout == 1 && nd < 2) layout = 0;
@@ -329,12 +340,172 @@ static double rand_float(const char *name)
                       9.3e18}[rint_(12)];
 }
 
-/* ---- one call --------------------------------------------------------- */
+
 typedef struct call_store {
     lpx_value v[LPX_MAX_ARGS + 1];
     int64_t ints[LPX_MAX_ARGS][8];
     lpx_tensor *lists[LPX_MAX_ARGS][5];
 } call_store;
+
+/* ---- good argument sets (the spec tests' tables), mutated ----------- */
+#define E4 LPX_F8E4M3FN
+#define E5 LPX_F8E5M2
+#define F32 LPX_F32
+#define I32 LPX_I32
+#define PAYLOAD T(LPX_U8, 1, 64), T(LPX_I8, 1, 2), T(LPX_F32, 1, 1), T(LPX_F32, 1, 1)
+#define HP F(1e-3), F(0.9), F(0.999), F(1e-8), F(0.0)
+#define P300 S(1, TA(LPX_F32, 2, 3, 100))
+#define G300 S(1, TA(LPX_BF16, 1, 300))
+#define C300 S(1, TA(LPX_U8, 1, 300))
+#define C150 S(1, TA(LPX_U8, 1, 150))
+#define H300 S(1, TA(LPX_F16, 1, 300))
+#define SC3 S(1, TA(LPX_F32, 1, 3))
+#define AS8(...) {P300, G300, C300, SC3, C300, SC3, I(0), I(128), HP, I(1), __VA_ARGS__}
+static const bad_case templates[] = {
+    {"fp8_quantize", 7, {T(LPX_BF16, 2, 2, 3), NONE, D(E4), NONE, B(1), F(448), B(1)}, LPX_OK, NULL},
+    {"fp8_quantize", 7, {T(LPX_F32, 2, 2, 3), T(LPX_F32, 2, 2, 1), D(E5), I(-1), B(0), F(0), B(0)}, LPX_OK, NULL},
+    {"fp8_quantize", 7, {T(LPX_F16, 0, 0), T(LPX_F32, 1, 1), D(E4), NONE, B(0), F(0), B(1)}, LPX_OK, NULL},
+    {"fp8_quantize_t", 10, {T(LPX_F32, 2, 2, 3), NONE, D(E4), B(1), B(0), F(0), B(1), T(E4, 2, 3, 2),
+                            T(LPX_F32, 2, 3, 1), T(LPX_F32, 2, 3, 1)}, LPX_OK, NULL},
+    {"fp8_quantize_t", 10, {T(LPX_F32, 2, 2, 3), T(LPX_F32, 0, 0), D(E5), B(0), B(0), F(0), B(1), T(E5, 2, 3, 2),
+                            T(LPX_F32, 1, 1), T(LPX_F32, 0, 0)}, LPX_OK, NULL},
+    {"fp8_dequantize", 3, {T(E4, 2, 2, 3), T(LPX_F32, 2, 2, 1), D(LPX_BF16)}, LPX_OK, NULL},
+    {"fp8_scaled_mm", 7, {T(E4, 2, 2, 3), T(LPX_F32, 2, 2, 1), T(E5, 2, 3, 4), T(LPX_F32, 2, 1, 4),
+                          T(LPX_F32, 1, 4), D(LPX_BF16), B(1)}, LPX_OK, NULL},
+    {"fp8_scale_from_amax", 4, {T(LPX_F32, 1, 3), D(E4), B(1), F(0)}, LPX_OK, NULL},
+    {"fp8_quantize_block", 6, {T(LPX_F32, 2, 5, 8), D(E4), I(4), I(4), B(0), B(1)}, LPX_OK, NULL},
+    {"fp8_dequantize_block", 5, {T(E4, 2, 5, 8), T(LPX_F32, 2, 2, 2), I(4), I(4), D(LPX_F16)}, LPX_OK, NULL},
+    {"fp8_mm_block", 10, {T(E4, 2, 2, 8), T(LPX_F32, 2, 2, 2), I(1), I(4), T(E5, 2, 8, 3), T(LPX_F32, 2, 2, 1),
+                          I(4), I(128), T(LPX_F32, 1, 3), D(LPX_F32)}, LPX_OK, NULL},
+    {"nf4_quantize", 3, {T(LPX_F32, 1, 100), I(64), I(2)}, LPX_OK, NULL},
+    {"nf4_dequantize", 10, {PAYLOAD, I(64), I(2), I(10), I(100), D(LPX_F16), T(LPX_F16, 2, 10, 10)}, LPX_OK, NULL},
+    {"nf4_dequantize", 10, {PAYLOAD, I(64), I(2), I(0), I(128), D(LPX_F32), NONE}, LPX_OK, NULL},
+    {"nf4_mm", 11, {T(LPX_F32, 2, 3, 16), PAYLOAD, I(64), I(2), I(8), I(16), B(1), T(LPX_F32, 1, 8)}, LPX_OK, NULL},
+    {"nf4_mm", 11, {T(LPX_F32, 2, 3, 8), PAYLOAD, I(64), I(2), I(8), I(16), B(0), NONE}, LPX_OK, NULL},
+    {"qlora_dropout", 4, {T(LPX_BF16, 2, 2, 3), F(0.1), I(7), D(LPX_F32)}, LPX_OK, NULL},
+    {"matmul", 3, {T(F32, 2, 2, 3), T(F32, 2, 3, 4), NONE}, 0, NULL},
+    {"matmul", 3, {T(F32, 3, 2, 2, 3), T(F32, 2, 3, 4), T(F32, 3, 2, 2, 4)}, 0, NULL},
+    {"matmul", 3, {T(LPX_BF16, 1, 3), T(LPX_BF16, 2, 3, 4), NONE}, 0, NULL},
+    {"linear", 3, {T(F32, 3, 2, 2, 3), T(LPX_BF16, 2, 4, 3), T(LPX_F16, 1, 4)}, 0, NULL},
+    {"linear", 3, {T(F32, 1, 3), T(F32, 2, 4, 3), NONE}, 0, NULL},
+    {"addmm", 5, {T(F32, 1, 4), T(F32, 2, 2, 3), T(F32, 2, 3, 4), F(0.5), F(2)}, 0, NULL},
+    {"addmm", 5, {T(F32, 2, 2, 4), T(F32, 2, 2, 3), T(F32, 2, 3, 4), F(0), F(1)}, 0, NULL},
+    {"rmsnorm", 3, {T(LPX_BF16, 3, 2, 3, 4), T(F32, 1, 4), F(1e-6)}, 0, NULL},
+    {"rmsnorm_backward", 4, {T(F32, 2, 2, 4), T(F32, 2, 2, 4), NONE, T(F32, 2, 2, 1)}, 0, NULL},
+    {"rmsnorm_backward", 4, {T(F32, 2, 2, 4), T(F32, 2, 2, 4), T(F32, 1, 4), T(F32, 2, 2, 1)}, 0, NULL},
+    {"softmax_backward", 3, {T(F32, 2, 2, 4), T(F32, 2, 2, 4), I(-1)}, 0, NULL},
+    {"cross_entropy", 3, {T(LPX_BF16, 2, 2, 5), T(I32, 1, 2), I(-100)}, 0, NULL},
+    {"cross_entropy_backward", 4, {T(F32, 2, 2, 5), T(LPX_I64, 1, 2), I(0), F(0.5)}, 0, NULL},
+    {"embedding", 2, {T(I32, 2, 5, 3), T(LPX_I64, 2, 2, 4)}, 0, NULL},
+    {"embedding_backward", 3, {T(F32, 3, 2, 4, 3), T(I32, 2, 2, 4), I(8)}, 0, NULL},
+    {"rope", 3, {T(LPX_BF16, 4, 1, 2, 2, 4), T(F32, 1, 2), I(7)}, 0, NULL},
+    {"rope_backward", 3, {T(F32, 4, 1, 2, 2, 4), T(F32, 1, 2), I(0)}, 0, NULL},
+    {"attention", 5, {T(F32, 4, 1, 2, 4, 8), T(F32, 4, 1, 3, 2, 8), T(F32, 4, 1, 3, 2, 8), B(1), F(0.25)}, 0, NULL},
+    {"attention", 5, {T(F32, 4, 1, 2, 3, 4), T(F32, 4, 1, 2, 3, 4), T(F32, 4, 1, 2, 3, 4), B(0), F(0.5)}, 0, NULL},
+    {"attention_backward", 8, {T(LPX_BF16, 4, 1, 2, 2, 4), T(F32, 4, 1, 2, 2, 4), T(F32, 4, 1, 2, 1, 4),
+                               T(F32, 4, 1, 2, 1, 4), T(LPX_F16, 4, 1, 2, 2, 4), T(F32, 3, 1, 2, 2), B(0), F(0.5)},
+     0, NULL},
+    {"swiglu_backward", 3, {T(LPX_BF16, 2, 2, 3), T(F32, 2, 2, 3), T(LPX_F16, 2, 2, 3)}, 0, NULL},
+    {"adamw_", 10, {S(2, TA(LPX_F32, 1, 4), TA(LPX_BF16, 2, 2, 3)), S(2, TA(LPX_F32, 1, 4), TA(LPX_F16, 1, 6)),
+                    S(2, TA(LPX_F32, 1, 4), TA(LPX_F32, 1, 6)), S(2, TA(LPX_F32, 1, 4), TA(LPX_F32, 1, 6)), HP, I(3)},
+     0, NULL},
+    {"adamw_", 10, {S(1, TA(LPX_F32, 1, 4)), S(1, TA(LPX_F32, 1, 4)), S(1, TA(LPX_F32, 1, 4)),
+                    S(1, TA(LPX_F32, 1, 4)), HP, I(1)}, 0, NULL},
+    {"adamw_state_", 16, AS8(L(1, 0), S(0, )), 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C150, SC3, C150, SC3, I(1), I(128), HP, I(7), L(1, 0), S(0, )}, 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, H300, SC3, I(2), I(128), HP, I(2), L(1, 0), S(0, )}, 0, NULL},
+    {"adamw_state_", 16, {S(1, TA(LPX_BF16, 1, 300)), G300, C300, SC3, C300, SC3, I(0), I(128), HP, I(1),
+                          L(4, 1, 42, 3, 1000), S(0, )}, 0, NULL},
+    {"adamw_state_", 16, {S(1, TA(LPX_F16, 1, 300)), G300, C300, SC3, H300, SC3, I(2), I(128), HP, I(1),
+                          L(4, 3, 42, 3, 1000), SC3}, 0, NULL},
+    {"cat", 2, {S(3, TA(LPX_F32, 1, 0), TA(LPX_F32, 2, 2, 3), TA(LPX_F32, 2, 1, 3)), I(0)}, LPX_OK, NULL},
+    {"cat", 2, {S(2, TA(LPX_F32, 2, 2, 3), TA(LPX_F32, 2, 2, 1)), I(-1)}, LPX_OK, NULL},
+    {"narrow", 4, {T(LPX_F32, 2, 4, 5), I(0), I(-2), I(2)}, LPX_OK, NULL},
+    {"slice", 5, {T(LPX_F32, 2, 4, 5), I(1), I(-100), I(100), I(3)}, LPX_OK, NULL},
+    {"transpose", 3, {T(LPX_F32, 3, 2, 3, 4), I(-1), I(0)}, LPX_OK, NULL},
+    {"permute", 2, {T(LPX_F32, 3, 2, 3, 4), L(3, 2, 0, 1)}, LPX_OK, NULL},
+};
+
+/* An int like a template's: nudged, or anything. */
+static int64_t nudge(int64_t v, const shape_ctx *sc)
+{
+    int r = rint_(100);
+    if (r < 50) return v + (rint_(2) ? 1 : -1);
+    if (r < 65) return -v;
+    if (r < 75) return 0;
+    return rand_int(sc);
+}
+
+/* Template argument `a` for schema argument i; `mut` (1) nudges a
+ * tensor's shape or dtype, an int, a list. */
+static void from_template(const opinfo *o, int i, const arg *a, bool mut, const shape_ctx *sc, call_store *cs,
+                          bool *alloc_failed)
+{
+    lpx_value *v = &cs->v[i];
+    bool index_like = !strcmp(o->argname[i], "indices") || !strcmp(o->argname[i], "target");
+    switch (a->kind) {
+    case 'T':
+    case 'S': {
+        int n = a->kind == 'T' ? 1 : (int)a->i;
+        if (a->kind == 'S') desc("[");
+        int which = mut && n ? rint_(n) : -1;
+        if (mut && a->kind == 'S' && chance(40)) {   /* a list one longer or shorter */
+            n = chance(50) && n < 4 ? n + 1 : n > 0 ? n - 1 : 0;
+            which = -1;
+        }
+        for (int j = 0; j < n; j++) {
+            targ t = a->kind == 'T' ? a->t : a->ts[j < (int)a->i ? j : 0];
+            if (j == which) {
+                int r = rint_(100);
+                if (r < 40 && t.ndim) t.shape[rint_(t.ndim)] = (int64_t[]){0, 1, 2, 3, 5, 7, 16, 128}[rint_(8)];
+                else if (r < 55 && t.ndim) t.shape[rint_(t.ndim)] += 1;
+                else if (r < 65 && t.ndim) t.ndim--;
+                else if (r < 75 && t.ndim < 4) t.shape[t.ndim++] = 1 + rint_(3);
+                else t.dtype = all_dtypes[rint_(10)];
+            }
+            if (j) desc(" ");
+            lpx_tensor *x = make_exact(sc, index_like, t.dtype, t.ndim, t.shape);
+            if (!x) *alloc_failed = true;
+            if (a->kind == 'T') *v = lpx_v_tensor(x);
+            else cs->lists[i][j] = x;
+        }
+        if (a->kind == 'S') {
+            desc("]");
+            *v = lpx_v_tensors(cs->lists[i], (uint32_t)n);
+        }
+        break;
+    }
+    case 'N': *v = lpx_v_none(); desc("none"); break;
+    case 'I': *v = lpx_v_i64(mut ? nudge(a->i, sc) : a->i); desc("%lld", (long long)v->u.i); break;
+    case 'F': *v = lpx_v_f64(mut ? rand_float(o->argname[i]) : a->f); desc("%g", v->u.f); break;
+    case 'B': *v = lpx_v_bool(mut ? !a->i : a->i != 0); desc("%s", v->u.b ? "true" : "false"); break;
+    case 'D': {
+        lpx_dtype d = mut ? all_dtypes[rint_(10)] : (lpx_dtype)a->i;
+        *v = lpx_v_dtype(d);
+        desc("%s", lpx_dtype_name(d));
+        break;
+    }
+    case 'V': *v = lpx_v_device(lpx_cpu()); desc("cpu"); break;
+    case 'L': {
+        int n = (int)a->i;
+        memcpy(cs->ints[i], a->list, sizeof a->list);
+        if (mut && n && chance(70)) {
+            int j = rint_(n);
+            cs->ints[i][j] = nudge(cs->ints[i][j], sc);
+        } else if (mut) {
+            n = chance(50) && n < 4 ? n + 1 : n > 0 ? n - 1 : 0;
+            if (n) cs->ints[i][n - 1] = rint_(4) - 1;
+        }
+        *v = lpx_v_ints(cs->ints[i], (uint32_t)n);
+        desc("{");
+        for (int j = 0; j < n; j++) desc(j ? ",%lld" : "%lld", (long long)cs->ints[i][j]);
+        desc("}");
+        break;
+    }
+    }
+}
+
+/* ---- one call --------------------------------------------------------- */
 
 static const char *views_ops[] = {"view",  "reshape",  "transpose", "t",     "permute", "slice", "narrow",
                                   "expand", "contiguous", "clone",     "detach", "neg",     "abs",   "cast",
@@ -369,10 +540,26 @@ static void run_one(const opinfo *o)
     int list_len = chance(10) ? 0 : chance(60) ? 1 : 1 + rint_(3);
     bool alloc_failed = false;
 
+    const bad_case *tp = NULL;
+    bool mut[LPX_MAX_ARGS] = {0};
+    if (chance(60)) {
+        int cnt = 0;
+        for (size_t j = 0; j < sizeof templates / sizeof *templates; j++)
+            if (!strcmp(templates[j].op, o->name) && !rint_(++cnt)) tp = &templates[j];
+        if (tp) {
+            desc("<template %d> ", (int)(tp - templates));
+            int nm = chance(25) ? 0 : 1 + rint_(2);
+            for (int j = 0; j < nm; j++) mut[rint_(o->nargs)] = true;
+        }
+    }
     int nargs = o->nargs;
     for (int i = 0; i < nargs; i++) {
         desc("%s%s=", i ? ", " : "", o->argname[i]);
         int k = o->kind[i];
+        if (tp && (!mut[i] || chance(50))) {
+            from_template(o, i, &tp->args[i], mut[i], &sc, &cs, &alloc_failed);
+            continue;
+        }
         lpx_value *v = &cs.v[i];
         if (chance(2)) {   /* a wrong tag */
             int w = rint_(8);
@@ -555,6 +742,74 @@ static void run_one(const opinfo *o)
     for (int j = 0; j < nbases; j++) lpx_tensor_release(bases[j].base);
 }
 
+
+/* ---- the bugs the random calls found, pinned -------------------------- */
+
+/* Runs op on args: refused with `want`, the message starting "<op>:", and
+ * every tensor in ts (n) unchanged. */
+static void refused_clean(const char *opn, lpx_value *args, int nargs, lpx_status want, lpx_tensor **ts, int n)
+{
+    lpx_op op;
+    CHECK_OK(lpx_op_find(opn, &op));
+    uint64_t sums[8];
+    for (int i = 0; i < n; i++) sums[i] = checksum(ts[i]);
+    lpx_call c;
+    lpx_call_init(&c, op, args, nargs);
+    lpx_status st = lpx_dispatch(&c);
+    if (!st) lpx_call_release_rets(&c);
+    const char *m = lpx_last_error();
+    size_t ln = strlen(opn);
+    CHECKF(st == want, "%s: status %d, want %d (%s)", opn, st, want, m);
+    CHECKF(!strncmp(m, opn, ln) && m[ln] == ':', "%s: message '%s'", opn, m);
+    for (int i = 0; i < n; i++) CHECKF(checksum(ts[i]) == sums[i], "%s: tensor %d was written", opn, i);
+}
+
+/* fp8_quantize_t with a read-only qt / scale_t / scale_inv_t: the kernel
+ * wrote qt (and scale_t) before copy_ refused the read-only one, with a
+ * copy_ message; its contract and data checks were named fp8_quantize. */
+static void test_fp8_quantize_t_refusals(void)
+{
+    lpx_tensor *x = NULL, *qt = NULL, *s = NULL, *si = NULL, *bad = NULL;
+    CHECK_OK(lpx_full(2, (const int64_t[]){2, 3}, 1.5, LPX_F32, lpx_cpu(), &x));
+    CHECK_OK(lpx_zeros(2, (const int64_t[]){3, 2}, LPX_F8E4M3FN, lpx_cpu(), &qt));
+    CHECK_OK(lpx_zeros(0, NULL, LPX_F32, lpx_cpu(), &s));
+    CHECK_OK(lpx_zeros(0, NULL, LPX_F32, lpx_cpu(), &si));
+    CHECK_OK(lpx_full(0, NULL, -1.0, LPX_F32, lpx_cpu(), &bad));
+    lpx_tensor *outs[3] = {qt, s, si};
+    for (int ro = 0; ro < 3; ro++) {
+        lpx_tensor *o[3] = {NULL, NULL, NULL};
+        for (int i = 0; i < 3; i++) {
+            lpx_tensor *base = outs[i];
+            CHECK_OK(lpx_tensor_view_of(base, lpx_tensor_ndim(base), lpx_tensor_shape(base),
+                                        lpx_tensor_strides(base), 0, &o[i]));
+        }
+        lpx_tensor *copy = NULL;   /* a read-only tensor of its own: marking is for good */
+        CHECK_OK(lpx_clone(o[ro], &copy));
+        lpx_tensor_release(o[ro]);
+        o[ro] = copy;
+        lpx_tensor_mark_readonly(copy);
+        lpx_value a[10] = {lpx_v_tensor(x), lpx_v_none(), lpx_v_dtype(LPX_F8E4M3FN), lpx_v_bool(false),
+                           lpx_v_bool(false), lpx_v_f64(0), lpx_v_bool(true), lpx_v_tensor(o[0]),
+                           lpx_v_tensor(o[1]), lpx_v_tensor(o[2])};
+        refused_clean("fp8_quantize_t", a, 10, LPX_EINVAL, o, 3);
+        for (int i = 0; i < 3; i++) lpx_tensor_release(o[i]);
+    }
+    /* the delegated contract (scale_max) and the kernel's data check (a
+     * static scale of -1) name fp8_quantize_t */
+    lpx_value a[10] = {lpx_v_tensor(x), lpx_v_none(), lpx_v_dtype(LPX_F8E4M3FN), lpx_v_bool(false),
+                       lpx_v_bool(false), lpx_v_f64(-2), lpx_v_bool(true), lpx_v_tensor(qt),
+                       lpx_v_tensor(s), lpx_v_tensor(si)};
+    refused_clean("fp8_quantize_t", a, 10, LPX_EINVAL, outs, 3);
+    a[5] = lpx_v_f64(0);
+    a[1] = lpx_v_tensor(bad);
+    refused_clean("fp8_quantize_t", a, 10, LPX_EINVAL, outs, 3);
+    lpx_tensor_release(x);
+    lpx_tensor_release(qt);
+    lpx_tensor_release(s);
+    lpx_tensor_release(si);
+    lpx_tensor_release(bad);
+}
+
 static opinfo ops[LPX_MAX_OPS];
 static int nops;
 
@@ -607,6 +862,8 @@ int main(void)
     setrlimit(RLIMIT_AS, &rl);
 #endif
     CHECK_OK(lpx_init());
+    spec_setup();   /* the harness's check-free backend: a second backend registered */
+    RUN(test_fp8_quantize_t_refusals);
     RUN(test_random_calls);
     return CHECK_DONE();
 }
