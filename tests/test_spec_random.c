@@ -527,6 +527,7 @@ static bool in_list(const char *name, const char *const *l)
 }
 
 static long n_ok, n_refused, n_nomem, n_skipped;
+static const bad_case *force_tp;   /* a probe: these arguments, unmutated */
 static long op_ok[LPX_MAX_OPS], op_refused[LPX_MAX_OPS];
 
 static void run_one(const opinfo *o)
@@ -548,9 +549,10 @@ static void run_one(const opinfo *o)
     int list_len = chance(10) ? 0 : chance(60) ? 1 : 1 + rint_(3);
     bool alloc_failed = false;
 
-    const bad_case *tp = NULL;
+    const bad_case *tp = force_tp;
     bool mut[LPX_MAX_ARGS] = {0};
-    if (chance(60)) {
+    if (tp) desc("<probe> ");
+    else if (chance(60)) {
         int cnt = 0;
         for (size_t j = 0; j < sizeof templates / sizeof *templates; j++)
             if (!strcmp(templates[j].op, o->name) && !rint_(++cnt)) tp = &templates[j];
@@ -725,6 +727,7 @@ static void run_one(const opinfo *o)
             n_refused++;
             op_refused[o->op]++;
             if (st == LPX_ENOMEM) n_nomem++;
+            if (getenv("LPX_RAND_MSGS")) fprintf(stderr, "  refused: %s\n", lpx_last_error());
             const char *m = lpx_last_error();
             size_t ln = strlen(o->name);
             CHECKF(m && m[0], "%s refused (%s) without a message", o->name, lpx_status_string(st));
@@ -818,6 +821,130 @@ static void test_fp8_quantize_t_refusals(void)
     lpx_tensor_release(bad);
 }
 
+
+/* Hand-picked attacks (sizes at the edges the random values rarely hit
+ * together), each run a few times in random layouts: success or a clean
+ * refusal, as for the random calls. */
+#define BIGI (INT64_C(1) << 62)
+static const bad_case probes[] = {
+    {"nf4_mm", 11, {T(LPX_F32, 2, 3, 0), PAYLOAD, I(64), I(2), I(0), I(BIGI), B(0), NONE}, 0, NULL},
+    {"nf4_mm", 11, {T(LPX_F32, 2, 3, 0), PAYLOAD, I(64), I(2), I(BIGI), I(0), B(1), NONE}, 0, NULL},
+    {"nf4_mm", 11, {T(LPX_F32, 2, 3, 0), PAYLOAD, I(64), I(2), I(0), I(INT64_MAX), B(0), NONE}, 0, NULL},
+    {"nf4_mm", 11, {T(LPX_F32, 2, 3, 0), PAYLOAD, I(64), I(2), I(0), I(INT64_MIN), B(0), NONE}, 0, NULL},
+    {"nf4_dequantize", 10, {PAYLOAD, I(64), I(2), I(INT64_MAX), I(INT64_MAX), D(LPX_F32), NONE}, 0, NULL},
+    {"nf4_dequantize", 10, {PAYLOAD, I(64), I(2), I(1), I(INT64_MAX), D(LPX_F32), NONE}, 0, NULL},
+    {"nf4_quantize", 3, {T(LPX_F32, 1, 100), I(INT64_MAX), I(INT64_MAX)}, 0, NULL},
+    {"nf4_quantize", 3, {T(LPX_F32, 1, 100), I(64), I(INT64_MIN)}, 0, NULL},
+    {"embedding_backward", 3, {T(F32, 2, 2, 3), T(I32, 1, 2), I(BIGI)}, 0, NULL},
+    {"embedding_backward", 3, {T(F32, 2, 2, 3), T(I32, 1, 2), I(INT64_MAX)}, 0, NULL},
+    {"embedding_backward", 3, {T(F32, 2, 2, 0), T(I32, 1, 2), I(BIGI)}, 0, NULL},
+    {"embedding_backward", 3, {T(F32, 2, 0, 3), T(I32, 1, 0), I(INT64_MAX)}, 0, NULL},
+    {"fp8_quantize_block", 6, {T(LPX_F32, 2, 5, 8), D(E4), I(BIGI), I(BIGI), B(0), B(1)}, 0, NULL},
+    {"fp8_quantize_block", 6, {T(LPX_F32, 2, 5, 8), D(E4), I(INT64_MAX), I(1), B(0), B(1)}, 0, NULL},
+    {"fp8_quantize_block", 6, {T(LPX_F32, 2, 0, 8), D(E4), I(1), I(1), B(0), B(1)}, 0, NULL},
+    {"fp8_dequantize_block", 5, {T(E4, 2, 5, 8), T(LPX_F32, 2, 2, 2), I(INT64_MAX), I(INT64_MAX), D(LPX_F16)}, 0, NULL},
+    {"fp8_dequantize_block", 5, {T(E4, 2, 5, 8), T(LPX_F32, 2, 1, 1), I(INT64_MAX), I(INT64_MAX), D(LPX_F16)}, 0, NULL},
+    {"fp8_dequantize_block", 5, {T(E4, 2, 0, 0), T(LPX_F32, 2, 0, 0), I(0), I(0), D(LPX_F16)}, 0, NULL},
+    {"fp8_mm_block", 10, {T(E4, 2, 2, 8), T(LPX_F32, 2, 1, 1), I(INT64_MAX), I(INT64_MAX), T(E5, 2, 8, 3),
+                          T(LPX_F32, 2, 1, 1), I(INT64_MAX), I(INT64_MAX), NONE, D(LPX_F32)}, 0, NULL},
+    {"fp8_mm_block", 10, {T(E4, 2, 2, 0), T(LPX_F32, 2, 2, 0), I(1), I(128), T(E5, 2, 0, 3),
+                          T(LPX_F32, 2, 0, 1), I(128), I(128), NONE, D(LPX_F32)}, 0, NULL},
+    {"adamw_state_", 16, AS8(L(1, 0), S(0, )), 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, C300, SC3, I(0), I(INT64_MAX), HP, I(1), L(1, 0), S(0, )}, 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, C300, SC3, I(0), I(BIGI), HP, I(1), L(1, 0), S(0, )}, 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, C300, SC3, I(0), I(0), HP, I(1), L(1, 0), S(0, )}, 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, C300, SC3, I(0), I(-128), HP, I(1), L(1, 0), S(0, )}, 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, C300, SC3, I(INT64_MIN), I(128), HP, I(1), L(1, 0), S(0, )}, 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, C300, SC3, I(0), I(128), HP, I(INT64_MAX), L(1, 0), S(0, )}, 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, C300, SC3, I(0), I(128), HP, I(INT64_MIN), L(1, 0), S(0, )}, 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, C300, SC3, I(0), I(128), HP, I(1), L(4, 1, INT64_MAX, 3, 1000), SC3}, 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, C300, SC3, I(0), I(128), HP, I(1), L(4, 1, 42, INT64_MAX, INT64_MIN), SC3}, 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, C300, SC3, I(0), I(128), HP, I(1), L(4, 7, 42, 3, 1000), SC3}, 0, NULL},
+    {"adamw_state_", 16, {P300, G300, C300, SC3, C300, SC3, I(0), I(128), HP, I(1), L(3, 1, 42, 3), SC3}, 0, NULL},
+    {"adamw_", 10, {S(1, TA(LPX_F32, 1, 4)), S(1, TA(LPX_F32, 1, 4)), S(1, TA(LPX_F32, 1, 4)),
+                    S(1, TA(LPX_F32, 1, 4)), HP, I(INT64_MAX)}, 0, NULL},
+    {"adamw_", 10, {S(1, TA(LPX_F32, 1, 4)), S(1, TA(LPX_F32, 1, 4)), S(1, TA(LPX_F32, 1, 4)),
+                    S(1, TA(LPX_F32, 1, 4)), HP, I(INT64_MIN)}, 0, NULL},
+    {"adamw_", 10, {S(1, TA(LPX_F32, 1, 4)), S(1, TA(LPX_F32, 1, 4)), S(1, TA(LPX_F32, 1, 4)),
+                    S(1, TA(LPX_F32, 1, 4)), HP, I(0)}, 0, NULL},
+    {"rope", 3, {T(F32, 4, 1, 2, 2, 4), T(F32, 1, 2), I(INT64_MAX)}, 0, NULL},
+    {"rope", 3, {T(F32, 4, 1, 2, 2, 4), T(F32, 1, 2), I(INT64_MIN)}, 0, NULL},
+    {"rope", 3, {T(F32, 4, 1, 2, 2, 4), T(F32, 1, 2), I(-5)}, 0, NULL},
+    {"cross_entropy", 3, {T(F32, 2, 2, 5), T(I32, 1, 2), I(INT64_MIN)}, 0, NULL},
+    {"cross_entropy_backward", 4, {T(F32, 2, 2, 5), T(LPX_I64, 1, 2), I(INT64_MAX), F(NAN)}, 0, NULL},
+    {"cross_entropy", 3, {T(F32, 2, 0, 5), T(I32, 1, 0), I(-100)}, 0, NULL},
+    {"cross_entropy", 3, {T(F32, 2, 2, 0), T(I32, 1, 2), I(-100)}, 0, NULL},
+    {"attention", 5, {T(F32, 4, 1, 2, 0, 8), T(F32, 4, 1, 2, 0, 8), T(F32, 4, 1, 2, 0, 8), B(1), F(NAN)}, 0, NULL},
+    {"attention", 5, {T(F32, 4, 1, 2, 3, 0), T(F32, 4, 1, 2, 3, 0), T(F32, 4, 1, 2, 3, 0), B(1), F(0)}, 0, NULL},
+    {"attention", 5, {T(F32, 4, 1, 2, 3, 4), T(F32, 4, 1, 2, 0, 4), T(F32, 4, 1, 2, 0, 4), B(1), F(1)}, 0, NULL},
+    {"attention", 5, {T(F32, 4, 1, 4, 3, 4), T(F32, 4, 1, 3, 3, 4), T(F32, 4, 1, 3, 3, 4), B(0), F(1)}, 0, NULL},
+    {"attention", 5, {T(F32, 4, 1, 2, 3, 4), T(F32, 4, 1, 0, 3, 4), T(F32, 4, 1, 0, 3, 4), B(0), F(1)}, 0, NULL},
+    {"slice", 5, {T(LPX_F32, 2, 4, 5), I(1), I(INT64_MIN), I(INT64_MAX), I(INT64_MAX)}, 0, NULL},
+    {"slice", 5, {T(LPX_F32, 2, 4, 5), I(1), I(INT64_MAX), I(INT64_MIN), I(1)}, 0, NULL},
+    {"slice", 5, {T(LPX_F32, 2, 4, 5), I(INT64_MIN), I(0), I(1), I(1)}, 0, NULL},
+    {"narrow", 4, {T(LPX_F32, 2, 4, 5), I(0), I(INT64_MIN), I(INT64_MAX)}, 0, NULL},
+    {"narrow", 4, {T(LPX_F32, 2, 4, 5), I(0), I(INT64_MAX), I(INT64_MIN)}, 0, NULL},
+    {"narrow", 4, {T(LPX_F32, 2, 4, 5), I(0), I(-4), I(INT64_MAX)}, 0, NULL},
+    {"view", 2, {T(LPX_F32, 2, 0, 3), L(3, BIGI, BIGI, -1)}, 0, NULL},
+    {"view", 2, {T(LPX_F32, 2, 0, 3), L(2, -1, 0)}, 0, NULL},
+    {"reshape", 2, {T(LPX_F32, 2, 0, 3), L(2, 0, -1)}, 0, NULL},
+    {"reshape", 2, {T(LPX_F32, 2, 0, 3), L(3, INT64_MAX, INT64_MAX, 0)}, 0, NULL},
+    {"expand", 2, {T(LPX_F32, 2, 3, 1), L(3, BIGI, 3, BIGI)}, 0, NULL},
+    {"permute", 2, {T(LPX_F32, 3, 2, 3, 4), L(3, INT64_MIN, 0, 1)}, 0, NULL},
+    {"transpose", 3, {T(LPX_F32, 3, 2, 3, 4), I(INT64_MIN), I(INT64_MAX)}, 0, NULL},
+    {"softmax", 2, {T(LPX_F32, 2, 3, 4), I(INT64_MIN)}, 0, NULL},
+    {"sum", 3, {T(LPX_F32, 2, 3, 4), L(2, INT64_MIN, INT64_MAX), B(1)}, 0, NULL},
+    {"sum", 3, {T(LPX_F32, 2, 3, 4), L(3, 0, 1, 0), B(1)}, 0, NULL},
+    {"cat", 2, {S(2, TA(LPX_F32, 2, 2, 3), TA(LPX_F32, 2, 2, 1)), I(INT64_MIN)}, 0, NULL},
+    {"full", 4, {L(2, BIGI, 0), F(2.5), D(LPX_I64), V}, 0, NULL},
+    {"full", 4, {L(3, BIGI, BIGI, 0), F(2.5), D(LPX_I64), V}, 0, NULL},
+    {"zeros", 3, {L(2, INT64_MAX, 2), D(LPX_F32), V}, 0, NULL},
+    {"arange", 5, {F(0), F(1e300), F(1e-300), D(LPX_I32), V}, 0, NULL},
+    {"arange", 5, {F(-9.3e18), F(9.3e18), F(1), D(LPX_I64), V}, 0, NULL},
+    {"arange", 5, {F(0), F(INFINITY), F(1), D(LPX_F32), V}, 0, NULL},
+    {"arange", 5, {F(0), F(10), F(NAN), D(LPX_F32), V}, 0, NULL},
+    {"arange", 5, {F(0), F(4), F(1e-310), D(LPX_F32), V}, 0, NULL},
+    {"randn", 4, {L(2, INT64_MAX, 0), I(INT64_MIN), D(LPX_F16), V}, 0, NULL},
+    {"matmul", 3, {T(F32, 2, 0, 3), T(F32, 2, 3, 0), NONE}, 0, NULL},
+    {"matmul", 3, {T(F32, 2, 2, 0), T(F32, 2, 0, 4), NONE}, 0, NULL},
+    {"matmul", 3, {T(F32, 4, 2, 1, 2, 3), T(F32, 3, 3, 3, 4), NONE}, 0, NULL},
+    {"fp8_scaled_mm", 7, {T(E4, 2, 0, 3), T(LPX_F32, 2, 0, 1), T(E5, 2, 3, 0), T(LPX_F32, 2, 1, 0),
+                          NONE, D(LPX_BF16), B(1)}, 0, NULL},
+    {"fp8_scaled_mm", 7, {T(E4, 2, 2, 0), T(LPX_F32, 2, 2, 1), T(E5, 2, 0, 4), T(LPX_F32, 2, 1, 4),
+                          NONE, D(LPX_F32), B(0)}, 0, NULL},
+    {"qlora_dropout", 4, {T(LPX_BF16, 2, 2, 3), F(0.999999999), I(INT64_MIN), D(LPX_F32)}, 0, NULL},
+    {"fp8_quantize", 7, {T(LPX_F32, 2, 2, 3), NONE, D(E4), I(INT64_MIN), B(1), F(INFINITY), B(1)}, 0, NULL},
+    {"fp8_quantize", 7, {T(LPX_F32, 2, 0, 3), NONE, D(E4), I(0), B(1), F(0), B(1)}, 0, NULL},
+    {"fp8_scale_from_amax", 4, {T(LPX_F32, 1, 0), D(E4), B(1), F(1e308)}, 0, NULL},
+    {"rmsnorm", 3, {T(F32, 2, 3, 0), NONE, F(0)}, 0, NULL},
+    {"rmsnorm_backward", 4, {T(F32, 2, 2, 0), T(F32, 2, 2, 0), NONE, T(F32, 2, 2, 1)}, 0, NULL},
+    {"softmax_backward", 3, {T(F32, 2, 0, 4), T(F32, 2, 0, 4), I(-1)}, 0, NULL},
+};
+
+static void test_probes(void)
+{
+    cur_seed = SEED_DEFAULT;
+    opinfo o;
+    for (size_t k = 0; k < sizeof probes / sizeof *probes; k++) {
+        lpx_op op;
+        CHECK_OK(lpx_op_find(probes[k].op, &op));
+        CHECKF(parse_schema(op, &o), "probe %zu: schema", k);
+        CHECKF(o.nargs == probes[k].nargs, "probe %zu (%s): %d args, schema has %d", k, o.name, probes[k].nargs,
+               o.nargs);
+        if (o.nargs != probes[k].nargs) continue;
+        force_tp = &probes[k];
+        rng = cur_seed ^ k;
+        for (int it = 0; it < 12; it++) {
+            cur_iter = (long)k;
+            run_one(&o);
+        }
+        force_tp = NULL;
+    }
+    int total = check_total_failures;
+    check_total_failures = 0;
+    check_case_failures += total;
+}
+
 static opinfo ops[LPX_MAX_OPS];
 static int nops;
 
@@ -872,6 +999,7 @@ int main(void)
     CHECK_OK(lpx_init());
     spec_setup();   /* the harness's check-free backend: a second backend registered */
     RUN(test_fp8_quantize_t_refusals);
+    RUN(test_probes);
     RUN(test_random_calls);
     return CHECK_DONE();
 }
