@@ -160,26 +160,68 @@ static tracked bases[MAX_TENSORS];
 static int nbases;
 
 static size_t esize(lpx_dtype d) { return (size_t)lpx_dtype_get(d)->bits / 8; }
+static size_t nbytes_of(const lpx_tensor *t) { return lpx_dtype_nbytes(lpx_tensor_dtype(t), lpx_tensor_numel(t)); }
 
 static uint64_t checksum(const lpx_tensor *t)
 {
     const unsigned char *p = lpx_tensor_data(t);
-    size_t n = (size_t)lpx_tensor_numel(t) * esize(lpx_tensor_dtype(t));
+    size_t n = nbytes_of(t);
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
     return h;
 }
 
-static const lpx_dtype all_dtypes[] = {LPX_F32, LPX_F16, LPX_BF16, LPX_F8E4M3FN, LPX_F8E5M2,
-                                       LPX_U8,  LPX_I8,  LPX_I32,  LPX_I64,      LPX_BOOL};
+static lpx_dtype all_dtypes[] = {LPX_F32, LPX_F16, LPX_BF16, LPX_F8E4M3FN, LPX_F8E5M2,
+                                 LPX_U8,  LPX_I8,  LPX_I32,  LPX_I64,      LPX_BOOL, LPX_F32, LPX_F32};
+
+/* Two plugin dtypes join the pool (slots 10, 11): an 8-bit float with
+ * conversions, and a packed 4-bit one; a backend that has no code for
+ * them must refuse them, never read them as a built-in. */
+static void q8_to_f32(const void *src, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = (float)((const int8_t *)src)[i] / 16.0f;
+}
+static void q8_from_f32(const float *src, void *dst, size_t n, unsigned flags)
+{
+    (void)flags;
+    for (size_t i = 0; i < n; i++) {
+        float v = src[i] * 16.0f;
+        ((int8_t *)dst)[i] = (int8_t)(v != v ? 0 : v > 127 ? 127 : v < -128 ? -128 : v);
+    }
+}
+static void u4_to_f32(const void *src, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = (float)((((const uint8_t *)src)[i / 2] >> (i % 2 * 4)) & 15);
+}
+static void u4_from_f32(const float *src, void *dst, size_t n, unsigned flags)
+{
+    (void)flags;
+    uint8_t *d = dst;
+    for (size_t i = 0; i < n; i++) {
+        float v = src[i];
+        unsigned c = v != v || v < 0 ? 0 : v > 15 ? 15 : (unsigned)v;
+        d[i / 2] = (uint8_t)((d[i / 2] & ~(15u << (i % 2 * 4))) | (c << (i % 2 * 4)));
+    }
+}
+static void register_plugin_dtypes(void)
+{
+    static const lpx_dtype_traits q8 = {.struct_size = sizeof q8, .name = "rand_q8", .bits = 8, .block = 1,
+                                        .is_float = true, .exp_bits = 0, .mant_bits = 4, .max = 127.0 / 16,
+                                        .to_f32 = q8_to_f32, .from_f32 = q8_from_f32};
+    static const lpx_dtype_traits u4 = {.struct_size = sizeof u4, .name = "rand_u4", .bits = 4, .block = 2,
+                                        .max = 15, .to_f32 = u4_to_f32, .from_f32 = u4_from_f32};
+    CHECK_OK(lpx_dtype_register(&q8, &all_dtypes[10]));
+    CHECK_OK(lpx_dtype_register(&u4, &all_dtypes[11]));
+}
+#define NDTYPES ((int)(sizeof all_dtypes / sizeof *all_dtypes))
 
 static void fill(lpx_tensor *t, bool index_like)
 {
     lpx_dtype d = lpx_tensor_dtype(t);
     int64_t n = lpx_tensor_numel(t);
     unsigned char *p = lpx_tensor_data(t);
-    if (chance(15)) {   /* raw bytes: NaN, inf, huge indices */
-        for (size_t i = 0; i < (size_t)n * esize(d); i++) p[i] = (unsigned char)rnext();
+    if (chance(15) || d >= LPX_DTYPE_BUILTIN_COUNT) {   /* raw bytes: NaN, inf, huge indices */
+        for (size_t i = 0; i < nbytes_of(t); i++) p[i] = (unsigned char)rnext();
         return;
     }
     for (int64_t i = 0; i < n; i++) {
@@ -240,8 +282,8 @@ static lpx_tensor *make_tensor(const shape_ctx *sc, const char *name)
         if (nd) sh[rint_(nd)] = 0;
     }
     lpx_dtype d = sc->dtype;
-    if (index_like) d = chance(70) ? LPX_I64 : chance(50) ? LPX_I32 : all_dtypes[rint_(10)];
-    else if (chance(15)) d = all_dtypes[rint_(10)];
+    if (index_like) d = chance(70) ? LPX_I64 : chance(50) ? LPX_I32 : all_dtypes[rint_(NDTYPES)];
+    else if (chance(15)) d = all_dtypes[rint_(NDTYPES)];
 
     /* a huge stride-0 out is written element by element: legitimately slow */
     shape_ctx sc2 = *sc;
@@ -469,7 +511,7 @@ static void from_template(const opinfo *o, int i, const arg *a, bool mut, const 
                 else if (r < 55 && t.ndim) t.shape[rint_(t.ndim)] += 1;
                 else if (r < 65 && t.ndim) t.ndim--;
                 else if (r < 75 && t.ndim < 4) t.shape[t.ndim++] = 1 + rint_(3);
-                else t.dtype = all_dtypes[rint_(10)];
+                else t.dtype = all_dtypes[rint_(NDTYPES)];
             }
             if (j) desc(" ");
             lpx_tensor *x = make_exact(sc, index_like, t.dtype, t.ndim, t.shape);
@@ -488,7 +530,7 @@ static void from_template(const opinfo *o, int i, const arg *a, bool mut, const 
     case 'F': *v = lpx_v_f64(mut ? rand_float(o->argname[i]) : a->f); desc("%g", v->u.f); break;
     case 'B': *v = lpx_v_bool(mut ? !a->i : a->i != 0); desc("%s", v->u.b ? "true" : "false"); break;
     case 'D': {
-        lpx_dtype d = mut ? all_dtypes[rint_(10)] : (lpx_dtype)a->i;
+        lpx_dtype d = mut ? all_dtypes[rint_(NDTYPES)] : (lpx_dtype)a->i;
         *v = lpx_v_dtype(d);
         desc("%s", lpx_dtype_name(d));
         break;
@@ -544,7 +586,7 @@ static void run_one(const opinfo *o)
     sc.ndim = rint_(100) < 10 ? 0 : 1 + rint_(rint_(100) < 70 ? 3 : 4);
     for (int i = 0; i < sc.ndim; i++) sc.shape[i] = (int64_t[]){1, 2, 2, 3, 3, 4, 4, 5, 8, 16, 0}[rint_(11)];
     if (sc.ndim == 4 && chance(50)) sc.shape[3] = 128 + 32 * rint_(3);
-    sc.dtype = chance(60) ? LPX_F32 : all_dtypes[rint_(10)];
+    sc.dtype = chance(60) ? LPX_F32 : all_dtypes[rint_(NDTYPES)];
     sc.huge_ok = in_list(o->name, views_ops);
     int list_len = chance(10) ? 0 : chance(60) ? 1 : 1 + rint_(3);
     bool alloc_failed = false;
@@ -674,7 +716,7 @@ static void run_one(const opinfo *o)
             break;
         case K_D: {
             int r = rint_(100);
-            lpx_dtype d = r < 90 ? all_dtypes[rint_(10)] : (lpx_dtype)(int[]){-1, 10, 63, 64, 1000, INT32_MIN}[rint_(6)];
+            lpx_dtype d = r < 90 ? all_dtypes[rint_(NDTYPES)] : (lpx_dtype)(int[]){-1, 40, 63, 64, 1000, INT32_MIN}[rint_(6)];
             *v = lpx_v_dtype(d);
             if (lpx_dtype_valid(d)) desc("%s", lpx_dtype_name(d));
             else desc("dtype %d", (int)d);
@@ -997,6 +1039,7 @@ int main(void)
     setrlimit(RLIMIT_AS, &rl);
 #endif
     CHECK_OK(lpx_init());
+    register_plugin_dtypes();
     spec_setup();   /* the harness's check-free backend: a second backend registered */
     RUN(test_fp8_quantize_t_refusals);
     RUN(test_probes);
