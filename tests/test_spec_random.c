@@ -245,6 +245,15 @@ static lpx_tensor *make_exact(const shape_ctx *sc, bool index_like, lpx_dtype d,
 /* A tensor for argument `name`, or NULL when the allocation failed. */
 static lpx_tensor *make_tensor(const shape_ctx *sc, const char *name)
 {
+    if (nargs_t && nargs_t < MAX_TENSORS && chance(6)) {   /* aliasing: a tensor already given */
+        lpx_tensor *t = args_t[rint_(nargs_t)];
+        if (t && lpx_tensor_numel(t) <= 4096) {   /* a huge stride-0 one as an out: legitimately slow */
+            lpx_tensor_retain(t);
+            args_t[nargs_t++] = t;
+            desc("(alias)");
+            return t;
+        }
+    }
     bool index_like = !strcmp(name, "indices") || !strcmp(name, "target");
     int nd = sc->ndim;
     int64_t sh[8];
@@ -321,6 +330,27 @@ static lpx_tensor *make_exact(const shape_ctx *sc, bool index_like, lpx_dtype d,
         bsh[0] = 1;
     }
     lpx_tensor *base = NULL, *t = NULL;
+    if (nbases && chance(8)) {   /* overlapping aliasing: a view into an earlier tensor's storage */
+        lpx_tensor *prev = bases[rint_(nbases)].base;
+        int64_t cst[8], acc = 1;
+        for (int i = nd - 1; i >= 0; i--) {
+            cst[i] = acc;
+            acc *= sh[i] ? sh[i] : 1;
+        }
+        if (lpx_tensor_dtype(prev) == d &&
+            !lpx_tensor_view_of(prev, nd, sh, cst, rint_(3), &t)) {
+            lpx_tensor_retain(prev);
+            bases[nbases].base = prev;
+            bases[nbases].sum = checksum(prev);
+            nbases++;
+            args_t[nargs_t++] = t;
+            desc("%s[", lpx_dtype_name(d));
+            for (int i = 0; i < nd; i++) desc(i ? ",%lld" : "%lld", (long long)sh[i]);
+            desc("]overlap");
+            return t;
+        }
+        t = NULL;
+    }
     if (lpx_tensor_new(d, bnd, bsh, lpx_cpu(), &base)) return NULL;
     fill(base, index_like);
     if (layout == 0) {
