@@ -1025,7 +1025,7 @@ static void test_random_calls(void)
     const char *e = getenv("LPX_RAND_SEED");
     cur_seed = e ? strtoull(e, NULL, 0) : SEED_DEFAULT;
     e = getenv("LPX_RAND_ITERS");
-    long iters = e ? strtol(e, NULL, 0) : (RAND_ASAN ? 600 : 1500);
+    long iters = e ? strtol(e, NULL, 0) : (RAND_ASAN ? 2500 : 4000);
     const char *only = getenv("LPX_RAND_OP");
     printf("  seed 0x%llx, %ld calls per op\n", (unsigned long long)cur_seed, iters);
     nops = 0;
