@@ -297,6 +297,29 @@ static lpx_tensor *make_tensor(const shape_ctx *sc, const char *name)
     /* a huge stride-0 out is written element by element: legitimately slow */
     shape_ctx sc2 = *sc;
     if (!strcmp(name, "out") || !strcmp(name, "dst")) sc2.huge_ok = false;
+    if (chance(4) && (d == LPX_F32 || d == LPX_BF16 || d == LPX_F16) && nargs_t < MAX_TENSORS - 1) {
+        /* a kind tensor (float8, tensorwise) of that shape: its kind's
+         * kernels, fallback or refusal take the call */
+        int64_t n = 1;
+        for (int i = 0; i < nd; i++) n *= sh[i];
+        lpx_tensor *x = NULL, *k = NULL;
+        if (n <= 4096 && !lpx_tensor_new(d, nd, sh, lpx_cpu(), &x)) {
+            unsigned char *p = lpx_tensor_data(x);
+            for (int64_t i = 0; i < n; i++) {
+                float v = (float)rint_(9) - 4;
+                lpx_convert(p + (size_t)i * esize(d), d, &v, LPX_F32, 1, 0);
+            }
+            lpx_status st = lpx_float8_quantize(x, NULL, &k, NULL);
+            lpx_tensor_release(x);
+            if (!st) {
+                args_t[nargs_t++] = k;
+                desc("float8<%s>[", lpx_dtype_name(d));
+                for (int i = 0; i < nd; i++) desc(i ? ",%lld" : "%lld", (long long)sh[i]);
+                desc("]");
+                return k;
+            }
+        }
+    }
     return make_exact(&sc2, index_like, d, nd, sh);
 }
 
@@ -894,6 +917,25 @@ static void test_fp8_quantize_t_refusals(void)
 }
 
 
+/* slice with step 0 on a float8 tensor: the kind's slice kernel took
+ * step 0 for "narrow" (start, length), so slice(x, 0, 0, 2, 0) returned
+ * rows 0..1 where a dense x is refused, and a bad one was refused in
+ * narrow's name. */
+static void test_float8_slice_step0(void)
+{
+    lpx_tensor *x = NULL, *k = NULL;
+    CHECK_OK(lpx_full(2, (const int64_t[]){4, 2}, 1.0, LPX_F32, lpx_cpu(), &x));
+    CHECK_OK(lpx_float8_quantize(x, NULL, &k, NULL));
+    lpx_tensor *ts[2] = {x, k};
+    for (int i = 0; i < 2; i++)
+        for (int64_t end = 2; end <= 8; end += 6) {   /* a narrow that fits, one that does not */
+            lpx_value a[5] = {lpx_v_tensor(ts[i]), lpx_v_i64(0), lpx_v_i64(0), lpx_v_i64(end), lpx_v_i64(0)};
+            refused_clean("slice", a, 5, LPX_EINVAL, &x, 1);
+        }
+    lpx_tensor_release(k);
+    lpx_tensor_release(x);
+}
+
 /* Hand-picked attacks (sizes at the edges the random values rarely hit
  * together), each run a few times in random layouts: success or a clean
  * refusal, as for the random calls. */
@@ -1072,6 +1114,7 @@ int main(void)
     register_plugin_dtypes();
     spec_setup();   /* the harness's check-free backend: a second backend registered */
     RUN(test_fp8_quantize_t_refusals);
+    RUN(test_float8_slice_step0);
     RUN(test_probes);
     RUN(test_random_calls);
     return CHECK_DONE();
