@@ -67,6 +67,8 @@ void __sanitizer_report_error_summary(const char *summary)
     (void)!write(2, summary, strlen(summary));
     print_case();
 }
+void __ubsan_on_report(void);
+void __ubsan_on_report(void) { print_case(); }
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "allocator_may_return_null=1:max_allocation_size_mb=1024"; }
 const char *__ubsan_default_options(void);
@@ -159,6 +161,7 @@ static int nargs_t;
 static tracked bases[MAX_TENSORS];
 static int nbases;
 static bool has_kind;   /* the call has a kind tensor argument */
+static int rand_failures; /* the failed checks of the calls run so far (each reported with its case) */
 
 static size_t esize(lpx_dtype d) { return (size_t)lpx_dtype_get(d)->bits / 8; }
 static size_t nbytes_of(const lpx_tensor *t) { return lpx_dtype_nbytes(lpx_tensor_dtype(t), lpx_tensor_numel(t)); }
@@ -861,7 +864,7 @@ static void run_one(const opinfo *o)
     }
     if (check_case_failures) {
         print_case();
-        check_total_failures += check_case_failures;
+        rand_failures += check_case_failures;
         check_case_failures = 0;
         /* keep going: every failure is reported with its case */
     }
@@ -952,6 +955,32 @@ static void test_float8_slice_step0(void)
         for (int64_t end = 2; end <= 8; end += 6) {   /* a narrow that fits, one that does not */
             lpx_value a[5] = {lpx_v_tensor(ts[i]), lpx_v_i64(0), lpx_v_i64(0), lpx_v_i64(end), lpx_v_i64(0)};
             refused_clean("slice", a, 5, LPX_EINVAL, &x, 1);
+        }
+    lpx_tensor_release(k);
+    lpx_tensor_release(x);
+}
+
+/* view / reshape of a float8 tensor: the kind's shape resolution
+ * multiplied the sizes unchecked (UBSan: signed overflow), so for an
+ * empty x the shape [2^62, 4] wrapped to 0 elements and was accepted. */
+static void test_float8_view_overflow(void)
+{
+    lpx_tensor *x = NULL, *k = NULL;
+    CHECK_OK(lpx_zeros(2, (const int64_t[]){0, 4}, LPX_F32, lpx_cpu(), &x));
+    CHECK_OK(lpx_float8_quantize(x, NULL, &k, NULL));
+    const int64_t shapes[3][2] = {{INT64_C(1) << 62, 4}, {2, INT64_MAX}, {INT64_C(1) << 62, 8}};
+    const char *ops2[2] = {"view", "reshape"};
+    for (int o = 0; o < 2; o++)
+        for (int i = 0; i < 3; i++) {
+            lpx_value a[2] = {lpx_v_tensor(k), lpx_v_ints(shapes[i], 2)};
+            lpx_op op;
+            CHECK_OK(lpx_op_find(ops2[o], &op));
+            lpx_call c;
+            lpx_call_init(&c, op, a, 2);
+            lpx_status st = lpx_dispatch(&c);
+            if (!st) lpx_call_release_rets(&c);
+            CHECKF(st != LPX_OK, "%s(float8 [0, 4], {%lld, %lld}) accepted", ops2[o], (long long)shapes[i][0],
+                   (long long)shapes[i][1]);
         }
     lpx_tensor_release(k);
     lpx_tensor_release(x);
@@ -1075,9 +1104,8 @@ static void test_probes(void)
         }
         force_tp = NULL;
     }
-    int total = check_total_failures;
-    check_total_failures = 0;
-    check_case_failures += total;
+    check_case_failures += rand_failures;
+    rand_failures = 0;
 }
 
 static opinfo ops[LPX_MAX_OPS];
@@ -1110,9 +1138,8 @@ static void test_random_calls(void)
             run_one(&ops[k]);
         }
     }
-    int total = check_total_failures;
-    check_total_failures = 0;
-    check_case_failures += total;
+    check_case_failures += rand_failures;
+    rand_failures = 0;
     if (getenv("LPX_RAND_STATS"))
         for (int k = 0; k < nops; k++)
             printf("  %-24s %6ld ok %6ld refused\n", ops[k].name, op_ok[ops[k].op], op_refused[ops[k].op]);
@@ -1138,6 +1165,7 @@ int main(void)
     spec_setup();   /* the harness's check-free backend: a second backend registered */
     RUN(test_fp8_quantize_t_refusals);
     RUN(test_float8_slice_step0);
+    RUN(test_float8_view_overflow);
     RUN(test_probes);
     RUN(test_random_calls);
     return CHECK_DONE();

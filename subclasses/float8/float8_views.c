@@ -213,6 +213,8 @@ static lpx_status resolve_shape(const char *op, const lpx_tensor *x, const lpx_v
             infer = i;
         } else if (shape[i] < 0) {
             return lpx_error(LPX_EINVAL, "%s (float8): negative size %lld", op, (long long)shape[i]);
+        } else if (shape[i] && prod > INT64_MAX / shape[i]) {
+            return lpx_error(LPX_ERANGE, "%s (float8): the element count of the shape overflows int64", op);
         } else {
             prod *= shape[i];
         }
