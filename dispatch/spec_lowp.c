@@ -70,12 +70,16 @@ static lpx_status fp8_quantize_t(const lpx_call *c, lpx_fp8_quantize_args *a)
     if (a->axiswise &&
         ((st = out_like(c, "scale_t", s, LPX_F32, C, 1)) || (st = out_like(c, "scale_inv_t", si, LPX_F32, C, 1))))
         return st;
+    /* the kernel writes qt, scale_t, scale_inv_t: a read-only one is
+     * refused here, before anything is written */
+    const lpx_tensor *outs[3] = {a->qt, s, si};
+    static const char *const out_names[3] = {"qt", "scale_t", "scale_inv_t"};
+    for (int i = 0; i < 3; i++)
+        if (outs[i]->storage && outs[i]->storage->readonly)
+            return lpx_error(LPX_EINVAL, "%s: %s is read-only (e.g. a read-only DLPack import)", op, out_names[i]);
     /* q, scale, scale_inv, stats are fp8_quantize(x, scale, fp8, axiswise
-     * ? 1 : none, ...): its contract, its messages (the reference kernel,
-     * a composition of fp8_quantize calls, always named it) */
-    lpx_call q = *c;
-    q.op = LPX_OP_fp8_quantize;
-    return fp8_quantize_contract(&q, a, a->axiswise, 1);
+     * ? 1 : none, ...): its contract, under this op's name */
+    return fp8_quantize_contract(c, a, a->axiswise, 1);
 }
 
 lpx_status lpx__spec_fp8_quantize(const lpx_call *c, void *p)

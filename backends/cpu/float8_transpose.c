@@ -8,6 +8,7 @@
  * CUDA backend runs it for the inputs its fused kernels do not serve
  * (cuda_fp8_transpose.cu). Its arguments are checked by the dispatcher
  * (spec family `fp8_quantize`, op_args_lowp.h), before either kernel. */
+#include <stdio.h>
 #include <string.h>
 #include "../../dispatch/api_util.h"
 #include "cpu_internal.h"
@@ -46,7 +47,18 @@ static lpx_status k_fp8_quantize_t(lpx_call *c)
     cpu_ret(c, si);
     cpu_ret(c, stats);
     q = s = si = stats = NULL;
-done:;
+done:
+    if (st) {
+        /* the inner fp8_quantize's data checks (a static scale that is not
+         * finite and > 0, a non-finite x) name that op: name this one */
+        const char *m = lpx_last_error();
+        static const char inner[] = "fp8_quantize: ";
+        if (!strncmp(m, inner, sizeof inner - 1)) {
+            char buf[512];
+            snprintf(buf, sizeof buf, "%s", m + sizeof inner - 1);
+            lpx_error(st, "fp8_quantize_t: %s", buf);
+        }
+    }
     lpx_tensor *tmp[8] = {q, s, si, stats, xt, q2, s2, si2};
     for (int i = 0; i < 8; i++) lpx_tensor_release(tmp[i]);
     return st;

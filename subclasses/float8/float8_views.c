@@ -167,10 +167,11 @@ static lpx_status h_t(lpx_call *c)
 
 /* ---- slice / narrow --------------------------------------------------- */
 
-/* Applies slice (narrow when step == 0) along dim to t. */
-static lpx_status cut(lpx_tensor *t, int64_t dim, int64_t a, int64_t b, int64_t step, lpx_tensor **out)
+/* Applies narrow (a, b: start, length) or slice (a, b, step) along dim
+ * to t. (Not step == 0 for narrow: a slice's step 0 is slice's to refuse.) */
+static lpx_status cut(lpx_tensor *t, bool narrow, int64_t dim, int64_t a, int64_t b, int64_t step, lpx_tensor **out)
 {
-    return step ? lpx_slice(t, dim, a, b, step, out) : lpx_narrow(t, dim, a, b, out);
+    return narrow ? lpx_narrow(t, dim, a, b, out) : lpx_slice(t, dim, a, b, step, out);
 }
 
 static lpx_status slice_like(lpx_call *c, bool narrow)
@@ -183,10 +184,11 @@ static lpx_status slice_like(lpx_call *c, bool narrow)
     if (st) return st;
     if (f8_is_block(x)) return narrow ? block_narrow(c, x, d, a, b) : block_refused(op, x);
     lpx_tensor *nd = NULL, *s = NULL, *si = NULL;
-    st = cut(f8_data(x), d, a, b, step, &nd);
+    st = cut(f8_data(x), narrow, d, a, b, step, &nd);
     /* scales with a full-size dim d follow the cut; size-1 ones broadcast */
     if (!st && axiswise(x) && lpx_tensor_shape(f8_scale(x))[d] != 1) {
-        if (!(st = cut(f8_scale(x), d, a, b, step, &s))) st = cut(f8_scale_inv(x), d, a, b, step, &si);
+        if (!(st = cut(f8_scale(x), narrow, d, a, b, step, &s)))
+            st = cut(f8_scale_inv(x), narrow, d, a, b, step, &si);
     } else if (!st) {
         share_scales(x, &s, &si);
     }
@@ -211,6 +213,8 @@ static lpx_status resolve_shape(const char *op, const lpx_tensor *x, const lpx_v
             infer = i;
         } else if (shape[i] < 0) {
             return lpx_error(LPX_EINVAL, "%s (float8): negative size %lld", op, (long long)shape[i]);
+        } else if (shape[i] && prod > INT64_MAX / shape[i]) {
+            return lpx_error(LPX_ERANGE, "%s (float8): the element count of the shape overflows int64", op);
         } else {
             prod *= shape[i];
         }
