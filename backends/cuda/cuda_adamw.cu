@@ -213,28 +213,33 @@ static lpx_status k_adamw(lpx_call *c)
 }
 
 /* ---- adamw_state_: AdamW over block-quantized moments ---------------------
- * G = min(32, block / 2) threads per quantization block (a warp for blocks
- * of 64..256, a power-of-two slice of one for smaller blocks; block is a
- * power of two in 2..256): thread l of the group owns the element pairs
- * (2j, 2j + 1), j = l + G * r, r < block / (2 G) <= 4, so a warp's loads
- * of each array are contiguous (4-bit codes: one packed byte per pair).
- * Each element: decoded (parameter, grad, m, v with the old scales), lpx's
- * f32 AdamW (lpx_os_adamw_elem), kept in registers; the block absmaxes of
- * the new m and v are max-reductions over the group (lpx_os_absmax_acc /
- * _merge with xor shuffles: a maximum is exact, so the result equals the
- * serial one whatever the order); then each element encoded with the fresh
- * scales and the parameter written as the CPU kernel does
- * (backends/cpu/optim.c): RNE (cu_enc), bf16 stochastic rounding, or
- * scaled f16 (another absmax reduction over the new parameters), the
- * random bits of element i being lpx_os_rand32(seed, rank, step, index of
- * i), as on the CPU. Every per-element function is core/numerics/
- * optim_state.h's (LPX_HD), the same the CPU block steps loop over, so the
- * results equal the CPU's bit for bit (f32, one rounding per operation,
- * --fmad=false). Lane 0 of the group writes the block's scales after the
- * reductions (every lane's read of the old scales feeds the reduction). */
+ * G = clamp(block / 4, 1, 32) threads per quantization block (a warp for
+ * blocks of 128 and 256, a power-of-two slice of one for smaller blocks;
+ * block is a power of two in 2..256): thread l of the group owns the runs
+ * of 4 consecutive elements 4q .. 4q + 3, q = l + G r, r < ceil(block /
+ * (4 G)) <= 2, so a warp's accesses to each array are contiguous (4-bit
+ * codes: two packed bytes per run) and one Philox draw (lpx_os_rand128)
+ * serves the run's 4 stochastic roundings when its flat index is a
+ * multiple of 4 (else the draw of each new group of 4 is made; the bits
+ * are lpx_os_rand32's either way). Each element: decoded (parameter,
+ * grad, m, v with the old scales), lpx's f32 AdamW (lpx_os_adamw_elem),
+ * kept in registers; the block absmaxes of the new m and v are
+ * max-reductions over the group (lpx_os_absmax_acc / _merge with xor
+ * shuffles: a maximum is exact, so the result equals the serial one
+ * whatever the order); then each element encoded with the fresh scales and
+ * the parameter written as the CPU kernel does (backends/cpu/optim.c): RNE
+ * (cu_enc), bf16 stochastic rounding, or scaled f16 (another absmax
+ * reduction, over the new parameters). Every per-element function is
+ * core/numerics/optim_state.h's (LPX_HD), the same the CPU block steps
+ * loop over, so the results equal the CPU's bit for bit (f32, one
+ * rounding per operation, --fmad=false). Lane 0 of the group writes the
+ * block's scales after the reductions (every lane's read of the old
+ * scales feeds the reduction first). */
 
 #define AS_THREADS 256
-#define AS_PAIRS 4 /* pairs per thread: LPX_OS_BLOCK_MAX / (2 * 32) */
+#define AS_V 4                                /* consecutive elements per run */
+#define AS_RUNS (LPX_OS_BLOCK_MAX / (AS_V * 32)) /* runs per thread, at most */
+#define AS_E (AS_V * AS_RUNS)                 /* elements per thread, at most */
 
 struct as_entry {
     void *p;
@@ -258,7 +263,10 @@ struct as_head {
 };
 
 /* threads per quantization block of `block` elements */
-static __host__ __device__ __forceinline__ int as_group(int64_t block) { return block / 2 < 32 ? (int)(block / 2) : 32; }
+static __host__ __device__ __forceinline__ int as_group(int64_t block)
+{
+    return block / AS_V < 1 ? 1 : block / AS_V > 32 ? 32 : (int)(block / AS_V);
+}
 
 __device__ __forceinline__ int as_find(const int64_t *start, int nt, int64_t b)
 {
@@ -298,7 +306,7 @@ __global__ void __launch_bounds__(AS_THREADS) as_kernel(const as_entry *ents, co
         }
     }
     __syncthreads();
-    const int B = (int)h.block, G = as_group(h.block), R = B / (2 * G);
+    const int B = (int)h.block, G = as_group(h.block), R = (B + AS_V * G - 1) / (AS_V * G);
     const int gl = (int)threadIdx.x & (G - 1);
     const int64_t qb = (int64_t)blockIdx.x * (AS_THREADS / G) + threadIdx.x / G;
     /* a group past the end takes part in the shuffles with n = 0 */
@@ -316,24 +324,27 @@ __global__ void __launch_bounds__(AS_THREADS) as_kernel(const as_entry *ents, co
     const int pes = cu_esize(pd), ges = cu_esize(gd);
     const int master = h.master;
 
-    /* element 2 (gl + G r) + k lives at [2 r + k] */
-    float pw[2 * AS_PAIRS], mw[2 * AS_PAIRS], vw[2 * AS_PAIRS];
-    float am = 0.0f, av = 0.0f;
-    int nm = 0, nv = 0;
+    /* element AS_V (gl + G r) + k lives at [AS_V r + k] */
+    float pw[AS_E], mw[AS_E], vw[AS_E];
+    float am = 0.0f, av = 0.0f, ap = 0.0f;
+    int nm = 0, nv = 0, np = 0;
     if (n > 0) {
         const float oms = e->ms[b], ovs = e->vs[b], oxs = master >= 2 ? e->xs[b] : 0.0f;
 #pragma unroll
-        for (int r = 0; r < AS_PAIRS; r++) {
+        for (int r = 0; r < AS_RUNS; r++) {
             if (r >= R) break;
-            const int j = gl + G * r;
-            unsigned m4 = 0, v4 = 0;
-            if (fmt == LPX_OS_STATE_4BIT && 2 * j < n) {
-                m4 = e->m[at / 2 + j];
-                v4 = ((const uint8_t *)e->v)[at / 2 + j];
-            }
+            const int i0 = AS_V * (gl + G * r);
+            unsigned m4[2] = {0, 0}, v4[2] = {0, 0}; /* 4-bit: the run's two packed bytes */
+            if (fmt == LPX_OS_STATE_4BIT)
 #pragma unroll
-            for (int k = 0; k < 2; k++) {
-                const int i = 2 * j + k, x = 2 * r + k;
+                for (int y = 0; y < 2; y++)
+                    if (i0 + 2 * y < n) {
+                        m4[y] = e->m[(at + i0) / 2 + y];
+                        v4[y] = ((const uint8_t *)e->v)[(at + i0) / 2 + y];
+                    }
+#pragma unroll
+            for (int k = 0; k < AS_V; k++) {
+                const int i = i0 + k, x = AS_V * r + k;
                 pw[x] = mw[x] = vw[x] = 0.0f;
                 if (i >= n) continue;
                 const int64_t ei = at + i;
@@ -345,10 +356,12 @@ __global__ void __launch_bounds__(AS_THREADS) as_kernel(const as_entry *ents, co
                     m = lpx_os_dec_map(qm, e->m[ei], oms);
                     v = lpx_os_dec_map(qv, ((const uint8_t *)e->v)[ei], ovs);
                     break;
-                case LPX_OS_STATE_4BIT:
-                    m = lpx_os_dec_map(qm, k ? m4 & 15u : m4 >> 4, oms);
-                    v = lpx_os_dec_map(qv, k ? v4 & 15u : v4 >> 4, ovs);
+                case LPX_OS_STATE_4BIT: {
+                    unsigned cm = k & 1 ? m4[k / 2] & 15u : m4[k / 2] >> 4, cv = k & 1 ? v4[k / 2] & 15u : v4[k / 2] >> 4;
+                    m = lpx_os_dec_map(qm, cm, oms);
+                    v = lpx_os_dec_map(qv, cv, ovs);
                     break;
+                }
                 default:
                     m = lpx_os_dec_e4m3(e->m[ei], oms);
                     v = lpx_os_dec_f16s(((const uint16_t *)e->v)[ei], ovs);
@@ -359,6 +372,7 @@ __global__ void __launch_bounds__(AS_THREADS) as_kernel(const as_entry *ents, co
                 vw[x] = v;
                 lpx_os_absmax_acc(&am, &nm, m);
                 lpx_os_absmax_acc(&av, &nv, v);
+                if (master >= 2) lpx_os_absmax_acc(&ap, &np, pw[x]);
             }
         }
     }
@@ -371,32 +385,35 @@ __global__ void __launch_bounds__(AS_THREADS) as_kernel(const as_entry *ents, co
         ms = lpx_os_map_scale(amax_m);
         vs = lpx_os_map_scale(amax_v);
     }
-    /* the scaled-f16 master's scale: absmax of the new parameters */
-    float ap = 0.0f;
-    int np = 0;
-    if (master >= 2)
-#pragma unroll
-        for (int x = 0; x < 2 * AS_PAIRS; x++)
-            if (x < 2 * R && 2 * (gl + G * (x / 2)) + (x & 1) < n) lpx_os_absmax_acc(&ap, &np, pw[x]);
+    /* the scaled-f16 master's scale: absmax of the new parameters (master
+     * is the same for the whole grid, so every lane shuffles or none) */
     const float xs = master >= 2 ? lpx_os_f16s_scale(as_group_absmax(ap, np, G)) : 0.0f;
     if (n <= 0) return; /* after the last shuffle */
     const uint64_t j0 = (uint64_t)(e->idx + at);
+    const int sr = master == 1 || master == 3;
 #pragma unroll
-    for (int r = 0; r < AS_PAIRS; r++) {
+    for (int r = 0; r < AS_RUNS; r++) {
         if (r >= R) break;
-        const int j = gl + G * r;
-        if (2 * j >= n) break;
-        if (fmt == LPX_OS_STATE_4BIT) {
-            unsigned mh = lpx_os_enc_map(qm, 4, mw[2 * r], ms), vh = lpx_os_enc_map(qv, 4, vw[2 * r], vs);
-            unsigned ml = 2 * j + 1 < n ? lpx_os_enc_map(qm, 4, mw[2 * r + 1], ms) : 0u;
-            unsigned vl = 2 * j + 1 < n ? lpx_os_enc_map(qv, 4, vw[2 * r + 1], vs) : 0u;
-            e->m[at / 2 + j] = (uint8_t)((mh << 4) | ml);
-            ((uint8_t *)e->v)[at / 2 + j] = (uint8_t)((vh << 4) | vl);
-        }
+        const int i0 = AS_V * (gl + G * r);
+        if (i0 >= n) break;
+        if (fmt == LPX_OS_STATE_4BIT)
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int i = 2 * j + k, x = 2 * r + k;
-            if (i >= n) continue;
+            for (int y = 0; y < 2; y++) {
+                const int i = i0 + 2 * y, x = AS_V * r + 2 * y;
+                if (i >= n) break;
+                unsigned mh = lpx_os_enc_map(qm, 4, mw[x], ms), vh = lpx_os_enc_map(qv, 4, vw[x], vs);
+                unsigned ml = i + 1 < n ? lpx_os_enc_map(qm, 4, mw[x + 1], ms) : 0u;
+                unsigned vl = i + 1 < n ? lpx_os_enc_map(qv, 4, vw[x + 1], vs) : 0u;
+                e->m[(at + i) / 2] = (uint8_t)((mh << 4) | ml);
+                ((uint8_t *)e->v)[(at + i) / 2] = (uint8_t)((vh << 4) | vl);
+            }
+        /* the stochastic bits: one Philox draw per group of 4 flat indices */
+        uint32_t rnd[4] = {0, 0, 0, 0};
+        uint64_t drawn = ~(uint64_t)0;
+#pragma unroll
+        for (int k = 0; k < AS_V; k++) {
+            const int i = i0 + k, x = AS_V * r + k;
+            if (i >= n) break;
             const int64_t ei = at + i;
             if (fmt == LPX_OS_STATE_8BIT) {
                 e->m[ei] = (uint8_t)lpx_os_enc_map(qm, 8, mw[x], ms);
@@ -405,12 +422,19 @@ __global__ void __launch_bounds__(AS_THREADS) as_kernel(const as_entry *ents, co
                 e->m[ei] = lpx_os_enc_e4m3(mw[x], ms);
                 ((uint16_t *)e->v)[ei] = lpx_os_enc_f16s(vw[x], vs);
             }
+            uint32_t bits = 0;
+            if (sr) {
+                const uint64_t j = j0 + (uint64_t)i;
+                if (j >> 2 != drawn) {
+                    drawn = j >> 2;
+                    lpx_os_rand128(h.seed, h.rank, (uint64_t)h.step, drawn, rnd);
+                }
+                const unsigned w = (unsigned)(j & 3u); /* a select keeps rnd in registers */
+                bits = w == 0 ? rnd[0] : w == 1 ? rnd[1] : w == 2 ? rnd[2] : rnd[3];
+            }
             if (master == 0) cu_enc(pd, (char *)e->p + ei * pes, pw[x], 0);
-            else if (master == 1)
-                ((uint16_t *)e->p)[ei] = lpx_os_bf16_sr_elem(pw[x], h.seed, h.rank, (uint64_t)h.step, j0 + (uint64_t)i);
-            else
-                ((uint16_t *)e->p)[ei] =
-                    lpx_os_f16s_elem(pw[x], xs, master == 3, h.seed, h.rank, (uint64_t)h.step, j0 + (uint64_t)i);
+            else if (master == 1) ((uint16_t *)e->p)[ei] = lpx_os_bf16_sr_elem(pw[x], bits);
+            else ((uint16_t *)e->p)[ei] = lpx_os_f16s_elem(pw[x], xs, master == 3, bits);
         }
     }
     if (gl == 0) {

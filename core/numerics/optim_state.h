@@ -266,13 +266,20 @@ static inline LPX_HD void lpx_philox4x32_10(const uint32_t ctr[4], const uint32_
  *  low, high). `index` is the element's position in whatever flat space
  *  the caller fixes (the engine: its offset in the rank's shard of the
  *  flat parameter space, so two parameters never share bits). */
-static inline LPX_HD uint32_t lpx_os_rand32(uint64_t seed, uint32_t rank, uint64_t step, uint64_t index)
+static inline LPX_HD void lpx_os_rand128(uint64_t seed, uint32_t rank, uint64_t step, uint64_t k, uint32_t out[4])
 {
-    uint64_t k = index >> 2;
     const uint32_t ctr[4] = {(uint32_t)k, (uint32_t)(k >> 32), (uint32_t)step, rank};
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    uint32_t out[4];
     lpx_philox4x32_10(ctr, key, out);
+}
+
+/* (lpx_os_rand128 is the draw of the four elements 4k .. 4k + 3: word
+ * index & 3 of lpx_os_rand128(..., index >> 2) is lpx_os_rand32(..., index),
+ * so a kernel holding four consecutive elements draws once.) */
+static inline LPX_HD uint32_t lpx_os_rand32(uint64_t seed, uint32_t rank, uint64_t step, uint64_t index)
+{
+    uint32_t out[4];
+    lpx_os_rand128(seed, rank, step, index >> 2, out);
     return out[index & 3u];
 }
 
@@ -389,18 +396,16 @@ static inline LPX_HD float lpx_os_dec_e4m3(uint8_t c, float s) { return lpx_f8e4
 static inline LPX_HD uint16_t lpx_os_enc_f16s(float x, float s) { return lpx_f32_to_f16(x / s, 0); }
 static inline LPX_HD float lpx_os_dec_f16s(uint16_t c, float s) { return lpx_f16_to_f32(c) * s; }
 
-/** One bf16 stochastically rounded master element: flat index j. */
-static inline LPX_HD uint16_t lpx_os_bf16_sr_elem(float p, uint64_t seed, uint32_t rank, uint64_t step, uint64_t j)
-{
-    return lpx_os_bf16_sr(p, lpx_os_rand32(seed, rank, step, j) >> 16);
-}
+/** One bf16 stochastically rounded master element; r32: its bits
+ *  (lpx_os_rand32 of its flat index). */
+static inline LPX_HD uint16_t lpx_os_bf16_sr_elem(float p, uint32_t r32) { return lpx_os_bf16_sr(p, r32 >> 16); }
 
 /** One scaled-f16 master element under block scale s (lpx_os_f16s_scale):
- *  stochastic (flat index j's bits) or RNE. */
-static inline LPX_HD uint16_t lpx_os_f16s_elem(float p, float s, int stochastic, uint64_t seed, uint32_t rank,
-                                               uint64_t step, uint64_t j)
+ *  stochastic with the bits r32 (lpx_os_rand32 of its flat index), or RNE
+ *  (r32 unused). */
+static inline LPX_HD uint16_t lpx_os_f16s_elem(float p, float s, int stochastic, uint32_t r32)
 {
-    return stochastic ? lpx_os_f16_sr(p / s, lpx_os_rand32(seed, rank, step, j)) : lpx_f32_to_f16(p / s, 0);
+    return stochastic ? lpx_os_f16_sr(p / s, r32) : lpx_f32_to_f16(p / s, 0);
 }
 
 /* ---- quantize / dequantize one block ------------------------------------ */
@@ -532,7 +537,7 @@ static inline LPX_HD void lpx_os_adamwfp8_e4m3v_block(const lpx_os_adamw *k, int
 static inline LPX_HD void lpx_os_bf16_sr_store(const float *p, int n, uint16_t *out, uint64_t seed, uint32_t rank,
                                                uint64_t step, uint64_t index0)
 {
-    for (int i = 0; i < n; i++) out[i] = lpx_os_bf16_sr_elem(p[i], seed, rank, step, index0 + (uint64_t)i);
+    for (int i = 0; i < n; i++) out[i] = lpx_os_bf16_sr_elem(p[i], lpx_os_rand32(seed, rank, step, index0 + (uint64_t)i));
 }
 
 /** Writes p[0..n) as a scaled-f16 master block (FP8-LM): returns the
@@ -543,7 +548,9 @@ static inline LPX_HD float lpx_os_f16s_store(const float *p, int n, uint16_t *co
                                              uint32_t rank, uint64_t step, uint64_t index0)
 {
     float s = lpx_os_f16s_scale(lpx_os_absmax(p, n));
-    for (int i = 0; i < n; i++) codes[i] = lpx_os_f16s_elem(p[i], s, stochastic, seed, rank, step, index0 + (uint64_t)i);
+    for (int i = 0; i < n; i++)
+        codes[i] = lpx_os_f16s_elem(p[i], s, stochastic,
+                                    stochastic ? lpx_os_rand32(seed, rank, step, index0 + (uint64_t)i) : 0u);
     return s;
 }
 

@@ -1,11 +1,12 @@
 /* GPU suite: adamw_state_ (AdamW over block-quantized optimizer states,
- * backends/cuda/cuda_adamw.cu, a group of min(32, block / 2) threads per
- * quantization block) against the CPU kernel (backends/cpu/optim.c) on the
+ * backends/cuda/cuda_adamw.cu, a group of clamp(block / 4, 1, 32) threads
+ * per quantization block) against the CPU kernel (backends/cpu/optim.c) on the
  * same inputs, bit for bit: parameters, m and v codes, their block scales
  * and the scaled-f16 master's scales, after each of several steps, for
  * every state format (8-bit, 4-bit, fp8), every master mode (plain f32 and
  * bf16 params, bf16 stochastic rounding, scaled f16 RNE and stochastic),
- * blocks 4 (sub-warp groups), 32, 64, 128 and 256, and lists of tensors
+ * blocks 2, 4, 8 (a group of 1 or 2 threads), 32, 64 (sub-warp groups), 128
+ * and 256 (a warp), and lists of tensors
  * whose numels are not multiples of the block (odd: the 4-bit last byte
  * holds one code), one of them spanning many CUDA blocks. Skips (77)
  * without a GPU. */
@@ -98,7 +99,7 @@ static void state_case(int f, int master, lpx_dtype pd, int64_t B, int steps)
 
 static void test_formats_masters_blocks(void)
 {
-    static const int64_t blocks[] = {4, 32, 64, 128, 256};
+    static const int64_t blocks[] = {2, 4, 8, 32, 64, 128, 256};
     for (int f = 0; f < LPX_OPTIM_STATE_FORMATS; f++)
         for (int master = 0; master < 4; master++)
             for (size_t b = 0; b < sizeof blocks / sizeof *blocks; b++) {
