@@ -12,15 +12,21 @@
  * without a GPU. */
 #include "gpu_util.h"
 
-/* A CPU tensor of n raw random bytes viewed as dtype dt (codes). */
-static lpx_tensor *rand_bytes(lpx_dtype dt, int64_t n, uint64_t seed)
+/* A CPU tensor of n raw random bytes viewed as dtype dt (codes); e4m3:
+ * no NaN code (0x7F, 0xFF): a NaN's sign and payload after f32 arithmetic
+ * differ between the host and the device (the GPU makes its canonical
+ * NaN), and that difference is not the kernel's. */
+static lpx_tensor *rand_bytes(lpx_dtype dt, int64_t n, uint64_t seed, bool e4m3)
 {
     lpx_tensor *t = NULL;
     if (lpx_tensor_new(dt, 1, &n, lpx_cpu(), &t)) return NULL;
     rng = seed * 0x9E3779B97F4A7C15ull + 17;
     unsigned char *p = (unsigned char *)lpx_tensor_data(t);
     size_t nb = lpx_dtype_nbytes(dt, n);
-    for (size_t i = 0; i < nb; i++) p[i] = (unsigned char)(urand() * 256.0);
+    for (size_t i = 0; i < nb; i++) {
+        p[i] = (unsigned char)(urand() * 256.0);
+        if (e4m3 && (p[i] & 0x7F) == 0x7F) p[i] ^= 1;
+    }
     return t;
 }
 
@@ -51,10 +57,10 @@ static void state_case(int f, int master, lpx_dtype pd, int64_t B, int steps)
         int64_t n = N[i], nb = (n + B - 1) / B;
         int64_t cb = f == LPX_OPTIM_STATE_4BIT ? n / B * (B / 2) + (n % B + 1) / 2 : n;
         c[0][i] = master >= 2 ? rand_vals(LPX_F16, n, seed + 1, 0, 0, 8000.0) : rand_vals(mdt, n, seed + 1, 0, 0, 1.0);
-        c[1][i] = rand_bytes(LPX_U8, cb, seed + 2);
+        c[1][i] = rand_bytes(LPX_U8, cb, seed + 2, f == LPX_OPTIM_STATE_FP8);
         c[2][i] = rand_vals(LPX_F32, nb, seed + 3, 1, 1e-3, 1e-2);
         c[3][i] = f == LPX_OPTIM_STATE_FP8 ? rand_vals(LPX_F16, n, seed + 4, 1, 0.0, 30000.0)
-                                           : rand_bytes(LPX_U8, cb, seed + 4);
+                                           : rand_bytes(LPX_U8, cb, seed + 4, false);
         c[4][i] = rand_vals(LPX_F32, nb, seed + 5, 1, 1e-6, 1e-5);
         c[5][i] = master >= 2 ? rand_vals(LPX_F32, nb, seed + 6, 1, 1e-5, 1e-4) : NULL;
         for (int k = 0; k < 6; k++) g_[k][i] = c[k][i] ? gpu_up(c[k][i]) : NULL;
@@ -117,9 +123,9 @@ static void test_llama_sized(void)
         int64_t B = f == LPX_OPTIM_STATE_4BIT ? 128 : 256, nb = n / B, cb = f == LPX_OPTIM_STATE_4BIT ? n / 2 : n;
         lpx_tensor *c[6], *g[6];
         c[0] = rand_vals(LPX_BF16, n, 91 + (uint64_t)f, 0, 0, 1.0);
-        c[1] = rand_bytes(LPX_U8, cb, 92);
+        c[1] = rand_bytes(LPX_U8, cb, 92, f == LPX_OPTIM_STATE_FP8);
         c[2] = rand_vals(LPX_F32, nb, 93, 1, 1e-3, 1e-2);
-        c[3] = f == LPX_OPTIM_STATE_FP8 ? rand_vals(LPX_F16, n, 94, 1, 0.0, 30000.0) : rand_bytes(LPX_U8, cb, 94);
+        c[3] = f == LPX_OPTIM_STATE_FP8 ? rand_vals(LPX_F16, n, 94, 1, 0.0, 30000.0) : rand_bytes(LPX_U8, cb, 94, false);
         c[4] = rand_vals(LPX_F32, nb, 95, 1, 1e-6, 1e-5);
         c[5] = rand_vals(LPX_BF16, n, 96, 0, 0, 0.5);
         for (int k = 0; k < 6; k++) g[k] = c[k] ? gpu_up(c[k]) : NULL;
