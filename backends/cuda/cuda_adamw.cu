@@ -213,18 +213,33 @@ static lpx_status k_adamw(lpx_call *c)
 }
 
 /* ---- adamw_state_: AdamW over block-quantized moments ---------------------
- * One thread per quantization block (core/numerics/optim_state.h's block
- * steps, written once for the CPU and the GPU: dequantize m and v, lpx's
- * f32 AdamW per element, requantize with fresh scales), then the
- * parameter written back as the CPU kernel does (backends/cpu/optim.c):
- * RNE (cu_enc), bf16 stochastic rounding or scaled f16, with the same
- * Philox bits. The arithmetic equals the CPU's bit for bit (f32, one
- * rounding per operation, --fmad=false). A straightforward first kernel:
- * each thread walks its block serially with the block in local memory;
- * the bandwidth target (issue 37: >= 80% of copy speed) needs a
- * warp-per-block version, measured on a GPU run. */
+ * G = clamp(block / 4, 1, 32) threads per quantization block (a warp for
+ * blocks of 128 and 256, a power-of-two slice of one for smaller blocks;
+ * block is a power of two in 2..256): thread l of the group owns the runs
+ * of 4 consecutive elements 4q .. 4q + 3, q = l + G r, r < ceil(block /
+ * (4 G)) <= 2, so a warp's accesses to each array are contiguous (4-bit
+ * codes: two packed bytes per run) and one Philox draw (lpx_os_rand128)
+ * serves the run's 4 stochastic roundings when its flat index is a
+ * multiple of 4 (else the draw of each new group of 4 is made; the bits
+ * are lpx_os_rand32's either way). Each element: decoded (parameter,
+ * grad, m, v with the old scales), lpx's f32 AdamW (lpx_os_adamw_elem),
+ * kept in registers; the block absmaxes of the new m and v are
+ * max-reductions over the group (lpx_os_absmax_acc / _merge with xor
+ * shuffles: a maximum is exact, so the result equals the serial one
+ * whatever the order); then each element encoded with the fresh scales and
+ * the parameter written as the CPU kernel does (backends/cpu/optim.c): RNE
+ * (cu_enc), bf16 stochastic rounding, or scaled f16 (another absmax
+ * reduction, over the new parameters). Every per-element function is
+ * core/numerics/optim_state.h's (LPX_HD), the same the CPU block steps
+ * loop over, so the results equal the CPU's bit for bit (f32, one
+ * rounding per operation, --fmad=false). Lane 0 of the group writes the
+ * block's scales after the reductions (every lane's read of the old
+ * scales feeds the reduction first). */
 
-#define AS_THREADS 64
+#define AS_THREADS 256
+#define AS_V 4                                /* consecutive elements per run */
+#define AS_RUNS (LPX_OS_BLOCK_MAX / (AS_V * 32)) /* runs per thread, at most */
+#define AS_E (AS_V * AS_RUNS)                 /* elements per thread, at most */
 
 struct as_entry {
     void *p;
@@ -247,6 +262,12 @@ struct as_head {
     int32_t format, master, nt;
 };
 
+/* threads per quantization block of `block` elements */
+static __host__ __device__ __forceinline__ int as_group(int64_t block)
+{
+    return block / AS_V < 1 ? 1 : block / AS_V > 32 ? 32 : (int)(block / AS_V);
+}
+
 __device__ __forceinline__ int as_find(const int64_t *start, int nt, int64_t b)
 {
     int lo = 0, hi = nt - 1;
@@ -258,12 +279,26 @@ __device__ __forceinline__ int as_find(const int64_t *start, int nt, int64_t b)
     return lo;
 }
 
+/* The group's absmax (NaN if any): partial (a, nan) of each lane merged
+ * over the G lanes of its aligned group (every lane of the warp calls
+ * this; off < G keeps each xor partner inside the group). */
+__device__ __forceinline__ float as_group_absmax(float a, int nan, int G)
+{
+    for (int off = G / 2; off > 0; off >>= 1) {
+        float a2 = __shfl_xor_sync(0xffffffffu, a, off);
+        int n2 = __shfl_xor_sync(0xffffffffu, nan, off);
+        lpx_os_absmax_merge(&a, &nan, a2, n2);
+    }
+    return lpx_os_absmax_fin(a, nan);
+}
+
 __global__ void __launch_bounds__(AS_THREADS) as_kernel(const as_entry *ents, const int64_t *start, as_head h)
 {
     __shared__ float qm[256], qv[256];
-    if (h.format != LPX_OS_STATE_FP8) {
-        int mm = h.format == LPX_OS_STATE_8BIT ? LPX_OS_MAP8_SIGNED : LPX_OS_MAP4_SIGNED;
-        int mv = h.format == LPX_OS_STATE_8BIT ? LPX_OS_MAP8_UNSIGNED : LPX_OS_MAP4_UNSIGNED;
+    const int fmt = h.format;
+    if (fmt != LPX_OS_STATE_FP8) {
+        int mm = fmt == LPX_OS_STATE_8BIT ? LPX_OS_MAP8_SIGNED : LPX_OS_MAP4_SIGNED;
+        int mv = fmt == LPX_OS_STATE_8BIT ? LPX_OS_MAP8_UNSIGNED : LPX_OS_MAP4_UNSIGNED;
         unsigned nc = 1u << lpx_os_map_bits(mm);
         for (unsigned c = threadIdx.x; c < nc; c += blockDim.x) {
             qm[c] = lpx_os_map_value(mm, c);
@@ -271,34 +306,142 @@ __global__ void __launch_bounds__(AS_THREADS) as_kernel(const as_entry *ents, co
         }
     }
     __syncthreads();
-    int64_t qb = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (qb >= h.total) return;
-    const as_entry &e = ents[as_find(start, h.nt, qb)];
-    int64_t b = qb - start[&e - ents], at = b * h.block;
-    int n = (int)(e.n - at < h.block ? e.n - at : h.block);
-    float pw[LPX_OS_BLOCK_MAX], gw[LPX_OS_BLOCK_MAX];
-    lpx_dtype pd = (lpx_dtype)e.pdt, gd = (lpx_dtype)e.gdt;
-    int pes = cu_esize(pd), ges = cu_esize(gd);
-    if (h.master >= 2) lpx_os_dequant_f16s((const uint16_t *)e.p + at, e.xs[b], n, pw);
-    else
-        for (int i = 0; i < n; i++) pw[i] = cu_dec(pd, (const char *)e.p + (at + i) * pes);
-    for (int i = 0; i < n; i++) gw[i] = cu_dec(gd, (const char *)e.g + (at + i) * ges);
-    switch (h.format) {
-    case LPX_OS_STATE_8BIT:
-        lpx_os_adamw8_block(&h.k, qm, qv, n, pw, gw, e.m + at, &e.ms[b], (uint8_t *)e.v + at, &e.vs[b]);
-        break;
-    case LPX_OS_STATE_4BIT:
-        lpx_os_adamw4_block(&h.k, qm, qv, n, pw, gw, e.m + at / 2, &e.ms[b], (uint8_t *)e.v + at / 2, &e.vs[b]);
-        break;
-    default: lpx_os_adamwfp8_block(&h.k, n, pw, gw, e.m + at, &e.ms[b], (uint16_t *)e.v + at, &e.vs[b]); break;
+    const int B = (int)h.block, G = as_group(h.block), R = (B + AS_V * G - 1) / (AS_V * G);
+    const int gl = (int)threadIdx.x & (G - 1);
+    const int64_t qb = (int64_t)blockIdx.x * (AS_THREADS / G) + threadIdx.x / G;
+    /* a group past the end takes part in the shuffles with n = 0 */
+    const as_entry *e = NULL;
+    int64_t b = 0, at = 0;
+    int n = 0;
+    if (qb < h.total) {
+        int t = as_find(start, h.nt, qb);
+        e = &ents[t];
+        b = qb - start[t];
+        at = b * B;
+        n = (int)(e->n - at < B ? e->n - at : B);
     }
-    uint64_t j0 = (uint64_t)(e.idx + at);
-    if (h.master == 0)
-        for (int i = 0; i < n; i++) cu_enc(pd, (char *)e.p + (at + i) * pes, pw[i], 0);
-    else if (h.master == 1)
-        lpx_os_bf16_sr_store(pw, n, (uint16_t *)e.p + at, h.seed, h.rank, (uint64_t)h.step, j0);
-    else
-        e.xs[b] = lpx_os_f16s_store(pw, n, (uint16_t *)e.p + at, h.master == 3, h.seed, h.rank, (uint64_t)h.step, j0);
+    const lpx_dtype pd = e ? (lpx_dtype)e->pdt : LPX_F32, gd = e ? (lpx_dtype)e->gdt : LPX_F32;
+    const int pes = cu_esize(pd), ges = cu_esize(gd);
+    const int master = h.master;
+
+    /* element AS_V (gl + G r) + k lives at [AS_V r + k] */
+    float pw[AS_E], mw[AS_E], vw[AS_E];
+    float am = 0.0f, av = 0.0f, ap = 0.0f;
+    int nm = 0, nv = 0, np = 0;
+    if (n > 0) {
+        const float oms = e->ms[b], ovs = e->vs[b], oxs = master >= 2 ? e->xs[b] : 0.0f;
+#pragma unroll
+        for (int r = 0; r < AS_RUNS; r++) {
+            if (r >= R) break;
+            const int i0 = AS_V * (gl + G * r);
+            unsigned m4[2] = {0, 0}, v4[2] = {0, 0}; /* 4-bit: the run's two packed bytes */
+            if (fmt == LPX_OS_STATE_4BIT)
+#pragma unroll
+                for (int y = 0; y < 2; y++)
+                    if (i0 + 2 * y < n) {
+                        m4[y] = e->m[(at + i0) / 2 + y];
+                        v4[y] = ((const uint8_t *)e->v)[(at + i0) / 2 + y];
+                    }
+#pragma unroll
+            for (int k = 0; k < AS_V; k++) {
+                const int i = i0 + k, x = AS_V * r + k;
+                pw[x] = mw[x] = vw[x] = 0.0f;
+                if (i >= n) continue;
+                const int64_t ei = at + i;
+                float p = master >= 2 ? lpx_os_dec_f16s(((const uint16_t *)e->p)[ei], oxs)
+                                      : cu_dec(pd, (const char *)e->p + ei * pes);
+                float g = cu_dec(gd, (const char *)e->g + ei * ges), m, v;
+                switch (fmt) {
+                case LPX_OS_STATE_8BIT:
+                    m = lpx_os_dec_map(qm, e->m[ei], oms);
+                    v = lpx_os_dec_map(qv, ((const uint8_t *)e->v)[ei], ovs);
+                    break;
+                case LPX_OS_STATE_4BIT: {
+                    unsigned cm = k & 1 ? m4[k / 2] & 15u : m4[k / 2] >> 4, cv = k & 1 ? v4[k / 2] & 15u : v4[k / 2] >> 4;
+                    m = lpx_os_dec_map(qm, cm, oms);
+                    v = lpx_os_dec_map(qv, cv, ovs);
+                    break;
+                }
+                default:
+                    m = lpx_os_dec_e4m3(e->m[ei], oms);
+                    v = lpx_os_dec_f16s(((const uint16_t *)e->v)[ei], ovs);
+                    break;
+                }
+                pw[x] = lpx_os_adamw_elem(&h.k, p, g, &m, &v);
+                mw[x] = m;
+                vw[x] = v;
+                lpx_os_absmax_acc(&am, &nm, m);
+                lpx_os_absmax_acc(&av, &nv, v);
+                if (master >= 2) lpx_os_absmax_acc(&ap, &np, pw[x]);
+            }
+        }
+    }
+    const float amax_m = as_group_absmax(am, nm, G), amax_v = as_group_absmax(av, nv, G);
+    float ms, vs;
+    if (fmt == LPX_OS_STATE_FP8) {
+        ms = lpx_os_e4m3_scale(amax_m);
+        vs = lpx_os_f16s_scale(amax_v);
+    } else {
+        ms = lpx_os_map_scale(amax_m);
+        vs = lpx_os_map_scale(amax_v);
+    }
+    /* the scaled-f16 master's scale: absmax of the new parameters (master
+     * is the same for the whole grid, so every lane shuffles or none) */
+    const float xs = master >= 2 ? lpx_os_f16s_scale(as_group_absmax(ap, np, G)) : 0.0f;
+    if (n <= 0) return; /* after the last shuffle */
+    const uint64_t j0 = (uint64_t)(e->idx + at);
+    const int sr = master == 1 || master == 3;
+#pragma unroll
+    for (int r = 0; r < AS_RUNS; r++) {
+        if (r >= R) break;
+        const int i0 = AS_V * (gl + G * r);
+        if (i0 >= n) break;
+        if (fmt == LPX_OS_STATE_4BIT)
+#pragma unroll
+            for (int y = 0; y < 2; y++) {
+                const int i = i0 + 2 * y, x = AS_V * r + 2 * y;
+                if (i >= n) break;
+                unsigned mh = lpx_os_enc_map(qm, 4, mw[x], ms), vh = lpx_os_enc_map(qv, 4, vw[x], vs);
+                unsigned ml = i + 1 < n ? lpx_os_enc_map(qm, 4, mw[x + 1], ms) : 0u;
+                unsigned vl = i + 1 < n ? lpx_os_enc_map(qv, 4, vw[x + 1], vs) : 0u;
+                e->m[(at + i) / 2] = (uint8_t)((mh << 4) | ml);
+                ((uint8_t *)e->v)[(at + i) / 2] = (uint8_t)((vh << 4) | vl);
+            }
+        /* the stochastic bits: one Philox draw per group of 4 flat indices */
+        uint32_t rnd[4] = {0, 0, 0, 0};
+        uint64_t drawn = ~(uint64_t)0;
+#pragma unroll
+        for (int k = 0; k < AS_V; k++) {
+            const int i = i0 + k, x = AS_V * r + k;
+            if (i >= n) break;
+            const int64_t ei = at + i;
+            if (fmt == LPX_OS_STATE_8BIT) {
+                e->m[ei] = (uint8_t)lpx_os_enc_map(qm, 8, mw[x], ms);
+                ((uint8_t *)e->v)[ei] = (uint8_t)lpx_os_enc_map(qv, 8, vw[x], vs);
+            } else if (fmt == LPX_OS_STATE_FP8) {
+                e->m[ei] = lpx_os_enc_e4m3(mw[x], ms);
+                ((uint16_t *)e->v)[ei] = lpx_os_enc_f16s(vw[x], vs);
+            }
+            uint32_t bits = 0;
+            if (sr) {
+                const uint64_t j = j0 + (uint64_t)i;
+                if (j >> 2 != drawn) {
+                    drawn = j >> 2;
+                    lpx_os_rand128(h.seed, h.rank, (uint64_t)h.step, drawn, rnd);
+                }
+                const unsigned w = (unsigned)(j & 3u); /* a select keeps rnd in registers */
+                bits = w == 0 ? rnd[0] : w == 1 ? rnd[1] : w == 2 ? rnd[2] : rnd[3];
+            }
+            if (master == 0) cu_enc(pd, (char *)e->p + ei * pes, pw[x], 0);
+            else if (master == 1) ((uint16_t *)e->p)[ei] = lpx_os_bf16_sr_elem(pw[x], bits);
+            else ((uint16_t *)e->p)[ei] = lpx_os_f16s_elem(pw[x], xs, master == 3, bits);
+        }
+    }
+    if (gl == 0) {
+        e->ms[b] = ms;
+        e->vs[b] = vs;
+        if (master >= 2) e->xs[b] = xs;
+    }
 }
 
 /* adamw_state_: the arguments are checked by the dispatcher (family
@@ -349,7 +492,8 @@ static lpx_status k_adamw_state(lpx_call *c)
     }
     start[n] = at;
     h.total = at;
-    int64_t grid = (at + AS_THREADS - 1) / AS_THREADS;
+    const int64_t per = AS_THREADS / as_group(a->block); /* quantization blocks per CUDA block */
+    int64_t grid = (at + per - 1) / per;
     if (grid == 0) {
         free(host);
         return LPX_OK;

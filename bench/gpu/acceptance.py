@@ -45,7 +45,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # name, default limit (s), minimum kept for it while earlier stages run (s), what it measures
 STAGES = [
     ("suite", 150, 40, "the GPU suite (run-gpu.sh tests): programs, cases, the cuDNN / cuBLASLt / coverage counters"),
-    ("kernels", 30, 12, "bench_gpu: copy, rowwise quantize [16384^2], NF4 dequantize [8192^2]"),
+    ("kernels", 45, 18, "bench_gpu: copy, rowwise quantize [16384^2], NF4 dequantize [8192^2], adamw_state_ "
+                        "8-bit / 4-bit / fp8 on a bf16 [4096, 14336]"),
     ("blockwise", 40, 15, "bench_gpu: GEMM 8192^3 bf16 and fp8 block-scaled; Float8Linear bf16 and blockwise "
                           "4096 x 14336"),
     ("attention", 35, 15, "bench_gpu attention_llama3 (lpx, cuDNN) and torch_bench.py's SDPA flash, fwd + bwd"),
@@ -328,7 +329,8 @@ def stage_suite(ctx):
 # ---- stages: kernels, blockwise, attention
 
 def stage_kernels(ctx):
-    ctx.res["lpx"] = bench_gpu_cases(ctx, ["copy", "fp8_quant_rowwise", "nf4_dequant"])
+    ctx.res["lpx"] = bench_gpu_cases(ctx, ["copy", "fp8_quant_rowwise", "nf4_dequant", "adamw_state_8bit",
+                                           "adamw_state_4bit", "adamw_state_fp8"])
     ctx.save()
 
 
@@ -810,13 +812,13 @@ def mk_lpx_ratio(stage, num, den, goal, path=False):
     return f
 
 
-def mk_pct_copy(case):
+def mk_pct_copy(case, goal=0.85):
     def f(R):
         recs = R.get("kernels", {}).get("lpx") or {}
         c, r = (recs.get("copy") or {}).get("gbps"), (recs.get(case) or {}).get("gbps")
         if not c or not r:
             return "missing: %s" % rec_err(recs, "copy", case), False
-        return "%.1f%% of copy (%.0f of %.0f GB/s)" % (100 * r / c, r, c), r / c >= 0.85
+        return "%.1f%% of copy (%.0f of %.0f GB/s)" % (100 * r / c, r, c), r / c >= goal
     return f
 
 
@@ -906,6 +908,12 @@ ROWS = [
      mk_pct_copy("fp8_quant_rowwise")),
     ("kernels.nf4_dequantize", "kernels", "NF4 dequantize [8192, 8192] vs copy", ">= 85%",
      mk_pct_copy("nf4_dequant")),
+    ("kernels.adamw_state_8bit", "kernels", "adamw_state_ 8-bit states, bf16-SR [4096, 14336]: bytes moved vs copy",
+     ">= 80%", mk_pct_copy("adamw_state_8bit", 0.80)),
+    ("kernels.adamw_state_4bit", "kernels", "adamw_state_ 4-bit states, bf16-SR [4096, 14336]: bytes moved vs copy",
+     ">= 80%", mk_pct_copy("adamw_state_4bit", 0.80)),
+    ("kernels.adamw_state_fp8", "kernels", "adamw_state_ fp8 states, bf16-SR [4096, 14336]: bytes moved vs copy",
+     ">= 80%", mk_pct_copy("adamw_state_fp8", 0.80)),
     ("delayed.on_device", "delayed", "delayed scaling on the GPU: scale moves, history == CPU, on the device",
      "moves, bit-equal, no host round trip", row_delayed),
 ]

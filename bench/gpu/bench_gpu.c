@@ -31,6 +31,11 @@
  *                      alone
  *   adamw              adamw_ over 64 f32 params of 16 MiB (1 GiB):
  *                      params r+w, grads r, exp_avg r+w, exp_avg_sq r+w
+ *   adamw_state_FMT    adamw_state_ (quantized optimizer states, issue 37)
+ *                      on one bf16 [4096, 14336] parameter with the
+ *                      bf16-SR master and a bf16 grad; FMT 8bit, 4bit,
+ *                      fp8 at their default blocks (256, 128, 256):
+ *                      p r+w, g r, m and v codes r+w, block scales r+w
  *   float8_linear_RECIPE_KxN   the layer a user trains with, through the
  *                      public API: lpx_float8_linear_forward (with a
  *                      context, as in training) + _backward (grad_x and
@@ -742,6 +747,76 @@ static int case_adamw(const char *name)
     return 0;
 }
 
+/* (e2) adamw_state_: AdamW over block-quantized states (issue 37) on one
+ * Llama-sized parameter, bf16 with stochastic rounding (the master of a
+ * bf16 run), bf16 grads, the format's default block; two sets of tensors
+ * rotated (each over the 50 MB L2). Bytes per element: p r+w 4, g r 2,
+ * then m and v read and written: 8-bit 1 + 1 each, 4-bit 0.5 + 0.5 each,
+ * fp8 m 1 + 1 and v (f16) 2 + 2; plus each block's two f32 scales read
+ * and written. */
+#define AS_SETS 2
+
+typedef struct astate_ctx {
+    int format;
+    int64_t block;
+    lpx_tensor *t[AS_SETS][6]; /* params, grads, m, m_scale, v, v_scale */
+} astate_ctx;
+
+static int rep_astate(void *p, int i)
+{
+    astate_ctx *c = p;
+    lpx_tensor **t = c->t[i % AS_SETS];
+    lpx_status st = lpx_adamw_state_(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], 1, (lpx_optim_state_format)c->format,
+                                     c->block, 1e-3, 0.9, 0.999, 1e-8, 0.01, i + 1, LPX_OPTIM_MASTER_BF16_SR, 1234, 0,
+                                     0, NULL);
+    return st ? fail_lpx(st, "adamw_state_") : 0;
+}
+
+static int case_adamw_state(const char *name, int format)
+{
+    static const char *fname[3] = {"8-bit", "4-bit", "fp8 (e4m3 m, f16 v)"};
+    astate_ctx c;
+    memset(&c, 0, sizeof c);
+    c.format = format;
+    c.block = format == LPX_OPTIM_STATE_4BIT ? 128 : 256;
+    const int64_t rows = g_quick ? 256 : 4096, cols = 14336, n = rows * cols, nb = n / c.block;
+    const int64_t cb = format == LPX_OPTIM_STATE_4BIT ? n / 2 : n; /* code bytes per moment */
+    int64_t s_p[1] = {n}, s_c[1] = {cb}, s_s[1] = {nb};
+    uint16_t *h = malloc((size_t)n * sizeof *h);
+    if (!h) {
+        snprintf(g_err, sizeof g_err, "out of host memory");
+        return 1;
+    }
+    int r = 0;
+    for (int k = 0; k < AS_SETS && !r; k++) {
+        fill_bf16(h, (size_t)n, 61 + (uint64_t)k);
+        r = upload(h, LPX_BF16, 1, s_p, &c.t[k][0]);
+        if (!r) {
+            fill_bf16(h, (size_t)n, 71 + (uint64_t)k);
+            r = upload(h, LPX_BF16, 1, s_p, &c.t[k][1]);
+        }
+        /* codes: a mid-range byte pattern (the work per element does not
+         * depend on the values); scales 1e-3 (m) and 1e-6 (v) */
+        if (!r) r = upload_const(100, LPX_U8, 1, s_c, &c.t[k][2]);
+        if (!r) r = upload_const(1e-3, LPX_F32, 1, s_s, &c.t[k][3]);
+        if (!r) r = format == LPX_OPTIM_STATE_FP8 ? upload_const(1000, LPX_F16, 1, s_p, &c.t[k][4])
+                                                  : upload_const(100, LPX_U8, 1, s_c, &c.t[k][4]);
+        if (!r) r = upload_const(1e-6, LPX_F32, 1, s_s, &c.t[k][5]);
+    }
+    free(h);
+    if (r) return 1;
+    double med, mn;
+    if (time_reps(rep_astate, &c, &med, &mn)) return 1;
+    double state = format == LPX_OPTIM_STATE_8BIT ? 4.0 : format == LPX_OPTIM_STATE_4BIT ? 2.0 : 6.0;
+    double bytes = (double)n * (4.0 + 2.0 + state) + (double)nb * 16.0;
+    char desc[200];
+    snprintf(desc, sizeof desc,
+             "adamw_state_ %s, block %lld, bf16 [%lld, %lld] (bf16-SR master) + bf16 grad, %.4g MiB moved", fname[format],
+             (long long)c.block, (long long)rows, (long long)cols, bytes / MIB);
+    report(name, desc, med, mn, bytes, 0);
+    return 0;
+}
+
 /* (f) Float8Linear forward + backward */
 typedef struct lin_ctx {
     lpx_float8_linear_recipe r;
@@ -918,6 +993,9 @@ static int c_gemm_fp8r(const char *n) { return case_gemm(n, G_FP8_ROW); }
 static int c_gemm_fp8b(const char *n) { return case_gemm(n, G_FP8_BLOCK); }
 static int c_adamw(const char *n) { return case_adamw(n); }
 static int c_attention(const char *n) { return case_attention(n); }
+static int c_astate8(const char *n) { return case_adamw_state(n, LPX_OPTIM_STATE_8BIT); }
+static int c_astate4(const char *n) { return case_adamw_state(n, LPX_OPTIM_STATE_4BIT); }
+static int c_astatefp8(const char *n) { return case_adamw_state(n, LPX_OPTIM_STATE_FP8); }
 
 static const struct {
     const char *name;
@@ -931,6 +1009,9 @@ static const struct {
     {"gemm_bf16", c_gemm_bf16},
     {"gemm_fp8_tensorwise", c_gemm_fp8t},
     {"adamw", c_adamw},
+    {"adamw_state_8bit", c_astate8},
+    {"adamw_state_4bit", c_astate4},
+    {"adamw_state_fp8", c_astatefp8},
     {"copy_op", c_copy_op},
     {"cast_fp8", c_cast},
     {"fp8_quant_dynamic", c_qdynamic},

@@ -183,17 +183,37 @@ static inline LPX_HD unsigned lpx_os_encode(const float *q, int bits, float v)
 
 /* ---- block scales ------------------------------------------------------- */
 
+/** The absmax as a running reduction, one element at a time (the block
+ *  functions below and the CUDA kernel's warp reduction share it): *a the
+ *  largest |x| so far (start 0), *nan set when an x is NaN. Combining two
+ *  partial (a, nan) pairs with lpx_os_absmax_merge gives the same result
+ *  in any order (a maximum of non-NaN values is exact). */
+static inline LPX_HD void lpx_os_absmax_acc(float *a, int *nan, float x)
+{
+    float v = fabsf(x);
+    *nan |= v != v;
+    *a = v > *a ? v : *a;
+}
+
+static inline LPX_HD void lpx_os_absmax_merge(float *a, int *nan, float a2, int nan2)
+{
+    *nan |= nan2;
+    *a = a2 > *a ? a2 : *a;
+}
+
+/** The absmax of a finished reduction: NaN if any element was. */
+static inline LPX_HD float lpx_os_absmax_fin(float a, int nan)
+{
+    return nan ? lpx_f32_from_bits(0x7FC00000u) : a;
+}
+
 /** Absmax of x[0..n), NaN if any element is NaN (torch's amax). */
 static inline LPX_HD float lpx_os_absmax(const float *x, int n)
 {
     float a = 0.0f;
     int nan = 0;
-    for (int i = 0; i < n; i++) {
-        float v = fabsf(x[i]);
-        nan |= v != v;
-        a = v > a ? v : a;
-    }
-    return nan ? lpx_f32_from_bits(0x7FC00000u) : a;
+    for (int i = 0; i < n; i++) lpx_os_absmax_acc(&a, &nan, x[i]);
+    return lpx_os_absmax_fin(a, nan);
 }
 
 /** The scale of a code-map block: absmax clipped below at 1e-12
@@ -246,13 +266,20 @@ static inline LPX_HD void lpx_philox4x32_10(const uint32_t ctr[4], const uint32_
  *  low, high). `index` is the element's position in whatever flat space
  *  the caller fixes (the engine: its offset in the rank's shard of the
  *  flat parameter space, so two parameters never share bits). */
-static inline LPX_HD uint32_t lpx_os_rand32(uint64_t seed, uint32_t rank, uint64_t step, uint64_t index)
+static inline LPX_HD void lpx_os_rand128(uint64_t seed, uint32_t rank, uint64_t step, uint64_t k, uint32_t out[4])
 {
-    uint64_t k = index >> 2;
     const uint32_t ctr[4] = {(uint32_t)k, (uint32_t)(k >> 32), (uint32_t)step, rank};
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    uint32_t out[4];
     lpx_philox4x32_10(ctr, key, out);
+}
+
+/* (lpx_os_rand128 is the draw of the four elements 4k .. 4k + 3: word
+ * index & 3 of lpx_os_rand128(..., index >> 2) is lpx_os_rand32(..., index),
+ * so a kernel holding four consecutive elements draws once.) */
+static inline LPX_HD uint32_t lpx_os_rand32(uint64_t seed, uint32_t rank, uint64_t step, uint64_t index)
+{
+    uint32_t out[4];
+    lpx_os_rand128(seed, rank, step, index >> 2, out);
     return out[index & 3u];
 }
 
@@ -346,6 +373,41 @@ static inline LPX_HD float lpx_os_adamw_elem(const lpx_os_adamw *k, float p, flo
     return p * k->decay - k->lr * mh / (sqrtf(vh) + k->eps);
 }
 
+/* ---- one element's codes (the block functions below are loops of these;
+ * the CUDA kernel spreads them over a warp) ------------------------------ */
+
+/** Code of x in table q (2^bits values) under block scale s. */
+static inline LPX_HD unsigned lpx_os_enc_map(const float *q, int bits, float x, float s)
+{
+    return lpx_os_encode(q, bits, x / s);
+}
+
+/** Value of code c of table q under block scale s. */
+static inline LPX_HD float lpx_os_dec_map(const float *q, unsigned c, float s) { return q[c] * s; }
+
+/** Code i of a packed 4-bit block (high nibble for even i). */
+static inline LPX_HD unsigned lpx_os_nibble(const uint8_t *packed, int i)
+{
+    return i & 1 ? packed[i / 2] & 15u : (unsigned)packed[i / 2] >> 4;
+}
+
+static inline LPX_HD uint8_t lpx_os_enc_e4m3(float x, float s) { return lpx_f32_to_f8e4m3fn(x / s, 0); }
+static inline LPX_HD float lpx_os_dec_e4m3(uint8_t c, float s) { return lpx_f8e4m3fn_to_f32(c) * s; }
+static inline LPX_HD uint16_t lpx_os_enc_f16s(float x, float s) { return lpx_f32_to_f16(x / s, 0); }
+static inline LPX_HD float lpx_os_dec_f16s(uint16_t c, float s) { return lpx_f16_to_f32(c) * s; }
+
+/** One bf16 stochastically rounded master element; r32: its bits
+ *  (lpx_os_rand32 of its flat index). */
+static inline LPX_HD uint16_t lpx_os_bf16_sr_elem(float p, uint32_t r32) { return lpx_os_bf16_sr(p, r32 >> 16); }
+
+/** One scaled-f16 master element under block scale s (lpx_os_f16s_scale):
+ *  stochastic with the bits r32 (lpx_os_rand32 of its flat index), or RNE
+ *  (r32 unused). */
+static inline LPX_HD uint16_t lpx_os_f16s_elem(float p, float s, int stochastic, uint32_t r32)
+{
+    return stochastic ? lpx_os_f16_sr(p / s, r32) : lpx_f32_to_f16(p / s, 0);
+}
+
 /* ---- quantize / dequantize one block ------------------------------------ */
 
 /** 8-bit block: codes of x[0..n) in table q (256 values), returns the
@@ -353,13 +415,13 @@ static inline LPX_HD float lpx_os_adamw_elem(const lpx_os_adamw *k, float p, flo
 static inline LPX_HD float lpx_os_quant8(const float *q, const float *x, int n, uint8_t *codes)
 {
     float s = lpx_os_map_scale(lpx_os_absmax(x, n));
-    for (int i = 0; i < n; i++) codes[i] = (uint8_t)lpx_os_encode(q, 8, x[i] / s);
+    for (int i = 0; i < n; i++) codes[i] = (uint8_t)lpx_os_enc_map(q, 8, x[i], s);
     return s;
 }
 
 static inline LPX_HD void lpx_os_dequant8(const float *q, const uint8_t *codes, float s, int n, float *x)
 {
-    for (int i = 0; i < n; i++) x[i] = q[codes[i]] * s;
+    for (int i = 0; i < n; i++) x[i] = lpx_os_dec_map(q, codes[i], s);
 }
 
 /** 4-bit block: element i in the high nibble of byte i/2 when i is even,
@@ -368,8 +430,8 @@ static inline LPX_HD float lpx_os_quant4(const float *q, const float *x, int n, 
 {
     float s = lpx_os_map_scale(lpx_os_absmax(x, n));
     for (int i = 0; i < n; i += 2) {
-        unsigned hi = lpx_os_encode(q, 4, x[i] / s);
-        unsigned lo = i + 1 < n ? lpx_os_encode(q, 4, x[i + 1] / s) : 0u;
+        unsigned hi = lpx_os_enc_map(q, 4, x[i], s);
+        unsigned lo = i + 1 < n ? lpx_os_enc_map(q, 4, x[i + 1], s) : 0u;
         packed[i / 2] = (uint8_t)((hi << 4) | lo);
     }
     return s;
@@ -377,7 +439,7 @@ static inline LPX_HD float lpx_os_quant4(const float *q, const float *x, int n, 
 
 static inline LPX_HD void lpx_os_dequant4(const float *q, const uint8_t *packed, float s, int n, float *x)
 {
-    for (int i = 0; i < n; i++) x[i] = q[i & 1 ? packed[i / 2] & 15u : packed[i / 2] >> 4] * s;
+    for (int i = 0; i < n; i++) x[i] = lpx_os_dec_map(q, lpx_os_nibble(packed, i), s);
 }
 
 /** e4m3 block (fp8 m; torchao's quantize_fp8, RNE, non-saturating as
@@ -386,13 +448,13 @@ static inline LPX_HD void lpx_os_dequant4(const float *q, const uint8_t *packed,
 static inline LPX_HD float lpx_os_quant_e4m3(const float *x, int n, uint8_t *codes)
 {
     float s = lpx_os_e4m3_scale(lpx_os_absmax(x, n));
-    for (int i = 0; i < n; i++) codes[i] = lpx_f32_to_f8e4m3fn(x[i] / s, 0);
+    for (int i = 0; i < n; i++) codes[i] = lpx_os_enc_e4m3(x[i], s);
     return s;
 }
 
 static inline LPX_HD void lpx_os_dequant_e4m3(const uint8_t *codes, float s, int n, float *x)
 {
-    for (int i = 0; i < n; i++) x[i] = lpx_f8e4m3fn_to_f32(codes[i]) * s;
+    for (int i = 0; i < n; i++) x[i] = lpx_os_dec_e4m3(codes[i], s);
 }
 
 /** Scaled-f16 block (the fp8 kind's v, FP8-LM's master): f16 codes of
@@ -400,13 +462,13 @@ static inline LPX_HD void lpx_os_dequant_e4m3(const uint8_t *codes, float s, int
 static inline LPX_HD float lpx_os_quant_f16s(const float *x, int n, uint16_t *codes)
 {
     float s = lpx_os_f16s_scale(lpx_os_absmax(x, n));
-    for (int i = 0; i < n; i++) codes[i] = lpx_f32_to_f16(x[i] / s, 0);
+    for (int i = 0; i < n; i++) codes[i] = lpx_os_enc_f16s(x[i], s);
     return s;
 }
 
 static inline LPX_HD void lpx_os_dequant_f16s(const uint16_t *codes, float s, int n, float *x)
 {
-    for (int i = 0; i < n; i++) x[i] = lpx_f16_to_f32(codes[i]) * s;
+    for (int i = 0; i < n; i++) x[i] = lpx_os_dec_f16s(codes[i], s);
 }
 
 /* ---- fused AdamW steps over one block ------------------------------------
@@ -475,7 +537,7 @@ static inline LPX_HD void lpx_os_adamwfp8_e4m3v_block(const lpx_os_adamw *k, int
 static inline LPX_HD void lpx_os_bf16_sr_store(const float *p, int n, uint16_t *out, uint64_t seed, uint32_t rank,
                                                uint64_t step, uint64_t index0)
 {
-    for (int i = 0; i < n; i++) out[i] = lpx_os_bf16_sr(p[i], lpx_os_rand32(seed, rank, step, index0 + (uint64_t)i) >> 16);
+    for (int i = 0; i < n; i++) out[i] = lpx_os_bf16_sr_elem(p[i], lpx_os_rand32(seed, rank, step, index0 + (uint64_t)i));
 }
 
 /** Writes p[0..n) as a scaled-f16 master block (FP8-LM): returns the
@@ -487,8 +549,8 @@ static inline LPX_HD float lpx_os_f16s_store(const float *p, int n, uint16_t *co
 {
     float s = lpx_os_f16s_scale(lpx_os_absmax(p, n));
     for (int i = 0; i < n; i++)
-        codes[i] = stochastic ? lpx_os_f16_sr(p[i] / s, lpx_os_rand32(seed, rank, step, index0 + (uint64_t)i))
-                              : lpx_f32_to_f16(p[i] / s, 0);
+        codes[i] = lpx_os_f16s_elem(p[i], s, stochastic,
+                                    stochastic ? lpx_os_rand32(seed, rank, step, index0 + (uint64_t)i) : 0u);
     return s;
 }
 

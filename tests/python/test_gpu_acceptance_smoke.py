@@ -36,6 +36,7 @@ TARGETS = [
     "lpxtorch.f8_vs_bf16", "lpxtorch.cuda_tests",                                       # lpx.torch
     "plan.bf16", "plan.f8_tensorwise", "plan.f8_rowwise",                               # lpx plan
     "kernels.rowwise_quantize", "kernels.nf4_dequantize",                               # kernels
+    "kernels.adamw_state_8bit", "kernels.adamw_state_4bit", "kernels.adamw_state_fp8",  # optimizer states
     "delayed.on_device",                                                                # delayed scaling
 ]
 STAGES = ["suite", "kernels", "blockwise", "attention", "delayed", "trainer", "plan", "trainer-ref", "losses",
@@ -148,7 +149,8 @@ def test_rows_judge_a_gpu_run():
                   "attention_path": "fused SDPA (/x/libcudnn.so.9, cuDNN 9.10)", "block_path": "cuBLASLt",
                   "block_used": 6, "coverage": [70, 70], "torch_cuda_cases": {"test_cuda_layers_match_cpu": "pass"}},
         "kernels": {"lpx": {"copy": {"gbps": 4000.0}, "fp8_quant_rowwise": {"gbps": 3000.0},
-                            "nf4_dequant": {"gbps": 3500.0}}},
+                            "nf4_dequant": {"gbps": 3500.0}, "adamw_state_8bit": {"gbps": 3300.0},
+                            "adamw_state_4bit": {"gbps": 3100.0}, "adamw_state_fp8": {"error": "boom8"}}},
         "blockwise": {"lpx": {"gemm_bf16": lin(1.6), "gemm_fp8_blockwise": lin(0.9, path="x on cuBLASLt: 3; y"),
                               "float8_linear_bf16_4096x14336": lin(4.1),
                               "float8_linear_blockwise_4096x14336": lin(3.0, path="x on cuBLASLt: 3; y")}},
@@ -180,10 +182,12 @@ def test_rows_judge_a_gpu_run():
             "blockwise.linear_4096x14336": "yes", "lpxtorch.f8_vs_bf16": "yes", "lpxtorch.cuda_tests": "yes",
             "plan.bf16": "yes", "plan.f8_tensorwise": "NO", "plan.f8_rowwise": "NO",
             "kernels.rowwise_quantize": "NO", "kernels.nf4_dequantize": "yes",
+            "kernels.adamw_state_8bit": "yes", "kernels.adamw_state_4bit": "NO", "kernels.adamw_state_fp8": "NO",
             "delayed.on_device": "yes" if A.DELAYED_UPDATE_ON_DEVICE else "NO"}
     got = {k: r["met"] for k, r in rows.items()}
     assert got == want, {k: (got[k], want[k], rows[k]["measured"]) for k in want if got[k] != want[k]}
     assert "boom" in rows["trainer.f8_blockwise_vs_bf16"]["measured"]
+    assert "boom8" in rows["kernels.adamw_state_fp8"]["measured"]
     # the trainer stage timed out before its rows: they name it, not judged
     status["trainer"] = {"state": "timed out", "why": "timed out after 150 s"}
     R2 = dict(R, trainer={"lpx": {}})
