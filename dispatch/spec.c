@@ -14,7 +14,12 @@
 /* A tensor that reached a backend: dense, of a byte-sized dtype. */
 __attribute__((noinline)) lpx_status lpx__spec_dense_slow(const lpx_call *c, int i, const lpx_tensor *t)
 {
-    const char *op = op_name(c), *arg = arg_name(c, i);
+    return lpx__spec_dense_named(c, arg_name(c, i), t);
+}
+
+lpx_status lpx__spec_dense_named(const lpx_call *c, const char *arg, const lpx_tensor *t)
+{
+    const char *op = op_name(c);
     if (t->kind)
         return lpx_error(LPX_EINVAL, "%s: tensor '%s' is of kind '%s'; the %s kernel takes dense tensors", op, arg,
                          lpx_kind_name(t->kind), lpx_key_name(c->key));

@@ -15,6 +15,8 @@ static inline const char *arg_name(const lpx_call *c, int i) { return lpx__op_ro
 /* A tensor that reached a backend: dense, of a byte-sized dtype (spec.c;
  * the message names the op, the argument and the backend). */
 lpx_status lpx__spec_dense_slow(const lpx_call *c, int i, const lpx_tensor *t);
+/* ... the same check, the tensor named `arg` in the message (a list entry) */
+lpx_status lpx__spec_dense_named(const lpx_call *c, const char *arg, const lpx_tensor *t);
 /* ... and floating-point */
 lpx_status lpx__spec_floating_slow(const lpx_call *c, int i, const lpx_tensor *t);
 

@@ -9,17 +9,9 @@
 static lpx_status list_dense(const lpx_call *c, int i, uint32_t j, const lpx_tensor *t)
 {
     if (LPX_LIKELY(!t->kind && (unsigned)t->dtype < LPX_DTYPE_BUILTIN_COUNT)) return LPX_OK;
-    const char *op = op_name(c);
     char arg[64];
     snprintf(arg, sizeof arg, "%s[%u]", arg_name(c, i), j);
-    if (t->kind)
-        return lpx_error(LPX_EINVAL, "%s: tensor '%s' is of kind '%s'; the %s kernel takes dense tensors", op, arg,
-                         lpx_kind_name(t->kind), lpx_key_name(c->key));
-    const lpx_dtype_traits *tr = lpx_dtype_get(t->dtype);
-    if (!tr || tr->bits < 8 || tr->bits % 8)
-        return lpx_error(LPX_EDTYPE, "%s: tensor '%s' has dtype %s, which the %s kernels do not support", op, arg,
-                         lpx_dtype_name(t->dtype), lpx_key_name(c->key));
-    return LPX_OK;
+    return lpx__spec_dense_named(c, arg, t);
 }
 
 /* ---- adamw: adamw_ ------------------------------------------------------ */

@@ -129,6 +129,34 @@ __global__ void __launch_bounds__(AW_THREADS) aw_kernel_table(const aw_entry *en
 
 static void CUDART_CB aw_free_host(void *p) { free(p); }
 
+/* Copies the host table (malloc'd, table_bytes) of n tensors to a
+ * stream-ordered device scratch block *dtab; the host copy is freed once
+ * the stream has passed the copy. On failure both are freed. */
+static lpx_status aw_upload_table(const char *op, int dev, cudaStream_t s, char *host, size_t table_bytes, uint32_t n,
+                                  void **dtab)
+{
+    void *d = cu_scratch_alloc(dev, table_bytes);
+    if (!d) {
+        free(host);
+        return lpx_error(LPX_ENOMEM, "%s: cannot allocate the %zu-byte device table of %u tensors", op, table_bytes, n);
+    }
+    cudaError_t e = cudaMemcpyAsync(d, host, table_bytes, cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess) {
+        free(host);
+        cu_scratch_free(dev, d, table_bytes);
+        return cu_fail(e, op, "cudaMemcpyAsync(table)");
+    }
+    e = cudaLaunchHostFunc(s, aw_free_host, host);
+    if (e != cudaSuccess) {
+        cudaError_t e2 = cudaStreamSynchronize(s);
+        free(host);
+        cu_scratch_free(dev, d, table_bytes);
+        return cu_fail(e2 != cudaSuccess ? e2 : e, op, "cudaLaunchHostFunc(free table)");
+    }
+    *dtab = d;
+    return LPX_OK;
+}
+
 /* adamw_: the arguments are checked by the dispatcher (family `adamw`,
  * include/lpx/op_args_optim.h); every tensor is a dense CUDA tensor, all
  * on one device. */
@@ -186,25 +214,8 @@ static lpx_status k_adamw(lpx_call *c)
         return cu_launched(op, "aw_kernel_param");
     }
 
-    void *dtab = cu_scratch_alloc(dev.index, table_bytes);
-    if (!dtab) {
-        free(host);
-        return lpx_error(LPX_ENOMEM, "%s: cannot allocate the %zu-byte device table of %u tensors", op, table_bytes, n);
-    }
-    cudaError_t e = cudaMemcpyAsync(dtab, host, table_bytes, cudaMemcpyHostToDevice, s);
-    if (e != cudaSuccess) {
-        free(host);
-        cu_scratch_free(dev.index, dtab, table_bytes);
-        return cu_fail(e, op, "cudaMemcpyAsync(table)");
-    }
-    /* the heap source is freed once the stream has passed the copy */
-    e = cudaLaunchHostFunc(s, aw_free_host, host);
-    if (e != cudaSuccess) {
-        cudaError_t e2 = cudaStreamSynchronize(s);
-        free(host);
-        cu_scratch_free(dev.index, dtab, table_bytes);
-        return cu_fail(e2 != cudaSuccess ? e2 : e, op, "cudaLaunchHostFunc(free table)");
-    }
+    void *dtab = NULL;
+    if ((st = aw_upload_table(op, dev.index, s, host, table_bytes, n, &dtab))) return st;
     aw_kernel_table<<<(unsigned)blocks, AW_THREADS, 0, s>>>(
         (const aw_entry *)((char *)dtab + start_bytes), (const int32_t *)dtab, (int)n, k);
     st = cu_launched(op, "aw_kernel_table");
@@ -510,24 +521,8 @@ static lpx_status k_adamw_state(lpx_call *c)
         return st;
     }
     cudaStream_t s = cu_stream(dev.index);
-    void *dtab = cu_scratch_alloc(dev.index, table_bytes);
-    if (!dtab) {
-        free(host);
-        return lpx_error(LPX_ENOMEM, "%s: cannot allocate the %zu-byte device table of %u tensors", op, table_bytes, n);
-    }
-    cudaError_t ce = cudaMemcpyAsync(dtab, host, table_bytes, cudaMemcpyHostToDevice, s);
-    if (ce != cudaSuccess) {
-        free(host);
-        cu_scratch_free(dev.index, dtab, table_bytes);
-        return cu_fail(ce, op, "cudaMemcpyAsync(table)");
-    }
-    ce = cudaLaunchHostFunc(s, aw_free_host, host);
-    if (ce != cudaSuccess) {
-        cudaError_t e2 = cudaStreamSynchronize(s);
-        free(host);
-        cu_scratch_free(dev.index, dtab, table_bytes);
-        return cu_fail(e2 != cudaSuccess ? e2 : ce, op, "cudaLaunchHostFunc(free table)");
-    }
+    void *dtab = NULL;
+    if ((st = aw_upload_table(op, dev.index, s, host, table_bytes, n, &dtab))) return st;
     as_kernel<<<(unsigned)grid, AS_THREADS, 0, s>>>((const as_entry *)((char *)dtab + start_bytes),
                                                     (const int64_t *)dtab, h);
     st = cu_launched(op, "as_kernel");
