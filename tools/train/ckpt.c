@@ -127,7 +127,7 @@ static lpx_status parse_run(const char *dir, const cJSON *root, tr_ckpt *ck)
     const char *on = tr_json_str(ad, "optim"), *ms = tr_json_str(ad, "master");
     static const char *const onames[] = {"adamw", "adamw8bit", "adamw4bit", "adamw-fp8"};
     o->optim = 0;
-    o->master = ms && !strcmp(ms, "bf16-sr");
+    o->master = ms && tr_master_from_name(ms) > 0 ? tr_master_from_name(ms) : 0;
     for (int k = 0; on && k < 4; k++)
         if (!strcmp(on, onames[k])) o->optim = k;
 

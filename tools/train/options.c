@@ -42,7 +42,10 @@ void tr_train_usage(FILE *f)
             "                  8-bit moments, 2.03) | adamw4bit (4-bit, 1.03) | adamw-fp8 (e4m3 m,\n"
             "                  scaled-f16 v, 3.03): AdamW's state in the shards, blocks of 256\n"
             "  --master M      f32 (default) | bf16-sr: dense params kept as bf16 shards (2\n"
-            "                  bytes/param), updated with stochastic rounding seeded by --seed\n"
+            "                  bytes/param), updated with stochastic rounding seeded by --seed |\n"
+            "                  f16-scaled: FP8-LM's f16 codes with an f32 scale per block of\n"
+            "                  256 (2.0156 bytes/param), RNE | f16-scaled-sr: the same, rounded\n"
+            "                  stochastically\n"
             "  --seed N        seed of init and data (default 1)\n"
             "  --wrap W        block (default) | linear: one shard group per block or per linear\n"
             "  --ac A          none (default) | full: activation checkpointing, each block keeps\n"
@@ -392,8 +395,9 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
             if (o->optim < 0) return bad("unknown --optim '%s' (%s)", v, "adamw, adamw8bit, adamw4bit, adamw-fp8");
             o->optim_given = true;
         } else if (!strcmp(a, "--master")) {
-            if (strcmp(v, "f32") && strcmp(v, "bf16-sr")) return bad("unknown --master '%s' (%s)", v, "f32, bf16-sr");
-            o->master = !strcmp(v, "bf16-sr");
+            if (tr_master_from_name(v) < 0)
+                return bad("unknown --master '%s' (%s)", v, "f32, bf16-sr, f16-scaled, f16-scaled-sr");
+            o->master = tr_master_from_name(v);
             o->master_given = true;
         }
         else if (!strcmp(a, "--lr")) {
@@ -464,4 +468,13 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
     if (o->compare && (o->resume_dir || o->save_dir))
         return bad("--compare runs two recipes; --save and --resume checkpoint one (leave --compare out)%s%s", "", "");
     return 0;
+}
+
+const char *const tr_master_names[TR_MASTERS] = {"f32", "bf16-sr", "f16-scaled", "f16-scaled-sr"};
+
+int tr_master_from_name(const char *name)
+{
+    for (int k = 0; name && k < TR_MASTERS; k++)
+        if (!strcmp(name, tr_master_names[k])) return k;
+    return -1;
 }

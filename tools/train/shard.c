@@ -393,7 +393,8 @@ lpx_status tr_gather_masters(tr_rank *R, float **out)
     lpx_tensor *h = NULL;
     for (int p = 0; p < R->g->nparams; p++) {
         const tr_param *P = &R->g->p[p];
-        TRY(lpx_tensor_to(R->master[p], lpx_cpu(), &h));   /* the master itself on the host */
+        /* the master on the host as f32 (a scaled-f16 master dequantized) */
+        TRY(lpx_fsdp_param_master_dense(R->grp[P->group], R->gi[p], &h));
         TRY(tr_gather_rows(R, lpx_tensor_data(h), R->len[p], P->rows, P->cols, out ? out[p] : NULL));
         REL(h);
     }
