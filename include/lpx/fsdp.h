@@ -310,7 +310,7 @@ LPX_API lpx_status lpx_fsdp_param_set_adamw_state(lpx_fsdp_group *g, int i, cons
  * By default a group keeps f32 AdamW moments and updates its params in
  * their own dtype. lpx_fsdp_group_set_optim chooses low-precision moments
  * (block-quantized kind tensors, include/lpx/optim_state.h) and a bf16
- * master with stochastic rounding. The moments live in the rank's shards
+ * master with stochastic rounding or FP8-LM's scaled f16 master. The moments live in the rank's shards
  * and are never gathered. Their quantization blocks are laid on the
  * GLOBAL flat index of each parameter: the engine asks the state's kind
  * for its shard unit (lpx_kind_i.shard_unit) and rounds the param's dim-0
@@ -403,7 +403,8 @@ LPX_API lpx_status lpx_fsdp_param_master_scale(const lpx_fsdp_group *g, int i, l
 LPX_API lpx_status lpx_fsdp_param_set_master_scale(lpx_fsdp_group *g, int i, const lpx_tensor *scale);
 /** The dense value of trainable parameter i's local shard as f32 on the
  *  host: a scaled-f16 master dequantized (codes x scale), a wrapper kind's
- *  master, or the shard itself cast to f32. *out a new tensor. Local.
+ *  master, or the shard itself cast to f32. *out a new reference (it
+ *  may share an f32 shard's storage: read it only). Local.
  *  Errors: LPX_EINVAL (NULL, i out of range, before shard), LPX_ENOMEM. */
 LPX_API lpx_status lpx_fsdp_param_master_dense(const lpx_fsdp_group *g, int i, lpx_tensor **out);
 
