@@ -643,9 +643,16 @@ static void test_resume_low_precision_optim(void)
     CHECKF(run(args, out, sizeof out) == 0, "f16-scaled-sr: %s", out);
     s = strstr(out, "master f16-scaled-sr: state 8.0000 bytes/param (m + v, f32), masters ");
     CHECKF(s && fabs(atof(strstr(s, "masters ") + 8) - (2 + 4.0 / 256)) < 2e-3, "no scaled-f16 master bytes: %s", out);
+    /* --optim-block: torchao's AdamW4bit block of 128 (1 + 8/128 bytes) */
+    snprintf(args, sizeof args, "train --recipe bf16 --optim adamw4bit --optim-block 128 --ranks 2 --micro 2 --steps 2 " TINY
+             " --data '%s' --out '%s/b128'", corpus, outdir);
+    CHECKF(run(args, out, sizeof out) == 0, "--optim-block 128: %s", out);
+    s = strstr(out, "optimizer adamw4bit, master f32: state ");
+    CHECKF(s && fabs(atof(s + strlen("optimizer adamw4bit, master f32: state ")) - 1.0625) < 3e-3, "block 128: %s", out);
     static const char *const bad[][2] = {{"--optim adam8", "unknown --optim 'adam8'"},
-                                         {"--master f16", "unknown --master 'f16'"}};
-    for (int k = 0; k < 2; k++) {
+                                         {"--master f16", "unknown --master 'f16'"},
+                                         {"--optim-block 100", "--optim-block '100': expected a power of two in 2..256"}};
+    for (int k = 0; k < 3; k++) {
         snprintf(args, sizeof args, "train %s --steps 1", bad[k][0]);
         CHECKF(run(args, out, sizeof out) != 0 && strstr(out, bad[k][1]), "%s: %s", bad[k][0], out);
     }

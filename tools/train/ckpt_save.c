@@ -105,6 +105,7 @@ static cJSON *config_json(const tr_opts *o, int world, int vocab)
     static const char *const on[] = {"adamw", "adamw8bit", "adamw4bit", "adamw-fp8"};
     cJSON_AddStringToObject(ad, "optim", on[o->optim & 3]);
     cJSON_AddStringToObject(ad, "master", tr_master_names[o->master >= 0 && o->master < TR_MASTERS ? o->master : 0]);
+    if (o->optim_block) cJSON_AddNumberToObject(ad, "block", o->optim_block);
     return c;
 }
 

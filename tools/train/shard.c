@@ -88,7 +88,8 @@ lpx_status tr_shard_setup(tr_rank *R, float *const *init)
         TRY(lpx_fsdp_group_add(R->fsdp, name, &R->grp[grp]));
         if (R->o->optim || R->o->master) {
             /* --optim / --master: low-precision AdamW state and masters in the shards */
-            lpx_fsdp_optim oo = {sizeof oo, (lpx_fsdp_state)R->o->optim, 0, (lpx_fsdp_master)R->o->master, R->o->seed};
+            lpx_fsdp_optim oo = {sizeof oo, (lpx_fsdp_state)R->o->optim, R->o->optim_block, (lpx_fsdp_master)R->o->master,
+                                 R->o->seed};
             TRY(lpx_fsdp_group_set_optim(R->grp[grp], &oo));
         }
     }

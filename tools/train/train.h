@@ -132,7 +132,8 @@ typedef struct tr_opts {
     uint64_t seed;
     int optim;              /* --optim: an lpx_fsdp_state (adamw: f32 moments) */
     int master;             /* --master: an lpx_fsdp_master (tr_master_names) */
-    bool optim_given, master_given; /* on the command line (--resume: else the checkpoint's) */
+    int optim_block;        /* --optim-block: the states' (and a scaled f16 master's) block, 0: 256 */
+    bool optim_given, master_given, optim_block_given; /* on the command line (--resume: else the checkpoint's) */
     bool wrap_linear;       /* shard groups per linear instead of per block */
     bool ac;                /* --ac full: activation checkpointing per block */
     bool compare;
