@@ -160,6 +160,17 @@ static lpx_status write_rank(lpx_fsdp *f, const char *path, const lpx_fsdp_ckpt_
             if (k && lpx_kind_vtable(k)->master) loc = lpx_kind_vtable(k)->master(loc);
             if ((st = on_host(loc, &h)) || (st = list_add(&l, key, h))) break;
             if (lpx_fsdp_param_flags(g, i) & LPX_FSDP_FROZEN) continue;
+            /* a scaled-f16 master: the shard above is its codes, its block
+             * scales go beside it ("<key>#w.scales"; the block in the index) */
+            lpx_tensor *wsc = NULL;
+            if ((st = lpx_fsdp_param_master_scale(g, i, &wsc))) break;
+            if (wsc) {
+                lpx_tensor *h2 = NULL;
+                snprintf(name, sizeof name, "%s#w.scales", key);
+                if (!(st = on_host(wsc, &h2))) st = list_add(&l, name, h2);
+                lpx_tensor_release(wsc);
+                if (st) break;
+            }
             /* the engine's moments as they are (no copy: a save holds no
              * second copy of the state); none before the first step */
             lpx_tensor *m = NULL, *v = NULL;
@@ -279,6 +290,12 @@ static cJSON *index_json(lpx_fsdp *f, int world, const ck_file *files, cJSON *us
                 (!cJSON_AddNumberToObject(o, "optim_state", (double)oc.state) ||
                  !cJSON_AddNumberToObject(o, "optim_block", (double)oc.block)))
                 goto oom_root;
+            /* a scaled-f16 master: its block (absent: the shard is the master) */
+            lpx_tensor *wsc = NULL;
+            if (!lpx_fsdp_param_master_scale(g, i, &wsc) && wsc) {
+                lpx_tensor_release(wsc);
+                if (!cJSON_AddNumberToObject(o, "master_block", (double)oc.block)) goto oom_root;
+            }
         }
     }
     return root;
@@ -908,6 +925,23 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
     lpx_fsdp_optim oc;
     if ((st = lpx_fsdp_group_get_optim(g, &oc))) return st;
     bool whole = sfmt && sfmt == (int)oc.state && sblock == oc.block;
+    /* a scaled-f16 master (f16 codes in the shard, "#w.scales" beside it):
+     * only into the same master and block; its blocks move whole */
+    const cJSON *jmb = cJSON_GetObjectItemCaseSensitive(p, "master_block");
+    int64_t mblock = cJSON_IsNumber(jmb) ? (int64_t)jmb->valuedouble : 0;
+    lpx_tensor *wsc = NULL, *wnew = NULL;
+    if (!frozen && (st = lpx_fsdp_param_master_scale(g, i, &wsc))) return st;
+    if (!frozen && (mblock != 0) != (wsc != NULL))
+        st = lpx_error(LPX_EINVAL, "%s: parameter '%s': saved with %s master, loading into %s: not supported (resume "
+                       "with the same --master)", op, key, mblock ? "a scaled-f16" : "a plain", wsc ? "a scaled-f16 one"
+                                                                                            : "a plain one");
+    else if (wsc && mblock != oc.block)
+        st = lpx_error(LPX_EINVAL, "%s: parameter '%s': the scaled-f16 master was saved in blocks of %lld, the engine's "
+                       "are %lld", op, key, (long long)mblock, (long long)oc.block);
+    else if (wsc)
+        st = lpx_clone(wsc, &wnew);
+    lpx_tensor_release(wsc);
+    if (st) return st;
     lpx_tensor *qs[2] = {NULL, NULL};
     if (state && step > 0) {
         int64_t elems = lpx_tensor_numel(loc);
@@ -990,6 +1024,21 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
         }
         st = put_rows(op, key, loc, a - start, b - a, len, piece);
         lpx_tensor_release(piece);
+        if (!st && wnew) {
+            /* the master's scales of these rows: whole blocks */
+            int64_t from = (a - os) * row_elems, to = (a - start) * row_elems, n = (b - a) * row_elems;
+            lpx_tensor *src = NULL, *x = NULL, *y = NULL;
+            if (from % mblock || to % mblock)
+                st = lpx_error(LPX_EINVAL, "%s: parameter '%s': a saved master piece at element %lld moves to %lld, not "
+                               "on a block of %lld", op, key, (long long)from, (long long)to, (long long)mblock);
+            int64_t cnt = blocks_at(from + n, mblock) - from / mblock;
+            if (!st && !(st = saved_part(op, o, r, key, "#w.scales", &src)) &&
+                !(st = lpx_narrow(src, 0, from / mblock, cnt, &x)) && !(st = lpx_narrow(wnew, 0, to / mblock, cnt, &y)))
+                st = lpx_copy_(y, x);
+            lpx_tensor_release(src);
+            lpx_tensor_release(x);
+            lpx_tensor_release(y);
+        }
         if (!st && qs[0]) {
             st = state_blocks(op, o, r, key, sfmt - 1, sblock, (a - os) * row_elems, (a - start) * row_elems,
                               (b - a) * row_elems, qs);
@@ -1022,9 +1071,13 @@ static lpx_status load_param(const char *op, ck_open *o, lpx_fsdp_group *g, int 
     if (!st && recut) st = recut_kind(op, key, loc, pieces, npieces);
     for (int j = 0; j < npieces; j++) lpx_tensor_release(pieces[j]);
     lpx_free(pieces);
+    if (!st && wnew) st = lpx_fsdp_param_set_master_scale(g, i, wnew);
+    lpx_tensor_release(wnew);
+    wnew = NULL;
     if (!st && state && qs[0]) st = lpx_fsdp_param_set_optim_state(g, i, qs[0], qs[1], step);
     else if (!st && state) st = lpx_fsdp_param_set_adamw_state(g, i, m, v, m ? step : 0);
 out:
+    lpx_tensor_release(wnew);
     lpx_tensor_release(m);
     lpx_tensor_release(v);
     lpx_tensor_release(qs[0]);

@@ -245,8 +245,15 @@ static lpx_status local_rows(const ex_param *P, lpx_dtype dtype, lpx_tensor **ou
     } else if (k) {
         st = lpx_kind_to_dense(loc, &dense);
     } else {
-        dense = loc;
-        lpx_tensor_retain(dense);
+        /* a scaled-f16 master's shard holds codes: dequantized */
+        lpx_tensor *wsc = NULL;
+        st = P->g && lpx_fsdp_param_flags(P->g, P->i) & LPX_FSDP_FROZEN ? LPX_OK : lpx_fsdp_param_master_scale(P->g, P->i, &wsc);
+        if (!st && wsc) st = lpx_fsdp_param_master_dense(P->g, P->i, &dense);
+        else if (!st) {
+            dense = loc;
+            lpx_tensor_retain(dense);
+        }
+        lpx_tensor_release(wsc);
     }
     if (!st) st = lpx_tensor_device(dense).type == LPX_DEVICE_CPU ? (lpx_tensor_retain(dense), host = dense, LPX_OK)
                                                                  : lpx_tensor_to(dense, lpx_cpu(), &host);
@@ -362,6 +369,12 @@ static lpx_status import_one(const char *op, const char *nm, lpx_fsdp_group *g, 
             return lpx_error(LPX_ENOTIMPL, "%s: parameter '%s' is a %s tensor, which cannot be cut from rows of a dense "
                              "one (quantize the whole tensor and add it instead)", op, nm, lpx_kind_name(k));
         dst = lpx_kind_vtable(k)->master(loc);
+    }
+    lpx_tensor *wsc = NULL;
+    if (!(lpx_fsdp_param_flags(g, i) & LPX_FSDP_FROZEN) && !lpx_fsdp_param_master_scale(g, i, &wsc) && wsc) {
+        lpx_tensor_release(wsc);
+        return lpx_error(LPX_ENOTIMPL, "%s: parameter '%s' keeps a scaled-f16 master: import before choosing it (not "
+                         "done yet)", op, nm);
     }
     lpx_dtype td = lpx_tensor_dtype(t);
     bool ok = !lpx_tensor_kind(t) && (td == LPX_F32 || td == LPX_BF16 || td == LPX_F16) &&

@@ -24,11 +24,39 @@ typedef struct eq_ctx {
     lpx_tensor *grad[NP];   /* grads: k / 64, exact in any average of 1..4 copies */
     lpx_tensor *ref[NP];    /* unsharded reference after STEPS steps */
     lpx_tensor *rm[NP], *rv[NP];
+    lpx_tensor *rs[NP];     /* scaled-f16 master: the reference's block scales */
     const char *save_dir;   /* eq_rank saves there after its steps */
     lpx_fsdp_state load_state; /* ck_rank: the loading engine's state */
 } eq_ctx;
 
 static const lpx_optim_state_format fmt_of[] = {0, LPX_OPTIM_STATE_8BIT, LPX_OPTIM_STATE_4BIT, LPX_OPTIM_STATE_FP8};
+
+static bool scaled(lpx_fsdp_master m) { return m == LPX_FSDP_MASTER_F16S || m == LPX_FSDP_MASTER_F16S_SR; }
+
+/* the scaled-f16 master of a whole f32 param: f16 codes and a scale per
+ * BLOCK of its flat index (lpx_os_quant_f16s, as the engine at shard) */
+static void f16s_of(lpx_tensor *x, int ndim, const int64_t *shape, lpx_tensor **codes, lpx_tensor **scale)
+{
+    int64_t n = lpx_tensor_numel(x), nb = (n + BLOCK - 1) / BLOCK;
+    CHECK_OK(lpx_empty(ndim, shape, LPX_F16, lpx_cpu(), codes));
+    CHECK_OK(lpx_empty(1, &nb, LPX_F32, lpx_cpu(), scale));
+    const float *xv = lpx_tensor_data(x);
+    for (int64_t b = 0; b < nb; b++)
+        ((float *)lpx_tensor_data(*scale))[b] = lpx_os_quant_f16s(xv + b * BLOCK, (int)(n - b * BLOCK < BLOCK ? n - b * BLOCK : BLOCK),
+                                                                  (uint16_t *)lpx_tensor_data(*codes) + b * BLOCK);
+}
+
+/* the engine's master scales of param i equal the reference's blocks
+ * [e0 / BLOCK, ...) */
+static bool scale_slice_equal(lpx_fsdp_group *g, int i, lpx_tensor *whole, int64_t e0, int64_t n)
+{
+    lpx_tensor *s = NULL;
+    if (lpx_fsdp_param_master_scale(g, i, &s) || !s) return false;
+    bool ok = lpx_tensor_numel(s) == (n + BLOCK - 1) / BLOCK &&
+              (!n || !memcmp(lpx_tensor_data(s), (float *)lpx_tensor_data(whole) + e0 / BLOCK, (size_t)lpx_tensor_numel(s) * 4));
+    lpx_tensor_release(s);
+    return ok;
+}
 
 static lpx_adamw_opts hyper(void)
 {
@@ -44,16 +72,21 @@ static void make_ref(eq_ctx *c)
     lpx_adamw_opts h = hyper();
     for (int i = 0; i < NP; i++) {
         lpx_tensor *p = NULL;
-        CHECK_OK(lpx_cast(c->full[i], c->master == LPX_FSDP_MASTER_BF16_SR ? LPX_BF16 : LPX_F32, false, &p));
+        if (scaled(c->master)) f16s_of(c->full[i], nd[i], shp[i], &p, &c->rs[i]);
+        else CHECK_OK(lpx_cast(c->full[i], c->master == LPX_FSDP_MASTER_BF16_SR ? LPX_BF16 : LPX_F32, false, &p));
         CHECK_OK(lpx_optim_state_new(fmt_of[c->state], LPX_OPTIM_STATE_M, nd[i], shp[i], BLOCK, lpx_cpu(), &c->rm[i]));
         CHECK_OK(lpx_optim_state_new(fmt_of[c->state], LPX_OPTIM_STATE_V, nd[i], shp[i], BLOCK, lpx_cpu(), &c->rv[i]));
         lpx_optim_adamw_opts o = lpx_optim_adamw_opts_default();
         o.lr = h.lr, o.beta1 = h.beta1, o.beta2 = h.beta2, o.eps = h.eps, o.weight_decay = h.weight_decay;
-        o.master = c->master == LPX_FSDP_MASTER_BF16_SR ? LPX_OPTIM_MASTER_BF16_SR : LPX_OPTIM_MASTER_PLAIN;
+        o.master = c->master == LPX_FSDP_MASTER_BF16_SR ? LPX_OPTIM_MASTER_BF16_SR
+                   : c->master == LPX_FSDP_MASTER_F16S    ? LPX_OPTIM_MASTER_F16S
+                   : c->master == LPX_FSDP_MASTER_F16S_SR ? LPX_OPTIM_MASTER_F16S_SR
+                                                          : LPX_OPTIM_MASTER_PLAIN;
         o.seed = 1234;
         o.rank = (uint32_t)i;
         o.index0 = 0;
-        for (int t = 1; t <= STEPS; t++) CHECK_OK(lpx_optim_adamw_(&p, &c->grad[i], &c->rm[i], &c->rv[i], NULL, 1, &o, t));
+        for (int t = 1; t <= STEPS; t++)
+            CHECK_OK(lpx_optim_adamw_(&p, &c->grad[i], &c->rm[i], &c->rv[i], scaled(c->master) ? &c->rs[i] : NULL, 1, &o, t));
         c->ref[i] = p;
     }
 }
@@ -96,9 +129,13 @@ static lpx_status eq_rank(lpx_comm *comm, void *vctx)
         /* no block straddles two ranks: every shard starts on a block */
         if (len && (start * row) % BLOCK) rfail(r, "param %d: shard starts at element %lld, inside a block", i, (long long)(start * row));
         lpx_tensor *loc = lpx_fsdp_param_local(g, i), *rows = NULL, *m = NULL, *v = NULL;
-        RCHECK(r, lpx_tensor_dtype(loc) == (c->master == LPX_FSDP_MASTER_BF16_SR ? LPX_BF16 : LPX_F32));
+        RCHECK(r, lpx_tensor_dtype(loc) == (c->master == LPX_FSDP_MASTER_BF16_SR ? LPX_BF16
+                                            : scaled(c->master)                  ? LPX_F16
+                                                                                 : LPX_F32));
         RCHECK_OK(r, lpx_narrow(c->ref[i], 0, start, len, &rows));
         if (!same_bits(loc, rows)) rfail(r, "state %d master %d param %d: shard != unsharded lpx_optim_adamw_", c->state, c->master, i);
+        if (scaled(c->master) && !scale_slice_equal(g, i, c->rs[i], start * row, len * row))
+            rfail(r, "state %d master %d param %d: master scales != the unsharded ones", c->state, c->master, i);
         int64_t step = 0;
         RCHECK_OK(r, lpx_fsdp_param_optim_state(g, i, &m, &v, &step));
         RCHECK(r, step == STEPS && m && v);
@@ -166,6 +203,8 @@ static lpx_status ck_rank(lpx_comm *comm, void *vctx)
         lpx_tensor *rows = NULL, *m = NULL, *v = NULL;
         RCHECK_OK(r, lpx_narrow(c->ref[i], 0, start, len, &rows));
         if (!same_bits(lpx_fsdp_param_local(g, i), rows)) rfail(r, "param %d: loaded shard != saved", i);
+        if (scaled(c->master) && !scale_slice_equal(g, i, c->rs[i], start * row, len * row))
+            rfail(r, "param %d: loaded master scales != saved", i);
         lpx_tensor_release(rows);
         if (c->load_state == c->state) {
             RCHECK_OK(r, lpx_fsdp_param_optim_state(g, i, &m, &v, &step));
@@ -216,11 +255,16 @@ static void sr_ref(eq_ctx *c)
     for (int i = 0; i < NP; i++) {
         size_t n = (size_t)lpx_tensor_numel(c->full[i]);
         lpx_tensor *pb = NULL;
-        CHECK_OK(lpx_cast(c->full[i], LPX_BF16, false, &pb));
+        if (scaled(c->master)) f16s_of(c->full[i], nd[i], shp[i], &pb, &c->rs[i]);
+        else CHECK_OK(lpx_cast(c->full[i], LPX_BF16, false, &pb));
         float *x = calloc(n, 4), *m = calloc(n, 4), *v = calloc(n, 4);
         const float *g = lpx_tensor_data(c->grad[i]);
         for (int t = 1; t <= STEPS; t++) {
-            lpx_convert(x, LPX_F32, lpx_tensor_data(pb), LPX_BF16, n, 0);
+            if (scaled(c->master))
+                for (size_t b = 0; b < n; b += BLOCK)
+                    lpx_os_dequant_f16s((uint16_t *)lpx_tensor_data(pb) + b, ((float *)lpx_tensor_data(c->rs[i]))[b / BLOCK],
+                                        (int)(n - b < BLOCK ? n - b : BLOCK), x + b);
+            else lpx_convert(x, LPX_F32, lpx_tensor_data(pb), LPX_BF16, n, 0);
             const float b1 = (float)o.beta1, b2 = (float)o.beta2, omb1 = (float)(1.0 - o.beta1),
                         omb2 = (float)(1.0 - o.beta2), lr = (float)o.lr, eps = (float)o.eps,
                         decay = (float)(1.0 - o.lr * o.weight_decay), bc1 = (float)(1.0 - pow(o.beta1, (double)t)),
@@ -231,7 +275,12 @@ static void sr_ref(eq_ctx *c)
                 float mh = m[k] / bc1, vh = v[k] / bc2;
                 x[k] = x[k] * decay - lr * mh / (sqrtf(vh) + eps);
             }
-            lpx_os_bf16_sr_store(x, (int)n, lpx_tensor_data(pb), 1234, (uint32_t)i, (uint64_t)t, 0);
+            if (scaled(c->master))
+                for (size_t b = 0; b < n; b += BLOCK)
+                    ((float *)lpx_tensor_data(c->rs[i]))[b / BLOCK] =
+                        lpx_os_f16s_store(x + b, (int)(n - b < BLOCK ? n - b : BLOCK), (uint16_t *)lpx_tensor_data(pb) + b,
+                                          c->master == LPX_FSDP_MASTER_F16S_SR, 1234, (uint32_t)i, (uint64_t)t, b);
+            else lpx_os_bf16_sr_store(x, (int)n, lpx_tensor_data(pb), 1234, (uint32_t)i, (uint64_t)t, 0);
         }
         c->ref[i] = pb;
         free(x);
@@ -249,7 +298,7 @@ static lpx_status sr_rank(lpx_comm *comm, void *vctx)
     if (st) return st;
     lpx_fsdp_group *g = NULL;
     RCHECK_OK(r, lpx_fsdp_group_add(f, "g", &g));
-    lpx_fsdp_optim o = {sizeof o, LPX_FSDP_STATE_F32, 0, LPX_FSDP_MASTER_BF16_SR, 1234};
+    lpx_fsdp_optim o = {sizeof o, LPX_FSDP_STATE_F32, scaled(c->master) ? BLOCK : 0, c->master, 1234};
     RCHECK_OK(r, lpx_fsdp_group_set_optim(g, &o));
     for (int i = 0; i < NP; i++) RCHECK_OK(r, lpx_fsdp_param_add(g, "p", c->full[i], 0, NULL));
     RCHECK_OK(r, lpx_fsdp_shard(f));
@@ -264,20 +313,31 @@ static lpx_status sr_rank(lpx_comm *comm, void *vctx)
         lpx_tensor *rows = NULL;
         RCHECK_OK(r, lpx_fsdp_param_rows(g, i, &start, &len, NULL));
         RCHECK_OK(r, lpx_narrow(c->ref[i], 0, start, len, &rows));
-        if (!same_bits(lpx_fsdp_param_local(g, i), rows)) rfail(r, "f32 moments, bf16-sr: param %d != the reference", i);
+        if (!same_bits(lpx_fsdp_param_local(g, i), rows)) rfail(r, "f32 moments, master %d: param %d != the reference", c->master, i);
+        int64_t row = 1;
+        for (int d = 1; d < nd[i]; d++) row *= shp[i][d];
+        if (scaled(c->master) && !scale_slice_equal(g, i, c->rs[i], start * row, len * row))
+            rfail(r, "f32 moments, master %d: param %d's scales != the reference", c->master, i);
         lpx_tensor_release(rows);
     }
-    int64_t sb = 0, mb = 0, np = 0;
+    int64_t sb = 0, mb = 0, np = 0, nbl = 0;
     RCHECK_OK(r, lpx_fsdp_optim_bytes(f, &sb, &mb, &np));
-    RCHECK(r, sb == 8 * np && mb == 2 * np);
+    for (int i = 0; i < NP && scaled(c->master); i++) {
+        lpx_tensor *sc = NULL;
+        RCHECK_OK(r, lpx_fsdp_param_master_scale(g, i, &sc));
+        nbl += sc ? lpx_tensor_numel(sc) : 0;
+        lpx_tensor_release(sc);
+    }
+    RCHECK(r, sb == 8 * np && mb == 2 * np + 4 * nbl);
     lpx_fsdp_free(f);
     return LPX_OK;
 }
 
-static void test_f32_moments_bf16_sr(void)
+static void f32_moments_master(lpx_fsdp_master master)
 {
     eq_ctx c;
     memset(&c, 0, sizeof c);
+    c.master = master;
     for (int i = 0; i < NP; i++) {
         c.full[i] = rand_normal(nd[i], shp[i], 700 + (uint64_t)i, 1.0, LPX_F32);
         lpx_tensor *gn = rand_normal(nd[i], shp[i], 800 + (uint64_t)i, 64.0, LPX_F32);
@@ -291,13 +351,23 @@ static void test_f32_moments_bf16_sr(void)
         lpx_tensor_release(c.full[i]);
         lpx_tensor_release(c.grad[i]);
         lpx_tensor_release(c.ref[i]);
+        lpx_tensor_release(c.rs[i]);
     }
+}
+
+static void test_f32_moments_bf16_sr(void) { f32_moments_master(LPX_FSDP_MASTER_BF16_SR); }
+/* the same with FP8-LM's scaled f16 master (RNE and stochastic): codes
+ * and scales per block of the global index */
+static void test_f32_moments_f16_scaled(void)
+{
+    f32_moments_master(LPX_FSDP_MASTER_F16S);
+    f32_moments_master(LPX_FSDP_MASTER_F16S_SR);
 }
 
 static void test_equals_unsharded(void)
 {
     for (int s = LPX_FSDP_STATE_8BIT; s <= LPX_FSDP_STATE_FP8; s++)
-        for (int m = 0; m < 2; m++) {
+        for (int m = 0; m < 4; m++) {
             eq_ctx c;
             memset(&c, 0, sizeof c);
             c.state = (lpx_fsdp_state)s;
@@ -335,6 +405,8 @@ static void test_equals_unsharded(void)
                 lpx_tensor_release(c.ref[i]);
                 lpx_tensor_release(c.rm[i]);
                 lpx_tensor_release(c.rv[i]);
+                lpx_tensor_release(c.rs[i]);
+                c.rs[i] = NULL;
             }
         }
 }
@@ -433,5 +505,6 @@ int main(void)
     RUN(test_bytes_per_param);
     RUN(test_equals_unsharded);
     RUN(test_f32_moments_bf16_sr);
+    RUN(test_f32_moments_f16_scaled);
     return CHECK_DONE();
 }

@@ -425,7 +425,7 @@ static void test_optim_state_bytes_against_kinds(void)
             int world = worlds[wi];
             int64_t total_elems = 0;
             for (int rank = 0; rank < world; rank++) {
-                int64_t measured = 0, elems = 0;
+                int64_t measured = 0, elems = 0, mblocks = 0;
                 for (int i = 0; i < NP; i++) {
                     int64_t unit = pl_optim_row_unit((pl_optim)o, ps[i].cols, 1), chunk, start, len;
                     CHECK_OK(lpx_shard_range(ps[i].rows, world, rank, unit, &chunk, &start, &len));
@@ -449,8 +449,19 @@ static void test_optim_state_bytes_against_kinds(void)
                            (long long)pl_optim_state_bytes((pl_optim)o, n));
                     measured += bytes;
                     elems += n;
+                    if (block) mblocks += n / block + (n % block != 0);
                 }
-                for (int m = 0; m < PL_MASTERS; m++) {
+                /* a scaled f16 master on the same shards (low-precision
+                 * moments: the state's block): 2 bytes + a scale per block */
+                for (int m = PL_MASTER_F16S; o != PL_OPTIM_ADAMW && m < PL_MASTERS; m++) {
+                    pl_optim_mem x;
+                    CHECK(pl_optim_mem_geom(&g, TR_BF16, world, rank, 8, (pl_optim)o, (pl_master)m, &x) == 0);
+                    CHECKF(x.state == measured && x.elems == elems && x.master == 2 * elems + 4 * mblocks,
+                           "%s/%s world %d rank %d: master %lld, expected %lld", pl_optim_name((pl_optim)o),
+                           pl_master_name((pl_master)m), world, rank, (long long)x.master,
+                           (long long)(2 * elems + 4 * mblocks));
+                }
+                for (int m = 0; m < PL_MASTER_F16S; m++) {
                     pl_optim_mem x;
                     CHECK(pl_optim_mem_geom(&g, TR_BF16, world, rank, 8, (pl_optim)o, (pl_master)m, &x) == 0);
                     CHECKF(x.state == measured && x.elems == elems && x.grads == 4 * elems &&
@@ -474,7 +485,13 @@ static void test_optim_state_bytes_against_kinds(void)
           2 * (128 + 1 + 8) && pl_optim_state_bytes(PL_OPTIM_FP8, 3) == 3 + 4 + 6 + 4 &&
           pl_optim_state_bytes(PL_OPTIM_ADAMW, -1) == -1 && pl_optim_state_bytes(PL_OPTIM_8BIT, INT64_MAX / 2) == -1);
     CHECK(pl_optim_from_name("adamw-fp8") == PL_OPTIM_FP8 && pl_optim_from_name("adamw8") == -1 &&
-          pl_master_from_name("bf16-sr") == PL_MASTER_BF16_SR && pl_master_from_name("bf16") == -1);
+          pl_master_from_name("bf16-sr") == PL_MASTER_BF16_SR && pl_master_from_name("bf16") == -1 &&
+          pl_master_from_name("f16-scaled") == PL_MASTER_F16S && pl_master_from_name("f16-scaled-sr") == PL_MASTER_F16S_SR);
+    /* a scaled f16 master: 2 bytes per element + an f32 scale per block of
+     * the state's block (256 with f32 moments); its blocks whole per rank */
+    CHECK(pl_master_block(PL_OPTIM_ADAMW, PL_MASTER_F16S) == 256 && pl_master_block(PL_OPTIM_FP8, PL_MASTER_BF16_SR) == 0 &&
+          pl_master_total_bytes(PL_OPTIM_FP8, PL_MASTER_F16S, 257) == 2 * 257 + 8 &&
+          pl_master_total_bytes(PL_OPTIM_8BIT, PL_MASTER_BF16_SR, 257) == 2 * 257);
 }
 
 static double json_num(const char *out, const char *key)
@@ -556,10 +573,10 @@ static void test_mem_optim_choices(void)
     /* bad values: one line, naming the option, exit 2 */
     static const char *const refused[][2] = {
         {"mem --optim adam", "lpx mem: --optim expects adamw, adamw8bit, adamw4bit or adamw-fp8 (or all), got 'adam'"},
-        {"mem --master bf16", "lpx mem: --master expects f32 or bf16-sr, got 'bf16'"},
+        {"mem --master bf16", "lpx mem: --master expects f32, bf16-sr, f16-scaled or f16-scaled-sr, got 'bf16'"},
         {"mem --optim", "lpx mem: option needs a value: '--optim'"},
         {"plan --optim all", "lpx plan: --optim expects adamw, adamw8bit, adamw4bit or adamw-fp8, got all"},
-        {"plan --master=fp16", "lpx plan: --master expects f32 or bf16-sr, got fp16"},
+        {"plan --master=fp16", "lpx plan: --master expects f32, bf16-sr, f16-scaled or f16-scaled-sr, got fp16"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         rc = run(refused[i][0], out, sizeof out);
@@ -578,12 +595,15 @@ static void test_mem_matches_engine_shards(void)
     char dir[] = "/tmp/lpx-test-memshards-XXXXXX";
     if (!mkdtemp(dir)) SKIP_CASE("mkdtemp failed");
     static char out[65536];
-    static const char *const names[] = {"adamw8bit", "adamw4bit", "adamw-fp8"};
-    static const char *const geom = "--ranks 2 --dim 64 --layers 2 --optim %s --master bf16-sr";
-    for (int i = 0; i < 3; i++) {
+    /* and FP8-LM's scaled f16 master (f16 codes + an f32 scale per block),
+     * with fp8 moments and with f32 moments */
+    static const char *const names[] = {"adamw8bit", "adamw4bit", "adamw-fp8", "adamw-fp8", "adamw"};
+    static const char *const masters[] = {"bf16-sr", "bf16-sr", "bf16-sr", "f16-scaled", "f16-scaled"};
+    static const char *const geom = "--ranks 2 --dim 64 --layers 2 --optim %s --master %s";
+    for (int i = 0; i < 5; i++) {
         char g[256], args[1024];
-        snprintf(g, sizeof g, geom, names[i]);
-        snprintf(args, sizeof args, "train --recipe bf16 --steps 1 --out '%s/%s' %s", dir, names[i], g);
+        snprintf(g, sizeof g, geom, names[i], masters[i]);
+        snprintf(args, sizeof args, "train --recipe bf16 --steps 1 --out '%s/%s-%s' %s", dir, names[i], masters[i], g);
         int rc = run(args, out, sizeof out);
         const char *at = strstr(out, ": state ");
         double measured = at ? strtod(at + 8, NULL) : 0, master = 0;

@@ -626,6 +626,9 @@ static void test_resume_nf4_qlora(void)
 static void test_resume_low_precision_optim(void)
 {
     resume_exact("bf16", "--optim adamw4bit --master bf16-sr", false, true);
+    /* FP8-LM's full recipe with its scaled f16 master: the shards' f16
+     * codes and block scales come back bit for bit (also on 1 rank) */
+    resume_exact("float8-tensorwise", "--optim adamw-fp8 --master f16-scaled", false, true);
     static char out[65536];
     char args[4096];
     snprintf(args, sizeof args, "train --recipe bf16 --optim adamw8bit --ranks 2 --micro 2 --steps 2 " TINY
@@ -633,9 +636,23 @@ static void test_resume_low_precision_optim(void)
     CHECKF(run(args, out, sizeof out) == 0, "adamw8bit: %s", out);
     const char *s = strstr(out, "optimizer adamw8bit, master f32: state ");
     CHECKF(s && atof(s + strlen("optimizer adamw8bit, master f32: state ")) <= 2.05, "no measured bytes: %s", out);
+    /* a scaled f16 master with f32 moments: 2 + 4 / 256 bytes per parameter
+     * (every param of the bf16 recipe is a dense f32 one) */
+    snprintf(args, sizeof args, "train --recipe bf16 --master f16-scaled-sr --ranks 2 --micro 2 --steps 2 " TINY
+             " --data '%s' --out '%s/f16m'", corpus, outdir);
+    CHECKF(run(args, out, sizeof out) == 0, "f16-scaled-sr: %s", out);
+    s = strstr(out, "master f16-scaled-sr: state 8.0000 bytes/param (m + v, f32), masters ");
+    CHECKF(s && fabs(atof(strstr(s, "masters ") + 8) - (2 + 4.0 / 256)) < 2e-3, "no scaled-f16 master bytes: %s", out);
+    /* --optim-block: torchao's AdamW4bit block of 128 (1 + 8/128 bytes) */
+    snprintf(args, sizeof args, "train --recipe bf16 --optim adamw4bit --optim-block 128 --ranks 2 --micro 2 --steps 2 " TINY
+             " --data '%s' --out '%s/b128'", corpus, outdir);
+    CHECKF(run(args, out, sizeof out) == 0, "--optim-block 128: %s", out);
+    s = strstr(out, "optimizer adamw4bit, master f32: state ");
+    CHECKF(s && fabs(atof(s + strlen("optimizer adamw4bit, master f32: state ")) - 1.0625) < 3e-3, "block 128: %s", out);
     static const char *const bad[][2] = {{"--optim adam8", "unknown --optim 'adam8'"},
-                                         {"--master f16", "unknown --master 'f16'"}};
-    for (int k = 0; k < 2; k++) {
+                                         {"--master f16", "unknown --master 'f16'"},
+                                         {"--optim-block 100", "--optim-block '100': expected a power of two in 2..256"}};
+    for (int k = 0; k < 3; k++) {
         snprintf(args, sizeof args, "train %s --steps 1", bad[k][0]);
         CHECKF(run(args, out, sizeof out) != 0 && strstr(out, bad[k][1]), "%s: %s", bad[k][0], out);
     }

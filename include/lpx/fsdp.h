@@ -310,7 +310,7 @@ LPX_API lpx_status lpx_fsdp_param_set_adamw_state(lpx_fsdp_group *g, int i, cons
  * By default a group keeps f32 AdamW moments and updates its params in
  * their own dtype. lpx_fsdp_group_set_optim chooses low-precision moments
  * (block-quantized kind tensors, include/lpx/optim_state.h) and a bf16
- * master with stochastic rounding. The moments live in the rank's shards
+ * master with stochastic rounding or FP8-LM's scaled f16 master. The moments live in the rank's shards
  * and are never gathered. Their quantization blocks are laid on the
  * GLOBAL flat index of each parameter: the engine asks the state's kind
  * for its shard unit (lpx_kind_i.shard_unit) and rounds the param's dim-0
@@ -329,9 +329,17 @@ typedef enum lpx_fsdp_state {
 /** What the optimizer updates. */
 typedef enum lpx_fsdp_master {
     LPX_FSDP_MASTER_F32 = 0,     /* the param's own shard (f32 for f32 params), rounded to nearest */
-    LPX_FSDP_MASTER_BF16_SR = 1  /* dense f32 params are kept as bf16 shards (2 bytes per parameter, no f32
+    LPX_FSDP_MASTER_BF16_SR = 1, /* dense f32 params are kept as bf16 shards (2 bytes per parameter, no f32
                                     copy) and written with stochastic rounding; the gathered weight is
                                     that bf16 tensor */
+    LPX_FSDP_MASTER_F16S = 2,    /* FP8-LM's scaled f16 master (MS-AMP O2): dense f32 params are kept as f16
+                                    codes of p / s with one f32 scale s per block of the param's GLOBAL flat
+                                    index (s = absmax * 2^-15; 2 + 4 / block bytes per parameter), written
+                                    RNE with a fresh scale per block at each step. The local shard
+                                    (lpx_fsdp_param_local) holds the codes, lpx_fsdp_param_master_scale the
+                                    scales; the wire carries the dequantized weight (in cfg.param_dtype
+                                    when set, else f32). Host engines only (not device-resident) */
+    LPX_FSDP_MASTER_F16S_SR = 3  /* the same, the codes written with stochastic rounding keyed as bf16-sr */
 } lpx_fsdp_master;
 
 /** A group's optimizer choice. Zero-initialized (struct_size aside) = the
@@ -340,7 +348,8 @@ typedef struct lpx_fsdp_optim {
     size_t struct_size;     /* sizeof(lpx_fsdp_optim); 0 accepted as this size */
     lpx_fsdp_state state;   /* [LPX_FSDP_STATE_F32] */
     int64_t block;          /* quantization block: 0 = the format's default (256); else a power of two
-                               in 2..256 (ignored for f32) */
+                               in 2..256 (ignored for f32 moments unless the master is scaled f16);
+                               a scaled-f16 master uses the same block */
     lpx_fsdp_master master; /* [LPX_FSDP_MASTER_F32] */
     uint64_t seed;          /* the stochastic rounding's seed (bf16-sr). The draw of element j of a
                                param is keyed by (seed, the param's number in the engine, its step,
@@ -376,6 +385,28 @@ LPX_API lpx_status lpx_fsdp_param_optim_state(const lpx_fsdp_group *g, int i, lp
  *  another kind, role, block or count). */
 LPX_API lpx_status lpx_fsdp_param_set_optim_state(lpx_fsdp_group *g, int i, lpx_tensor *m, lpx_tensor *v,
                                                   int64_t step);
+
+/** The scaled-f16 master's block scales of trainable parameter i of g (a
+ *  group whose master is LPX_FSDP_MASTER_F16S / _F16S_SR): *scale a new
+ *  reference to the engine's f32 [ceil(local numel / block)] tensor (read
+ *  it, never write through it; release it); NULL for a param kept in
+ *  another form (a wrapper kind's master, a param of another dtype) or a
+ *  group with another master. The codes are the local shard. Local.
+ *  Errors: LPX_EINVAL (NULL g or scale, i out of range, frozen, before
+ *  shard). */
+LPX_API lpx_status lpx_fsdp_param_master_scale(const lpx_fsdp_group *g, int i, lpx_tensor **scale);
+/** Restores those scales (a checkpoint being resumed; the codes are
+ *  restored into the local shard): a dense f32 tensor of the same count,
+ *  copied. Nothing changes on error. Local. Errors: LPX_EINVAL (as
+ *  lpx_fsdp_param_master_scale, a param with no scaled master, a count or
+ *  dtype that does not match). */
+LPX_API lpx_status lpx_fsdp_param_set_master_scale(lpx_fsdp_group *g, int i, const lpx_tensor *scale);
+/** The dense value of trainable parameter i's local shard as f32 on the
+ *  host: a scaled-f16 master dequantized (codes x scale), a wrapper kind's
+ *  master, or the shard itself cast to f32. *out a new reference (it
+ *  may share an f32 shard's storage: read it only). Local.
+ *  Errors: LPX_EINVAL (NULL, i out of range, before shard), LPX_ENOMEM. */
+LPX_API lpx_status lpx_fsdp_param_master_dense(const lpx_fsdp_group *g, int i, lpx_tensor **out);
 
 /** Bytes this rank's shards hold, measured on the tensors: *state the
  *  AdamW moments of every trainable param (m + v: codes and scales, or

@@ -119,6 +119,7 @@ void lpx_fsdp_free(lpx_fsdp *f)
             lpx_tensor_release(p->mt);
             lpx_tensor_release(p->vt);
             lpx_tensor_release(p->ms);
+            lpx_tensor_release(p->wsc);
             lpx_tensor_release(p->vs);
         }
         lpx_free(g->p);
@@ -193,6 +194,18 @@ lpx_status lpx_fsdp_param_add(lpx_fsdp_group *g, const char *name, lpx_tensor *f
 static lpx_status wire_src(const lpx_fsdp *f, const fsdp_param *p, lpx_tensor **out)
 {
     lpx_tensor *l = fsdp_local(p);
+    if (p->wsc) {
+        /* a scaled-f16 master: the dequantized weight, in param_dtype */
+        lpx_tensor *d = NULL;
+        lpx_status st = fsdp_master_dequant(p->wblock, l, p->wsc, &d);
+        if (st || !f->cfg.param_dtype || !dt_param_dtype_casts(lpx_tensor_dtype(d), f->cfg.param_dtype)) {
+            *out = d;
+            return st;
+        }
+        st = lpx_cast(d, f->cfg.param_dtype, false, out);
+        lpx_tensor_release(d);
+        return st;
+    }
     if (!f->cfg.param_dtype || lpx_tensor_kind(l) || !dt_param_dtype_casts(lpx_tensor_dtype(l), f->cfg.param_dtype)) {
         lpx_tensor_retain(l);
         *out = l;
@@ -228,6 +241,13 @@ static lpx_status shard_param(lpx_fsdp *f, const lpx_fsdp_group *g, fsdp_param *
             return dt_prefix(st, "%s: param '%s': optimizer state", op, p->name);
         if (su > 1) p->unit = p->unit / gcd64(p->unit, su) * su;
     }
+    if (trainable && !lpx_tensor_kind(p->full_in) && fsdp_master_scaled_applies(&g->optim, lpx_tensor_dtype(p->full_in))) {
+        /* a scaled-f16 master: its blocks whole in each shard too */
+        int64_t re = 1;
+        for (int d = 1; d < p->ndim; d++) re *= p->shape[d];
+        int64_t su = fsdp_master_unit(&g->optim, re);
+        if (su > 1) p->unit = p->unit / gcd64(p->unit, su) * su;
+    }
     st = lpx_shard_range(p->shape[0], f->world, f->rank, p->unit, &p->chunk, &p->start, &p->len);
     if (!st) st = dt_chunk_unit(op, p->full_in, 0, f->world, f->rank, p->unit, &local);
     if (st) return dt_prefix(st, "%s: param '%s'", op, p->name);
@@ -241,6 +261,21 @@ static lpx_status shard_param(lpx_fsdp *f, const lpx_fsdp_group *g, fsdp_param *
         if (st) return dt_prefix(st, "%s: param '%s': master", op, p->name);
         local = c;
         p->dtype = mdt;
+    } else if (trainable && !lpx_tensor_kind(local) && fsdp_master_scaled_applies(&g->optim, lpx_tensor_dtype(local))) {
+        /* FP8-LM's scaled f16 master: the shard is kept as its codes (no
+         * f32 copy), the block scales beside it; the wire carries the
+         * dequantized weight (wire_src) */
+        if (f->place == LPX_FSDP_RESIDENT) {
+            lpx_tensor_release(local);
+            return lpx_error(LPX_ENOTIMPL, "%s: param '%s': a scaled-f16 master on a device-resident engine (host "
+                             "engines only: offload or CPU)", op, p->name);
+        }
+        lpx_tensor *c = NULL;
+        st = fsdp_master_quantize(&g->optim, local, &c, &p->wsc);
+        p->wblock = g->optim.block;
+        lpx_tensor_release(local);
+        if (st) return dt_prefix(st, "%s: param '%s': master", op, p->name);
+        local = c;
     }
     lpx_placement pl[LPX_MESH_MAX_DIMS] = {lpx_replicate(), lpx_replicate()};
     pl[lpx_mesh_ndim(f->mesh) - 1] = lpx_shard(0);

@@ -48,7 +48,8 @@ static lpx_status step_state(const lpx_fsdp_group *g, fsdp_param *p, lpx_tensor 
         p->vs = v;
     }
     int64_t index0 = p->start * fsdp_row_elems(p);
-    st = fsdp_state_step(&g->optim, w, p->grad, p->ms, p->vs, o, p->step + 1, p->pid, index0);
+    st = fsdp_state_step(&g->optim, w, w == fsdp_local(p) ? p->wsc : NULL, p->grad, p->ms, p->vs, o, p->step + 1,
+                         p->pid, index0);
     if (st) return dt_prefix(st, "%s: param '%s'", op, p->name);
     p->step++;
     return LPX_OK;
@@ -69,6 +70,9 @@ static lpx_status step_param(const lpx_fsdp_group *grp, fsdp_param *p, const lpx
         return lpx_error(LPX_EINVAL, "%s: param '%s' has no reduced grad (lpx_fsdp_reduce_scatter_grads)", op, p->name);
     if (grp->optim.state != LPX_FSDP_STATE_F32) return step_state(grp, p, w, o);
     bool sr = fsdp_master_is_sr(&grp->optim, lpx_tensor_dtype(w));
+    /* a scaled-f16 master: the codes decoded per block, written back with
+     * fresh scales (blocks start at multiples of the block: TILE is one) */
+    float *wsc = w == fsdp_local(p) && p->wsc ? lpx_tensor_data(p->wsc) : NULL;
     /* a device-resident engine: the same update by lpx_adamw_ on the device */
     if (lpx_tensor_device(w).type != LPX_DEVICE_CPU) {
         if (sr)
@@ -95,7 +99,9 @@ static lpx_status step_param(const lpx_fsdp_group *grp, fsdp_param *p, const lpx
         size_t k = n - at < TILE ? n - at : TILE;
         float *x = wd == fsdp_math_dtype ? (float *)wp + at : pw;
         const float *g = gd == fsdp_math_dtype ? (const float *)gp + at : pg;
-        if (wd != fsdp_math_dtype) fsdp_to_f32(wd, wp + lpx_dtype_nbytes(wd, (int64_t)at), pw, k);
+        if (wsc) fsdp_master_decode(&grp->optim, wp + lpx_dtype_nbytes(wd, (int64_t)at), wsc + at / (size_t)p->wblock,
+                                    pw, k);
+        else if (wd != fsdp_math_dtype) fsdp_to_f32(wd, wp + lpx_dtype_nbytes(wd, (int64_t)at), pw, k);
         if (gd != fsdp_math_dtype) fsdp_to_f32(gd, gp + lpx_dtype_nbytes(gd, (int64_t)at), pg, k);
         float *m = p->m + at, *v = p->v + at;
         for (size_t i = 0; i < k; i++) {
@@ -105,7 +111,9 @@ static lpx_status step_param(const lpx_fsdp_group *grp, fsdp_param *p, const lpx
             float mh = m[i] / bc1, vh = v[i] / bc2;
             x[i] = x[i] * decay - lr * mh / (sqrtf(vh) + eps);
         }
-        if (sr) fsdp_store_sr(pw, wp + lpx_dtype_nbytes(wd, (int64_t)at), k, grp->optim.seed, p->pid, p->step,
+        if (wsc) fsdp_master_encode(&grp->optim, pw, wp + lpx_dtype_nbytes(wd, (int64_t)at), wsc + at / (size_t)p->wblock,
+                                    k, p->pid, p->step, index0 + (int64_t)at);
+        else if (sr) fsdp_store_sr(pw, wp + lpx_dtype_nbytes(wd, (int64_t)at), k, grp->optim.seed, p->pid, p->step,
                               index0 + (int64_t)at);
         else if (wd != fsdp_math_dtype) fsdp_from_f32(wd, pw, wp + lpx_dtype_nbytes(wd, (int64_t)at), k);
     }
@@ -454,7 +462,7 @@ lpx_status lpx_fsdp_optim_bytes(const lpx_fsdp *f, int64_t *state, int64_t *mast
             if (!w) continue;
             int64_t n = lpx_tensor_numel(w);
             np += n;
-            mb += held_bytes(w);
+            mb += held_bytes(w) + (w == fsdp_local(p) && p->wsc ? held_bytes(p->wsc) : 0);
             if (g->optim.state == LPX_FSDP_STATE_F32) {
                 sb += 2 * lpx_dtype_nbytes(fsdp_math_dtype, n);
             } else if (p->ms) {
@@ -475,4 +483,60 @@ lpx_status lpx_fsdp_optim_bytes(const lpx_fsdp *f, int64_t *state, int64_t *mast
     if (master) *master = mb;
     if (params) *params = np;
     return LPX_OK;
+}
+
+/* ---- the scaled-f16 master's scales -------------------------------------- */
+
+lpx_status lpx_fsdp_param_master_scale(const lpx_fsdp_group *g, int i, lpx_tensor **scale)
+{
+    const char *op = "lpx_fsdp_param_master_scale";
+    fsdp_param *p = NULL;
+    lpx_tensor *w = NULL;
+    if (!scale) return lpx_error(LPX_EINVAL, "%s: scale is NULL", op);
+    *scale = NULL;
+    lpx_status st = state_param(g, i, op, &p, &w);
+    if (st) return st;
+    if (p->wsc) lpx_tensor_retain(p->wsc);
+    *scale = p->wsc;
+    return LPX_OK;
+}
+
+lpx_status lpx_fsdp_param_set_master_scale(lpx_fsdp_group *g, int i, const lpx_tensor *scale)
+{
+    const char *op = "lpx_fsdp_param_set_master_scale";
+    fsdp_param *p = NULL;
+    lpx_tensor *w = NULL;
+    if (!scale) return lpx_error(LPX_EINVAL, "%s: scale is NULL", op);
+    lpx_status st = state_param(g, i, op, &p, &w);
+    if (st) return st;
+    if (!p->wsc)
+        return lpx_error(LPX_EINVAL, "%s(%s): param '%s' has no scaled-f16 master", op, g->name, p->name);
+    if (lpx_tensor_kind(scale) || lpx_tensor_dtype(scale) != lpx_tensor_dtype(p->wsc) ||
+        lpx_tensor_numel(scale) != lpx_tensor_numel(p->wsc))
+        return lpx_error(LPX_EINVAL, "%s(%s): param '%s': the scales must be %lld dense values of the engine's dtype",
+                         op, g->name, p->name, (long long)lpx_tensor_numel(p->wsc));
+    lpx_tensor *h = NULL, *flat = NULL;
+    int64_t all = -1;
+    if (!(st = lpx_reshape((lpx_tensor *)scale, 1, &all, &flat))) st = lpx_copy_(p->wsc, flat);
+    lpx_tensor_release(flat);
+    lpx_tensor_release(h);
+    return st;
+}
+
+lpx_status lpx_fsdp_param_master_dense(const lpx_fsdp_group *g, int i, lpx_tensor **out)
+{
+    const char *op = "lpx_fsdp_param_master_dense";
+    if (!out) return lpx_error(LPX_EINVAL, "%s: out is NULL", op);
+    *out = NULL;
+    if (!g) return lpx_error(LPX_EINVAL, "%s: g is NULL", op);
+    if (i < 0 || i >= g->n) return lpx_error(LPX_EINVAL, "%s(%s): param %d out of range (0..%d)", op, g->name, i, g->n - 1);
+    if (!g->f->sharded) return lpx_error(LPX_EINVAL, "%s(%s): before lpx_fsdp_shard", op, g->name);
+    const fsdp_param *p = &g->p[i];
+    lpx_tensor *loc = fsdp_local(p), *w = weight_of(loc), *h = NULL;
+    if (p->wsc) return fsdp_master_dequant(p->wblock, loc, p->wsc, out);
+    if (!w) return lpx_kind_to_dense(loc, out);
+    lpx_status st = lpx_tensor_to(w, lpx_cpu(), &h);
+    if (!st) st = lpx_cast(h, fsdp_math_dtype, false, out);
+    lpx_tensor_release(h);
+    return st;
 }

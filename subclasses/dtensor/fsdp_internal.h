@@ -25,6 +25,8 @@ typedef struct fsdp_param {
     lpx_tensor *grad;          /* local grad shard after reduce-scatter */
     float *m, *v;              /* AdamW moments over the local shard (f32, host) */
     lpx_tensor *mt, *vt;       /* device-resident engine: the moments on the device instead */
+    lpx_tensor *wsc;           /* scaled-f16 master: f32 block scales of the local shard's f16 codes */
+    int64_t wblock;            /* ... their block */
     lpx_tensor *ms, *vs;       /* low-precision moments (group optim.state not f32): state-kind tensors
                                   over the local shard, on the weight's device */
     uint32_t pid;              /* the param's number in the engine (the stochastic rounding's key) */
@@ -202,14 +204,30 @@ lpx_status fsdp_state_unit(const lpx_fsdp_optim *o, int ndim, const int64_t *sha
 lpx_status fsdp_state_check(const lpx_fsdp_optim *o, const lpx_tensor *t, int role, int64_t numel, const char **why);
 /* the dtype dense params are kept in (0: their own) */
 lpx_dtype fsdp_master_dtype(const lpx_fsdp_optim *o);
+/* FP8-LM's scaled f16 master (LPX_FSDP_MASTER_F16S / _F16S_SR): whether o
+ * chooses it; whether a param of dtype d takes it (dense f32); whether
+ * local is its codes (with scale); the dim-0 unit (rows) that keeps its
+ * blocks (o->block) whole; the codes and scales of a dense CPU shard (RNE)
+ * and back to f32; decode / encode n elements from a block start (encode:
+ * fresh scales, stochastic rounding keyed (seed, pid, step, index0 + j)
+ * for _F16S_SR) */
+bool fsdp_master_scaled(const lpx_fsdp_optim *o);
+bool fsdp_master_scaled_applies(const lpx_fsdp_optim *o, lpx_dtype d);
+bool fsdp_master_scaled_codes(const lpx_fsdp_optim *o, const lpx_tensor *local, const lpx_tensor *scale);
+int64_t fsdp_master_unit(const lpx_fsdp_optim *o, int64_t row_elems);
+lpx_status fsdp_master_quantize(const lpx_fsdp_optim *o, lpx_tensor *x, lpx_tensor **codes, lpx_tensor **scale);
+lpx_status fsdp_master_dequant(int64_t block, lpx_tensor *codes, lpx_tensor *scale, lpx_tensor **out);
+void fsdp_master_decode(const lpx_fsdp_optim *o, const void *codes, const float *scale, float *x, size_t n);
+void fsdp_master_encode(const lpx_fsdp_optim *o, const float *x, void *codes, float *scale, size_t n, uint32_t pid,
+                        int64_t step, int64_t index0);
 /* whether a weight of dtype w is written with stochastic rounding */
 bool fsdp_master_is_sr(const lpx_fsdp_optim *o, lpx_dtype w);
 /* n f32 values into the master's dtype with stochastic rounding, element
  * i keyed by (seed, pid, step, index0 + i) */
 void fsdp_store_sr(const float *x, void *dst, size_t n, uint64_t seed, uint32_t pid, int64_t step, int64_t index0);
 /* one step of the low-precision moments m, v of weight w */
-lpx_status fsdp_state_step(const lpx_fsdp_optim *o, lpx_tensor *w, lpx_tensor *g, lpx_tensor *m, lpx_tensor *v,
-                           const lpx_adamw_opts *h, int64_t step, uint32_t pid, int64_t index0);
+lpx_status fsdp_state_step(const lpx_fsdp_optim *o, lpx_tensor *w, lpx_tensor *wscale, lpx_tensor *g, lpx_tensor *m,
+                           lpx_tensor *v, const lpx_adamw_opts *h, int64_t step, uint32_t pid, int64_t index0);
 
 /* a new CPU state of role over a shape [ndim], quantized from the dense
  * contiguous f32 CPU tensor x of as many elements */

@@ -13,6 +13,7 @@
 #include "fsdp_internal.h"
 #include "lpx/optim_state.h"
 #include "../../core/numerics/optim_state.h"
+#include "../../core/numerics/integer.h"
 
 static const char *const state_names[] = {"f32", "8bit", "4bit", "fp8"};
 static const char *const state_kinds[] = {NULL, "os_8bit", "os_4bit", "os_fp8"};
@@ -27,9 +28,10 @@ lpx_status fsdp_optim_check(const char *op, lpx_fsdp_optim *o)
     if ((int)o->state < LPX_FSDP_STATE_F32 || (int)o->state > LPX_FSDP_STATE_FP8)
         return lpx_error(LPX_EINVAL, "%s: optim.state %d is not f32 (0), 8bit (1), 4bit (2) or fp8 (3)", op,
                          (int)o->state);
-    if ((int)o->master != LPX_FSDP_MASTER_F32 && (int)o->master != LPX_FSDP_MASTER_BF16_SR)
-        return lpx_error(LPX_EINVAL, "%s: optim.master %d is not f32 (0) or bf16-sr (1)", op, (int)o->master);
-    if (o->state == LPX_FSDP_STATE_F32) {
+    if ((int)o->master < LPX_FSDP_MASTER_F32 || (int)o->master > LPX_FSDP_MASTER_F16S_SR)
+        return lpx_error(LPX_EINVAL, "%s: optim.master %d is not f32 (0), bf16-sr (1), f16-scaled (2) or "
+                         "f16-scaled-sr (3)", op, (int)o->master);
+    if (o->state == LPX_FSDP_STATE_F32 && !fsdp_master_scaled(o)) {
         o->block = 0;
         return LPX_OK;
     }
@@ -37,6 +39,7 @@ lpx_status fsdp_optim_check(const char *op, lpx_fsdp_optim *o)
         return lpx_error(LPX_EINVAL, "%s: optim.block %lld is not a power of two in 2..%d", op, (long long)o->block,
                          LPX_OPTIM_STATE_BLOCK_MAX);
     if (!o->block) o->block = DEFAULT_BLOCK;
+    if (o->state == LPX_FSDP_STATE_F32) return LPX_OK;
     const lpx_kind *k = NULL;
     if (lpx_kind_find(state_kinds[o->state], &k))
         return lpx_error(LPX_ENOTFOUND, "%s: optim.state %s: kind %s is not registered", op, state_names[o->state],
@@ -99,6 +102,91 @@ lpx_status fsdp_state_check(const lpx_fsdp_optim *o, const lpx_tensor *t, int ro
 
 lpx_dtype fsdp_master_dtype(const lpx_fsdp_optim *o) { return o->master == LPX_FSDP_MASTER_BF16_SR ? LPX_BF16 : 0; }
 
+/* ---- FP8-LM's scaled f16 master (lpx_os_f16s_*): f16 codes of p / s, one
+ * f32 scale s per block of the param's global flat index ------------------ */
+
+bool fsdp_master_scaled(const lpx_fsdp_optim *o)
+{
+    return o->master == LPX_FSDP_MASTER_F16S || o->master == LPX_FSDP_MASTER_F16S_SR;
+}
+
+bool fsdp_master_scaled_applies(const lpx_fsdp_optim *o, lpx_dtype d) { return fsdp_master_scaled(o) && d == LPX_F32; }
+
+bool fsdp_master_scaled_codes(const lpx_fsdp_optim *o, const lpx_tensor *local, const lpx_tensor *scale)
+{
+    return fsdp_master_scaled(o) && scale && lpx_tensor_dtype(local) == LPX_F16;
+}
+
+int64_t fsdp_master_unit(const lpx_fsdp_optim *o, int64_t row_elems)
+{
+    return fsdp_master_scaled(o) && row_elems > 0 ? lpx_rows_for_whole_blocks(row_elems, o->block) : 1;
+}
+
+lpx_status fsdp_master_quantize(const lpx_fsdp_optim *o, lpx_tensor *x, lpx_tensor **codes, lpx_tensor **scale)
+{
+    /* x: a dense CPU shard (any float dtype); its first element starts a
+     * block of the global index (the shard unit) */
+    *codes = *scale = NULL;
+    lpx_tensor *f = NULL;
+    lpx_status st = lpx_cast(x, LPX_F32, false, &f);
+    if (!st && !lpx_tensor_is_contiguous(f)) {
+        lpx_tensor *c = NULL;
+        st = lpx_contiguous(f, &c);
+        lpx_tensor_release(f);
+        f = c;
+    }
+    int64_t n = lpx_tensor_numel(x), b = o->block, nb = n / b + (n % b != 0);
+    if (!st) st = lpx_empty(lpx_tensor_ndim(x), lpx_tensor_shape(x), LPX_F16, lpx_cpu(), codes);
+    if (!st) st = lpx_empty(1, &nb, LPX_F32, lpx_cpu(), scale);
+    if (!st) {
+        const float *xv = lpx_tensor_data(f);
+        uint16_t *c = lpx_tensor_data(*codes);
+        float *s = lpx_tensor_data(*scale);
+        for (int64_t bi = 0, at = 0; at < n; bi++, at += b)
+            s[bi] = lpx_os_quant_f16s(xv + at, (int)(n - at < b ? n - at : b), c + at);
+    }
+    lpx_tensor_release(f);
+    if (st) {
+        lpx_tensor_release(*codes);
+        lpx_tensor_release(*scale);
+        *codes = *scale = NULL;
+    }
+    return st;
+}
+
+lpx_status fsdp_master_dequant(int64_t block, lpx_tensor *codes, lpx_tensor *scale, lpx_tensor **out)
+{
+    *out = NULL;
+    if (lpx_tensor_device(codes).type != LPX_DEVICE_CPU)
+        return lpx_error(LPX_ENOTIMPL, "lpx_fsdp: a scaled-f16 master on a device (host engines only)");
+    lpx_status st = lpx_empty(lpx_tensor_ndim(codes), lpx_tensor_shape(codes), LPX_F32, lpx_cpu(), out);
+    if (st) return st;
+    int64_t n = lpx_tensor_numel(codes), b = block;
+    const uint16_t *c = lpx_tensor_data(codes);
+    const float *s = lpx_tensor_data(scale);
+    float *x = lpx_tensor_data(*out);
+    for (int64_t bi = 0, at = 0; at < n; bi++, at += b) lpx_os_dequant_f16s(c + at, s[bi], (int)(n - at < b ? n - at : b), x + at);
+    return LPX_OK;
+}
+
+void fsdp_master_decode(const lpx_fsdp_optim *o, const void *codes, const float *scale, float *x, size_t n)
+{
+    /* n elements from a block start (codes and scale already offset) */
+    int64_t b = o->block;
+    for (size_t at = 0, bi = 0; at < n; bi++, at += (size_t)b)
+        lpx_os_dequant_f16s((const uint16_t *)codes + at, scale[bi], (int)(n - at < (size_t)b ? n - at : (size_t)b), x + at);
+}
+
+void fsdp_master_encode(const lpx_fsdp_optim *o, const float *x, void *codes, float *scale, size_t n, uint32_t pid,
+                        int64_t step, int64_t index0)
+{
+    int64_t b = o->block;
+    int sr = o->master == LPX_FSDP_MASTER_F16S_SR;
+    for (size_t at = 0, bi = 0; at < n; bi++, at += (size_t)b)
+        scale[bi] = lpx_os_f16s_store(x + at, (int)(n - at < (size_t)b ? n - at : (size_t)b), (uint16_t *)codes + at,
+                                      sr, o->seed, pid, (uint64_t)step, (uint64_t)(index0 + (int64_t)at));
+}
+
 bool fsdp_master_is_sr(const lpx_fsdp_optim *o, lpx_dtype w)
 {
     return o->master == LPX_FSDP_MASTER_BF16_SR && w == LPX_BF16;
@@ -109,14 +197,19 @@ void fsdp_store_sr(const float *x, void *dst, size_t n, uint64_t seed, uint32_t 
     lpx_os_bf16_sr_store(x, (int)n, dst, seed, pid, (uint64_t)step, (uint64_t)index0);
 }
 
-lpx_status fsdp_state_step(const lpx_fsdp_optim *o, lpx_tensor *w, lpx_tensor *g, lpx_tensor *m, lpx_tensor *v,
-                           const lpx_adamw_opts *h, int64_t step, uint32_t pid, int64_t index0)
+lpx_status fsdp_state_step(const lpx_fsdp_optim *o, lpx_tensor *w, lpx_tensor *wscale, lpx_tensor *g, lpx_tensor *m,
+                           lpx_tensor *v, const lpx_adamw_opts *h, int64_t step, uint32_t pid, int64_t index0)
 {
     lpx_tensor *mc = lpx_tensor_inner(m, 0), *msc = lpx_tensor_inner(m, 1), *vc = lpx_tensor_inner(v, 0),
                *vsc = lpx_tensor_inner(v, 1);
     lpx_optim_master mode = fsdp_master_is_sr(o, lpx_tensor_dtype(w)) ? LPX_OPTIM_MASTER_BF16_SR : LPX_OPTIM_MASTER_PLAIN;
+    if (fsdp_master_scaled_codes(o, w, wscale))
+        mode = o->master == LPX_FSDP_MASTER_F16S_SR ? LPX_OPTIM_MASTER_F16S_SR : LPX_OPTIM_MASTER_F16S;
+    else
+        wscale = NULL;
     return lpx_adamw_state_(&w, &g, &mc, &msc, &vc, &vsc, 1, (lpx_optim_state_format)state_format[o->state], o->block,
-                            h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, step, mode, o->seed, pid, index0, NULL);
+                            h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, step, mode, o->seed, pid, index0,
+                            wscale ? &wscale : NULL);
 }
 
 lpx_status fsdp_state_quantize(const lpx_fsdp_optim *o, int role, const lpx_tensor *x, int ndim, const int64_t *shape,

@@ -20,7 +20,8 @@ static void usage(FILE *f)
                "               --rope-theta X --tied] [--params N] [--recipe R] [--ranks N[,N...]]\n"
                "               [--batch B] [--seq T] [--ac none|full] [--act f32|bf16] [--offload]\n"
                "               [--lora-rank R] [--wrap block|linear]\n"
-               "               [--optim adamw|adamw8bit|adamw4bit|adamw-fp8|all] [--master f32|bf16-sr]\n"
+               "               [--optim adamw|adamw8bit|adamw4bit|adamw-fp8|all] [--master f32|bf16-sr|\n"
+               "               f16-scaled|f16-scaled-sr]\n"
                "  memory per rank of the lpx train model (Llama 3): params, grads, optimizer,\n"
                "  unsharded, activations. --model: %s (default tiny);\n"
                "  the options after it override. --params N picks a Llama-like shape of about N\n"
@@ -32,7 +33,8 @@ static void usage(FILE *f)
                "  activations): ranks x the total + the f32 initial weights + a modelled overhead.\n"
                "  --optim, --master: lpx train's optimizer state and masters (default adamw, f32):\n"
                "  8-bit, 4-bit or fp8 block-quantized m and v (block 256, one f32 scale per block\n"
-               "  per moment, blocks whole on each rank), bf16 masters; rows give the bytes per\n"
+               "  per moment, blocks whole on each rank), bf16 masters, FP8-LM's scaled f16 masters\n"
+               "  (2 bytes + an f32 scale per block of 256); rows give the bytes per\n"
                "  parameter of rank 0's shards. --optim all: one row per choice and world size.\n",
             tr_arch_preset_names());
 }

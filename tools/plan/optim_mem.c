@@ -9,7 +9,7 @@
 #include "../train/mem.h"
 
 static const char *const optim_names[PL_OPTIMS] = {"adamw", "adamw8bit", "adamw4bit", "adamw-fp8"};
-static const char *const master_names[PL_MASTERS] = {"f32", "bf16-sr"};
+static const char *const master_names[PL_MASTERS] = {"f32", "bf16-sr", "f16-scaled", "f16-scaled-sr"};
 
 const char *pl_optim_name(pl_optim o) { return o >= 0 && o < PL_OPTIMS ? optim_names[o] : "?"; }
 const char *pl_master_name(pl_master m) { return m >= 0 && m < PL_MASTERS ? master_names[m] : "?"; }
@@ -39,7 +39,20 @@ int64_t pl_optim_block(pl_optim o)
     return lpx_optim_state_default_block(format_of(o));
 }
 
-int pl_master_bytes(pl_master m) { return m == PL_MASTER_BF16_SR ? 2 : 4; }
+int pl_master_bytes(pl_master m) { return m == PL_MASTER_F32 ? 4 : 2; }
+
+int64_t pl_master_block(pl_optim o, pl_master m)
+{
+    if (m != PL_MASTER_F16S && m != PL_MASTER_F16S_SR) return 0;
+    int64_t b = pl_optim_block(o);
+    return b > 0 ? b : lpx_optim_state_default_block(LPX_OPTIM_STATE_8BIT); /* the engine's default block */
+}
+
+int64_t pl_master_total_bytes(pl_optim o, pl_master m, int64_t n)
+{
+    int64_t b = pl_master_block(o, m);
+    return (int64_t)pl_master_bytes(m) * n + (b > 0 ? 4 * (n / b + (n % b != 0)) : 0);
+}
 
 int64_t pl_optim_state_bytes(pl_optim o, int64_t n)
 {
@@ -70,7 +83,12 @@ int64_t pl_optim_row_unit(pl_optim o, int64_t cols, int64_t base_unit)
 static int add_param(const char *who, int64_t rows, int64_t cols, int64_t base_unit, int world, int rank, pl_optim o,
                      pl_master m, pl_optim_mem *out)
 {
-    int64_t unit = pl_optim_row_unit(o, cols, base_unit), chunk, start, len;
+    int64_t unit = pl_optim_row_unit(o, cols, base_unit), chunk, start, len, mb = pl_master_block(o, m);
+    if (unit > 0 && mb > 0 && cols > 0) {
+        /* a scaled f16 master's blocks whole on each rank too */
+        int64_t r = lpx_rows_for_whole_blocks(cols, mb);
+        unit = unit / lpx_gcd_i64(unit, r) * r;
+    }
     if (unit < 1 || lpx_shard_range(rows, world, rank, unit, &chunk, &start, &len) != LPX_OK) return -1;
     if (len > 0 && cols > (((int64_t)1 << 59) / len))
         return lpx_error(LPX_ERANGE, "%s: a shard of %lld x %lld elements overflows", who, (long long)len,
@@ -80,7 +98,7 @@ static int add_param(const char *who, int64_t rows, int64_t cols, int64_t base_u
         return lpx_error(LPX_ERANGE, "%s: the optimizer state per rank overflows", who), -1;
     out->elems += n;
     out->state += st;
-    out->master += (int64_t)pl_master_bytes(m) * n;
+    out->master += pl_master_total_bytes(o, m, n);
     out->grads += 4 * n;
     return 0;
 }

@@ -13,7 +13,10 @@
  * byte each; 4-bit: two per byte, (n + 1) / 2 bytes for a block of n;
  * fp8 v: f16) plus one f32 scale per block, ceil(elements / block)
  * blocks per parameter per rank. Masters: f32 4 bytes, bf16-sr 2 bytes
- * per local element. Grads stay f32 (4 bytes per local element). */
+ * per local element; f16-scaled / f16-scaled-sr (FP8-LM's scaled f16) 2
+ * bytes per local element plus one f32 scale per block of the state's
+ * block (256; also with f32 moments), its blocks whole on each rank too.
+ * Grads stay f32 (4 bytes per local element). */
 #ifndef LPX_PLAN_OPTIM_MEM_H
 #define LPX_PLAN_OPTIM_MEM_H
 
@@ -21,9 +24,10 @@
 #include <stdint.h>
 
 typedef enum pl_optim { PL_OPTIM_ADAMW, PL_OPTIM_8BIT, PL_OPTIM_4BIT, PL_OPTIM_FP8, PL_OPTIMS } pl_optim;
-typedef enum pl_master { PL_MASTER_F32, PL_MASTER_BF16_SR, PL_MASTERS } pl_master;
+typedef enum pl_master { PL_MASTER_F32, PL_MASTER_BF16_SR, PL_MASTER_F16S, PL_MASTER_F16S_SR, PL_MASTERS } pl_master;
 
-/* "adamw", "adamw8bit", "adamw4bit", "adamw-fp8" / "f32", "bf16-sr"; the
+/* "adamw", "adamw8bit", "adamw4bit", "adamw-fp8" / "f32", "bf16-sr",
+ * "f16-scaled", "f16-scaled-sr"; the
  * from_name functions return -1 for another name */
 const char *pl_optim_name(pl_optim o);
 int pl_optim_from_name(const char *s);
@@ -31,13 +35,18 @@ const char *pl_master_name(pl_master m);
 int pl_master_from_name(const char *s);
 /* "adamw|adamw8bit|adamw4bit|adamw-fp8", "f32|bf16-sr" for messages */
 #define PL_OPTIM_CHOICES "adamw, adamw8bit, adamw4bit or adamw-fp8"
-#define PL_MASTER_CHOICES "f32 or bf16-sr"
+#define PL_MASTER_CHOICES "f32, bf16-sr, f16-scaled or f16-scaled-sr"
 
 /* The block of o's state (lpx_optim_state_default_block of its format);
  * 0 for adamw (f32 per element, no blocks). */
 int64_t pl_optim_block(pl_optim o);
-/* Bytes per element of a master. */
+/* Bytes per element of a master (a scaled f16 master's codes: 2). */
 int pl_master_bytes(pl_master m);
+/* The block of a scaled f16 master's scales under state o (the state's
+ * block; 256 with f32 moments); 0 for the other masters. */
+int64_t pl_master_block(pl_optim o, pl_master m);
+/* Bytes of a master of numel elements (codes and block scales). */
+int64_t pl_master_total_bytes(pl_optim o, pl_master m, int64_t numel);
 /* Bytes of m + v (codes and block scales) of one state of numel elements
  * (what lpx_optim_state_get_info's bytes sum to over the two moments);
  * -1 when numel is negative or the count overflows int64. */

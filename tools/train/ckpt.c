@@ -127,7 +127,9 @@ static lpx_status parse_run(const char *dir, const cJSON *root, tr_ckpt *ck)
     const char *on = tr_json_str(ad, "optim"), *ms = tr_json_str(ad, "master");
     static const char *const onames[] = {"adamw", "adamw8bit", "adamw4bit", "adamw-fp8"};
     o->optim = 0;
-    o->master = ms && !strcmp(ms, "bf16-sr");
+    o->master = ms && tr_master_from_name(ms) > 0 ? tr_master_from_name(ms) : 0;
+    const cJSON *ob = cJSON_GetObjectItemCaseSensitive(ad, "block");
+    o->optim_block = cJSON_IsNumber(ob) ? (int)ob->valuedouble : 0;
     for (int k = 0; on && k < 4; k++)
         if (!strcmp(on, onames[k])) o->optim = k;
 
@@ -246,6 +248,7 @@ int tr_ckpt_apply(const tr_ckpt *ck, tr_opts *o)
     if (!(o->given & TR_GIVEN_LR)) o->lr = c->lr;
     if (!o->optim_given) o->optim = c->optim;
     if (!o->master_given) o->master = c->master;
+    if (!o->optim_block_given) o->optim_block = c->optim_block;
     if (!(o->given & TR_GIVEN_SEED)) o->seed = c->seed;
     if (!(o->given & TR_GIVEN_STEPS)) o->steps = c->steps;
     if (!(o->given & TR_GIVEN_WRAP)) o->wrap_linear = c->wrap_linear;

@@ -104,7 +104,8 @@ static cJSON *config_json(const tr_opts *o, int world, int vocab)
     cJSON_AddStringToObject(ad, "see", "tools/train/optim.c (betas 0.9, 0.95; eps 1e-8; weight decay 0.1)");
     static const char *const on[] = {"adamw", "adamw8bit", "adamw4bit", "adamw-fp8"};
     cJSON_AddStringToObject(ad, "optim", on[o->optim & 3]);
-    cJSON_AddStringToObject(ad, "master", o->master ? "bf16-sr" : "f32");
+    cJSON_AddStringToObject(ad, "master", tr_master_names[o->master >= 0 && o->master < TR_MASTERS ? o->master : 0]);
+    if (o->optim_block) cJSON_AddNumberToObject(ad, "block", o->optim_block);
     return c;
 }
 

@@ -41,8 +41,13 @@ void tr_train_usage(FILE *f)
             "  --optim O       adamw (default: f32 moments, 8 bytes/param) | adamw8bit (block-wise\n"
             "                  8-bit moments, 2.03) | adamw4bit (4-bit, 1.03) | adamw-fp8 (e4m3 m,\n"
             "                  scaled-f16 v, 3.03): AdamW's state in the shards, blocks of 256\n"
+            "  --optim-block N the block of --optim's states and of a scaled f16 master: a power\n"
+            "                  of two in 2..256 (default 256; torchao's AdamW4bit uses 128)\n"
             "  --master M      f32 (default) | bf16-sr: dense params kept as bf16 shards (2\n"
-            "                  bytes/param), updated with stochastic rounding seeded by --seed\n"
+            "                  bytes/param), updated with stochastic rounding seeded by --seed |\n"
+            "                  f16-scaled: FP8-LM's f16 codes with an f32 scale per block of\n"
+            "                  256 (2.0156 bytes/param), RNE | f16-scaled-sr: the same, rounded\n"
+            "                  stochastically\n"
             "  --seed N        seed of init and data (default 1)\n"
             "  --wrap W        block (default) | linear: one shard group per block or per linear\n"
             "  --ac A          none (default) | full: activation checkpointing, each block keeps\n"
@@ -255,7 +260,7 @@ const char *tr_split_opt(const char *arg, char *buf, size_t n, const char **inli
 /* the options of `lpx train` that take a value, and those that do not */
 static const char *const valued[] = {
     "--recipe", "--ranks", "--comm", "--device", "--steps", "--batch", "--micro", "--seq", "--model", "--dim",
-    "--layers", "--heads", "--kv-heads", "--ffn", "--vocab", "--rope-theta", "--lr", "--seed", "--wrap", "--ac", "--optim", "--master",
+    "--layers", "--heads", "--kv-heads", "--ffn", "--vocab", "--rope-theta", "--lr", "--seed", "--wrap", "--ac", "--optim", "--optim-block", "--master",
     "--lora-rank", "--pretrain", "--init", "--save-hf", "--data", "--data-dtype", "--out", "--log-every", "--eval",
     "--sample", "--lora-dropout", "--save", "--save-every", "--resume", "--stop-after", "--inject-nan",
     "--inject-comm-fault", "--act", "--loss-chunk",
@@ -391,9 +396,15 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
                 if (!strcmp(v, names[k])) o->optim = k;
             if (o->optim < 0) return bad("unknown --optim '%s' (%s)", v, "adamw, adamw8bit, adamw4bit, adamw-fp8");
             o->optim_given = true;
+        } else if (!strcmp(a, "--optim-block")) {
+            int b = 0;
+            if (parse_int(a, v, 2, 256, &b) || (b & (b - 1))) return bad("--optim-block '%s': expected a power of two in 2..256%s", v, "");
+            o->optim_block = b;
+            o->optim_block_given = true;
         } else if (!strcmp(a, "--master")) {
-            if (strcmp(v, "f32") && strcmp(v, "bf16-sr")) return bad("unknown --master '%s' (%s)", v, "f32, bf16-sr");
-            o->master = !strcmp(v, "bf16-sr");
+            if (tr_master_from_name(v) < 0)
+                return bad("unknown --master '%s' (%s)", v, "f32, bf16-sr, f16-scaled, f16-scaled-sr");
+            o->master = tr_master_from_name(v);
             o->master_given = true;
         }
         else if (!strcmp(a, "--lr")) {
@@ -464,4 +475,13 @@ int tr_parse_train(int argc, char **argv, tr_opts *o, bool *help)
     if (o->compare && (o->resume_dir || o->save_dir))
         return bad("--compare runs two recipes; --save and --resume checkpoint one (leave --compare out)%s%s", "", "");
     return 0;
+}
+
+const char *const tr_master_names[TR_MASTERS] = {"f32", "bf16-sr", "f16-scaled", "f16-scaled-sr"};
+
+int tr_master_from_name(const char *name)
+{
+    for (int k = 0; name && k < TR_MASTERS; k++)
+        if (!strcmp(name, tr_master_names[k])) return k;
+    return -1;
 }

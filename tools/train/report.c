@@ -94,7 +94,7 @@ void tr_print_summary(const tr_opts *o, const tr_geom *g, const tr_result *res, 
         static const char *const on[] = {"adamw", "adamw8bit", "adamw4bit", "adamw-fp8"};
         printf("  optimizer %s, master %s: state %.4f bytes/param (m + v%s), masters %.4f "
                "bytes/param (measured on rank 0's shards: %lld params)\n", on[o->optim & 3],
-               o->master ? "bf16-sr" : "f32", (double)M->optim_state_bytes / (double)M->optim_params,
+               tr_master_names[o->master >= 0 && o->master < TR_MASTERS ? o->master : 0], (double)M->optim_state_bytes / (double)M->optim_params,
                o->optim ? " with block scales" : ", f32", (double)M->optim_master_bytes / (double)M->optim_params,
                (long long)M->optim_params);
     }

@@ -88,7 +88,8 @@ lpx_status tr_shard_setup(tr_rank *R, float *const *init)
         TRY(lpx_fsdp_group_add(R->fsdp, name, &R->grp[grp]));
         if (R->o->optim || R->o->master) {
             /* --optim / --master: low-precision AdamW state and masters in the shards */
-            lpx_fsdp_optim oo = {sizeof oo, (lpx_fsdp_state)R->o->optim, 0, (lpx_fsdp_master)R->o->master, R->o->seed};
+            lpx_fsdp_optim oo = {sizeof oo, (lpx_fsdp_state)R->o->optim, R->o->optim_block, (lpx_fsdp_master)R->o->master,
+                                 R->o->seed};
             TRY(lpx_fsdp_group_set_optim(R->grp[grp], &oo));
         }
     }
@@ -393,7 +394,8 @@ lpx_status tr_gather_masters(tr_rank *R, float **out)
     lpx_tensor *h = NULL;
     for (int p = 0; p < R->g->nparams; p++) {
         const tr_param *P = &R->g->p[p];
-        TRY(lpx_tensor_to(R->master[p], lpx_cpu(), &h));   /* the master itself on the host */
+        /* the master on the host as f32 (a scaled-f16 master dequantized) */
+        TRY(lpx_fsdp_param_master_dense(R->grp[P->group], R->gi[p], &h));
         TRY(tr_gather_rows(R, lpx_tensor_data(h), R->len[p], P->rows, P->cols, out ? out[p] : NULL));
         REL(h);
     }

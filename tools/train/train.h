@@ -131,8 +131,9 @@ typedef struct tr_opts {
     double lr;
     uint64_t seed;
     int optim;              /* --optim: an lpx_fsdp_state (adamw: f32 moments) */
-    int master;             /* --master: an lpx_fsdp_master */
-    bool optim_given, master_given; /* on the command line (--resume: else the checkpoint's) */
+    int master;             /* --master: an lpx_fsdp_master (tr_master_names) */
+    int optim_block;        /* --optim-block: the states' (and a scaled f16 master's) block, 0: 256 */
+    bool optim_given, master_given, optim_block_given; /* on the command line (--resume: else the checkpoint's) */
     bool wrap_linear;       /* shard groups per linear instead of per block */
     bool ac;                /* --ac full: activation checkpointing per block */
     bool compare;
@@ -280,5 +281,11 @@ int64_t tr_geom_matmul_params(const tr_geom *g);
 #define TR_PEAK_BF16_TFLOPS 989.4
 /* index of parameter (kind, layer, lin) */
 int tr_param_index(const tr_geom *g, tr_pkind kind, int layer, int lin);
+
+/* --master's names by lpx_fsdp_master: "f32", "bf16-sr", "f16-scaled",
+ * "f16-scaled-sr" (TR_MASTERS of them); the index of a name, or -1 */
+#define TR_MASTERS 4
+extern const char *const tr_master_names[TR_MASTERS];
+int tr_master_from_name(const char *name);
 
 #endif
