@@ -786,6 +786,91 @@ static lpx_status c_f8w_set_scale(int attempt)
     return st;
 }
 
+/* The low-precision optimizer state and scaled-f16 master of a one-rank
+ * engine after one step (lpx_fsdp_group_set_optim): each call under the
+ * sweep, the state as it was when a call fails. */
+static lpx_status optim_engine(int mode)
+{
+    lpx_comm *c = NULL;
+    OOM_SETUP(lpx_local_comm_group_create(1, &c));
+    lpx_mesh *mesh = NULL;
+    lpx_fsdp *f = NULL;
+    lpx_fsdp_group *g = NULL;
+    lpx_tensor *w = oom_randn2(6, 64, 1, LPX_F32), *grad = oom_randn2(6, 64, 2, LPX_F32), *m = NULL, *v = NULL,
+               *t = NULL;
+    OOM_SETUP(lpx_mesh_new(c, &mesh));
+    OOM_SETUP(lpx_fsdp_new(mesh, NULL, &f));
+    OOM_SETUP(lpx_fsdp_group_add(f, "g", &g));
+    OOM_SETUP(lpx_fsdp_param_add(g, "w", w, 0, NULL));
+    lpx_fsdp_optim o = {sizeof o, LPX_FSDP_STATE_8BIT, 64, LPX_FSDP_MASTER_F16S, 5};
+    lpx_status st = LPX_OK;
+    if (mode == 0) st = OOM(lpx_fsdp_group_set_optim(g, &o));
+    else OOM_SETUP(lpx_fsdp_group_set_optim(g, &o));
+    if (mode == 0) goto done;
+    OOM_SETUP(lpx_fsdp_shard(f));
+    OOM_SETUP(lpx_fsdp_set_grad(g, 0, grad));
+    OOM_SETUP(lpx_fsdp_reduce_scatter_grads(g));
+    lpx_adamw_opts ao = lpx_adamw_opts_default();
+    OOM_SETUP(lpx_fsdp_adamw_step(g, &ao));
+    int64_t step = -1, sb = 0, mb = 0, np = 0;
+    switch (mode) {
+    case 1:
+        st = OOM(lpx_fsdp_param_optim_state(g, 0, &m, &v, &step));
+        OOM_OUT_NULL(st, m);
+        OOM_CHECK(st || (m && v && step == 1));
+        break;
+    case 2:
+        OOM_SETUP(lpx_fsdp_param_optim_state(g, 0, &m, &v, &step));
+        st = OOM(lpx_fsdp_param_set_optim_state(g, 0, m, v, 3));
+        break;
+    case 3:
+        st = OOM(lpx_fsdp_param_master_scale(g, 0, &t));
+        OOM_OUT_NULL(st, t);
+        break;
+    case 4:
+        OOM_SETUP(lpx_fsdp_param_master_scale(g, 0, &t));
+        st = OOM(lpx_fsdp_param_set_master_scale(g, 0, t));
+        break;
+    case 5:
+        st = OOM(lpx_fsdp_param_master_dense(g, 0, &t));
+        OOM_OUT_NULL(st, t);
+        break;
+    case 6: {
+        lpx_fsdp_optim back;
+        st = OOM(lpx_fsdp_group_get_optim(g, &back));
+        OOM_CHECK(st || (back.state == LPX_FSDP_STATE_8BIT && back.block == 64));
+        st = st ? st : OOM(lpx_fsdp_optim_bytes(f, &sb, &mb, &np));
+        OOM_CHECK(st || (np == 6 * 64 && sb > 0 && mb > 0));
+        break;
+    }
+    default: {
+        char path[200];
+        snprintf(path, sizeof path, "%s-optim.safetensors", ckpt_dir());
+        st = OOM(lpx_fsdp_export_ex(f, path, LPX_F32, NULL, NULL, 0, NULL, LPX_FSDP_EXPORT_OPTIM_STATE));
+        unlink(path);
+        break;
+    }
+    }
+done:
+    lpx_tensor_release(m);
+    lpx_tensor_release(v);
+    lpx_tensor_release(t);
+    lpx_fsdp_free(f);
+    lpx_mesh_release(mesh);
+    lpx_tensor_release(w);
+    lpx_tensor_release(grad);
+    lpx_comm_destroy(c);
+    return st;
+}
+static lpx_status c_set_optim(int a) { (void)a; return optim_engine(0); }
+static lpx_status c_optim_state(int a) { (void)a; return optim_engine(1); }
+static lpx_status c_set_optim_state(int a) { (void)a; return optim_engine(2); }
+static lpx_status c_master_scale(int a) { (void)a; return optim_engine(3); }
+static lpx_status c_set_master_scale(int a) { (void)a; return optim_engine(4); }
+static lpx_status c_master_dense(int a) { (void)a; return optim_engine(5); }
+static lpx_status c_optim_get(int a) { (void)a; return optim_engine(6); }
+static lpx_status c_export_optim(int a) { (void)a; return optim_engine(7); }
+
 const oom_case oom_cases_dist[] = {
     {"lpx_local_comm_group_create", "3 ranks", c_group_create, 0},
     {"lpx_local_run", "2 ranks", c_local_run, 0},
@@ -850,6 +935,15 @@ const oom_case oom_cases_dist[] = {
     {"lpx_fsdp_ckpt_extra", "another rank's extra", c_fsdp_reader, 0},
     {"lpx_fsdp_export", "2 ranks, bf16, renamed", c_fsdp_export, 0},
     {"lpx_fsdp_import", "2 ranks, after an export", c_fsdp_import, 0},
+    {"lpx_fsdp_group_set_optim", "8-bit moments, scaled-f16 master", c_set_optim, 0},
+    {"lpx_fsdp_group_get_optim", "after a step", c_optim_get, 0},
+    {"lpx_fsdp_optim_bytes", "after a step", c_optim_get, 0},
+    {"lpx_fsdp_param_optim_state", "1 rank, 8-bit", c_optim_state, 0},
+    {"lpx_fsdp_param_set_optim_state", "1 rank, 8-bit", c_set_optim_state, 0},
+    {"lpx_fsdp_param_master_scale", "1 rank, scaled f16", c_master_scale, 0},
+    {"lpx_fsdp_param_set_master_scale", "1 rank, scaled f16", c_set_master_scale, 0},
+    {"lpx_fsdp_param_master_dense", "1 rank, scaled f16", c_master_dense, 0},
+    {"lpx_fsdp_export_ex", "1 rank, with the optimizer state", c_export_optim, 0},
     {"lpx_float8_weight_new", "rowwise", c_f8w_new, 0},
     {"lpx_float8_weight_set_scale", NULL, c_f8w_set_scale, 0},
     {NULL, NULL, NULL, 0},
